@@ -1,0 +1,23 @@
+"""The course's helpers, all importable from ``utils`` itself.
+
+``import utils`` must come before ``import numba`` or ``import triton``: it decides
+whether the course runs on a GPU or in simulation and configures both before they load.
+
+    import utils
+    utils.DEVICE          # the torch device of the course ("cuda" or "cpu")
+    utils.SIMULATE        # True without a GPU (or with COURSE_SIMULATE=1)
+    utils.SIZES           # problem sizes for this mode
+"""
+from .config import DEVICE, MODE, PROBLEM_SIZES, REASON, SIMULATE, SIZES, describe  # noqa: F401  (first!)
+from . import paths  # noqa: F401
+from .paths import ROOT, KERNELS_DIR, CUDA_INCLUDE_DIR, RESULTS_DIR  # noqa: F401
+
+from .cuda import *  # noqa: F401,F403  cuda_kernel, load_inline, emulation_schedule, ...
+from .numba_sim import *  # noqa: F401,F403  simulator patches (applied in simulation)
+from .interop import *  # noqa: F401,F403  torch <-> numba arrays
+from .check import *  # noqa: F401,F403  tolerance table, assert_close
+from .graders import *  # noqa: F401,F403  check_relu, check_gelu, check_sum, check_softmax, ...
+from .bench import *  # noqa: F401,F403  bench, recorded results
+from .plots import *  # noqa: F401,F403  bandwidth plots, index maps, reduction trees
+from .progress import *  # noqa: F401,F403  progress bars on long sweeps
+from .report import *  # noqa: F401,F403  environment report

@@ -1,0 +1,106 @@
+"""The backend switch and the problem sizes: the one place where the course decides
+whether kernels run on a real NVIDIA GPU or in simulation on the CPU.
+
+Rules
+-----
+* With a CUDA GPU visible to torch, everything runs for real on ``cuda``.
+* Without one, or with ``COURSE_SIMULATE=1`` in the environment, everything runs in
+  simulation on ``cpu``:
+    - Numba kernels run in Numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``),
+    - Triton kernels run in Triton's interpreter (``TRITON_INTERPRET=1``),
+    - CUDA C++ kernels run in the course's CPU emulator (``utils.cuda_kernel``).
+
+Numba reads ``NUMBA_ENABLE_CUDASIM`` once, when it is first imported, so this module
+must run before anything imports numba. ``import utils`` does that, which is why every
+notebook starts with it.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from types import SimpleNamespace
+
+import torch
+
+ENV_SIMULATE = "COURSE_SIMULATE"
+
+
+def _want_simulation() -> tuple[bool, str]:
+    forced = os.environ.get(ENV_SIMULATE, "").strip().lower()
+    if forced in ("1", "true", "yes", "on"):
+        return True, f"{ENV_SIMULATE}={os.environ[ENV_SIMULATE]} forces simulation"
+    if not torch.cuda.is_available():
+        return True, "no CUDA GPU is visible to torch"
+    return False, f"found {torch.cuda.get_device_name(0)}"
+
+
+SIMULATE, REASON = _want_simulation()
+#: "gpu" or "simulation": use it to pick sizes, labels and recorded numbers.
+MODE = "simulation" if SIMULATE else "gpu"
+#: The torch device every tensor of the course lives on.
+DEVICE = torch.device("cpu" if SIMULATE else "cuda")
+
+
+def _configure_simulators() -> None:
+    wanted = "1" if SIMULATE else "0"
+    if "numba" in sys.modules and os.environ.get("NUMBA_ENABLE_CUDASIM", "0") != wanted:
+        raise RuntimeError(
+            "numba was imported before `import utils`, so it cannot be switched to "
+            f"{'its CUDA simulator' if SIMULATE else 'the real GPU'} any more. "
+            "Restart the kernel and run `import utils` first."
+        )
+    os.environ["NUMBA_ENABLE_CUDASIM"] = wanted
+    # Triton reads TRITON_INTERPRET when a kernel is decorated with @triton.jit.
+    os.environ["TRITON_INTERPRET"] = wanted
+
+
+_configure_simulators()
+
+
+# --------------------------------------------------------------------------------------
+# Problem sizes. GPU sizes fill an H100; simulated sizes keep every cell to seconds.
+# Measured on a 2-core CPU: the Numba simulator runs about 9,000 threads/s (about 600/s
+# with barriers), the Triton interpreter takes 0.5-1 ms per program, and the CUDA C++
+# emulator runs a few million threads/s. Awkward (non power-of-two) sizes on purpose:
+# they exercise the tail block.
+# --------------------------------------------------------------------------------------
+PROBLEM_SIZES = {
+    "gpu": dict(
+        # lesson 01-03: elementwise demos
+        elementwise_n=(1 << 24) + 3,
+        matrix_shape=(1823, 781),
+        # lesson 04: reductions
+        reduction_n=(1 << 24) + 7,
+        # lesson 05: softmax demo shape and the benchmark shapes
+        softmax_shape=(1823, 781),
+        softmax_bench_shapes=[(32768, 1024), (8192, 4096), (4096, 16384), (1024, 65536)],
+        # benchmark sweeps (elements)
+        bench_sizes=[1 << k for k in range(12, 29, 2)],
+        bench_n=1 << 28,
+        # graders: awkward sizes, a 2-D shape, a large size
+        grader_sizes=[1, 7, 1023, 1025, (1 << 16) + 1, (1 << 22) + 5],
+        grader_shapes=[(1, 1), (7, 3), (1823, 781), (33, 4097), (64, 32769)],
+    ),
+    "simulation": dict(
+        elementwise_n=4099,
+        matrix_shape=(37, 61),
+        reduction_n=2051,
+        softmax_shape=(13, 100),
+        softmax_bench_shapes=[(8, 256), (4, 1024)],
+        bench_sizes=[1 << k for k in range(8, 13, 2)],
+        bench_n=1 << 12,
+        grader_sizes=[1, 7, 1023, 1025, (1 << 11) + 1],
+        grader_shapes=[(1, 1), (7, 3), (19, 37), (5, 257)],
+    ),
+}
+
+#: The sizes of the current mode, as attributes: ``utils.SIZES.elementwise_n``.
+SIZES = SimpleNamespace(**PROBLEM_SIZES[MODE])
+
+
+def describe() -> str:
+    """One line saying how the course runs here and why."""
+    if SIMULATE:
+        return (f"Running in SIMULATION on the CPU ({REASON}): Numba's CUDA simulator, "
+                "Triton's interpreter and the course's CUDA C++ emulator.")
+    return f"Running on the GPU ({REASON}): kernels run for real on {DEVICE}."
