@@ -1,2 +1,409 @@
-"""(being written)"""
-__all__ = []
+"""Timing kernels, and reading the GPU numbers recorded for the course.
+
+Live timings
+------------
+``bench(fn, *args, nbytes=...)`` times ``fn(*args)`` and returns a :class:`BenchResult`:
+
+* on a GPU with ``triton.testing.do_bench``: CUDA events around each call, the L2 cache
+  flushed before each one, many calls; the median and the 20th/80th percentiles in ms, and
+  GB/s = ``nbytes`` / median. ``nbytes`` is what the kernel must move: bytes read plus
+  bytes written (ReLU of n floats: ``2 * 4 * n``).
+* in simulation with ``time.perf_counter`` over a few calls. That measures the simulator
+  on the CPU, which says nothing about a GPU: the result is marked ``simulated=True`` and
+  prints as "simulated on the CPU: not a GPU timing".
+
+Recorded results
+----------------
+``python -m benchmarks`` measures every kernel of the course on an H100 and writes
+``benchmarks/results/h100.json``. Notebooks never hard-code a GPU number: they read this
+file through ``recorded``, ``recorded_sweep``, ``copy_roofline``, ``recorded_machine``,
+``recorded_targets`` and ``show_recorded``, which work on any machine.
+
+Schema of ``h100.json`` (``"schema": 1``)::
+
+    {
+      "schema": 1,
+      "machine": {"name": "h100", "gpu": "NVIDIA H100 80GB HBM3", "sm_count": 132,
+                  "compute_capability": "9.0", "memory_gib": 79.1, "driver": "...",
+                  "cuda": "13.0", "torch": "2.11.0", "triton": "3.6.0", "numba": "...",
+                  "numba_cuda": "0.30.x", "python": "3.12.x"},
+      "date": "2026-01-31T12:00:00Z",          # UTC, when the run started
+      "command": "python -m benchmarks ...",
+      "timing": "how the numbers were taken (do_bench, warmup, rep)",
+      "sizes": {"n": 268435456, "softmax_shapes": [[32768, 1024], ...], "sweep": [4096, ...]},
+      "copy": {<a row, below>},               # the roofline: device-to-device copy
+      "rows": [                                # one per (kernel, shape) that passed its check
+        {"topic": "relu",                      # relu | gelu | reduction | softmax | copy
+         "variant": "triton v2",               # "<lang> <version>", "torch", "torch.compile",
+                                               # "torch op-by-op" (unfused GELU), "copy"
+         "lang": "triton",                     # cuda | numba | triton | torch
+         "version": "v2",                      # the key in VERSIONS; eager/compile/unfused for torch
+         "reference": true,                    # the topic module's REFERENCE version
+         "description": "...",
+         "shape": [268435456],                 # [n] or [rows, cols]
+         "bytes": 2147483648,                  # bytes read + bytes written
+         "median_ms": 0.7, "p20_ms": 0.69, "p80_ms": 0.71,
+         "gbps": 3000.0,                       # bytes / median, 1 GB = 1e9 bytes
+         "fraction_of_copy": 0.99}             # gbps / copy gbps of the same run
+      ],
+      "failed": [{"topic", "variant", "lang", "version", "shape",
+                  "status": "failed check" | "error" | "crashed" | "timed out" | "skipped",
+                  "reason": "..."}],
+      "sweeps": {"relu": {"triton v2": [[4096, 12.5], [16384, 48.0], ...], ...}, ...},
+                                               # [n_elements, GB/s] per size, for the plots
+      "targets": [{"topic", "lang", "variant", "shape", "goal", "value", "threshold",
+                   "unit", "met"}],            # unit: "fraction_of_copy" or "gbps"
+      "notes": ["..."]
+    }
+"""
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable, Iterable
+
+from .config import SIMULATE
+from .paths import RESULTS_DIR
+
+__all__ = [
+    "BenchResult",
+    "bench",
+    "RESULTS_FILE",
+    "load_recorded",
+    "recorded",
+    "recorded_sweep",
+    "recorded_failures",
+    "recorded_targets",
+    "copy_roofline",
+    "recorded_machine",
+    "show_recorded",
+    "compare",
+]
+
+#: The recorded H100 results, written by ``python -m benchmarks`` on the GPU.
+RESULTS_FILE = RESULTS_DIR / "h100.json"
+
+SIMULATED_LABEL = "simulated on the CPU: not a GPU timing"
+
+
+# --------------------------------------------------------------------------------------
+# Live timing
+# --------------------------------------------------------------------------------------
+@dataclass
+class BenchResult:
+    """One timing: ``median_ms`` with the 20th/80th percentiles, and GB/s at the median."""
+
+    name: str
+    median_ms: float
+    p20_ms: float
+    p80_ms: float
+    gbps: float | None
+    nbytes: int
+    simulated: bool
+
+    def __str__(self) -> str:
+        label = f"{self.name}: " if self.name else ""
+        spread = f"(p20 {_fmt_ms(self.p20_ms)}, p80 {_fmt_ms(self.p80_ms)})"
+        if self.simulated:
+            return f"{label}{_fmt_ms(self.median_ms)} ms per call {spread}, {SIMULATED_LABEL}"
+        bw = f", {self.gbps:,.0f} GB/s" if self.gbps is not None else ""
+        return f"{label}median {_fmt_ms(self.median_ms)} ms {spread}{bw}"
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def _fmt_ms(ms: float) -> str:
+    if ms is None or not math.isfinite(ms):
+        return "?"
+    if ms >= 100:
+        return f"{ms:,.0f}"
+    if ms >= 1:
+        return f"{ms:.2f}"
+    return f"{ms:.4f}"
+
+
+def _quantile(sorted_values: list[float], q: float) -> float:
+    """Linear interpolation between closest ranks (what numpy and torch do by default)."""
+    if len(sorted_values) == 1:
+        return sorted_values[0]
+    pos = q * (len(sorted_values) - 1)
+    lo = int(math.floor(pos))
+    hi = min(lo + 1, len(sorted_values) - 1)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+
+
+def _gbps(nbytes: int, ms: float) -> float | None:
+    if not nbytes or ms is None or ms <= 0:
+        return None
+    return nbytes / (ms * 1e-3) / 1e9
+
+
+def _bench_cpu(call: Callable[[], object], warmup: float, rep: float) -> list[float]:
+    """Wall-clock times (ms) of a few calls. One untimed call first: it compiles and caches."""
+    if warmup > 0:
+        call()
+    times: list[float] = []
+    start = time.perf_counter()
+    while True:
+        t0 = time.perf_counter()
+        call()
+        times.append((time.perf_counter() - t0) * 1e3)
+        elapsed = time.perf_counter() - start
+        # At least 3 calls when they are quick (under a second together), then more until
+        # `rep` ms are spent; a slow simulated call is timed once rather than hold a cell.
+        if len(times) >= 100:
+            break
+        if len(times) < 3 and elapsed < 1.0:
+            continue
+        if elapsed * 1e3 >= rep:
+            break
+    return times
+
+
+def bench(fn: Callable, *args, nbytes: int | None, name: str = "", warmup: float = 25,
+          rep: float = 100) -> BenchResult:
+    """Time ``fn(*args)``: the median and 20th/80th percentiles in ms, and GB/s.
+
+    ``nbytes``: bytes the call must read plus write (``None`` or 0: no GB/s).
+    ``warmup`` and ``rep``: milliseconds spent warming up and timing, as in
+    ``triton.testing.do_bench``. In simulation one untimed call warms up (it compiles),
+    then a few calls are timed with ``time.perf_counter``; the result is marked simulated.
+    """
+    if not callable(fn):
+        raise TypeError(f"bench needs a function to call, got {type(fn).__name__}")
+    if nbytes is not None:
+        if isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes < 0:
+            raise ValueError(f"nbytes must be a non-negative int (bytes read + written), got {nbytes!r}")
+    if warmup < 0 or rep <= 0:
+        raise ValueError(f"warmup must be >= 0 and rep > 0 (milliseconds), got {warmup} and {rep}")
+
+    def call():
+        return fn(*args)
+
+    if SIMULATE:
+        times = sorted(_bench_cpu(call, warmup, rep))
+        med, p20, p80 = (_quantile(times, q) for q in (0.5, 0.2, 0.8))
+        simulated = True
+    else:
+        # triton.testing.do_bench (same signature in Triton 3.x): CUDA events, L2 flushed
+        # before every call, `warmup`/`rep` in ms; with quantiles it returns a list in the
+        # order asked for.
+        import triton.testing
+
+        med, p20, p80 = triton.testing.do_bench(call, warmup=warmup, rep=rep,
+                                                quantiles=[0.5, 0.2, 0.8])
+        simulated = False
+    return BenchResult(name=name, median_ms=float(med), p20_ms=float(p20), p80_ms=float(p80),
+                       gbps=_gbps(nbytes or 0, float(med)), nbytes=int(nbytes or 0),
+                       simulated=simulated)
+
+
+# --------------------------------------------------------------------------------------
+# Recorded results
+# --------------------------------------------------------------------------------------
+def _path(path) -> Path:
+    return Path(path) if path is not None else RESULTS_FILE
+
+
+def _nothing_recorded(path: Path, why: str) -> None:
+    print(f"No recorded GPU results: {why} ({path}). "
+          "They are written by `python -m benchmarks` on a GPU.")
+
+
+def load_recorded(path=None, quiet: bool = False) -> dict | None:
+    """The whole results file as a dict, or None (with a one-line note) if there is none."""
+    p = _path(path)
+    if not p.is_file():
+        if not quiet:
+            _nothing_recorded(p, "the file does not exist yet")
+        return None
+    try:
+        data = json.loads(p.read_text())
+    except (OSError, ValueError) as e:
+        if not quiet:
+            _nothing_recorded(p, f"the file cannot be read ({e})")
+        return None
+    if not isinstance(data, dict) or not isinstance(data.get("rows", []), list):
+        if not quiet:
+            _nothing_recorded(p, "the file is not a results file")
+        return None
+    return data
+
+
+def recorded(topic: str, path=None) -> list[dict]:
+    """The recorded rows of a topic (``relu``, ``gelu``, ``reduction``, ``softmax``, ``copy``).
+
+    Each row is a dict with ``topic, variant, lang, version, shape, bytes, median_ms,
+    p20_ms, p80_ms, gbps, fraction_of_copy`` (and ``reference``, ``description``).
+    """
+    data = load_recorded(path)
+    if data is None:
+        return []
+    rows = [r for r in data.get("rows", []) if r.get("topic") == topic]
+    if not rows:
+        print(f"No recorded GPU results for {topic!r} in {_path(path).name}.")
+    return rows
+
+
+def recorded_sweep(topic: str, path=None) -> dict[str, list[tuple[int, float]]]:
+    """``{variant: [(n_elements, GB/s), ...]}`` from the recorded size sweep of a topic."""
+    data = load_recorded(path)
+    if data is None:
+        return {}
+    sweep = data.get("sweeps", {}).get(topic, {})
+    if not sweep:
+        print(f"No recorded size sweep for {topic!r} in {_path(path).name}.")
+    return {variant: [(int(n), float(g)) for n, g in points] for variant, points in sweep.items()}
+
+
+def recorded_failures(topic: str | None = None, path=None) -> list[dict]:
+    """Kernels the benchmark did not time (a failed check, an error, out of time), with why."""
+    data = load_recorded(path)
+    if data is None:
+        return []
+    return [r for r in data.get("failed", []) if topic is None or r.get("topic") == topic]
+
+
+def recorded_targets(topic: str | None = None, path=None) -> list[dict]:
+    """The course's performance targets as recorded: goal, measured value, met or not."""
+    data = load_recorded(path)
+    if data is None:
+        return []
+    return [t for t in data.get("targets", []) if topic is None or t.get("topic") == topic]
+
+
+def copy_roofline(path=None) -> float | None:
+    """GB/s of a device-to-device copy in the recorded run: the practical ceiling."""
+    data = load_recorded(path)
+    if data is None:
+        return None
+    copy = data.get("copy") or {}
+    gbps = copy.get("gbps")
+    return float(gbps) if gbps is not None else None
+
+
+def recorded_machine(path=None) -> dict:
+    """The GPU and software versions of the recorded run, with its ``date`` and ``command``."""
+    data = load_recorded(path)
+    if data is None:
+        return {}
+    info = dict(data.get("machine", {}))
+    for key in ("date", "command", "timing"):
+        if key in data:
+            info[key] = data[key]
+    return info
+
+
+def _machine_line(data: dict) -> str:
+    m = data.get("machine", {})
+    parts = [m.get("gpu", "unknown GPU")]
+    date = str(data.get("date", ""))[:10]
+    if date:
+        parts.append(f"recorded {date}")
+    versions = ", ".join(f"{k} {m[k]}" for k in ("torch", "triton", "numba_cuda", "cuda") if m.get(k))
+    if versions:
+        parts.append(versions)
+    return "; ".join(parts)
+
+
+def _shape_str(shape) -> str:
+    if not shape:
+        return "?"
+    shape = list(shape)
+    if len(shape) == 1:
+        n = int(shape[0])
+        if n > 0 and n & (n - 1) == 0 and n >= 1024:
+            return f"2^{n.bit_length() - 1}"
+        return str(n)
+    return "x".join(str(int(s)) for s in shape)
+
+
+def _num(v, fmt: str) -> str:
+    return "-" if v is None else format(v, fmt)
+
+
+def show_recorded(topic: str, path=None) -> None:
+    """Print the recorded GPU numbers of a topic as a table, labelled with the machine."""
+    data = load_recorded(path)
+    if data is None:
+        return
+    rows = [r for r in data.get("rows", []) if r.get("topic") == topic]
+    failed = [r for r in data.get("failed", []) if r.get("topic") == topic]
+    if not rows and not failed:
+        print(f"No recorded GPU results for {topic!r} in {_path(path).name}.")
+        return
+    print(f"Recorded on {_machine_line(data)}")
+    roof = (data.get("copy") or {}).get("gbps")
+    if roof:
+        print(f"copy roofline: {roof:,.0f} GB/s (device-to-device copy, bytes read + written)")
+    header = f"{'kernel':<22} {'shape':>12} {'median ms':>10} {'p20..p80 ms':>19} {'GB/s':>7} {'% of copy':>9}"
+    print(header)
+    print("-" * len(header))
+    for r in rows:
+        name = r.get("variant", "?") + (" *" if r.get("reference") else "")
+        spread = f"{_fmt_ms(r.get('p20_ms'))}..{_fmt_ms(r.get('p80_ms'))}"
+        frac = r.get("fraction_of_copy")
+        print(f"{name:<22} {_shape_str(r.get('shape')):>12} {_fmt_ms(r.get('median_ms')):>10} "
+              f"{spread:>19} {_num(r.get('gbps'), ',.0f'):>7} "
+              f"{('-' if frac is None else f'{100 * frac:.1f}%'):>9}")
+    if any(r.get("reference") for r in rows):
+        print("* the course's reference version in that language")
+    for r in failed:
+        print(f"not timed: {r.get('variant')} {_shape_str(r.get('shape'))}: "
+              f"{r.get('status')} ({r.get('reason', '')})")
+
+
+def compare(results: BenchResult | Iterable[BenchResult], topic: str, path=None) -> None:
+    """Print live timings next to the recorded GPU numbers of the same kernels.
+
+    A live result is matched to a recorded row by its ``name``: the recorded ``variant``
+    (``"triton v2"``, ``"torch"``) or a language alone (``"triton"``: its reference version).
+    Sizes differ between a simulated run and the recorded one, so compare GB/s, not ms.
+    """
+    if isinstance(results, BenchResult):
+        results = [results]
+    results = list(results)
+    data = load_recorded(path, quiet=True)
+    rows = [r for r in (data or {}).get("rows", []) if r.get("topic") == topic]
+    if data is None:
+        print(f"No recorded GPU results ({_path(path)}): showing the live timings only.")
+    elif not rows:
+        print(f"No recorded GPU results for {topic!r}: showing the live timings only.")
+    else:
+        print(f"Recorded on {_machine_line(data)}")
+    header = f"{'kernel':<22} {'here':>34} | {'recorded GB/s':>13} {'% of copy':>9} {'shape':>11}"
+    print(header)
+    print("-" * len(header))
+    for res in results:
+        row = _match(res.name, rows)
+        if res.simulated:
+            here = f"{_fmt_ms(res.median_ms)} ms (simulated)"
+        else:
+            here = f"{_fmt_ms(res.median_ms)} ms, {_num(res.gbps, ',.0f')} GB/s"
+        if row is None:
+            rec = f"{'-':>13} {'-':>9} {'':>11}"
+        else:
+            frac = row.get("fraction_of_copy")
+            rec = (f"{_num(row.get('gbps'), ',.0f'):>13} "
+                   f"{('-' if frac is None else f'{100 * frac:.1f}%'):>9} "
+                   f"{_shape_str(row.get('shape')):>11}")
+        print(f"{res.name or '?':<22} {here:>34} | {rec}")
+    if any(r.simulated for r in results):
+        print(f"'here' is {SIMULATED_LABEL}; the recorded columns are GPU timings.")
+
+
+def _match(name: str, rows: list[dict]) -> dict | None:
+    """The recorded row for a live result's name; the largest shape when several match."""
+    if not name:
+        return None
+    key = name.strip().lower()
+    hits = [r for r in rows if str(r.get("variant", "")).lower() == key]
+    if not hits:
+        hits = [r for r in rows if str(r.get("lang", "")).lower() == key and r.get("reference")]
+    if not hits:
+        return None
+    return max(hits, key=lambda r: math.prod(r.get("shape") or [0]))

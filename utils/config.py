@@ -74,12 +74,16 @@ PROBLEM_SIZES = {
         # lesson 05: softmax demo shape and the benchmark shapes
         softmax_shape=(1823, 781),
         softmax_bench_shapes=[(32768, 1024), (8192, 4096), (4096, 16384), (1024, 65536)],
+        # lesson 05: rows too long for one block (the online softmax)
+        softmax_long_shape=(1024, 65536),
         # benchmark sweeps (elements)
         bench_sizes=[1 << k for k in range(12, 29, 2)],
         bench_n=1 << 28,
         # graders: awkward sizes, a 2-D shape, a large size
         grader_sizes=[1, 7, 1023, 1025, (1 << 16) + 1, (1 << 22) + 5],
-        grader_shapes=[(1, 1), (7, 3), (1823, 781), (33, 4097), (64, 32769)],
+        # rows of at most 8193 columns: a one-row-per-program Triton softmax (BLOCK =
+        # next_power_of_2(cols) <= 16384) must still fit.
+        grader_shapes=[(1, 1), (7, 3), (1823, 781), (33, 4097), (65, 8193)],
     ),
     "simulation": dict(
         elementwise_n=4099,
@@ -87,10 +91,12 @@ PROBLEM_SIZES = {
         reduction_n=2051,
         softmax_shape=(13, 100),
         softmax_bench_shapes=[(8, 256), (4, 1024)],
+        softmax_long_shape=(2, 20000),
         bench_sizes=[1 << k for k in range(8, 13, 2)],
         bench_n=1 << 12,
         grader_sizes=[1, 7, 1023, 1025, (1 << 11) + 1],
-        grader_shapes=[(1, 1), (7, 3), (19, 37), (5, 257)],
+        # a wide and a tall matrix (a row/column swap leaves a band unwritten in one of them)
+        grader_shapes=[(1, 1), (7, 3), (19, 37), (23, 13), (5, 257)],
     ),
 }
 

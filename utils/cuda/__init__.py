@@ -1,2 +1,262 @@
-"""(being written)"""
-__all__ = []
+"""CUDA C++ kernels from Python, the same way with or without a GPU.
+
+    k = utils.cuda_kernel(source, "relu_kernel")    # CUDA C++ text, or a path to a .cu file
+    k[grid, block](x, y, n)                          # tensors pass as pointers
+    k[grid, block, shared_bytes](x, y, n)            # with dynamic shared memory
+
+* With a GPU the source is compiled by NVRTC (``cuda.core``) and launched on torch's
+  current stream.
+* Without one it is compiled by g++ against the course's CPU emulator
+  (``utils/cuda/emu/cuda_emu.h``) and runs on CPU tensors: every thread of a block is a
+  fiber, shared memory and barriers behave as on a GPU, and faults become exceptions.
+
+``load_inline`` is torch's ``load_inline`` on a GPU and its emulated twin on a CPU.
+``emulation_schedule("random", seed=...)`` runs the threads of each block in a random order
+between barriers (it exposes a missing ``__syncthreads()``); it does nothing on a GPU.
+``cuda_ptx(source, name)`` returns the PTX of a kernel. See docs/cuda-emulator.md.
+"""
+from __future__ import annotations
+
+import contextlib
+import numbers
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+from pathlib import Path
+
+import torch
+
+from .. import config, paths
+from ._errors import CudaCompileError, KernelFault
+from ._source import Param, adapt_for_emulator, has_marker, parse_params, read_source
+
+__all__ = ["cuda_kernel", "load_inline", "emulation_schedule", "CudaCompileError", "KernelFault",
+           "cuda_ptx", "CudaKernel"]
+
+# ---------------------------------------------------------------------------------------
+# Scheduling of emulated threads
+# ---------------------------------------------------------------------------------------
+_SCHEDULES = {"in_order": 0, "sequential": 0, "default": 0, "random": 1}
+_schedule = threading.local()
+
+
+def _current_schedule() -> tuple[int, int]:
+    """(mode, seed for this launch); each launch in a random block gets the next seed."""
+    st = getattr(_schedule, "stack", None)
+    if not st:
+        return 0, 0
+    top = st[-1]
+    top["count"] += 1
+    return top["mode"], top["seed"] * 1_000_003 + top["count"]
+
+
+@contextlib.contextmanager
+def emulation_schedule(mode: str = "random", seed: int = 0):
+    """Run emulated kernels with the threads of each block in ``mode`` order:
+    ``"random"`` (a seeded shuffle at the start and after every barrier, and blocks in a
+    random order) or ``"in_order"`` (threadIdx order, the default). A kernel whose result
+    changes under a random schedule has a race: usually a missing ``__syncthreads()``.
+    On a GPU this does nothing: the hardware already schedules as it likes."""
+    if mode not in _SCHEDULES:
+        raise ValueError(f"mode must be one of {sorted(_SCHEDULES)}, got {mode!r}")
+    if not isinstance(seed, numbers.Integral):
+        raise TypeError(f"seed must be an int, got {type(seed).__name__}")
+    st = getattr(_schedule, "stack", None)
+    if st is None:
+        st = _schedule.stack = []
+    st.append({"mode": _SCHEDULES[mode], "seed": int(seed) & 0xFFFFFFFF, "count": 0})
+    try:
+        yield
+    finally:
+        st.pop()
+
+
+# ---------------------------------------------------------------------------------------
+# Launch configuration
+# ---------------------------------------------------------------------------------------
+def _dims(v, what: str, kname: str) -> tuple[int, int, int]:
+    if isinstance(v, numbers.Integral) and not isinstance(v, bool):
+        v = (int(v),)
+    elif isinstance(v, torch.Tensor) and v.numel() == 1:
+        v = (int(v.item()),)
+    if not isinstance(v, (tuple, list, torch.Size)) or not 1 <= len(v) <= 3 or \
+            not all(isinstance(x, numbers.Integral) and not isinstance(x, bool) for x in v):
+        raise TypeError(f"{kname}: {what} must be an int or a tuple of 1 to 3 ints, got {v!r}")
+    d = [int(x) for x in v] + [1] * (3 - len(v))
+    if any(x < 0 for x in d) or (what == "block" and any(x == 0 for x in d)):
+        raise ValueError(f"{kname}: {what} dimensions must be positive, got {tuple(v)}")
+    if what == "block":
+        if d[0] * d[1] * d[2] > 1024 or d[0] > 1024 or d[1] > 1024 or d[2] > 64:
+            raise ValueError(f"{kname}: a block has at most 1024 threads (x, y <= 1024, z <= 64), got {tuple(v)}")
+    else:
+        if d[0] > 2**31 - 1 or d[1] > 65535 or d[2] > 65535:
+            raise ValueError(f"{kname}: grid is at most (2**31-1, 65535, 65535), got {tuple(v)}")
+    return d[0], d[1], d[2]
+
+
+MAX_DYNAMIC_SHARED = 48 * 1024
+
+
+class CudaKernel:
+    """A compiled CUDA C++ kernel; launch it with ``k[grid, block](*args)`` or
+    ``k[grid, block, shared_bytes](*args)``."""
+
+    def __init__(self, source, name: str):
+        if not isinstance(name, str) or not name.strip():
+            raise TypeError("name must be the name of a __global__ function, e.g. 'relu_kernel'")
+        self.name = name.strip()
+        self.text, self.filename, self.include_dir = read_source(source, self.name)
+        self.simulated = config.SIMULATE
+        self.not_solved = has_marker(self.text)
+        self.params: list[Param] | None = parse_params(self.text, self.name)
+        self.uses_printf = "printf" in self.text
+        self._lib = self._kernel = None
+        if not self.not_solved:
+            self._build()
+
+    def _build(self):
+        if self.simulated:
+            from . import _emulator
+            self._lib = _emulator.build(adapt_for_emulator(self.text), self.name, self.filename, self.include_dir)
+            sig = self._lib.signature
+            if self.params is None or len(self.params) != len(sig):
+                self.params = [Param(f"argument {k + 1}", "", c) for k, c in enumerate(sig)]
+            else:  # the compiler's view of each type wins (typedefs, templates)
+                self.params = [Param(p.name, p.ctype, c) for p, c in zip(self.params, sig)]
+        else:
+            from . import _gpu
+            self._kernel = _gpu.build(self.text, self.name, self.filename, self.include_dir)
+            n = getattr(self._kernel, "num_arguments", None)
+            if self.params is None or (n is not None and n != len(self.params)):
+                self.params = [Param(f"argument {k + 1}", "", None) for k in range(n or 0)]
+
+    def __repr__(self):
+        mode = "emulated on the CPU" if self.simulated else "on the GPU"
+        args = ", ".join(f"{p.ctype} {p.name}".strip() for p in (self.params or []))
+        return f"<CUDA kernel {self.name}({args}) {mode}>"
+
+    def __call__(self, *args, **kwargs):
+        raise TypeError(f"launch a kernel with a configuration: {self.name}[grid, block](...) "
+                        f"or {self.name}[grid, block, shared_bytes](...)")
+
+    def __getitem__(self, cfg):
+        if not isinstance(cfg, tuple) or not 2 <= len(cfg) <= 4:
+            raise TypeError(f"{self.name}[...] takes grid, block and optionally shared_bytes (and a stream): "
+                            f"{self.name}[grid, block](...), got {cfg!r}")
+        grid = _dims(cfg[0], "grid", self.name)
+        block = _dims(cfg[1], "block", self.name)
+        shared = cfg[2] if len(cfg) > 2 else 0
+        if not isinstance(shared, numbers.Integral) or isinstance(shared, bool) or shared < 0:
+            raise TypeError(f"{self.name}: shared_bytes must be a non-negative int, got {shared!r}")
+        if shared > MAX_DYNAMIC_SHARED:
+            raise ValueError(f"{self.name}: {shared} bytes of dynamic shared memory requested; "
+                             f"at most {MAX_DYNAMIC_SHARED} bytes per block")
+        stream = cfg[3] if len(cfg) > 3 else None
+
+        def launcher(*args):
+            return self._launch(grid, block, int(shared), stream, args)
+        return launcher
+
+    def _launch(self, grid, block, shared, stream, args):
+        if self.not_solved:
+            raise NotImplementedError(f"not solved yet: {self.name} still has a TODO")
+        if self.simulated:
+            from . import _emulator
+            mode, seed = _current_schedule()
+            _emulator.launch(self._lib, self.name, self.params, grid, block, shared, args, mode, seed,
+                             self.uses_printf)
+            return None
+        return self._launch_gpu(grid, block, shared, stream, args)
+
+    def _launch_gpu(self, grid, block, shared, stream, args):
+        from . import _emulator as emu  # argument checks are shared; nothing is compiled
+        from . import _gpu
+        emu.check_arg_count(self.name, self.params, args)
+        if grid[0] * grid[1] * grid[2] == 0:
+            return None  # an empty grid has nothing to do (CUDA would call it an error)
+        info = None
+        out = []
+        dev = torch.device("cuda")
+        for k, (p, a) in enumerate(zip(self.params, args)):
+            code = p.code
+            if code is None:  # not parsed: decide from the argument and the kernel's own sizes
+                if info is None:
+                    info = list(getattr(self._kernel, "arguments_info", []) or [])
+                size = info[k][1] if k < len(info) else 8
+                if isinstance(a, torch.Tensor) or a is None:
+                    code = "px"
+                elif isinstance(a, float):
+                    code = "f" if size == 4 else "d"
+                else:
+                    code = "i" if size == 4 else "q"
+            if code.startswith("p"):
+                if a is None:
+                    out.append(_gpu.np.uint64(0))
+                    continue
+                if not isinstance(a, torch.Tensor):
+                    raise TypeError(f"{self.name}: argument `{p.name}` is `{emu.describe_code(code)}`: pass a torch "
+                                    f"tensor, got {type(a).__name__}")
+                emu.check_tensor(self.name, p, code, a, dev)
+                out.append(_gpu.np.uint64(a.data_ptr()))
+            else:
+                out.append(_gpu.to_np(code, emu.convert_scalar(self.name, p, code, a)))
+        if self.uses_printf:  # device printf is flushed at a synchronisation: show it here
+            torch.cuda.synchronize()
+            with emu.CaptureStdout():
+                _gpu.launch(self._kernel, grid, block, shared, out, stream)
+                torch.cuda.synchronize()
+        else:
+            _gpu.launch(self._kernel, grid, block, shared, out, stream)
+        return None
+
+
+def cuda_kernel(source, name: str) -> CudaKernel:
+    """Compile the ``__global__`` function ``name`` of ``source`` (CUDA C++ text, or a
+    path to a .cu file) for this machine: NVRTC on a GPU, the CPU emulator otherwise.
+    ``name`` may carry template arguments: ``cuda_kernel(src, "scale<float, 256>")``.
+    ``#include "common.h"`` finds the course's prelude (``utils.CUDA_INCLUDE_DIR``)."""
+    return CudaKernel(source, name)
+
+
+# ---------------------------------------------------------------------------------------
+# PTX
+# ---------------------------------------------------------------------------------------
+def _find_nvcc() -> str | None:
+    for root in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
+        if root and Path(root, "bin", "nvcc").exists():
+            return str(Path(root, "bin", "nvcc"))
+    return shutil.which("nvcc")
+
+
+def cuda_ptx(source, name: str, arch: str = "sm_90") -> str:
+    """The PTX (the GPU's assembly-like intermediate language) of kernel ``name``: from
+    NVRTC on a GPU (for that GPU), from ``nvcc --ptx`` (for ``arch``) on a machine without one."""
+    text, filename, include_dir = read_source(source, name)
+    if not config.SIMULATE:
+        from . import _gpu
+        return _gpu.ptx(text, name, filename, include_dir)
+    nvcc = _find_nvcc()
+    if nvcc is None:
+        raise RuntimeError("cuda_ptx needs a GPU (NVRTC) or the CUDA toolkit's nvcc, and neither is here. "
+                           "The PTX of the course's reference kernels is shown in the notebooks' recorded outputs.")
+    with tempfile.TemporaryDirectory() as d:
+        src = Path(d, Path(filename).name if filename.endswith(".cu") else "kernel.cu")
+        src.write_text(text)
+        out = Path(d, "kernel.ptx")
+        cmd = [nvcc, "--ptx", f"-arch={arch}", "-std=c++17", "-I", str(paths.CUDA_INCLUDE_DIR)]
+        if include_dir:
+            cmd += ["-I", str(include_dir)]
+        proc = subprocess.run(cmd + [str(src), "-o", str(out)], capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise CudaCompileError(f"nvcc --ptx of `{name}` failed:\n{proc.stderr.replace(str(src), filename)}")
+        ptx = out.read_text()
+    base = name.split("<")[0].strip()
+    if base not in ptx:
+        raise CudaCompileError(f"the source has no kernel named `{name}` in its PTX (a template kernel must be "
+                               "instantiated, e.g. `template __global__ void k<float>(const float*, int);`)")
+    return ptx
+
+
+from ._inline import load_inline  # noqa: E402

@@ -1,0 +1,396 @@
+"""Check, then time: the measurements of one topic.
+
+Every kernel is checked against a float64 reference before it is timed, at awkward sizes
+and at the size it is timed at. A kernel that raises or returns a wrong result is recorded
+as such and never timed: a fast wrong kernel is not a result.
+
+The worker (``python -m benchmarks --worker TOPIC``) runs one topic and appends one JSON
+object per line to an events file, so the parent process keeps everything measured before
+a crash (an illegal memory access leaves the CUDA context unusable; the parent then starts
+a fresh worker that skips what is done and the kernel that crashed).
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+import traceback
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+import utils
+
+from .topics import TOPICS, check_shapes, main_shapes, sweep_shapes
+
+# Words in a version's description that mark it as a demonstration, not a kernel to time
+# (a racy v0 shown to explain why a barrier is needed). A topic module can also list such
+# versions in ``DEMO_ONLY = ("v0",)``, or a launcher can carry ``launcher.demo_only = True``.
+DEMO_MARKERS = ("demo only", "demo-only", "(demo)", "wrong on purpose", "deliberately wrong",
+                "broken on purpose", "racy on purpose", "not for benchmarking")
+
+
+@dataclass
+class Variant:
+    topic: str
+    variant: str        # "triton v2", "torch", "torch.compile", ...
+    lang: str           # cuda | numba | triton | torch
+    version: str
+    description: str
+    reference: bool
+    make: Callable      # make(dynamic: bool) -> fn(x)
+
+    def meta(self) -> dict:
+        return dict(topic=self.topic, variant=self.variant, lang=self.lang, version=self.version)
+
+
+def shape_key(shape) -> str:
+    return "x".join(str(int(s)) for s in shape)
+
+
+def is_demo_only(module, name: str, description: str, launcher) -> bool:
+    if name in set(getattr(module, "DEMO_ONLY", ()) or ()):
+        return True
+    if getattr(launcher, "demo_only", False):
+        return True
+    text = (description or "").lower()
+    return any(m in text for m in DEMO_MARKERS)
+
+
+def course_variants(topic: str, languages=None) -> tuple[list[Variant], list[dict], list[str]]:
+    """The topic's versions in every language found: (variants, skipped/failed, notes).
+
+    A language without this topic yet is a note, not an error: lessons grow one at a time.
+    """
+    import kernels
+
+    found, failed, notes = [], [], []
+    for lang in languages or kernels.LANGUAGES:
+        modname = f"kernels.{lang}.{topic}"
+        try:
+            mod = kernels.module(topic, lang)
+            versions = list(mod.VERSIONS.items())
+            reference = getattr(mod, "REFERENCE", None)
+        except ModuleNotFoundError as e:
+            if e.name == modname:
+                notes.append(f"{lang} {topic}: no {modname.replace('.', '/')}.py yet")
+                continue
+            failed.append(dict(topic=topic, variant=f"{lang} (all)", lang=lang, version="*",
+                               shape=None, status="error", reason=f"import failed: {e}"))
+            continue
+        except Exception as e:  # a syntax error, a missing VERSIONS: report it, go on
+            failed.append(dict(topic=topic, variant=f"{lang} (all)", lang=lang, version="*",
+                               shape=None, status="error",
+                               reason=f"{modname} failed to load: {type(e).__name__}: {e}"))
+            continue
+        for name, entry in versions:
+            try:
+                description, launcher = entry
+            except (TypeError, ValueError):
+                failed.append(dict(topic=topic, variant=f"{lang} {name}", lang=lang, version=name,
+                                   shape=None, status="error",
+                                   reason="VERSIONS entries must be (description, launcher)"))
+                continue
+            if is_demo_only(mod, name, description, launcher):
+                failed.append(dict(topic=topic, variant=f"{lang} {name}", lang=lang, version=name,
+                                   shape=None, status="skipped",
+                                   reason="a demonstration version, not benchmarked"))
+                continue
+            found.append(Variant(topic, f"{lang} {name}", lang, name, str(description),
+                                 name == reference, (lambda dynamic=False, f=launcher: f)))
+    return found, failed, notes
+
+
+def baseline_variants(topic: str) -> list[Variant]:
+    return [Variant(topic, b.variant, "torch", b.version, b.description, False, b.factory)
+            for b in TOPICS[topic].baselines]
+
+
+# --------------------------------------------------------------------------------------
+# Checking
+# --------------------------------------------------------------------------------------
+class CheckCase:
+    """One input shape: the input, its float64 reference and the allowed error."""
+
+    def __init__(self, topic: str, shape, seed: int = 0, device=None):
+        t = TOPICS[topic]
+        self.topic, self.shape = topic, tuple(int(s) for s in shape)
+        self.x = t.make_input(self.shape, seed=seed, device=device or utils.DEVICE)
+        self.ref = t.reference(self.x)
+        self.tol = t.tolerance(self.x, self.ref)
+        self.out_numel = t.out_numel(self.shape)
+
+
+def _poison(numel: int, device) -> None:
+    """Leave NaN in freed memory of the output's size: on a GPU the caching allocator hands
+    that block to the kernel's ``torch.empty``, so an element it never writes reads NaN."""
+    if torch.device(device).type == "cuda" and numel > 0:
+        p = torch.full((numel,), float("nan"), device=device)
+        del p
+
+
+def compare_output(case: CheckCase, out) -> str | None:
+    """None if ``out`` is right, else what is wrong, in words."""
+    if not isinstance(out, torch.Tensor):
+        return f"returned {type(out).__name__}, not a torch.Tensor"
+    if out.dtype != torch.float32:
+        return f"returned {out.dtype}, expected float32"
+    if out.device.type != case.x.device.type:
+        return f"returned a tensor on {out.device}, expected {case.x.device}"
+    if case.topic == "reduction":
+        if out.numel() != 1:
+            return f"returned {out.numel()} values ({tuple(out.shape)}), expected one sum"
+        out = out.reshape(1)
+    elif tuple(out.shape) != case.shape:
+        return f"returned shape {tuple(out.shape)}, expected {case.shape}"
+    diff = (out.double() - case.ref).abs()
+    bad = ~(diff <= case.tol)  # NaN compares False: unwritten (poisoned) elements are bad
+    nbad = int(bad.sum())
+    if nbad == 0:
+        return None
+    flat_bad = bad.reshape(-1)
+    first = int(flat_bad.nonzero()[0, 0])
+    got = float(out.reshape(-1)[first])
+    want = float(case.ref.reshape(-1)[first])
+    hint = " (never written?)" if math.isnan(got) else ""
+    return (f"{nbad} of {out.numel()} values wrong; first at flat index {first}: "
+            f"got {got:.7g}{hint}, expected {want:.7g}")
+
+
+def check(fn, cases: list[CheckCase]) -> tuple[str, str] | None:
+    """Run ``fn`` on each case. None if all are right, else ``(status, reason)`` with status
+    "failed check" (a wrong result) or "error" (it raised)."""
+    for case in cases:
+        before = case.x.clone()
+        _poison(case.out_numel, case.x.device)
+        where = f"at shape {shape_key(case.shape)}"
+        try:
+            out = fn(case.x)
+            if case.x.device.type == "cuda":
+                torch.cuda.synchronize()  # an asynchronous launch error surfaces here
+        except NotImplementedError as e:
+            return "error", f"{where}: not implemented: {e}"
+        except Exception as e:
+            return "error", f"{where}: raised {type(e).__name__}: {_short(e)}"
+        reason = compare_output(case, out)
+        if reason:
+            return "failed check", f"{where}: {reason}"
+        if not torch.equal(case.x, before):
+            return "failed check", f"{where}: the kernel changed its input"
+        del out, before
+    return None
+
+
+def _short(e: BaseException, limit: int = 300) -> str:
+    s = " ".join(str(e).split())
+    return s if len(s) <= limit else s[:limit] + "..."
+
+
+def cuda_context_ok() -> bool:
+    """False after a sticky error (illegal address, launch failure): nothing more can run."""
+    if utils.SIMULATE:
+        return True
+    try:
+        torch.cuda.synchronize()
+        torch.zeros(1, device="cuda").add_(1).item()
+        return True
+    except Exception:
+        return False
+
+
+# --------------------------------------------------------------------------------------
+# The worker: one topic, events to a file
+# --------------------------------------------------------------------------------------
+class Events:
+    def __init__(self, path):
+        self.path = path
+
+    def emit(self, **event) -> None:
+        _progress(event)
+        with open(self.path, "a") as f:
+            f.write(json.dumps(event) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+
+def _progress(e: dict) -> None:
+    """A line of the log for each result, as it comes."""
+    kind, topic = e.get("event"), e.get("topic", "")
+    if kind == "row":
+        print(f"[{topic}] {e['variant']:<16} {shape_key(e['shape']):>12}  median {e['median_ms']:.4f} ms "
+              f"(p20 {e['p20_ms']:.4f}, p80 {e['p80_ms']:.4f})  {e['gbps'] or 0:,.0f} GB/s", flush=True)
+    elif kind == "failed":
+        print(f"[{topic}] {e['variant']:<16} {e['status']}: {e.get('reason', '')}", flush=True)
+    elif kind == "note":
+        print(f"[{topic}] note: {e.get('text', '')}", flush=True)
+    elif kind == "point":
+        print(f"[{topic}] sweep {e['variant']:<16} n={e['n']:<10} {e['gbps'] or 0:,.0f} GB/s", flush=True)
+
+
+def read_events(path) -> list[dict]:
+    out = []
+    try:
+        with open(path) as f:
+            for line in f:
+                line = line.strip()
+                if line:
+                    try:
+                        out.append(json.loads(line))
+                    except ValueError:
+                        pass  # a line cut short by a crash
+    except FileNotFoundError:
+        pass
+    return out
+
+
+class ContextLost(RuntimeError):
+    pass
+
+
+def run_topic(topic: str, events: Events, sizes, *, skip=(), languages=None, sweep: bool = True,
+              deadline: float | None = None, sweep_deadline: float | None = None,
+              warmup: float = 25, rep: float = 100) -> None:
+    """Check and time every variant of a topic at its main shapes, then the size sweep."""
+    t = TOPICS[topic]
+    skip = set(skip)
+    variants, failed, notes = course_variants(topic, languages)
+    variants += baseline_variants(topic)
+    for n in notes:
+        events.emit(event="note", topic=topic, text=n)
+    for f in failed:
+        key = f"{f['variant']}@*"
+        if key not in skip:
+            events.emit(event="failed", key=key, **f)
+
+    def out_of_time(limit):
+        return limit is not None and time.time() > limit
+
+    # --- main shapes -------------------------------------------------------------------
+    shapes = main_shapes(topic, sizes)
+    small = [CheckCase(topic, s, seed=1) for s in check_shapes(topic, utils.SIMULATE)]
+    passed: list[Variant] = []
+    fns: dict[str, Callable] = {}
+    for v in variants:
+        if f"{v.variant}@*" in skip:
+            continue  # failed, crashed or hung in an earlier worker
+        first_key = f"{v.variant}@{shape_key(shapes[0])}"
+        try:
+            fn = v.make(False)
+        except Exception as e:
+            for shape in shapes:
+                key = f"{v.variant}@{shape_key(shape)}"
+                if key not in skip:
+                    events.emit(event="failed", key=key, **v.meta(), shape=list(shape),
+                                status="error", reason=f"could not be set up: {_short(e)}")
+            continue
+        ok_any = False
+        for i, shape in enumerate(shapes):
+            key = f"{v.variant}@{shape_key(shape)}"
+            if key in skip:
+                ok_any = True  # measured by an earlier worker
+                continue
+            if out_of_time(deadline):
+                events.emit(event="failed", key=key, **v.meta(), shape=list(shape),
+                            status="skipped", reason="out of time for this run")
+                continue
+            events.emit(event="start", key=key)
+            case = CheckCase(topic, shape, seed=0)
+            # The awkward sizes once per variant (with its first shape), then each shape.
+            verdict = check(fn, (small if key == first_key else []) + [case])
+            if verdict is None:
+                try:
+                    res = utils.bench(fn, case.x, nbytes=t.nbytes(shape), name=v.variant,
+                                      warmup=warmup, rep=rep)
+                except Exception as e:
+                    verdict = ("error", f"while timing: {type(e).__name__}: {_short(e)}")
+            if verdict is not None:
+                status, reason = verdict
+                events.emit(event="failed", key=key, **v.meta(), shape=list(shape),
+                            status=status, reason=reason)
+                del case
+                if not cuda_context_ok():
+                    events.emit(event="failed", key=key, **v.meta(), shape=list(shape),
+                                status="crashed", reason=f"{reason}; it left the CUDA context unusable")
+                    raise ContextLost(key)
+                break  # a wrong kernel is not timed at its other shapes either
+            ok_any = True
+            events.emit(event="row", key=key, **v.meta(), reference=v.reference,
+                        description=v.description, shape=list(shape), bytes=t.nbytes(shape),
+                        median_ms=res.median_ms, p20_ms=res.p20_ms, p80_ms=res.p80_ms,
+                        gbps=res.gbps, simulated=res.simulated)
+            del case
+        if ok_any:
+            passed.append(v)
+            fns[v.variant] = fn
+        _free()
+    small.clear()
+    _free()
+
+    # --- size sweep: checked at every size too -------------------------------------------
+    if not sweep:
+        return
+    for v in passed:
+        if v.lang == "torch" and v.version == "compile":
+            # One compilation for every size (dynamic shapes), not one per size.
+            try:
+                fns[v.variant] = v.make(True)
+            except Exception:
+                fns.pop(v.variant, None)
+    dead = {v.variant for v in passed if f"sweep:{v.variant}" in skip}
+    for shape in sweep_shapes(topic, sizes):
+        if out_of_time(sweep_deadline):
+            events.emit(event="note", topic=topic,
+                        text=f"size sweep stopped before {shape_key(shape)}: out of time")
+            break
+        todo = [v for v in passed if v.variant not in dead and v.variant in fns
+                and f"sweep:{v.variant}@{shape_key(shape)}" not in skip]
+        if not todo:
+            continue
+        case = CheckCase(topic, shape, seed=2)
+        n = int(math.prod(shape))
+        for v in todo:
+            fn = fns[v.variant]
+            key = f"sweep:{v.variant}@{shape_key(shape)}"
+            events.emit(event="start", key=key)
+            verdict = check(fn, [case])
+            if verdict is None:
+                try:
+                    res = utils.bench(fn, case.x, nbytes=t.nbytes(shape), name=v.variant,
+                                      warmup=warmup, rep=rep)
+                except Exception as e:
+                    verdict = ("error", f"while timing: {type(e).__name__}: {_short(e)}")
+            if verdict is not None:
+                dead.add(v.variant)
+                events.emit(event="note", key=key, topic=topic,
+                            text=f"{v.variant} left out of the size sweep from "
+                                 f"{shape_key(shape)} on: {verdict[0]}: {verdict[1]}")
+                if not cuda_context_ok():
+                    raise ContextLost(key)
+                continue
+            events.emit(event="point", key=key, topic=topic, variant=v.variant, n=n,
+                        shape=list(shape), gbps=res.gbps, median_ms=res.median_ms)
+        del case
+        _free()
+
+
+def _free():
+    if not utils.SIMULATE:
+        torch.cuda.empty_cache()
+
+
+def worker_main(topic: str, events_path: str, sizes, **kw) -> int:
+    """Entry of a worker process: exit 0 when done, 3 after a crash that broke CUDA."""
+    events = Events(events_path)
+    try:
+        run_topic(topic, events, sizes, **kw)
+    except ContextLost as e:
+        print(f"[{topic}] {e} broke the CUDA context: a fresh worker will carry on", flush=True)
+        return 3
+    except Exception as e:
+        events.emit(event="note", topic=topic,
+                    text=f"the {topic} worker stopped: {type(e).__name__}: {_short(e)}")
+        traceback.print_exc()
+        return 1
+    return 0

@@ -1,0 +1,220 @@
+"""Turning measurements into ``<name>.json``, ``<name>.md`` and the plots.
+
+The schema of the JSON file is documented at the top of ``utils/bench.py``, which reads it.
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+# The course's targets on the H100 at 2^28 elements and the four softmax shapes.
+# (topic, lang, kind, threshold): kind "copy" = fraction of the copy roofline measured in
+# the same run; "torch" = GB/s relative to torch.softmax at the same shape; "gbps" = GB/s.
+TARGETS = [
+    ("relu", "cuda", "copy", 0.95), ("relu", "triton", "copy", 0.95), ("relu", "numba", "copy", 0.85),
+    ("gelu", "cuda", "copy", 0.95), ("gelu", "triton", "copy", 0.95), ("gelu", "numba", "copy", 0.85),
+    ("reduction", "cuda", "copy", 0.93), ("reduction", "triton", "copy", 0.93),
+    ("softmax", "cuda", "torch", 1.0), ("softmax", "triton", "torch", 1.0),
+    ("softmax", "cuda", "gbps", 2200.0), ("softmax", "triton", "gbps", 2200.0),
+]
+# The GB/s target of softmax applies to its widest benchmark shape.
+SOFTMAX_GBPS_SHAPE = [1024, 65536]
+
+TOPIC_TITLES = {"relu": "ReLU", "gelu": "GELU (tanh)", "reduction": "Sum", "softmax": "Row softmax",
+                "copy": "Copy"}
+
+
+def add_fractions(rows: list[dict], copy_gbps: float | None) -> None:
+    for r in rows:
+        g = r.get("gbps")
+        r["fraction_of_copy"] = (g / copy_gbps) if (g and copy_gbps) else None
+
+
+def evaluate_targets(rows: list[dict], topics) -> list[dict]:
+    """Each target of the measured topics: the reference version's number, met or not.
+
+    A target whose kernel was not measured is listed with ``value`` None and ``met`` None.
+    """
+    out = []
+    for topic, lang, kind, thr in TARGETS:
+        if topic not in topics:
+            continue
+        ref_rows = [r for r in rows if r["topic"] == topic and r["lang"] == lang and r.get("reference")]
+        torch_rows = {tuple(r["shape"]): r for r in rows
+                      if r["topic"] == topic and r["lang"] == "torch" and r["version"] == "eager"}
+        if kind == "gbps":
+            ref_rows = [r for r in ref_rows if list(r["shape"]) == SOFTMAX_GBPS_SHAPE]
+            shapes = [SOFTMAX_GBPS_SHAPE]
+        else:
+            shapes = sorted({tuple(r["shape"]) for r in rows if r["topic"] == topic}, key=_size)
+        by_shape = {tuple(r["shape"]): r for r in ref_rows}
+        for shape in shapes:
+            r = by_shape.get(tuple(shape))
+            variant = r["variant"] if r else f"{lang} (reference)"
+            if kind == "copy":
+                goal = f">= {thr:.0%} of copy"
+                value = r.get("fraction_of_copy") if r else None
+                unit = "fraction_of_copy"
+            elif kind == "torch":
+                goal = ">= torch.softmax"
+                t = torch_rows.get(tuple(shape))
+                value = (r["gbps"] / t["gbps"]) if (r and t and t.get("gbps")) else None
+                unit = "ratio_to_torch"
+            else:
+                goal = f">= {thr:,.0f} GB/s"
+                value = r.get("gbps") if r else None
+                unit = "gbps"
+            out.append(dict(topic=topic, lang=lang, variant=variant, shape=list(shape), goal=goal,
+                            value=value, threshold=thr, unit=unit,
+                            met=None if value is None else bool(value >= thr)))
+    return out
+
+
+def _size(shape) -> int:
+    return int(math.prod(shape))
+
+
+def shape_str(shape) -> str:
+    if shape is None:
+        return "-"
+    shape = list(shape)
+    if len(shape) == 1:
+        n = int(shape[0])
+        if n >= 1024 and n & (n - 1) == 0:
+            return f"2^{n.bit_length() - 1}"
+        return str(n)
+    return "x".join(str(int(s)) for s in shape)
+
+
+def _value_str(t: dict) -> str:
+    v = t.get("value")
+    if v is None:
+        return "not measured"
+    if t["unit"] == "fraction_of_copy":
+        return f"{100 * v:.1f}% of copy"
+    if t["unit"] == "ratio_to_torch":
+        return f"{v:.2f}x torch.softmax"
+    return f"{v:,.0f} GB/s"
+
+
+def write_json(path: Path, data: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1) + "\n")
+    tmp.replace(path)
+
+
+def markdown(data: dict) -> str:
+    m = data.get("machine", {})
+    if data.get("simulated"):
+        lines = ["# Simulated dry run: these are simulator timings on a CPU, not GPU results", ""]
+    else:
+        lines = [f"# Recorded GPU results: {m.get('gpu', '?')}", ""]
+    lines.append(f"Written by `{data.get('command', 'python -m benchmarks')}` on {data.get('date', '?')}. "
+                 "Notebooks read the numbers from the JSON file beside this one through `utils.bench`.")
+    lines.append("")
+    soft = ", ".join(f"{k} {m[k]}" for k in ("driver", "cuda", "torch", "triton", "numba", "numba_cuda",
+                                                "python") if m.get(k))
+    lines.append(f"Software: {soft}.  ")
+    lines.append(f"Timing: {data.get('timing', '')}")
+    lines.append("")
+    copy = data.get("copy") or {}
+    if copy.get("gbps"):
+        lines.append(f"**Copy roofline:** {copy['gbps']:,.0f} GB/s (device-to-device copy of "
+                     f"{shape_str(copy.get('shape'))} floats, bytes read + written).")
+    else:
+        lines.append("**Copy roofline:** not measured.")
+    lines.append("")
+    targets = data.get("targets", [])
+    if targets:
+        met = sum(1 for t in targets if t["met"])
+        missed = sum(1 for t in targets if t["met"] is False)
+        unmeasured = sum(1 for t in targets if t["met"] is None)
+        lines += ["## Targets", "",
+                  f"{met} met, {missed} missed, {unmeasured} not measured.", "",
+                  "| topic | kernel | shape | goal | measured | |", "|---|---|---|---|---|---|"]
+        for t in targets:
+            mark = {True: "met", False: "**missed**", None: "not measured"}[t["met"]]
+            lines.append(f"| {t['topic']} | {t['variant']} | {shape_str(t['shape'])} | {t['goal']} | "
+                         f"{_value_str(t)} | {mark} |")
+        lines.append("")
+    rows = data.get("rows", [])
+    topics = []
+    for r in rows:
+        if r["topic"] != "copy" and r["topic"] not in topics:
+            topics.append(r["topic"])
+    for topic in topics:
+        lines += [f"## {TOPIC_TITLES.get(topic, topic)}", "",
+                  "| kernel | shape | median ms | p20 ms | p80 ms | GB/s | % of copy |",
+                  "|---|---|---|---|---|---|---|"]
+        for r in rows:
+            if r["topic"] != topic:
+                continue
+            name = r["variant"] + (" (reference)" if r.get("reference") else "")
+            frac = r.get("fraction_of_copy")
+            lines.append(f"| {name} | {shape_str(r['shape'])} | {r['median_ms']:.4f} | {r['p20_ms']:.4f} | "
+                         f"{r['p80_ms']:.4f} | {r['gbps']:,.0f} | "
+                         f"{'-' if frac is None else f'{100 * frac:.1f}%'} |")
+        lines.append("")
+        img = Path(f"{data.get('machine', {}).get('name', 'h100')}-{topic}.png")
+        if topic in data.get("sweeps", {}):
+            lines += [f"![{topic}: GB/s against size]({img.name})", ""]
+    failed = data.get("failed", [])
+    if failed:
+        lines += ["## Not timed", "", "| topic | kernel | shape | status | why |", "|---|---|---|---|---|"]
+        for f in failed:
+            why = str(f.get("reason", "")).replace("|", "\\|")
+            lines.append(f"| {f['topic']} | {f['variant']} | {shape_str(f.get('shape'))} | "
+                         f"{f['status']} | {why} |")
+        lines.append("")
+    notes = data.get("notes", [])
+    if notes:
+        lines += ["## Notes", ""] + [f"* {n}" for n in notes] + [""]
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------------------
+# Plots
+# --------------------------------------------------------------------------------------
+def plot_sweeps(data: dict, outdir: Path, name: str) -> list[Path]:
+    """One PNG per topic: GB/s against the number of elements, with the copy roofline."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    written = []
+    roof = (data.get("copy") or {}).get("gbps")
+    copy_sweep = data.get("sweeps", {}).get("copy", {}).get("copy", [])
+    gpu = data.get("machine", {}).get("gpu", "GPU")
+    refs = {(r["topic"], r["variant"]) for r in data.get("rows", []) if r.get("reference")}
+    for topic, curves in data.get("sweeps", {}).items():
+        if topic == "copy" or not curves:
+            continue
+        fig, ax = plt.subplots(figsize=(7.5, 4.5))
+        for variant, points in sorted(curves.items()):
+            if not points:
+                continue
+            xs, ys = zip(*sorted(points))
+            style = "-" if ((topic, variant) in refs or variant.startswith("torch")) else "--"
+            ax.plot(xs, ys, style, marker="o", markersize=3, label=variant)
+        if copy_sweep:
+            xs, ys = zip(*sorted(copy_sweep))
+            ax.plot(xs, ys, ":", color="grey", label="copy (same sizes)")
+        if roof:
+            ax.axhline(roof, color="black", linewidth=1)
+            ax.annotate(f"copy roofline {roof:,.0f} GB/s", (0.01, roof), xycoords=("axes fraction", "data"),
+                        va="bottom", fontsize=8)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("elements" + (" (rows of 4096)" if topic == "softmax" else ""))
+        ax.set_ylabel("GB/s (bytes read + written / median time)")
+        ax.set_title(f"{TOPIC_TITLES.get(topic, topic)} on {gpu}")
+        ax.set_ylim(bottom=0)
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7, ncol=2, loc="upper left")
+        fig.tight_layout()
+        path = outdir / f"{name}-{topic}.png"
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        written.append(path)
+    return written

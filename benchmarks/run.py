@@ -1,0 +1,409 @@
+"""The benchmark run: the copy roofline, then each topic in a worker process, then the
+results file, the summary and the plots. See ``benchmarks/__init__.py`` for the command."""
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import math
+import os
+import platform
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from importlib import metadata
+from pathlib import Path
+from types import SimpleNamespace
+
+import utils
+
+from . import report
+from .harness import Events, read_events, shape_key, worker_main
+from .topics import TOPICS, copy_bytes, sweep_shapes
+
+ALL_TOPICS = ("relu", "gelu", "reduction", "softmax")
+EXIT_OK, EXIT_ERROR, EXIT_NO_GPU = 0, 1, 2
+# Seconds kept back, per topic still to run, when deciding whether a size sweep may go on.
+RESERVE_PER_TOPIC = 45.0
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="python -m benchmarks",
+        description="Check, then time, every kernel of the course on an NVIDIA GPU next to "
+                    "PyTorch, torch.compile and the copy roofline; write the results file, a "
+                    "markdown summary and plots. Exit codes: 0 done, 1 error, 2 no GPU here "
+                    "(nothing measured).")
+    p.add_argument("--topics", default=",".join(ALL_TOPICS),
+                   help=f"comma-separated, from {', '.join(ALL_TOPICS)} (default: all)")
+    p.add_argument("--langs", default="cuda,numba,triton",
+                   help="languages of the course's kernels to measure (default: all)")
+    p.add_argument("--quick", action="store_true",
+                   help="smaller sizes, a short sweep and shorter timings: a smoke test; "
+                        "writes <name>-quick.* so the full results stay as they are")
+    p.add_argument("--no-sweep", action="store_true", help="skip the size sweeps (and the plots)")
+    p.add_argument("--out", default=str(utils.RESULTS_DIR),
+                   help="where to write the results (default: benchmarks/results)")
+    p.add_argument("--name", default=None,
+                   help="file name stem of the results (default: from the GPU, h100 on an H100)")
+    p.add_argument("--budget", type=float, default=0.0,
+                   help="seconds for the whole run; sweeps are cut short to fit (default: no limit)")
+    p.add_argument("--worker-timeout", type=float, default=900.0,
+                   help="seconds before a worker that hangs is stopped (default: 900)")
+    p.add_argument("--simulated-dry-run", action="store_true",
+                   help="without a GPU: run the whole pipeline on the simulation sizes, to test "
+                        "the harness itself; needs --out (its timings time the simulators)")
+    # Internal: one topic in a worker process.
+    p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--events", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--skip-file", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--deadline", type=float, default=None, help=argparse.SUPPRESS)
+    p.add_argument("--sweep-deadline", type=float, default=None, help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    args.topics = [t.strip() for t in args.topics.split(",") if t.strip()]
+    unknown = [t for t in args.topics if t not in TOPICS]
+    if unknown:
+        p.error(f"unknown topic(s) {unknown}: choose from {', '.join(ALL_TOPICS)}")
+    if args.simulated_dry_run and args.out == str(utils.RESULTS_DIR):
+        p.error("--simulated-dry-run needs --out DIR: its numbers must not land among the recorded results")
+    args.langs = [s.strip() for s in args.langs.split(",") if s.strip()]
+    bad = [s for s in args.langs if s not in ("cuda", "numba", "triton")]
+    if bad:
+        p.error(f"unknown language(s) {bad}: choose from cuda, numba, triton")
+    return args
+
+
+def sizes_for(quick: bool) -> SimpleNamespace:
+    """GPU sizes from utils.PROBLEM_SIZES; --quick keeps the softmax shapes, shrinks the rest."""
+    s = dict(utils.PROBLEM_SIZES[utils.MODE])
+    if quick and not utils.SIMULATE:
+        s["bench_n"] = 1 << 24
+        s["bench_sizes"] = [1 << 16, 1 << 20, 1 << 24]
+    return SimpleNamespace(**s)
+
+
+def timing_params(quick: bool) -> dict:
+    if utils.SIMULATE:
+        return dict(warmup=1, rep=1)
+    return dict(warmup=10, rep=40) if quick else dict(warmup=25, rep=100)
+
+
+def refuse_without_gpu() -> int:
+    results = utils.RESULTS_DIR
+    rel = results.relative_to(utils.ROOT) if results.is_relative_to(utils.ROOT) else results
+    print(f"python -m benchmarks times kernels on an NVIDIA GPU, and this machine runs in "
+          f"simulation ({utils.REASON}).\n"
+          "Timing the simulators on a CPU would say nothing about a GPU, so nothing was measured.\n"
+          f"The recorded H100 results are in {rel}/: h100.md (summary and targets), "
+          "h100.json (every number) and h100-*.png (plots).\n"
+          'In a notebook: utils.show_recorded("relu"), utils.recorded_sweep("softmax").')
+    return EXIT_NO_GPU
+
+
+# --------------------------------------------------------------------------------------
+# Machine and software
+# --------------------------------------------------------------------------------------
+def _version(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _driver() -> str | None:
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=20)
+        return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else None
+    except (OSError, subprocess.SubprocessError, IndexError):
+        return None
+
+
+def gpu_slug(gpu_name: str) -> str:
+    for tag in ("H100", "H200", "B200", "A100", "L40S", "L4", "A10G", "T4"):
+        if tag in gpu_name.upper():
+            return tag.lower()
+    return re.sub(r"[^a-z0-9]+", "-", gpu_name.lower()).strip("-") or "gpu"
+
+
+def machine_info(name: str) -> dict:
+    import torch
+    import triton
+
+    if utils.SIMULATE:
+        return dict(name=name, gpu=f"none: simulated on the CPU ({platform.processor() or 'cpu'})",
+                    torch=torch.__version__, triton=triton.__version__, numba=_version("numba"),
+                    numba_cuda=_version("numba-cuda"), python=platform.python_version())
+    props = torch.cuda.get_device_properties(0)
+    return dict(
+        name=name, gpu=props.name, sm_count=props.multi_processor_count,
+        compute_capability=f"{props.major}.{props.minor}",
+        memory_gib=round(props.total_memory / 2**30, 1), driver=_driver(), cuda=torch.version.cuda,
+        torch=torch.__version__, triton=triton.__version__, numba=_version("numba"),
+        numba_cuda=_version("numba-cuda") or _version("numba_cuda"), cuda_core=_version("cuda-core"),
+        python=platform.python_version(),
+    )
+
+
+# --------------------------------------------------------------------------------------
+# The copy roofline
+# --------------------------------------------------------------------------------------
+def measure_copy(n: int, sweep_ns, timing: dict, sweep: bool) -> tuple[dict, list]:
+    import torch
+
+    x = torch.randn(n, device=utils.DEVICE)
+    y = torch.empty_like(x)
+    y.copy_(x)
+    if not torch.equal(x, y):
+        raise RuntimeError("the device-to-device copy gave a wrong result: is the GPU healthy?")
+    res = utils.bench(y.copy_, x, nbytes=copy_bytes(n), name="copy", **timing)
+    row = dict(topic="copy", variant="copy", lang="torch", version="copy_", reference=False,
+               description="y.copy_(x): device-to-device copy", shape=[n], bytes=copy_bytes(n),
+               median_ms=res.median_ms, p20_ms=res.p20_ms, p80_ms=res.p80_ms, gbps=res.gbps)
+    print(f"[copy] {report.shape_str([n])} floats: median {res.median_ms:.4f} ms, {res.gbps:,.0f} GB/s "
+          "(the roofline every kernel is compared with)", flush=True)
+    del x, y
+    points = []
+    if sweep:
+        for m in sweep_ns:
+            x = torch.randn(m, device=utils.DEVICE)
+            y = torch.empty_like(x)
+            r = utils.bench(y.copy_, x, nbytes=copy_bytes(m), name="copy", **timing)
+            points.append([m, r.gbps])
+            del x, y
+    if not utils.SIMULATE:
+        torch.cuda.empty_cache()
+    return row, points
+
+
+# --------------------------------------------------------------------------------------
+# Workers
+# --------------------------------------------------------------------------------------
+def _variant_of(key: str) -> str:
+    return key.split("@", 1)[0]
+
+
+def skip_set(events: list[dict]) -> tuple[set, list[str]]:
+    """What a fresh worker must not redo, and the keys that were started but never finished."""
+    skip, opened, closed = set(), [], set()
+    for e in events:
+        key = e.get("key")
+        if not key:
+            continue
+        kind = e["event"]
+        if kind == "start":
+            opened.append(key)
+        elif kind == "row" or kind == "point":
+            skip.add(key)
+            closed.add(key)
+        elif kind == "failed":
+            skip.add(f"{_variant_of(key)}@*")
+            closed.add(key)
+        elif kind == "note":  # a sweep point that failed: that variant leaves the sweep
+            skip.add(_variant_of(key))
+            closed.add(key)
+    open_keys = [k for k in dict.fromkeys(opened) if k not in closed]
+    return skip, open_keys
+
+
+def run_worker(topic: str, args, events_path: Path, deadline: float | None,
+               sweep_deadline: float | None) -> None:
+    """Run a topic in worker processes until it is done, restarting after a crash."""
+    ev = Events(events_path)
+    last_progress = -1
+    for attempt in range(6):
+        events = read_events(events_path)
+        skip, open_keys = skip_set(events)
+        for key in open_keys:  # started by a worker that died: that kernel crashed it
+            _record_crash(ev, topic, key, "crashed", "the worker process died while running it "
+                          "(see the log)")
+            skip.add(f"{_variant_of(key)}@*" if not key.startswith("sweep:") else _variant_of(key))
+        if len(skip) == last_progress:
+            print(f"[{topic}] no progress after a restart: giving up on this topic", flush=True)
+            ev.emit(event="note", topic=topic, text="the worker kept failing; see the log")
+            return
+        last_progress = len(skip)
+        skip_file = events_path.with_suffix(".skip.json")
+        skip_file.write_text(json.dumps(sorted(skip)))
+        cmd = [sys.executable, "-m", "benchmarks", "--worker", topic, "--events", str(events_path),
+               "--skip-file", str(skip_file), "--langs", ",".join(args.langs)]
+        if args.quick:
+            cmd.append("--quick")
+        if args.simulated_dry_run:
+            cmd += ["--simulated-dry-run", "--out", args.out]
+        if args.no_sweep:
+            cmd.append("--no-sweep")
+        if deadline:
+            cmd += ["--deadline", str(deadline)]
+        if sweep_deadline:
+            cmd += ["--sweep-deadline", str(sweep_deadline)]
+        timeout = args.worker_timeout
+        if deadline:
+            timeout = max(10.0, min(timeout, deadline - time.time() + 30))
+        proc = subprocess.Popen(cmd, start_new_session=True)
+        try:
+            rc = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _kill(proc)
+            events = read_events(events_path)
+            _, open_keys = skip_set(events)
+            for key in open_keys:
+                _record_crash(ev, topic, key, "timed out",
+                              f"still running after the worker's {timeout:.0f} s: stopped")
+            print(f"[{topic}] worker stopped after {timeout:.0f} s", flush=True)
+            return
+        if rc == 0:
+            return
+        print(f"[{topic}] worker exited with code {rc}; starting a fresh one", flush=True)
+
+
+def _record_crash(ev: Events, topic: str, key: str, status: str, reason: str) -> None:
+    if key.startswith("sweep:"):
+        ev.emit(event="note", key=key, topic=topic,
+                text=f"{key[6:]}: {status} in the size sweep ({reason})")
+        return
+    variant, shape = key.split("@", 1)
+    lang, _, version = variant.partition(" ")
+    ev.emit(event="failed", key=key, topic=topic, variant=variant, lang=lang, version=version,
+            shape=[int(s) for s in shape.split("x")] if shape != "*" else None,
+            status=status, reason=reason)
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    """Stop a worker and its children (its own process group)."""
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=10)
+    except (ProcessLookupError, subprocess.TimeoutExpired):
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
+
+
+def merge(events: list[dict]) -> tuple[list, list, dict, list]:
+    """rows, failed, sweep {variant: [[n, gbps]]}, notes from a topic's events (last wins)."""
+    rows, failed, points, notes = {}, {}, {}, []
+    for e in events:
+        kind = e["event"]
+        if kind == "row":
+            failed.pop(e["key"], None)
+            rows[e["key"]] = {k: v for k, v in e.items() if k not in ("event", "key", "simulated")}
+        elif kind == "failed":
+            rows.pop(e["key"], None)
+            failed[e["key"]] = {k: v for k, v in e.items() if k not in ("event", "key")}
+        elif kind == "point" and e.get("gbps") is not None:
+            points.setdefault(e["variant"], {})[int(e["n"])] = float(e["gbps"])
+        elif kind == "note" and e.get("text") and e["text"] not in notes:
+            notes.append(e["text"])
+    sweep = {v: [[n, g] for n, g in sorted(p.items())] for v, p in points.items()}
+    return list(rows.values()), list(failed.values()), sweep, notes
+
+
+# --------------------------------------------------------------------------------------
+# The whole run
+# --------------------------------------------------------------------------------------
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if utils.SIMULATE and not args.simulated_dry_run:
+        return refuse_without_gpu()
+    sizes = sizes_for(args.quick)
+    timing = timing_params(args.quick)
+    if args.worker:
+        skip = json.loads(Path(args.skip_file).read_text()) if args.skip_file else []
+        return worker_main(args.worker, args.events, sizes, skip=skip, languages=args.langs,
+                           sweep=not args.no_sweep, deadline=args.deadline,
+                           sweep_deadline=args.sweep_deadline, **timing)
+
+    import torch
+
+    start = time.time()
+    deadline = start + args.budget if args.budget else None
+    if utils.SIMULATE:
+        name = args.name or "simulated"
+    else:
+        name = args.name or gpu_slug(torch.cuda.get_device_name(0)) + ("-quick" if args.quick else "")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    data = dict(
+        schema=1,
+        machine=machine_info(name),
+        date=_dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        command=" ".join(["python -m benchmarks"] + list(sys.argv[1:] if argv is None else argv)),
+        timing=(f"triton.testing.do_bench (CUDA events, L2 flushed before each call), "
+                f"warmup {timing['warmup']} ms, rep {timing['rep']} ms; median and 20th/80th "
+                "percentiles; GB/s = (bytes read + bytes written) / median, 1 GB = 1e9 bytes")
+        if not utils.SIMULATE else "time.perf_counter over a few calls of the simulators (dry run)",
+        sizes=dict(n=sizes.bench_n, softmax_shapes=[list(s) for s in sizes.softmax_bench_shapes],
+                   sweep=list(sizes.bench_sizes), softmax_sweep_cols=4096),
+        copy=None, rows=[], failed=[], sweeps={}, targets=[], notes=[],
+    )
+    if utils.SIMULATE:
+        data["simulated"] = True
+    m = data["machine"]
+    print(f"Benchmarking on {m['gpu']} (torch {m['torch']}, triton {m['triton']}, "
+          f"numba-cuda {m['numba_cuda']}, CUDA {m.get('cuda')}, driver {m.get('driver')})", flush=True)
+
+    try:
+        copy_row, copy_points = measure_copy(sizes.bench_n, sizes.bench_sizes, timing,
+                                             sweep=not args.no_sweep)
+    except Exception as e:
+        print(f"The copy roofline could not be measured: {type(e).__name__}: {e}", flush=True)
+        data["notes"].append(f"copy roofline not measured: {e}")
+        copy_row, copy_points = None, []
+    data["copy"] = copy_row
+    if copy_row:
+        data["rows"].append(copy_row)
+    if copy_points:
+        data["sweeps"]["copy"] = {"copy": copy_points}
+    roof = copy_row["gbps"] if copy_row else None
+
+    def save():
+        report.add_fractions(data["rows"], roof)
+        data["targets"] = report.evaluate_targets(data["rows"], args.topics)
+        report.write_json(out / f"{name}.json", data)
+        (out / f"{name}.md").write_text(report.markdown(data))
+
+    save()
+    with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
+        for i, topic in enumerate(args.topics):
+            left = len(args.topics) - i - 1
+            sweep_deadline = (deadline - RESERVE_PER_TOPIC * left - 20) if deadline else None
+            print(f"== {topic} ==", flush=True)
+            events_path = Path(tmp) / f"{topic}.jsonl"
+            run_worker(topic, args, events_path, deadline, sweep_deadline)
+            rows, failed, sweep, notes = merge(read_events(events_path))
+            data["rows"] += rows
+            data["failed"] += failed
+            if sweep:
+                data["sweeps"][topic] = sweep
+            data["notes"] += [f"{topic}: {n}" for n in notes]
+            save()
+    if not args.no_sweep:
+        try:
+            for p in report.plot_sweeps(data, out, name):
+                print(f"plot: {p}", flush=True)
+        except Exception as e:
+            print(f"plots failed: {type(e).__name__}: {e}", flush=True)
+            data["notes"].append(f"plots not written: {e}")
+    data["wall_s"] = round(time.time() - start, 1)
+    save()
+    print_summary(data)
+    print(f"\nwrote {out / (name + '.json')}, {out / (name + '.md')} in {data['wall_s']:.0f} s", flush=True)
+    return EXIT_OK
+
+
+def print_summary(data: dict) -> None:
+    print("\n== targets ==")
+    for t in data.get("targets", []):
+        mark = {True: "met", False: "MISSED", None: "not measured"}[t["met"]]
+        print(f"{t['topic']:<10} {t['variant']:<14} {report.shape_str(t['shape']):>12}  "
+              f"{t['goal']:<18} {report._value_str(t):<24} {mark}")
+    if data.get("failed"):
+        print("\n== not timed ==")
+        for f in data["failed"]:
+            print(f"{f['topic']:<10} {f['variant']:<14} {f['status']}: {f.get('reason', '')}")

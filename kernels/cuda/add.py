@@ -1,0 +1,139 @@
+"""Vector and matrix addition in CUDA C++: launchers for the kernels of ``add.cu``.
+
+    add(x, y)       the reference launcher (grid-stride loop), any shape, same shapes
+    add_v1(x, y)    one thread per element
+    add_2d(x, y)    2-D matrices, a 2-D grid of 32 x 8 blocks, row strides passed in
+
+Kernels compile on first use (NVRTC on a GPU, the course's emulator on a CPU) and are
+cached, so every launcher is self-contained: sizes come from its inputs, nothing else.
+"""
+from __future__ import annotations
+
+import functools
+from collections import OrderedDict
+
+import torch
+
+import utils
+
+SOURCE = utils.KERNELS_DIR / "cuda" / "add.cu"
+BLOCK_SIZE = 256
+#: 2-D blocks: 32 threads along a row (one warp: a coalesced access), 8 rows.
+BLOCK_2D = (32, 8)
+INT_MAX = 2**31 - 1
+MAX_GRID_Y = 65535  # CUDA's limit on gridDim.y (and z); gridDim.x may reach 2^31 - 1
+
+
+@functools.lru_cache(maxsize=None)
+def kernel(name: str):
+    """A kernel of add.cu, compiled once: ``kernel("add_kernel")[grid, block](...)``."""
+    return utils.cuda_kernel(SOURCE, name)
+
+
+def cdiv(a: int, b: int) -> int:
+    """Ceiling division: how many blocks of ``b`` cover ``a`` elements."""
+    return (a + b - 1) // b
+
+
+def check_pair(x, y) -> tuple[torch.Tensor, torch.Tensor]:
+    """Clear errors for what the kernels cannot take; contiguous copies of strided inputs."""
+    for name, t in (("x", x), ("y", y)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dtype != torch.float32:
+            raise TypeError(f"{name} must be float32, got {t.dtype}: convert it with {name}.float()")
+        if t.device.type != utils.DEVICE.type:
+            raise ValueError(f"{name} is on {t.device}, but the kernels run on {utils.DEVICE}: "
+                             f"move it with {name}.to(utils.DEVICE)")
+    if x.shape != y.shape:
+        raise ValueError(f"x has shape {tuple(x.shape)} but y has {tuple(y.shape)}: "
+                         "these kernels add tensors of the same shape (no broadcasting)")
+    return x, y
+
+
+def add_v1(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """One thread per element, 256 threads per block, the grid rounded up to whole blocks."""
+    x, y = check_pair(x, y)
+    # The kernel reads x_ptr[idx]: elements must sit one after the other in memory.
+    x, y = x.contiguous(), y.contiguous()
+    out = torch.empty_like(x)
+    n = x.numel()
+    if n == 0:
+        return out
+    if n > INT_MAX:
+        raise ValueError(f"add_kernel indexes with int: at most {INT_MAX} elements, got {n}")
+    kernel("add_kernel")[cdiv(n, BLOCK_SIZE), BLOCK_SIZE](x, y, out, n)
+    return out
+
+
+def _max_blocks() -> int:
+    if utils.SIMULATE:
+        return 4  # the emulator has no SMs; a small grid keeps the loop honest
+    return torch.cuda.get_device_properties(utils.DEVICE).multi_processor_count * 16
+
+
+def add_grid_stride(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """A grid of at most 16 blocks per SM; each thread loops over the data."""
+    x, y = check_pair(x, y)
+    x, y = x.contiguous(), y.contiguous()
+    out = torch.empty_like(x)
+    n = x.numel()
+    if n == 0:
+        return out
+    blocks = max(1, min(cdiv(n, BLOCK_SIZE), _max_blocks()))
+    kernel("add_grid_stride_kernel")[blocks, BLOCK_SIZE](x, y, out, n)
+    return out
+
+
+def add_2d(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Matrix addition with a 2-D grid: thread (col, row) adds one element.
+
+    Views whose columns are adjacent (``m[:, 2:5]``, ``m[1::2]``) are read in place through
+    their row stride; any other layout (a transpose) is copied to a contiguous one first.
+    """
+    x, y = check_pair(x, y)
+    if x.dim() != 2:
+        raise ValueError(f"add_2d adds matrices: expected 2-D tensors, got shape {tuple(x.shape)}")
+    rows, cols = x.shape
+    out = torch.empty((rows, cols), dtype=x.dtype, device=x.device)
+    if x.numel() == 0:
+        return out
+    # The kernel assumes neighbouring columns are neighbouring floats (stride 1); a row
+    # stride of at least `cols` (rows do not overlap) is read as it is.
+    x = x if x.stride(1) == 1 and x.stride(0) >= cols else x.contiguous()
+    y = y if y.stride(1) == 1 and y.stride(0) >= cols else y.contiguous()
+    bx, by = BLOCK_2D
+    grid = (cdiv(cols, bx), cdiv(rows, by))
+    if grid[1] > MAX_GRID_Y:
+        raise ValueError(f"{rows} rows need {grid[1]} blocks along y, more than CUDA's "
+                         f"{MAX_GRID_Y}: use add() on the flattened tensors instead")
+    if max(rows, cols, x.stride(0), y.stride(0)) > INT_MAX:
+        raise ValueError("add_2d_kernel takes int sizes and strides: the matrix is too large")
+    kernel("add_2d_kernel")[grid, BLOCK_2D](_span(x), _span(y), out, rows, cols,
+                                            x.stride(0), y.stride(0), out.stride(0))
+    return out
+
+
+def _span(m: torch.Tensor) -> torch.Tensor:
+    """The memory a row-strided matrix covers, as a 1-D contiguous view of the same storage.
+
+    A kernel receives a pointer to the first element; from there, rows start every
+    ``stride(0)`` floats. Passing this span (rather than a non-contiguous 2-D view) tells
+    the loader, and the emulator's bounds checks, exactly how far the kernel may read.
+    """
+    if m.is_contiguous():
+        return m
+    rows, cols = m.shape
+    return m.as_strided(((rows - 1) * m.stride(0) + cols,), (1,))
+
+
+VERSIONS = OrderedDict(
+    v1=("one thread per element, 256 threads per block", add_v1),
+    v2=("grid-stride loop over a capped grid", add_grid_stride),
+)
+REFERENCE = "v2"
+add = VERSIONS[REFERENCE][1]
+
+
+def add_ref(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return x + y

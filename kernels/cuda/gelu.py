@@ -1,0 +1,147 @@
+"""GELU (tanh approximation) in CUDA C++: launchers for the kernels in ``gelu.cu``, and the
+PyTorch baselines the lesson compares them with.
+
+    gelu(x) = 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x^3)))
+
+On a GPU the kernels are compiled with NVRTC and run for real; in simulation the course's
+CPU emulator runs them (``utils.cuda_kernel`` decides). Versions, naive to best:
+
+    v1  one thread per element
+    v2  one thread per 4 elements: 16-byte float4 loads/stores and a scalar tail
+
+PyTorch baselines (also used by the numba and triton modules and the benchmarks):
+
+    gelu_ref             the reference: float64 tanh-GELU, cast back to the input dtype
+    gelu_unfused_torch   the formula written op by op: one kernel (and one round trip
+                         through memory) per operation
+    gelu_torch           F.gelu(x, approximate="tanh"): PyTorch's own fused kernel
+    gelu_compiled        torch.compile(gelu_unfused_torch): the compiler fuses the ops
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+import utils
+
+SOURCE = Path(__file__).with_name("gelu.cu")
+#: Threads per block. Any multiple of 32 works; 256 keeps many blocks resident per SM.
+BLOCK_SIZE = 256
+SQRT_2_OVER_PI = 0.7978845608  # sqrt(2 / pi)
+COEFF = 0.044715
+INT32_MAX = 2**31 - 1
+
+_compiled = {}
+
+
+def cdiv(a: int, b: int) -> int:
+    """ceil(a / b) for positive integers."""
+    return (a + b - 1) // b
+
+
+def _kernel(name: str):
+    """Compile ``gelu.cu`` once per kernel name (the loader caches builds on disk too)."""
+    if name not in _compiled:
+        _compiled[name] = utils.cuda_kernel(str(SOURCE), name)
+    return _compiled[name]
+
+
+def check_input(x, who: str = "gelu") -> torch.Tensor:
+    """The input rules every GELU launcher follows: a float32 tensor on ``utils.DEVICE``.
+    Returns a contiguous version of ``x`` (a copy only if ``x`` is not contiguous)."""
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{who} expects a torch.Tensor, got {type(x).__name__}")
+    if x.dtype != torch.float32:
+        raise TypeError(f"{who} expects float32, got {x.dtype}: convert with x.float()")
+    if x.device.type != utils.DEVICE.type:
+        raise ValueError(f"{who}: x is on {x.device}, but the course runs on {utils.DEVICE}: "
+                         "move it with x.to(utils.DEVICE)")
+    if x.numel() > INT32_MAX:
+        raise ValueError(f"{who}: {x.numel()} elements do not fit the kernel's 32-bit index; "
+                         "split the tensor")
+    # The kernels index a flat array, so they need the elements in order in memory.
+    return x.contiguous()
+
+
+# ----------------------------------------------------------------------------------------
+# Launchers
+# ----------------------------------------------------------------------------------------
+def gelu_v1(x: torch.Tensor) -> torch.Tensor:
+    """v1: one thread per element."""
+    x = check_input(x, "gelu_v1")
+    y = torch.empty_like(x)
+    n = x.numel()
+    if n == 0:
+        return y  # a launch with zero blocks is an error in CUDA
+    grid = cdiv(n, BLOCK_SIZE)  # enough blocks to cover n; the last one may be partial
+    _kernel("gelu_kernel")[grid, BLOCK_SIZE](x, y, n)
+    return y
+
+
+def gelu_v2(x: torch.Tensor) -> torch.Tensor:
+    """v2: float4 loads and stores (4 elements per thread) and a scalar tail for n % 4."""
+    x = check_input(x, "gelu_v2")
+    y = torch.empty_like(x)
+    n = x.numel()
+    if n == 0:
+        return y
+    if x.data_ptr() % 16 or y.data_ptr() % 16:
+        # A float4 access must be 16-byte aligned. Fresh allocations always are, but a
+        # view such as x[1:] starts 4 bytes in: run the scalar kernel on it instead.
+        _kernel("gelu_kernel")[cdiv(n, BLOCK_SIZE), BLOCK_SIZE](x, y, n)
+        return y
+    # One thread per float4 group; at least one block so that the tail (n < 4) is done.
+    threads = max(n // 4, 1)
+    grid = cdiv(threads, BLOCK_SIZE)
+    _kernel("gelu_vec4_kernel")[grid, BLOCK_SIZE](x, y, n)
+    return y
+
+
+gelu = gelu_v2
+
+VERSIONS = {
+    "v1": ("one thread per element", gelu_v1),
+    "v2": ("float4 (16-byte) loads and stores, 4 elements per thread, scalar tail", gelu_v2),
+}
+REFERENCE = "v2"
+
+
+# ----------------------------------------------------------------------------------------
+# PyTorch baselines
+# ----------------------------------------------------------------------------------------
+def gelu_ref(x: torch.Tensor) -> torch.Tensor:
+    """The reference: tanh-GELU computed in float64, returned in the input's dtype."""
+    return F.gelu(x.double(), approximate="tanh").to(x.dtype)
+
+
+def gelu_unfused_torch(x: torch.Tensor) -> torch.Tensor:
+    """The formula written op by op. Eager PyTorch runs each operation as its own kernel,
+    which reads its inputs from memory and writes its result back: 9 kernels, 9 round trips."""
+    return 0.5 * x * (1 + torch.tanh(SQRT_2_OVER_PI * (x + COEFF * x * x * x)))
+
+
+def gelu_torch(x: torch.Tensor) -> torch.Tensor:
+    """PyTorch's own fused GELU kernel (tanh approximation)."""
+    return F.gelu(x, approximate="tanh")
+
+
+_compiled_unfused = None
+
+
+def gelu_compiled(x: torch.Tensor) -> torch.Tensor:
+    """``torch.compile(gelu_unfused_torch)``: Inductor fuses the 9 ops into one kernel
+    (Triton on a GPU, C++ on a CPU). Compiled on the first call (seconds)."""
+    global _compiled_unfused
+    if _compiled_unfused is None:
+        _compiled_unfused = torch.compile(gelu_unfused_torch)
+    return _compiled_unfused(x)
+
+
+#: The PyTorch variants of the fusion comparison: name -> (description, function).
+BASELINES = {
+    "torch_unfused": ("PyTorch, op by op (one kernel per op)", gelu_unfused_torch),
+    "torch_gelu": ('F.gelu(x, approximate="tanh")', gelu_torch),
+    "torch_compile": ("torch.compile of the op-by-op version", gelu_compiled),
+}

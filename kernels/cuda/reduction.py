@@ -1,0 +1,195 @@
+"""Reductions in CUDA C++: launchers for the kernels of ``reduction.cu``.
+
+    sum(x)        the reference: grid-stride + float4 + warp shuffles, two passes (v5)
+    row_max(x)    the max of each row of a 2-D tensor, one block per row
+    sum_racy(x)   the data race of lesson 04 (wrong on purpose; not in VERSIONS)
+
+Every ``sum`` launcher returns a 0-d float32 tensor on ``utils.DEVICE``; the sum of an
+empty tensor is 0, as with ``torch.sum``.
+"""
+from __future__ import annotations
+
+import functools
+import re
+from collections import OrderedDict
+
+import torch
+
+import utils
+
+SOURCE = utils.KERNELS_DIR / "cuda" / "reduction.cu"
+BLOCK_SIZE = 256        # threads per block; a power of two (the shared-memory trees need it)
+FINAL_BLOCK = 1024      # the one block of the second pass
+INT_MAX = 2**31 - 1
+
+
+@functools.lru_cache(maxsize=None)
+def kernel(name: str):
+    """A kernel of reduction.cu, compiled once: ``kernel("sum_warp_kernel")[grid, block](...)``."""
+    return utils.cuda_kernel(SOURCE, name)
+
+
+def source(name: str, path=SOURCE) -> str:
+    """The text of one kernel or helper of a .cu file: its comment block and its body.
+
+    ``print(source("sum_warp_kernel"))`` shows a learner exactly the code that runs.
+    """
+    lines = open(path).read().split("\n")
+    start = next((i for i, ln in enumerate(lines)
+                  if re.search(rf"\b{re.escape(name)}\s*\(", ln) and ("__global__" in ln or "__device__" in ln)),
+                 None)
+    if start is None:
+        raise KeyError(f"no __global__ or __device__ function {name!r} in {path}")
+    first = start
+    if first > 0 and lines[first - 1].lstrip().startswith("template"):
+        first -= 1
+    while first > 0 and lines[first - 1].lstrip().startswith("//") and lines[first - 1].strip("/ -"):
+        first -= 1
+    depth, end, opened = 0, start, False
+    for end in range(start, len(lines)):
+        depth += lines[end].count("{") - lines[end].count("}")
+        opened = opened or "{" in lines[end]
+        if opened and depth == 0:
+            break
+    return "\n".join(lines[first:end + 1])
+
+
+def cdiv(a: int, b: int) -> int:
+    return (a + b - 1) // b
+
+
+def check_input(x, name: str = "x") -> torch.Tensor:
+    """Clear errors for what a kernel cannot take; a contiguous copy for strided input."""
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if x.dtype != torch.float32:
+        raise TypeError(f"{name} must be float32, got {x.dtype}: convert it with {name}.float()")
+    if x.device.type != utils.DEVICE.type:
+        raise ValueError(f"{name} is on {x.device}, but the kernels run on {utils.DEVICE}: "
+                         f"move it with {name}.to(utils.DEVICE)")
+    return x.contiguous()
+
+
+def _check_int_range(n: int, what: str) -> None:
+    if n > INT_MAX:
+        raise ValueError(f"{what} indexes with int: at most {INT_MAX} elements, got {n}")
+
+
+def sm_count() -> int:
+    """Streaming multiprocessors of the GPU (a small stand-in in simulation)."""
+    if utils.SIMULATE:
+        return 4
+    return torch.cuda.get_device_properties(utils.DEVICE).multi_processor_count
+
+
+def _one_thread_per_element(x: torch.Tensor, name: str, shared_bytes: int = 0) -> torch.Tensor:
+    """Launch a kernel with one thread per element that accumulates into out[0]."""
+    x = check_input(x).reshape(-1)
+    n = x.numel()
+    out = torch.zeros((), dtype=torch.float32, device=x.device)
+    if n == 0:
+        return out
+    _check_int_range(n, name)
+    grid = cdiv(n, BLOCK_SIZE)
+    if shared_bytes:
+        kernel(name)[grid, BLOCK_SIZE, shared_bytes](x, out, n)
+    else:
+        kernel(name)[grid, BLOCK_SIZE](x, out, n)
+    return out
+
+
+def sum_racy(x: torch.Tensor) -> torch.Tensor:
+    """WRONG on purpose: every thread does ``out[0] += x[i]`` (lesson 04's data race)."""
+    return _one_thread_per_element(x, "sum_racy_kernel")
+
+
+def sum_racy_lockstep(x: torch.Tensor) -> torch.Tensor:
+    """WRONG on purpose: the race with a warp's lockstep load-then-store written out."""
+    return _one_thread_per_element(x, "sum_racy_lockstep_kernel")
+
+
+def sum_atomic(x: torch.Tensor) -> torch.Tensor:
+    """v1: one atomicAdd per element."""
+    return _one_thread_per_element(x, "sum_atomic_kernel")
+
+
+def sum_interleaved(x: torch.Tensor) -> torch.Tensor:
+    """v2: shared-memory tree with interleaved addressing, one atomicAdd per block."""
+    return _one_thread_per_element(x, "sum_interleaved_kernel", BLOCK_SIZE * 4)
+
+
+def sum_sequential(x: torch.Tensor) -> torch.Tensor:
+    """v3: shared-memory tree with sequential addressing, one atomicAdd per block."""
+    return _one_thread_per_element(x, "sum_sequential_kernel", BLOCK_SIZE * 4)
+
+
+def sum_warp(x: torch.Tensor) -> torch.Tensor:
+    """v4: warp-shuffle block reduction, one atomicAdd per block."""
+    return _one_thread_per_element(x, "sum_warp_kernel")
+
+
+def num_blocks_grid_stride(n: int, block: int = BLOCK_SIZE, per_thread: int = 16) -> int:
+    """How many blocks a grid-stride reduction launches.
+
+    Enough to fill every SM (8 blocks of 256 threads = 2048 threads, an H100 SM's maximum)
+    and no more than the data needs at ``per_thread`` elements per thread. More blocks than
+    that only add partial sums to the second pass.
+    """
+    return max(1, min(cdiv(n, block * per_thread), sm_count() * 8))
+
+
+def sum_two_pass(x: torch.Tensor) -> torch.Tensor:
+    """v5: grid-stride + float4 + warp shuffles, one partial per block, then one block sums them."""
+    x = check_input(x).reshape(-1)
+    n = x.numel()
+    out = torch.zeros((), dtype=torch.float32, device=x.device)
+    if n == 0:
+        return out
+    if x.data_ptr() % 16:
+        # float4 loads need 16-byte aligned addresses; a view that starts mid-storage
+        # (x[1:]) may not be. A fresh copy is aligned.
+        x = x.clone()
+    blocks = num_blocks_grid_stride(n)
+    partials = torch.empty(blocks, dtype=torch.float32, device=x.device)
+    kernel("sum_partials_kernel")[blocks, BLOCK_SIZE](x, partials, n)
+    kernel("sum_final_kernel")[1, FINAL_BLOCK](partials, out, blocks)
+    return out
+
+
+def row_max(x: torch.Tensor) -> torch.Tensor:
+    """The max of each row of a 2-D tensor: shape (rows,). -inf for rows of length 0."""
+    x = check_input(x)
+    if x.dim() != 2:
+        raise ValueError(f"row_max expects a 2-D tensor, got shape {tuple(x.shape)}")
+    rows, cols = x.shape
+    out = torch.full((rows,), float("-inf"), dtype=torch.float32, device=x.device)
+    if rows == 0 or cols == 0:
+        return out
+    _check_int_range(x.numel(), "row_max_kernel")
+    threads = min(1024, max(32, cdiv(cols, 32 * 4) * 32))  # about 4 columns per thread
+    kernel("row_max_kernel")[rows, threads](x, out, cols)
+    return out
+
+
+#: name -> (one line, launcher), naive to best. ``python -m benchmarks`` measures each one.
+VERSIONS = OrderedDict(
+    v1=("atomicAdd per element (non-deterministic)", sum_atomic),
+    v2=("shared-memory tree, interleaved addressing, atomic per block (non-deterministic)", sum_interleaved),
+    v3=("shared-memory tree, sequential addressing, atomic per block (non-deterministic)", sum_sequential),
+    v4=("warp-shuffle block reduction, atomic per block (non-deterministic)", sum_warp),
+    v5=("grid-stride float4 + warp shuffles, two passes (deterministic)", sum_two_pass),
+)
+REFERENCE = "v5"
+#: Wrong on purpose, for the lesson's first demo; not benchmarked.
+DEMOS = OrderedDict(
+    v0=("every thread does out[0] += x[i]: a data race (WRONG)", sum_racy),
+)
+sum = VERSIONS[REFERENCE][1]  # noqa: A001  (the topic's launcher is called sum)
+
+
+def sum_ref(x: torch.Tensor) -> torch.Tensor:
+    return torch.sum(x)
+
+
+def row_max_ref(x: torch.Tensor) -> torch.Tensor:
+    return torch.amax(x, dim=-1)

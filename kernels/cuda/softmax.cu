@@ -1,0 +1,221 @@
+// Softmax over the last dim of a (rows, cols) row-major matrix, in CUDA C++:
+//     y[r, c] = exp(x[r, c] - max_r) / sum_c' exp(x[r, c'] - max_r)
+//
+// Loaded by kernels/cuda/softmax.py through utils.cuda_kernel (NVRTC on a GPU, the
+// course's CPU emulator without one). The launchers live in softmax.py.
+//
+// The versions of lesson 05:
+//   v1 naive, three kernels:  softmax_max_kernel, softmax_expsum_kernel, softmax_normalize_kernel
+//                             (x is read three times, plus the write: 4 trips through DRAM)
+//   v2 fused, one row per block, the row held in registers: softmax_fused{1,2,4,8,16}_kernel
+//                             (x is read once and y written once: 2 trips; rows up to 16 * 1024)
+//   v3 online, one row per block, any row length: softmax_online_kernel
+//                             (running max and rescaled sum in one pass, then the output pass)
+//
+// Subtracting the row max before exp is what keeps softmax finite: expf(89.f) is already
+// inf in float32, and inf / inf is NaN. After the subtraction every exponent is <= 0, so
+// every exp is in (0, 1] and the sum is between 1 and cols.
+#include "common.h"
+
+#define FULL_MASK 0xffffffffu
+
+// Butterfly reductions: with __shfl_xor_sync every lane ends with the result (with
+// __shfl_down_sync only lane 0 would), so no broadcast is needed afterwards.
+__device__ __forceinline__ float warp_sum_all(float v) {
+    for (int offset = 16; offset > 0; offset /= 2) {
+        v += __shfl_xor_sync(FULL_MASK, v, offset);
+    }
+    return v;
+}
+
+__device__ __forceinline__ float warp_max_all(float v) {
+    for (int offset = 16; offset > 0; offset /= 2) {
+        v = fmaxf(v, __shfl_xor_sync(FULL_MASK, v, offset));
+    }
+    return v;
+}
+
+// Block reductions whose result every thread gets. blockDim.x must be a multiple of 32;
+// `scratch` is 32 floats of shared memory.
+__device__ __forceinline__ float block_sum_all(float v, float* scratch) {
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
+    v = warp_sum_all(v);
+    if (lane == 0) scratch[warp] = v;
+    __syncthreads();  // every warp's partial is written before any warp reads them
+    v = (lane < nwarps) ? scratch[lane] : 0.0f;
+    v = warp_sum_all(v);  // each warp sums the partials itself: no broadcast step
+    __syncthreads();  // everyone has read scratch before the caller reuses it
+    return v;
+}
+
+__device__ __forceinline__ float block_max_all(float v, float* scratch) {
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
+    v = warp_max_all(v);
+    if (lane == 0) scratch[warp] = v;
+    __syncthreads();  // every warp's partial is written before any warp reads them
+    v = (lane < nwarps) ? scratch[lane] : -INFINITY;
+    v = warp_max_all(v);
+    __syncthreads();  // everyone has read scratch before the caller reuses it
+    return v;
+}
+
+// ---------------------------------------------------------------------------------------
+// v1, naive: three kernels, each a full trip through memory.
+// Kernel 1: the max of each row (one block per row).
+__global__ void softmax_max_kernel(const float* __restrict__ x_ptr, float* max_ptr, int cols) {
+    __shared__ float scratch[32];
+    const float* row = x_ptr + (long long)blockIdx.x * cols;
+    float m = -INFINITY;
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) m = fmaxf(m, row[c]);
+    m = block_max_all(m, scratch);
+    if (threadIdx.x == 0) max_ptr[blockIdx.x] = m;
+}
+
+// Kernel 2: sum of exp(x - max) of each row (one block per row): reads x again.
+__global__ void softmax_expsum_kernel(const float* __restrict__ x_ptr, const float* __restrict__ max_ptr,
+                                      float* sum_ptr, int cols) {
+    __shared__ float scratch[32];
+    const float* row = x_ptr + (long long)blockIdx.x * cols;
+    float m = max_ptr[blockIdx.x];
+    float s = 0.0f;
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) s += expf(row[c] - m);
+    s = block_sum_all(s, scratch);
+    if (threadIdx.x == 0) sum_ptr[blockIdx.x] = s;
+}
+
+// Kernel 3: one thread per element, y = exp(x - max[row]) / sum[row]: reads x a third
+// time and writes y.
+__global__ void softmax_normalize_kernel(const float* __restrict__ x_ptr, const float* __restrict__ max_ptr,
+                                         const float* __restrict__ sum_ptr, float* __restrict__ y_ptr,
+                                         long long n, int cols) {
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        long long r = i / cols;
+        y_ptr[i] = expf(x_ptr[i] - max_ptr[r]) / sum_ptr[r];
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// v2, fused: one block per row, ITEMS elements per thread kept in registers between the
+// max, the sum and the write. Element k of thread t is column t + k * blockDim.x, so at
+// every k consecutive threads read consecutive columns (coalesced). Columns past the end
+// hold -inf for the max and 0 for the sum, so the reductions need no bounds checks.
+// The row must fit: cols <= ITEMS * blockDim.x (the launcher picks ITEMS).
+template <int ITEMS>
+__device__ __forceinline__ void softmax_row_registers(const float* __restrict__ x, float* __restrict__ y,
+                                                      int cols, float* scratch) {
+    float v[ITEMS];
+    float m = -INFINITY;
+    for (int k = 0; k < ITEMS; k++) {  // constant trip count: unrolled, v[] stays in registers
+        int c = threadIdx.x + k * blockDim.x;
+        v[k] = (c < cols) ? x[c] : -INFINITY;
+        m = fmaxf(m, v[k]);
+    }
+    m = block_max_all(m, scratch);
+    float s = 0.0f;
+    for (int k = 0; k < ITEMS; k++) {
+        int c = threadIdx.x + k * blockDim.x;
+        v[k] = (c < cols) ? expf(v[k] - m) : 0.0f;
+        s += v[k];
+    }
+    s = block_sum_all(s, scratch);
+    float inv = 1.0f / s;
+    for (int k = 0; k < ITEMS; k++) {
+        int c = threadIdx.x + k * blockDim.x;
+        if (c < cols) y[c] = v[k] * inv;
+    }
+}
+
+// One __global__ per register budget: a kernel's name is what the launcher asks for.
+#define SOFTMAX_FUSED_KERNEL(NAME, ITEMS)                                                  \
+    __global__ void NAME(const float* __restrict__ x_ptr, float* __restrict__ y_ptr, int cols) { \
+        __shared__ float scratch[32];                                                      \
+        long long offset = (long long)blockIdx.x * cols;                                   \
+        softmax_row_registers<ITEMS>(x_ptr + offset, y_ptr + offset, cols, scratch);       \
+    }
+SOFTMAX_FUSED_KERNEL(softmax_fused1_kernel, 1)
+SOFTMAX_FUSED_KERNEL(softmax_fused2_kernel, 2)
+SOFTMAX_FUSED_KERNEL(softmax_fused4_kernel, 4)
+SOFTMAX_FUSED_KERNEL(softmax_fused8_kernel, 8)
+SOFTMAX_FUSED_KERNEL(softmax_fused16_kernel, 16)
+
+// ---------------------------------------------------------------------------------------
+// v3, online softmax: rows of any length, one block per row.
+//
+// Pass 1 keeps, per thread, a running max m and the sum s of exp(x - m) over the elements
+// seen so far. When a larger value arrives, the old sum is rescaled to the new max:
+//     m' = max(m, v),  s' = s * exp(m - m') + exp(v - m').
+// The threads' (m, s) pairs are then merged across the block the same way. Pass 2 reads
+// the row again and writes exp(x - M) / S. The row is read twice instead of three times,
+// and pass 2 walks the row backwards so that it starts with the columns pass 1 read last,
+// the ones most likely still in the L2 cache.
+//
+// A max of -inf (nothing seen yet, or only -inf values) must not be subtracted from
+// itself: -inf - -inf is NaN. The `m > -INFINITY` tests keep such terms at 0.
+__device__ __forceinline__ void online_add(float& m, float& s, float v) {
+    if (v > m) {
+        s = s * expf(m - v) + 1.0f;  // rescale the old sum to the new max (exp(-inf) = 0)
+        m = v;
+    } else if (m > -INFINITY) {
+        s += expf(v - m);
+    }
+}
+
+__device__ __forceinline__ void online_add4(float& m, float& s, float4 p) {
+    float mc = fmaxf(fmaxf(p.x, p.y), fmaxf(p.z, p.w));
+    if (mc > m) {
+        s *= expf(m - mc);
+        m = mc;
+    }
+    if (m > -INFINITY) {
+        s += (expf(p.x - m) + expf(p.y - m)) + (expf(p.z - m) + expf(p.w - m));
+    }
+}
+
+// vec4 != 0: cols % 4 == 0 and x, y 16-byte aligned (the launcher checks), so the row is
+// read and written as float4s.
+__global__ void softmax_online_kernel(const float* __restrict__ x_ptr, float* __restrict__ y_ptr,
+                                      int cols, int vec4) {
+    __shared__ float scratch[32];
+    const float* x = x_ptr + (long long)blockIdx.x * cols;
+    float* y = y_ptr + (long long)blockIdx.x * cols;
+    int t = threadIdx.x, bd = blockDim.x;
+    float m = -INFINITY, s = 0.0f;
+    if (vec4) {
+        const float4* x4 = reinterpret_cast<const float4*>(x);
+        int n4 = cols / 4;
+        int i = t;
+        for (; i + bd < n4; i += 2 * bd) {  // two loads in flight per thread
+            float4 p = x4[i];
+            float4 q = x4[i + bd];
+            online_add4(m, s, p);
+            online_add4(m, s, q);
+        }
+        for (; i < n4; i += bd) online_add4(m, s, x4[i]);
+    } else {
+        for (int c = t; c < cols; c += bd) online_add(m, s, x[c]);
+    }
+    // Merge the threads' (m, s): rescale every s to the row max, then sum.
+    float row_max = block_max_all(m, scratch);
+    s = (m > -INFINITY) ? s * expf(m - row_max) : 0.0f;
+    float inv = 1.0f / block_sum_all(s, scratch);
+    if (vec4) {
+        const float4* x4 = reinterpret_cast<const float4*>(x);
+        float4* y4 = reinterpret_cast<float4*>(y);
+        int n4 = cols / 4;
+        if (t < n4) {
+            for (int i = t + ((n4 - 1 - t) / bd) * bd; i >= 0; i -= bd) {  // backwards
+                float4 p = x4[i];
+                p.x = expf(p.x - row_max) * inv;
+                p.y = expf(p.y - row_max) * inv;
+                p.z = expf(p.z - row_max) * inv;
+                p.w = expf(p.w - row_max) * inv;
+                y4[i] = p;
+            }
+        }
+    } else if (t < cols) {
+        for (int c = t + ((cols - 1 - t) / bd) * bd; c >= 0; c -= bd) {  // backwards
+            y[c] = expf(x[c] - row_max) * inv;
+        }
+    }
+}

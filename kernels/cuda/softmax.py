@@ -1,0 +1,140 @@
+"""Softmax over the last dim of a 2-D tensor in CUDA C++: launchers for ``softmax.cu``.
+
+    softmax(x)          the reference: v2 for rows up to 16384 columns, v3 beyond
+    softmax_naive(x)    v1, three kernels
+    softmax_fused(x)    v2, one row per block held in registers
+    softmax_online(x)   v3, online softmax, rows of any length
+"""
+from __future__ import annotations
+
+import functools
+from collections import OrderedDict
+
+import torch
+
+import utils
+
+SOURCE = utils.KERNELS_DIR / "cuda" / "softmax.cu"
+INT_MAX = 2**31 - 1
+#: Elements per thread the fused kernel can hold in registers (one kernel each).
+FUSED_ITEMS = (1, 2, 4, 8, 16)
+MAX_THREADS = 1024
+#: The longest row v2 can hold: 16 registers x 1024 threads.
+FUSED_MAX_COLS = FUSED_ITEMS[-1] * MAX_THREADS
+
+
+@functools.lru_cache(maxsize=None)
+def kernel(name: str):
+    """A kernel of softmax.cu, compiled once."""
+    return utils.cuda_kernel(SOURCE, name)
+
+
+def source(name: str) -> str:
+    """The text of one kernel or helper of softmax.cu (its comment block and body)."""
+    from kernels.cuda.reduction import source as _source
+    return _source(name, SOURCE)
+
+
+def cdiv(a: int, b: int) -> int:
+    return (a + b - 1) // b
+
+
+def round_up(a: int, b: int) -> int:
+    return cdiv(a, b) * b
+
+
+def check_input(x, name: str = "x") -> torch.Tensor:
+    """A contiguous float32 2-D tensor on the course's device, or a clear error."""
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if x.dtype != torch.float32:
+        raise TypeError(f"{name} must be float32, got {x.dtype}: convert it with {name}.float()")
+    if x.device.type != utils.DEVICE.type:
+        raise ValueError(f"{name} is on {x.device}, but the kernels run on {utils.DEVICE}: "
+                         f"move it with {name}.to(utils.DEVICE)")
+    if x.dim() != 2:
+        raise ValueError(f"softmax here works on the last dim of a 2-D tensor, got shape {tuple(x.shape)}: "
+                         f"reshape it with {name}.reshape(-1, {name}.shape[-1])")
+    if x.numel() > INT_MAX:
+        raise ValueError(f"the kernels index rows with int: at most {INT_MAX} elements, got {x.numel()}")
+    return x.contiguous()
+
+
+def threads_for(cols: int, per_thread: int) -> int:
+    """Whole warps, enough for ``per_thread`` columns each, at most 1024."""
+    return min(MAX_THREADS, max(32, round_up(cdiv(cols, per_thread), 32)))
+
+
+def softmax_naive(x: torch.Tensor) -> torch.Tensor:
+    """v1: row max, then row sum of exp(x - max), then normalize: three kernels."""
+    x = check_input(x)
+    rows, cols = x.shape
+    y = torch.empty_like(x)
+    if x.numel() == 0:
+        return y
+    row_max = torch.empty(rows, dtype=torch.float32, device=x.device)
+    row_sum = torch.empty(rows, dtype=torch.float32, device=x.device)
+    threads = threads_for(cols, 4)
+    kernel("softmax_max_kernel")[rows, threads](x, row_max, cols)
+    kernel("softmax_expsum_kernel")[rows, threads](x, row_max, row_sum, cols)
+    n = x.numel()
+    kernel("softmax_normalize_kernel")[cdiv(n, 256), 256](x, row_max, row_sum, y, n, cols)
+    return y
+
+
+def fused_config(cols: int) -> tuple[int, int]:
+    """(items per thread, threads) for v2: about 256 threads, more only for long rows."""
+    items = next((k for k in FUSED_ITEMS if cols <= k * 256), FUSED_ITEMS[-1])
+    return items, threads_for(cols, items)
+
+
+def softmax_fused(x: torch.Tensor) -> torch.Tensor:
+    """v2: one block per row, the row in registers: one read of x, one write of y."""
+    x = check_input(x)
+    rows, cols = x.shape
+    y = torch.empty_like(x)
+    if x.numel() == 0:
+        return y
+    if cols > FUSED_MAX_COLS:
+        raise ValueError(
+            f"rows of {cols} columns do not fit in one block's registers (at most "
+            f"{FUSED_MAX_COLS} = {FUSED_ITEMS[-1]} per thread x {MAX_THREADS} threads): "
+            "use the online softmax (v3) for long rows")
+    items, threads = fused_config(cols)
+    kernel(f"softmax_fused{items}_kernel")[rows, threads](x, y, cols)
+    return y
+
+
+def softmax_online(x: torch.Tensor) -> torch.Tensor:
+    """v3: online softmax, one block per row: running max and rescaled sum, then the output."""
+    x = check_input(x)
+    rows, cols = x.shape
+    y = torch.empty_like(x)
+    if x.numel() == 0:
+        return y
+    # float4 needs every row to start on a 16-byte boundary: an aligned base and cols % 4 == 0.
+    vec4 = int(cols % 4 == 0 and x.data_ptr() % 16 == 0 and y.data_ptr() % 16 == 0)
+    threads = threads_for(cols, 16 if vec4 else 8)
+    kernel("softmax_online_kernel")[rows, threads](x, y, cols, vec4)
+    return y
+
+
+def softmax_auto(x: torch.Tensor) -> torch.Tensor:
+    """The reference: v2 where the row fits in registers, v3 for longer rows."""
+    if isinstance(x, torch.Tensor) and x.dim() == 2 and x.shape[-1] > FUSED_MAX_COLS:
+        return softmax_online(x)
+    return softmax_fused(x)
+
+
+VERSIONS = OrderedDict(
+    v1=("naive: three kernels (max, exp-sum, normalize), x read 3 times", softmax_naive),
+    v2=("fused: one row per block in registers, warp-shuffle reductions (rows <= 16384)", softmax_fused),
+    v3=("online: running max + rescaled sum, then the output pass (any row length)", softmax_online),
+    v4=("v2 for rows up to 16384 columns, v3 beyond", softmax_auto),
+)
+REFERENCE = "v4"
+softmax = VERSIONS[REFERENCE][1]
+
+
+def softmax_ref(x: torch.Tensor) -> torch.Tensor:
+    return torch.softmax(x, dim=-1)

@@ -1,0 +1,131 @@
+"""Vector and matrix addition in Numba: ``@cuda.jit`` kernels and their launchers.
+
+    add(x, y)       the reference launcher (grid-stride loop), any shape, same shapes
+    add_v1(x, y)    one thread per element
+    add_2d(x, y)    2-D matrices, a 2-D grid of 32 x 8 blocks
+
+``import utils`` comes first: it decides whether ``numba.cuda`` is the real GPU target or
+Numba's CUDA simulator. Tensors reach the kernels through ``utils.to_numba`` (same memory,
+no copy), so a kernel's writes land in the torch tensor.
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import torch
+
+import utils  # noqa: F401  (before numba: it picks the simulator or the GPU)
+from numba import cuda
+
+BLOCK_SIZE = 256
+BLOCK_2D = (32, 8)  # 32 threads along a row (a warp: coalesced), 8 rows
+MAX_GRID_Y = 65535  # CUDA's limit on the grid's y dimension
+
+
+@cuda.jit
+def add_kernel(x_ptr, y_ptr, out_ptr, n):
+    # The same arithmetic as CUDA C++: cuda.grid(1) is a shortcut for it.
+    idx = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
+    if idx < n:  # the tail block has threads past the end of the data
+        out_ptr[idx] = x_ptr[idx] + y_ptr[idx]
+
+
+@cuda.jit
+def add_grid_stride_kernel(x_ptr, y_ptr, out_ptr, n):
+    # A capped grid walks the data in steps of the whole grid: correct for any grid size,
+    # and in every step consecutive threads touch consecutive elements (coalesced).
+    start = cuda.grid(1)
+    stride = cuda.gridsize(1)
+    for i in range(start, n, stride):
+        out_ptr[i] = x_ptr[i] + y_ptr[i]
+
+
+@cuda.jit
+def add_2d_kernel(x, y, out):
+    # cuda.grid(2) returns (x, y) = (column, row): x moves fastest, so a warp's 32 threads
+    # read 32 neighbouring floats of one row. Numba arrays carry their shape and strides,
+    # so x[row, col] does the row-stride arithmetic that CUDA C++ writes by hand.
+    col, row = cuda.grid(2)
+    if row < out.shape[0] and col < out.shape[1]:
+        out[row, col] = x[row, col] + y[row, col]
+
+
+def check_pair(x, y) -> tuple[torch.Tensor, torch.Tensor]:
+    """Clear errors for wrong types, dtypes, devices and shapes."""
+    for name, t in (("x", x), ("y", y)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dtype != torch.float32:
+            raise TypeError(f"{name} must be float32, got {t.dtype}: convert it with {name}.float()")
+        if t.device.type != utils.DEVICE.type:
+            raise ValueError(f"{name} is on {t.device}, but the kernels run on {utils.DEVICE}: "
+                             f"move it with {name}.to(utils.DEVICE)")
+    if x.shape != y.shape:
+        raise ValueError(f"x has shape {tuple(x.shape)} but y has {tuple(y.shape)}: "
+                         "these kernels add tensors of the same shape (no broadcasting)")
+    return x, y
+
+
+def _flat(t: torch.Tensor):
+    return utils.to_numba(t.contiguous().view(-1))
+
+
+def _max_blocks() -> int:
+    if utils.SIMULATE:
+        return 4  # the simulator runs every thread in Python: fewer threads, same work
+    return torch.cuda.get_device_properties(utils.DEVICE).multi_processor_count * 16
+
+
+def add_v1(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """One thread per element, 256 threads per block, the grid rounded up to whole blocks."""
+    x, y = check_pair(x, y)
+    out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    n = out.numel()
+    if n == 0:
+        return out
+    blocks = (n + BLOCK_SIZE - 1) // BLOCK_SIZE
+    add_kernel[blocks, BLOCK_SIZE](_flat(x), _flat(y), _flat(out), n)
+    return out
+
+
+def add_grid_stride(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """A grid of at most 16 blocks per SM; each thread loops over the data."""
+    x, y = check_pair(x, y)
+    out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    n = out.numel()
+    if n == 0:
+        return out
+    blocks = max(1, min((n + BLOCK_SIZE - 1) // BLOCK_SIZE, _max_blocks()))
+    add_grid_stride_kernel[blocks, BLOCK_SIZE](_flat(x), _flat(y), _flat(out), n)
+    return out
+
+
+def add_2d(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Matrix addition with a 2-D grid: thread (col, row) adds one element.
+
+    Strided views are copied to contiguous matrices first: Numba's simulator moves whole
+    buffers, and one code path for both modes keeps the results the same.
+    """
+    x, y = check_pair(x, y)
+    if x.dim() != 2:
+        raise ValueError(f"add_2d adds matrices: expected 2-D tensors, got shape {tuple(x.shape)}")
+    rows, cols = x.shape
+    out = torch.empty((rows, cols), dtype=x.dtype, device=x.device)
+    if out.numel() == 0:
+        return out
+    bx, by = BLOCK_2D
+    grid = ((cols + bx - 1) // bx, (rows + by - 1) // by)
+    if grid[1] > MAX_GRID_Y:
+        raise ValueError(f"{rows} rows need {grid[1]} blocks along y, more than CUDA's "
+                         f"{MAX_GRID_Y}: use add() on the flattened tensors instead")
+    add_2d_kernel[grid, BLOCK_2D](utils.to_numba(x.contiguous()), utils.to_numba(y.contiguous()),
+                                  utils.to_numba(out))
+    return out
+
+
+VERSIONS = OrderedDict(
+    v1=("one thread per element, 256 threads per block", add_v1),
+    v2=("grid-stride loop over a capped grid", add_grid_stride),
+)
+REFERENCE = "v2"
+add = VERSIONS[REFERENCE][1]

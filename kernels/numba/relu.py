@@ -1,0 +1,117 @@
+"""ReLU in Numba: ``@cuda.jit`` kernels and their launchers.
+
+    relu(x)                     the reference launcher (grid-stride loop)
+    relu_v1(x)                  one thread per element
+    relu_backward(grad_out, x)  grad_out where x > 0, else 0
+
+``import utils`` comes first: it decides whether ``numba.cuda`` is the real GPU target or
+Numba's CUDA simulator. Tensors reach the kernels through ``utils.to_numba`` (same memory,
+no copy), so a kernel's writes land in the torch tensor.
+"""
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+
+import numpy as np
+import torch
+
+import utils  # noqa: F401  (before numba: it picks the simulator or the GPU)
+from numba import cuda
+
+BLOCK_SIZE = 256
+ZERO = np.float32(0.0)  # a float32 constant: a bare 0.0 would make the comparison float64
+
+
+@cuda.jit
+def relu_kernel(x_ptr, y_ptr, n):
+    # cuda.grid(1) is blockIdx.x * blockDim.x + threadIdx.x: this thread's element.
+    idx = cuda.grid(1)
+    if idx < n:  # the last block may run past the end of the data
+        v = x_ptr[idx]
+        y_ptr[idx] = v if v > ZERO else ZERO
+
+
+@cuda.jit
+def relu_grid_stride_kernel(x_ptr, y_ptr, n):
+    # A capped grid of threads walks the data in strides of the whole grid: each step of
+    # the loop, consecutive threads touch consecutive elements (coalesced), and no block
+    # is launched only to find it has nothing to do.
+    start = cuda.grid(1)
+    stride = cuda.gridsize(1)
+    for i in range(start, n, stride):
+        v = x_ptr[i]
+        y_ptr[i] = v if v > ZERO else ZERO
+
+
+@cuda.jit
+def relu_backward_kernel(grad_out_ptr, x_ptr, grad_in_ptr, n):
+    idx = cuda.grid(1)
+    if idx < n:
+        grad_in_ptr[idx] = grad_out_ptr[idx] if x_ptr[idx] > ZERO else ZERO
+
+
+def check_input(x, name: str = "x") -> torch.Tensor:
+    """Clear errors for wrong types, dtypes and devices; a contiguous copy for strided input."""
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if x.dtype != torch.float32:
+        raise TypeError(f"{name} must be float32, got {x.dtype}: convert it with {name}.float()")
+    if x.device.type != utils.DEVICE.type:
+        raise ValueError(f"{name} is on {x.device}, but the kernels run on {utils.DEVICE}: "
+                         f"move it with {name}.to(utils.DEVICE)")
+    return x.contiguous()
+
+
+def _max_blocks() -> int:
+    if utils.SIMULATE:
+        return 4  # the simulator runs every thread in Python: fewer threads, same work
+    return torch.cuda.get_device_properties(utils.DEVICE).multi_processor_count * 16
+
+
+def relu_v1(x: torch.Tensor) -> torch.Tensor:
+    """One thread per element, 256 threads per block, the grid rounded up."""
+    x = check_input(x)
+    y = torch.empty_like(x)
+    n = x.numel()
+    if n == 0:
+        return y
+    blocks = math.ceil(n / BLOCK_SIZE)
+    relu_kernel[blocks, BLOCK_SIZE](utils.to_numba(x.view(-1)), utils.to_numba(y.view(-1)), n)
+    return y
+
+
+def relu_grid_stride(x: torch.Tensor) -> torch.Tensor:
+    """A grid of at most a few blocks per SM; each thread loops over the data."""
+    x = check_input(x)
+    y = torch.empty_like(x)
+    n = x.numel()
+    if n == 0:
+        return y
+    blocks = max(1, min(math.ceil(n / BLOCK_SIZE), _max_blocks()))
+    relu_grid_stride_kernel[blocks, BLOCK_SIZE](utils.to_numba(x.view(-1)), utils.to_numba(y.view(-1)), n)
+    return y
+
+
+def relu_backward(grad_out: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """dL/dx of ReLU: grad_out where x > 0, else 0 (new tensor, shape of x)."""
+    grad_out = check_input(grad_out, "grad_out")
+    x = check_input(x)
+    if grad_out.shape != x.shape:
+        raise ValueError(f"grad_out has shape {tuple(grad_out.shape)} but x has {tuple(x.shape)}")
+    grad_in = torch.empty_like(x)
+    n = x.numel()
+    if n == 0:
+        return grad_in
+    blocks = math.ceil(n / BLOCK_SIZE)
+    relu_backward_kernel[blocks, BLOCK_SIZE](utils.to_numba(grad_out.view(-1)), utils.to_numba(x.view(-1)),
+                                             utils.to_numba(grad_in.view(-1)), n)
+    return grad_in
+
+
+VERSIONS = OrderedDict(
+    v1=("one thread per element, 256 threads per block", relu_v1),
+    v2=("grid-stride loop over a capped grid", relu_grid_stride),
+)
+REFERENCE = "v2"
+relu = VERSIONS[REFERENCE][1]

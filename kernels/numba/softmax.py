@@ -1,0 +1,252 @@
+"""Softmax over the last dim of a 2-D tensor in Numba (``numba.cuda.jit``).
+
+    softmax(x)          the reference (v4): v2 for rows up to 16384 columns, v3 beyond
+    softmax_naive(x)    v1: three kernels (row max, row exp-sum, normalize)
+    softmax_fused(x)    v2: one block per row, the row in registers (a local array)
+    softmax_online(x)   v3: online softmax, one block per row, any row length
+"""
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+
+import torch
+
+import utils  # noqa: F401  (must come before numba: it picks the simulator or the GPU)
+from numba import cuda, float32
+
+FULL_MASK = 0xFFFFFFFF
+#: Elements per thread v2 keeps in registers: a local array needs a compile-time size.
+ITEMS = 16
+MAX_THREADS = 1024
+FUSED_MAX_COLS = ITEMS * MAX_THREADS
+#: Threads per block of the row-wise kernels (smaller in simulation: one Python thread each).
+ROW_THREADS = 64 if utils.SIMULATE else 256
+INT_MAX = 2**31 - 1
+
+
+def check_input(x, name: str = "x") -> torch.Tensor:
+    """A contiguous float32 2-D tensor on the course's device, or a clear error."""
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if x.dtype != torch.float32:
+        raise TypeError(f"{name} must be float32, got {x.dtype}: convert it with {name}.float()")
+    if x.device.type != utils.DEVICE.type:
+        raise ValueError(f"{name} is on {x.device}, but the kernels run on {utils.DEVICE}: "
+                         f"move it with {name}.to(utils.DEVICE)")
+    if x.dim() != 2:
+        raise ValueError(f"softmax here works on the last dim of a 2-D tensor, got shape {tuple(x.shape)}: "
+                         f"reshape it with {name}.reshape(-1, {name}.shape[-1])")
+    return x.contiguous()
+
+
+# ---------------------------------------------------------------------------------------
+# Block reductions whose result every thread gets (blockDim.x a multiple of 32).
+@cuda.jit(device=True)
+def warp_sum_all(v):
+    offset = 16
+    while offset > 0:
+        v += cuda.shfl_xor_sync(FULL_MASK, v, offset)  # butterfly: every lane gets the sum
+        offset //= 2
+    return v
+
+
+@cuda.jit(device=True)
+def warp_max_all(v):
+    offset = 16
+    while offset > 0:
+        v = max(v, cuda.shfl_xor_sync(FULL_MASK, v, offset))
+        offset //= 2
+    return v
+
+
+@cuda.jit(device=True)
+def block_sum_all(v, scratch):
+    lane = cuda.threadIdx.x % 32
+    v = warp_sum_all(v)
+    if lane == 0:
+        scratch[cuda.threadIdx.x // 32] = v
+    cuda.syncthreads()  # every warp's partial is written before anyone reads them
+    v = scratch[lane] if lane < cuda.blockDim.x // 32 else float32(0.0)
+    v = warp_sum_all(v)
+    cuda.syncthreads()  # everyone has read scratch before it is reused
+    return v
+
+
+@cuda.jit(device=True)
+def block_max_all(v, scratch):
+    lane = cuda.threadIdx.x % 32
+    v = warp_max_all(v)
+    if lane == 0:
+        scratch[cuda.threadIdx.x // 32] = v
+    cuda.syncthreads()
+    v = scratch[lane] if lane < cuda.blockDim.x // 32 else float32(-math.inf)
+    v = warp_max_all(v)
+    cuda.syncthreads()
+    return v
+
+
+# ---------------------------------------------------------------------------------------
+# v1, naive: three kernels.
+@cuda.jit
+def softmax_max_kernel(x, row_max):
+    scratch = cuda.shared.array(32, float32)
+    row = cuda.blockIdx.x
+    m = float32(-math.inf)
+    for c in range(cuda.threadIdx.x, x.shape[1], cuda.blockDim.x):
+        m = max(m, x[row, c])
+    m = block_max_all(m, scratch)
+    if cuda.threadIdx.x == 0:
+        row_max[row] = m
+
+
+@cuda.jit
+def softmax_expsum_kernel(x, row_max, row_sum):
+    scratch = cuda.shared.array(32, float32)
+    row = cuda.blockIdx.x
+    m = row_max[row]
+    s = float32(0.0)
+    for c in range(cuda.threadIdx.x, x.shape[1], cuda.blockDim.x):
+        s += math.exp(x[row, c] - m)
+    s = block_sum_all(s, scratch)
+    if cuda.threadIdx.x == 0:
+        row_sum[row] = s
+
+
+@cuda.jit
+def softmax_normalize_kernel(x, row_max, row_sum, y):
+    """2-D grid: blockIdx.y is the row, x-threads cover the columns."""
+    row = cuda.blockIdx.y
+    c = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
+    if c < x.shape[1]:
+        y[row, c] = math.exp(x[row, c] - row_max[row]) / row_sum[row]
+
+
+# ---------------------------------------------------------------------------------------
+# v2, fused: one block per row, each thread keeps its ITEMS columns (t, t + blockDim,
+# t + 2 * blockDim, ...) in a local array between the max, the sum and the write.
+@cuda.jit
+def softmax_fused_kernel(x, y):
+    scratch = cuda.shared.array(32, float32)
+    v = cuda.local.array(ITEMS, float32)
+    row = cuda.blockIdx.x
+    cols = x.shape[1]
+    t = cuda.threadIdx.x
+    bd = cuda.blockDim.x
+    m = float32(-math.inf)
+    for k in range(ITEMS):
+        c = t + k * bd
+        v[k] = x[row, c] if c < cols else float32(-math.inf)  # -inf past the end: not a max
+        m = max(m, v[k])
+    m = block_max_all(m, scratch)
+    s = float32(0.0)
+    for k in range(ITEMS):
+        c = t + k * bd
+        v[k] = math.exp(v[k] - m) if c < cols else float32(0.0)
+        s += v[k]
+    s = block_sum_all(s, scratch)
+    inv = float32(1.0) / s
+    for k in range(ITEMS):
+        c = t + k * bd
+        if c < cols:
+            y[row, c] = v[k] * inv
+
+
+# ---------------------------------------------------------------------------------------
+# v3, online: pass 1 keeps a running max m and the sum s of exp(x - m) per thread,
+# rescaling s whenever the max grows; the threads' pairs are merged across the block;
+# pass 2 writes exp(x - M) / S.
+@cuda.jit
+def softmax_online_kernel(x, y):
+    scratch = cuda.shared.array(32, float32)
+    row = cuda.blockIdx.x
+    cols = x.shape[1]
+    m = float32(-math.inf)
+    s = float32(0.0)
+    for c in range(cuda.threadIdx.x, cols, cuda.blockDim.x):
+        v = x[row, c]
+        if v > m:
+            s = s * math.exp(m - v) + float32(1.0)  # rescale the old sum to the new max
+            m = v
+        elif m > -math.inf:  # guards -inf - -inf = NaN when only -inf has been seen
+            s += math.exp(v - m)
+    row_m = block_max_all(m, scratch)
+    s = s * math.exp(m - row_m) if m > -math.inf else float32(0.0)
+    inv = float32(1.0) / block_sum_all(s, scratch)
+    for c in range(cuda.threadIdx.x, cols, cuda.blockDim.x):
+        y[row, c] = math.exp(x[row, c] - row_m) * inv
+
+
+# ---------------------------------------------------------------------------------------
+def _cdiv(a: int, b: int) -> int:
+    return (a + b - 1) // b
+
+
+def _warps(n: int) -> int:
+    """At least one warp, whole warps, at most 1024 threads."""
+    return min(MAX_THREADS, max(32, _cdiv(n, 32) * 32))
+
+
+def softmax_naive(x: torch.Tensor) -> torch.Tensor:
+    """v1: three kernels."""
+    x = check_input(x)
+    rows, cols = x.shape
+    y = torch.empty_like(x)
+    if x.numel() == 0:
+        return y
+    row_max = torch.empty(rows, dtype=torch.float32, device=x.device)
+    row_sum = torch.empty(rows, dtype=torch.float32, device=x.device)
+    xa, ya, ma, sa = (utils.to_numba(t) for t in (x, y, row_max, row_sum))
+    threads = min(ROW_THREADS, _warps(cols))
+    softmax_max_kernel[rows, threads](xa, ma)
+    softmax_expsum_kernel[rows, threads](xa, ma, sa)
+    softmax_normalize_kernel[(_cdiv(cols, threads), rows), threads](xa, ma, sa, ya)
+    return y
+
+
+def softmax_fused(x: torch.Tensor) -> torch.Tensor:
+    """v2: one block per row held in registers: one read of x, one write of y."""
+    x = check_input(x)
+    rows, cols = x.shape
+    y = torch.empty_like(x)
+    if x.numel() == 0:
+        return y
+    if cols > FUSED_MAX_COLS:
+        raise ValueError(
+            f"rows of {cols} columns do not fit in one block's registers (at most {FUSED_MAX_COLS} = "
+            f"{ITEMS} per thread x {MAX_THREADS} threads): use the online softmax (v3) for long rows")
+    softmax_fused_kernel[rows, _warps(_cdiv(cols, ITEMS))](utils.to_numba(x), utils.to_numba(y))
+    return y
+
+
+def softmax_online(x: torch.Tensor) -> torch.Tensor:
+    """v3: online softmax, one block per row, any row length."""
+    x = check_input(x)
+    rows, cols = x.shape
+    y = torch.empty_like(x)
+    if x.numel() == 0:
+        return y
+    threads = _warps(_cdiv(cols, 8)) if not utils.SIMULATE else min(ROW_THREADS, _warps(cols))
+    softmax_online_kernel[rows, threads](utils.to_numba(x), utils.to_numba(y))
+    return y
+
+
+def softmax_auto(x: torch.Tensor) -> torch.Tensor:
+    """The reference: v2 where the row fits in registers, v3 beyond."""
+    if isinstance(x, torch.Tensor) and x.dim() == 2 and x.shape[-1] > FUSED_MAX_COLS:
+        return softmax_online(x)
+    return softmax_fused(x)
+
+
+VERSIONS = OrderedDict(
+    v1=("naive: three kernels (max, exp-sum, normalize), x read 3 times", softmax_naive),
+    v2=("fused: one row per block in a local array, warp-shuffle reductions (rows <= 16384)", softmax_fused),
+    v3=("online: running max + rescaled sum, then the output pass (any row length)", softmax_online),
+    v4=("v2 for rows up to 16384 columns, v3 beyond", softmax_auto),
+)
+REFERENCE = "v4"
+softmax = VERSIONS[REFERENCE][1]
+
+
+def softmax_ref(x: torch.Tensor) -> torch.Tensor:
+    return torch.softmax(x, dim=-1)

@@ -1,0 +1,93 @@
+"""ReLU in Triton: ``@triton.jit`` kernels and their launchers.
+
+    relu(x)                     the reference launcher
+    relu_backward(grad_out, x)  grad_out where x > 0, else 0
+
+A Triton program handles a whole BLOCK_SIZE-wide slice of the data at once: ``tl.arange``
+gives the offsets of the slice, a mask switches off the lanes past the end. Triton picks
+the vector width of loads and stores itself (16-byte accesses when it can prove alignment).
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import torch
+
+import utils  # noqa: F401  (before triton: it switches on the interpreter in simulation)
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def relu_kernel(x_ptr, y_ptr, n, BLOCK_SIZE: tl.constexpr):
+    pid = tl.program_id(axis=0)                       # which slice this program handles
+    offsets = pid * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    mask = offsets < n                                # the last slice may run past the end
+    x = tl.load(x_ptr + offsets, mask=mask)
+    tl.store(y_ptr + offsets, tl.maximum(x, 0.0), mask=mask)
+
+
+@triton.jit
+def relu_backward_kernel(grad_out_ptr, x_ptr, grad_in_ptr, n, BLOCK_SIZE: tl.constexpr):
+    pid = tl.program_id(axis=0)
+    offsets = pid * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    mask = offsets < n
+    g = tl.load(grad_out_ptr + offsets, mask=mask)
+    x = tl.load(x_ptr + offsets, mask=mask)
+    tl.store(grad_in_ptr + offsets, tl.where(x > 0.0, g, 0.0), mask=mask)
+
+
+def check_input(x, name: str = "x") -> torch.Tensor:
+    """Clear errors for wrong types, dtypes and devices; a contiguous copy for strided input."""
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if x.dtype != torch.float32:
+        raise TypeError(f"{name} must be float32, got {x.dtype}: convert it with {name}.float()")
+    if x.device.type != utils.DEVICE.type:
+        raise ValueError(f"{name} is on {x.device}, but the kernels run on {utils.DEVICE}: "
+                         f"move it with {name}.to(utils.DEVICE)")
+    return x.contiguous()
+
+
+def _launch(x: torch.Tensor, block_size: int, num_warps: int) -> torch.Tensor:
+    x = check_input(x)
+    y = torch.empty_like(x)
+    n = x.numel()
+    if n == 0:
+        return y
+    grid = (triton.cdiv(n, block_size),)
+    relu_kernel[grid](x, y, n, BLOCK_SIZE=block_size, num_warps=num_warps)
+    return y
+
+
+def relu_v1(x: torch.Tensor) -> torch.Tensor:
+    """1024 elements per program, 4 warps: 8 elements (two 16-byte vectors) per thread."""
+    return _launch(x, 1024, 4)
+
+
+def relu_v2(x: torch.Tensor) -> torch.Tensor:
+    """4096 elements per program, 8 warps: fewer, bigger programs."""
+    return _launch(x, 4096, 8)
+
+
+def relu_backward(grad_out: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """dL/dx of ReLU: grad_out where x > 0, else 0 (new tensor, shape of x)."""
+    grad_out = check_input(grad_out, "grad_out")
+    x = check_input(x)
+    if grad_out.shape != x.shape:
+        raise ValueError(f"grad_out has shape {tuple(grad_out.shape)} but x has {tuple(x.shape)}")
+    grad_in = torch.empty_like(x)
+    n = x.numel()
+    if n == 0:
+        return grad_in
+    block_size = 1024
+    relu_backward_kernel[(triton.cdiv(n, block_size),)](grad_out, x, grad_in, n, BLOCK_SIZE=block_size)
+    return grad_in
+
+
+VERSIONS = OrderedDict(
+    v1=("1024 elements per program, 4 warps", relu_v1),
+    v2=("4096 elements per program, 8 warps", relu_v2),
+)
+REFERENCE = "v1"
+relu = VERSIONS[REFERENCE][1]

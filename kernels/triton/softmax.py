@@ -1,0 +1,204 @@
+"""Softmax over the last dim of a 2-D tensor in Triton.
+
+    softmax(x)          the reference (v4): v2 for rows up to 16384 columns, v3 beyond
+    softmax_naive(x)    v1: three kernels (row max, row exp-sum, normalize)
+    softmax_fused(x)    v2: one program per row, the whole row in one block
+    softmax_online(x)   v3: online softmax, one program per row, any row length
+
+The interpreter (simulation) has no libdevice, so only ``tl.exp`` and friends are used.
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import torch
+
+import utils  # noqa: F401  (configures the interpreter before triton loads)
+import triton
+import triton.language as tl
+
+#: The widest row v2 loads as one block. Past it the block no longer fits in registers
+#: (Triton refuses, or spills to memory and crawls), so long rows take the online version.
+FUSED_MAX_COLS = 16384
+ONLINE_BLOCK = 4096  # columns per loop step of the online version
+NAIVE_BLOCK = 1024
+INT_MAX = 2**31 - 1
+
+
+def check_input(x, name: str = "x") -> torch.Tensor:
+    """A contiguous float32 2-D tensor on the course's device, or a clear error."""
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if x.dtype != torch.float32:
+        raise TypeError(f"{name} must be float32, got {x.dtype}: convert it with {name}.float()")
+    if x.device.type != utils.DEVICE.type:
+        raise ValueError(f"{name} is on {x.device}, but the kernels run on {utils.DEVICE}: "
+                         f"move it with {name}.to(utils.DEVICE)")
+    if x.dim() != 2:
+        raise ValueError(f"softmax here works on the last dim of a 2-D tensor, got shape {tuple(x.shape)}: "
+                         f"reshape it with {name}.reshape(-1, {name}.shape[-1])")
+    return x.contiguous()
+
+
+# ---------------------------------------------------------------------------------------
+# v1, naive: three kernels, x read three times.
+@triton.jit
+def softmax_max_kernel(x_ptr, max_ptr, cols, BLOCK_SIZE: tl.constexpr):
+    row = tl.program_id(axis=0).to(tl.int64)
+    acc = tl.full([BLOCK_SIZE], float("-inf"), dtype=tl.float32)
+    for start in range(0, cols, BLOCK_SIZE):
+        offsets = start + tl.arange(0, BLOCK_SIZE)
+        acc = tl.maximum(acc, tl.load(x_ptr + row * cols + offsets, mask=offsets < cols, other=float("-inf")))
+    tl.store(max_ptr + row, tl.max(acc, axis=0))
+
+
+@triton.jit
+def softmax_expsum_kernel(x_ptr, max_ptr, sum_ptr, cols, BLOCK_SIZE: tl.constexpr):
+    row = tl.program_id(axis=0).to(tl.int64)
+    m = tl.load(max_ptr + row)
+    acc = tl.zeros([BLOCK_SIZE], dtype=tl.float32)
+    for start in range(0, cols, BLOCK_SIZE):
+        offsets = start + tl.arange(0, BLOCK_SIZE)
+        v = tl.load(x_ptr + row * cols + offsets, mask=offsets < cols, other=float("-inf"))
+        acc += tl.exp(v - m)  # exp(-inf) = 0 for the masked lanes
+    tl.store(sum_ptr + row, tl.sum(acc, axis=0))
+
+
+@triton.jit
+def softmax_normalize_kernel(x_ptr, max_ptr, sum_ptr, y_ptr, cols, BLOCK_SIZE: tl.constexpr):
+    row = tl.program_id(axis=0).to(tl.int64)
+    block = tl.program_id(axis=1)
+    offsets = block * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    mask = offsets < cols
+    v = tl.load(x_ptr + row * cols + offsets, mask=mask)
+    y = tl.exp(v - tl.load(max_ptr + row)) / tl.load(sum_ptr + row)
+    tl.store(y_ptr + row * cols + offsets, y, mask=mask)
+
+
+# ---------------------------------------------------------------------------------------
+# v2, fused: one program per row. The row is loaded once into one block (registers), the
+# max, the exps and the sum are computed on chip, and the result is stored once.
+@triton.jit
+def softmax_fused_kernel(x_ptr, y_ptr, cols, BLOCK_SIZE: tl.constexpr):
+    row = tl.program_id(axis=0).to(tl.int64)  # int64: row * cols can pass 2**31
+    offsets = tl.arange(0, BLOCK_SIZE)
+    mask = offsets < cols
+    # -inf past the end of the row: it cannot be the max, and exp(-inf) = 0 adds nothing.
+    x = tl.load(x_ptr + row * cols + offsets, mask=mask, other=float("-inf"))
+    z = x - tl.max(x, axis=0)  # subtract the max: every exponent <= 0, no overflow
+    num = tl.exp(z)
+    y = num / tl.sum(num, axis=0)
+    tl.store(y_ptr + row * cols + offsets, y, mask=mask)
+
+
+# ---------------------------------------------------------------------------------------
+# v3, online: one program per row, the row in steps of BLOCK_SIZE columns.
+# Pass 1 keeps a running max m and a running sum s of exp(x - m) PER LANE (vectors of
+# BLOCK_SIZE): when a lane sees a larger value its sum is rescaled to the new max,
+#     m' = max(m, v),  s' = s * exp(m - m') + exp(v - m').
+# No cross-lane reduction happens inside the loop; the lanes are merged once at the end.
+# Pass 2 walks the row backwards (the last steps read are the likeliest still in cache)
+# and writes exp(x - M) / S.
+@triton.jit
+def softmax_online_kernel(x_ptr, y_ptr, cols, BLOCK_SIZE: tl.constexpr):
+    row = tl.program_id(axis=0).to(tl.int64)
+    x_row = x_ptr + row * cols
+    y_row = y_ptr + row * cols
+    m = tl.full([BLOCK_SIZE], float("-inf"), dtype=tl.float32)
+    s = tl.zeros([BLOCK_SIZE], dtype=tl.float32)
+    for start in range(0, cols, BLOCK_SIZE):
+        offsets = start + tl.arange(0, BLOCK_SIZE)
+        v = tl.load(x_row + offsets, mask=offsets < cols, other=float("-inf"))
+        m_new = tl.maximum(m, v)
+        # A lane that has only seen -inf keeps m_new = -inf, and -inf - -inf is NaN:
+        # shift by 0 there instead, so both exps below are exp(-inf) = 0.
+        shift = tl.where(m_new == float("-inf"), 0.0, m_new)
+        s = s * tl.exp(m - shift) + tl.exp(v - shift)
+        m = m_new
+    row_max = tl.max(m, axis=0)
+    # Every lane's sum rescaled to the row max; lanes that saw only -inf add nothing (and
+    # must not compute exp(-inf - row_max) * 0 or, worse, exp(0 - row_max) * 0 = inf * 0).
+    row_sum = tl.sum(tl.where(m == float("-inf"), 0.0, s * tl.exp(m - row_max)), axis=0)
+    inv = 1.0 / row_sum
+    num_steps = tl.cdiv(cols, BLOCK_SIZE)
+    for k in range(0, num_steps):
+        start = (num_steps - 1 - k) * BLOCK_SIZE  # backwards
+        offsets = start + tl.arange(0, BLOCK_SIZE)
+        mask = offsets < cols
+        v = tl.load(x_row + offsets, mask=mask)
+        tl.store(y_row + offsets, tl.exp(v - row_max) * inv, mask=mask)
+
+
+# ---------------------------------------------------------------------------------------
+def softmax_naive(x: torch.Tensor) -> torch.Tensor:
+    """v1: three kernels."""
+    x = check_input(x)
+    rows, cols = x.shape
+    y = torch.empty_like(x)
+    if x.numel() == 0:
+        return y
+    block = min(NAIVE_BLOCK, triton.next_power_of_2(cols))
+    row_max = torch.empty(rows, dtype=torch.float32, device=x.device)
+    row_sum = torch.empty(rows, dtype=torch.float32, device=x.device)
+    softmax_max_kernel[(rows,)](x, row_max, cols, BLOCK_SIZE=block)
+    softmax_expsum_kernel[(rows,)](x, row_max, row_sum, cols, BLOCK_SIZE=block)
+    softmax_normalize_kernel[(rows, triton.cdiv(cols, block))](x, row_max, row_sum, y, cols, BLOCK_SIZE=block)
+    return y
+
+
+def fused_num_warps(block: int) -> int:
+    """More warps for wider rows, so each thread holds at most about 32 of its values."""
+    if block >= 16384:
+        return 16
+    if block >= 4096:
+        return 8
+    return 4
+
+
+def softmax_fused(x: torch.Tensor) -> torch.Tensor:
+    """v2: one program per row, one read and one write."""
+    x = check_input(x)
+    rows, cols = x.shape
+    y = torch.empty_like(x)
+    if x.numel() == 0:
+        return y
+    block = triton.next_power_of_2(cols)
+    if block > FUSED_MAX_COLS:
+        raise ValueError(
+            f"a row of {cols} columns needs a block of {block} > {FUSED_MAX_COLS}, more than one "
+            "program can hold: use the online softmax (v3) for long rows")
+    softmax_fused_kernel[(rows,)](x, y, cols, BLOCK_SIZE=block, num_warps=fused_num_warps(block))
+    return y
+
+
+def softmax_online(x: torch.Tensor) -> torch.Tensor:
+    """v3: online softmax, any row length: the statistics pass, then the output pass."""
+    x = check_input(x)
+    rows, cols = x.shape
+    y = torch.empty_like(x)
+    if x.numel() == 0:
+        return y
+    block = min(ONLINE_BLOCK, triton.next_power_of_2(cols))
+    softmax_online_kernel[(rows,)](x, y, cols, BLOCK_SIZE=block, num_warps=8 if block >= 2048 else 4)
+    return y
+
+
+def softmax_auto(x: torch.Tensor) -> torch.Tensor:
+    """The reference: v2 where the row fits one block, v3 beyond."""
+    if isinstance(x, torch.Tensor) and x.dim() == 2 and triton.next_power_of_2(x.shape[-1]) > FUSED_MAX_COLS:
+        return softmax_online(x)
+    return softmax_fused(x)
+
+
+VERSIONS = OrderedDict(
+    v1=("naive: three kernels (max, exp-sum, normalize), x read 3 times", softmax_naive),
+    v2=("fused: one program per row, the row in one block (rows <= 16384)", softmax_fused),
+    v3=("online: per-lane running max + rescaled sum, then the output pass (any row length)", softmax_online),
+    v4=("v2 for rows up to 16384 columns, v3 beyond", softmax_auto),
+)
+REFERENCE = "v4"
+softmax = VERSIONS[REFERENCE][1]
+
+
+def softmax_ref(x: torch.Tensor) -> torch.Tensor:
+    return torch.softmax(x, dim=-1)

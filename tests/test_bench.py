@@ -1,0 +1,350 @@
+"""utils.bench (live timing, recorded results) and the benchmark harness (check, then time)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import importlib
+
+import pytest
+import torch
+
+import utils
+
+# `utils.bench` is the function; the module is utils/bench.py.
+ub = importlib.import_module("utils.bench")
+
+from benchmarks import harness, report, run as brun
+from benchmarks.topics import TOPICS
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+# --------------------------------------------------------------------------------------
+# bench()
+# --------------------------------------------------------------------------------------
+def test_bench_times_a_call_and_labels_simulation():
+    x = torch.randn(1000, device=utils.DEVICE)
+    calls = []
+
+    def fn(t):
+        calls.append(1)
+        return t * 2
+
+    r = utils.bench(fn, x, nbytes=8 * x.numel(), name="double")
+    assert isinstance(r, utils.BenchResult)
+    assert len(calls) >= 2  # warm-up, then timed calls
+    assert r.name == "double" and r.nbytes == 8000
+    assert 0 < r.p20_ms <= r.median_ms <= r.p80_ms
+    assert r.gbps == pytest.approx(8000 / (r.median_ms * 1e-3) / 1e9)
+    assert r.simulated == utils.SIMULATE
+    text = str(r)
+    if utils.SIMULATE:
+        assert "simulated on the CPU: not a GPU timing" in text
+    else:
+        assert "GB/s" in text and "simulated" not in text
+
+
+def test_bench_without_bytes_has_no_bandwidth():
+    r = utils.bench(lambda: None, nbytes=None)
+    assert r.gbps is None and r.nbytes == 0
+
+
+@pytest.mark.parametrize("kw, err", [
+    (dict(nbytes=-1), ValueError),
+    (dict(nbytes=1.5), ValueError),
+    (dict(nbytes=8, rep=0), ValueError),
+])
+def test_bench_rejects_bad_arguments(kw, err):
+    with pytest.raises(err):
+        utils.bench(lambda: None, **kw)
+
+
+def test_bench_rejects_a_non_callable():
+    with pytest.raises(TypeError, match="function"):
+        utils.bench(42, nbytes=8)
+
+
+def test_bench_needs_nbytes_by_keyword():
+    with pytest.raises(TypeError):
+        utils.bench(lambda: None)  # nbytes is required: GB/s needs a stated byte count
+
+
+# --------------------------------------------------------------------------------------
+# Recorded results, from a small fixture file
+# --------------------------------------------------------------------------------------
+def _row(topic, variant, lang, version, shape, ms, gbps, frac, reference=False):
+    return dict(topic=topic, variant=variant, lang=lang, version=version, reference=reference,
+                description="", shape=shape, bytes=int(gbps * 1e9 * ms * 1e-3), median_ms=ms,
+                p20_ms=ms * 0.99, p80_ms=ms * 1.01, gbps=gbps, fraction_of_copy=frac)
+
+
+@pytest.fixture
+def results_file(tmp_path):
+    data = dict(
+        schema=1,
+        machine=dict(name="h100", gpu="NVIDIA H100 80GB HBM3", torch="2.11.0", triton="3.6.0",
+                     numba_cuda="0.30.4", cuda="13.0"),
+        date="2026-01-31T12:00:00Z",
+        command="python -m benchmarks",
+        copy=_row("copy", "copy", "torch", "copy_", [1 << 28], 0.72, 2990.0, 1.0),
+        rows=[
+            _row("copy", "copy", "torch", "copy_", [1 << 28], 0.72, 2990.0, 1.0),
+            _row("relu", "cuda v1", "cuda", "v1", [1 << 28], 0.9, 2390.0, 0.80),
+            _row("relu", "triton v2", "triton", "v2", [1 << 28], 0.72, 2980.0, 0.997, reference=True),
+            _row("relu", "torch", "torch", "eager", [1 << 28], 0.72, 2985.0, 0.998),
+            _row("softmax", "triton v1", "triton", "v1", [1024, 65536], 0.3, 1800.0, 0.6, reference=True),
+        ],
+        failed=[dict(topic="relu", variant="numba v0", lang="numba", version="v0", shape=None,
+                     status="skipped", reason="a demonstration version, not benchmarked")],
+        sweeps={"relu": {"triton v2": [[4096, 10.5], [1 << 28, 2980.0]], "torch": [[4096, 9.0]]}},
+        targets=[dict(topic="softmax", lang="triton", variant="triton v1", shape=[1024, 65536],
+                      goal=">= 2,200 GB/s", value=1800.0, threshold=2200.0, unit="gbps", met=False)],
+    )
+    p = tmp_path / "h100.json"
+    p.write_text(json.dumps(data))
+    return p
+
+
+def test_recorded_reads_rows_of_a_topic(results_file):
+    rows = utils.recorded("relu", path=results_file)
+    assert [r["variant"] for r in rows] == ["cuda v1", "triton v2", "torch"]
+    keys = {"topic", "variant", "lang", "version", "shape", "bytes", "median_ms", "p20_ms",
+            "p80_ms", "gbps", "fraction_of_copy"}
+    assert all(keys <= set(r) for r in rows)
+    assert utils.recorded("softmax", path=results_file)[0]["shape"] == [1024, 65536]
+
+
+def test_recorded_sweep_copy_machine(results_file):
+    sweep = utils.recorded_sweep("relu", path=results_file)
+    assert sweep == {"triton v2": [(4096, 10.5), (1 << 28, 2980.0)], "torch": [(4096, 9.0)]}
+    assert utils.copy_roofline(path=results_file) == 2990.0
+    m = utils.recorded_machine(path=results_file)
+    assert m["gpu"] == "NVIDIA H100 80GB HBM3" and m["date"].startswith("2026-01-31")
+    assert utils.recorded_targets("softmax", path=results_file)[0]["met"] is False
+    assert utils.recorded_failures("relu", path=results_file)[0]["status"] == "skipped"
+
+
+def test_show_recorded_prints_a_labelled_table(results_file, capsys):
+    utils.show_recorded("relu", path=results_file)
+    out = capsys.readouterr().out
+    assert "NVIDIA H100 80GB HBM3" in out and "2026-01-31" in out
+    assert "copy roofline: 2,990 GB/s" in out
+    assert "triton v2 *" in out and "99.7%" in out and "2^28" in out
+    assert "not timed: numba v0" in out
+
+
+def test_compare_puts_live_next_to_recorded(results_file, capsys):
+    live = [ub.BenchResult("triton v2", 3.0, 2.9, 3.1, 0.01, 32768, True),
+            ub.BenchResult("cuda", 5.0, 4.9, 5.1, 0.01, 32768, True),  # no cuda reference row
+            ub.BenchResult("torch", 0.01, 0.01, 0.01, 3.0, 32768, True)]
+    utils.compare(live, "relu", path=results_file)
+    out = capsys.readouterr().out.splitlines()
+    line = next(s for s in out if s.startswith("triton v2"))
+    assert "(simulated)" in line and "2,980" in line and "99.7%" in line
+    line = next(s for s in out if s.startswith("cuda"))
+    assert "2,390" not in line  # only a reference row answers for a bare language
+    assert any("not a GPU timing" in s for s in out)
+
+
+def test_missing_results_file_gives_empty_answers_and_a_note(tmp_path, capsys):
+    p = tmp_path / "nothing.json"
+    assert utils.recorded("relu", path=p) == []
+    assert utils.recorded_sweep("relu", path=p) == {}
+    assert utils.copy_roofline(path=p) is None
+    assert utils.recorded_machine(path=p) == {}
+    utils.show_recorded("relu", path=p)
+    out = capsys.readouterr().out
+    assert "No recorded GPU results" in out and "python -m benchmarks" in out
+    assert len([s for s in out.splitlines() if s.strip()]) == 5  # one line per call
+
+
+def test_broken_results_file_is_reported_not_raised(tmp_path, capsys):
+    p = tmp_path / "h100.json"
+    p.write_text("{ not json")
+    assert utils.recorded("relu", path=p) == []
+    assert "cannot be read" in capsys.readouterr().out
+
+
+def test_unknown_topic_says_so(results_file, capsys):
+    assert utils.recorded("matmul", path=results_file) == []
+    assert "No recorded GPU results for 'matmul'" in capsys.readouterr().out
+
+
+# --------------------------------------------------------------------------------------
+# python -m benchmarks without a GPU
+# --------------------------------------------------------------------------------------
+def test_benchmark_command_refuses_without_a_gpu():
+    env = dict(os.environ, COURSE_SIMULATE="1", PYTHONPATH=str(ROOT))
+    p = subprocess.run([sys.executable, "-m", "benchmarks"], cwd=ROOT, env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == brun.EXIT_NO_GPU == 2, p.stdout + p.stderr
+    assert "simulation" in p.stdout and "nothing was measured" in p.stdout
+    assert "h100.md" in p.stdout and "utils.show_recorded" in p.stdout
+    assert "Traceback" not in p.stderr
+
+
+def test_dry_run_needs_its_own_output_folder():
+    with pytest.raises(SystemExit):
+        brun.parse_args(["--simulated-dry-run"])
+    with pytest.raises(SystemExit):
+        brun.parse_args(["--topics", "matmul"])
+
+
+# --------------------------------------------------------------------------------------
+# Check before time
+# --------------------------------------------------------------------------------------
+def _cases(topic, shapes):
+    return [harness.CheckCase(topic, s, device=torch.device("cpu")) for s in shapes]
+
+
+def _missing_tail(x):
+    y = torch.relu(x)
+    y.view(-1)[-1] = float("nan")  # as if the last element were never written
+    return y
+
+
+def _off_by_one(x):
+    y = torch.relu(x).reshape(-1)
+    return torch.cat([y[1:], y[:1]]).reshape(x.shape)
+
+
+def _in_place(x):
+    return x.relu_()
+
+
+@pytest.mark.parametrize("fn, status, words", [
+    (_missing_tail, "failed check", "never written"),
+    (_off_by_one, "failed check", "values wrong"),
+    (lambda x: torch.relu(x).double(), "failed check", "float64"),
+    (lambda x: torch.relu(x)[:-1], "failed check", "shape"),
+    (_in_place, "failed check", "changed its input"),
+    (lambda x: 1 / 0, "error", "ZeroDivisionError"),
+])
+def test_check_rejects_wrong_relu_kernels(fn, status, words):
+    verdict = harness.check(fn, _cases("relu", [(1,), (7,), (1025,)]))
+    assert verdict is not None
+    assert verdict[0] == status and words in verdict[1], verdict
+
+
+def test_check_accepts_right_kernels():
+    assert harness.check(lambda x: torch.where(x > 0, x, torch.zeros_like(x)),
+                         _cases("relu", [(1,), (1025,)])) is None
+    # a different summation order is still right
+    assert harness.check(lambda x: x.reshape(-1).flip(0).cumsum(0)[-1:].clone(),
+                         _cases("reduction", [(7,), (1025,)])) is None
+    assert harness.check(lambda x: torch.nn.functional.gelu(x, approximate="tanh"),
+                         _cases("gelu", [(1025,)])) is None
+    assert harness.check(lambda x: torch.softmax(x, -1), _cases("softmax", [(7, 3), (5, 257)])) is None
+
+
+def test_check_rejects_wrong_sums_and_softmaxes():
+    def sum_skips_last_block(x):
+        return x.reshape(-1)[:-256].sum().reshape(1)
+
+    verdict = harness.check(sum_skips_last_block, _cases("reduction", [(1025,)]))
+    assert verdict and verdict[0] == "failed check"
+
+    def softmax_without_max(x):
+        e = torch.exp(x)
+        return e / e.sum(-1, keepdim=True)
+
+    verdict = harness.check(softmax_without_max, _cases("softmax", [(7, 3)]))
+    assert verdict and verdict[0] == "failed check"
+    verdict = harness.check(lambda x: torch.softmax(x, 0), _cases("softmax", [(5, 257)]))
+    assert verdict and verdict[0] == "failed check"
+    # erf-GELU is a different formula from the tanh-GELU the course asks for
+    verdict = harness.check(lambda x: torch.nn.functional.gelu(x), _cases("gelu", [(1025,)]))
+    assert verdict and verdict[0] == "failed check"
+
+
+def test_run_topic_never_times_a_wrong_kernel(tmp_path, monkeypatch):
+    """The worker checks each kernel first: the wrong one is recorded, never timed."""
+    right = harness.Variant("relu", "test right", "test", "right", "", True, lambda d=False: torch.relu)
+    wrong = harness.Variant("relu", "test wrong", "test", "wrong", "", False,
+                            lambda d=False: _off_by_one)
+    monkeypatch.setattr(harness, "course_variants", lambda topic, langs=None: ([wrong, right], [], []))
+    monkeypatch.setattr(harness, "baseline_variants", lambda topic: [])
+    timed = []
+    real_bench = utils.bench
+
+    def spy(fn, *args, **kw):
+        timed.append(kw.get("name"))
+        return real_bench(fn, *args, **kw)
+
+    monkeypatch.setattr(utils, "bench", spy)
+    sizes = SimpleNamespace(bench_n=300, bench_sizes=[64, 256], softmax_bench_shapes=[(4, 8)])
+    ev = tmp_path / "relu.jsonl"
+    harness.run_topic("relu", harness.Events(ev), sizes, warmup=0, rep=1)
+    rows, failed, sweep, notes = brun.merge(harness.read_events(ev))
+    assert [r["variant"] for r in rows] == ["test right"]
+    assert rows[0]["shape"] == [300] and rows[0]["median_ms"] > 0
+    assert [(f["variant"], f["status"]) for f in failed] == [("test wrong", "failed check")]
+    assert "test wrong" not in timed and "test right" in timed
+    assert sorted(sweep) == ["test right"] and [n for n, _ in sweep["test right"]] == [64, 256]
+
+
+def test_demo_versions_are_not_benchmarked():
+    mod = SimpleNamespace(DEMO_ONLY=("v0",))
+    assert harness.is_demo_only(mod, "v0", "one thread per element", None)
+    assert harness.is_demo_only(SimpleNamespace(), "v0", "Demo only: a racy sum", None)
+    assert not harness.is_demo_only(SimpleNamespace(), "v1", "one thread per element", None)
+
+
+def test_a_crashed_worker_is_resumed_without_the_culprit():
+    events = [
+        dict(event="start", key="cuda v1@256"), dict(event="row", key="cuda v1@256"),
+        dict(event="start", key="cuda v2@256"),  # the worker died here
+        dict(event="failed", key="numba v0@*"),
+        dict(event="start", key="sweep:cuda v1@64"), dict(event="point", key="sweep:cuda v1@64"),
+    ]
+    skip, open_keys = brun.skip_set(events)
+    assert open_keys == ["cuda v2@256"]
+    assert {"cuda v1@256", "numba v0@*", "sweep:cuda v1@64"} <= skip
+
+
+# --------------------------------------------------------------------------------------
+# Targets and the summary
+# --------------------------------------------------------------------------------------
+def test_targets_met_and_missed():
+    rows = [
+        _row("relu", "cuda v2", "cuda", "v2", [1 << 28], 0.72, 2960.0, 0.96, reference=True),
+        _row("relu", "triton v1", "triton", "v1", [1 << 28], 0.8, 2700.0, 0.90, reference=True),
+        _row("softmax", "triton v1", "triton", "v1", [1024, 65536], 0.3, 2300.0, 0.77, reference=True),
+        _row("softmax", "torch", "torch", "eager", [1024, 65536], 0.5, 1460.0, 0.49),
+    ]
+    t = {(x["topic"], x["lang"], x["unit"]): x for x in report.evaluate_targets(rows, ["relu", "softmax"])}
+    assert t[("relu", "cuda", "fraction_of_copy")]["met"] is True
+    assert t[("relu", "triton", "fraction_of_copy")]["met"] is False
+    assert t[("relu", "numba", "fraction_of_copy")]["met"] is None  # not measured
+    assert t[("softmax", "triton", "ratio_to_torch")]["value"] == pytest.approx(2300 / 1460)
+    assert t[("softmax", "triton", "gbps")]["met"] is True
+    md = report.markdown(dict(machine=dict(gpu="GPU X"), rows=rows, targets=list(t.values()),
+                              failed=[], copy=dict(gbps=3000.0, shape=[1 << 28])))
+    assert "**missed**" in md and "GPU X" in md and "3,000 GB/s" in md
+
+
+def test_topics_bytes():
+    assert TOPICS["relu"].nbytes((1 << 28,)) == 2 * 4 * (1 << 28)
+    assert TOPICS["reduction"].nbytes((1024,)) == 4 * 1024 + 4
+    assert TOPICS["softmax"].nbytes((1024, 65536)) == 2 * 4 * 1024 * 65536
+
+
+@pytest.mark.slow
+def test_simulated_dry_run_end_to_end(tmp_path):
+    """The whole pipeline (workers, merge, JSON, summary, plots) on simulation sizes."""
+    env = dict(os.environ, COURSE_SIMULATE="1", PYTHONPATH=str(ROOT), MPLBACKEND="Agg")
+    p = subprocess.run([sys.executable, "-m", "benchmarks", "--simulated-dry-run", "--out", str(tmp_path),
+                        "--topics", "relu", "--langs", "triton"],
+                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    data = json.loads((tmp_path / "simulated.json").read_text())
+    assert data["simulated"] is True and data["copy"]["gbps"] > 0
+    variants = {r["variant"] for r in data["rows"] if r["topic"] == "relu"}
+    assert {"torch", "torch.compile"} <= variants and any(v.startswith("triton") for v in variants)
+    assert (tmp_path / "simulated.md").read_text().startswith("# Simulated dry run")
+    assert (tmp_path / "simulated-relu.png").stat().st_size > 1000

@@ -1,0 +1,169 @@
+"""GELU launchers in every language and version, and the PyTorch baselines: agreement with
+the float64 tanh-GELU reference, awkward sizes, edge cases and input checks."""
+import math
+
+import pytest
+import torch
+
+import utils
+import kernels
+from kernels.cuda import gelu as gelu_cuda
+
+LANGS = kernels.LANGUAGES
+ALL_VERSIONS = [(lang, name) for lang in LANGS for name, _ in kernels.versions("gelu", lang)]
+# Awkward sizes: one element, less than a float4, a float4 plus a tail, around a block of
+# 256 threads (CUDA C++, Numba) and of 1024 elements (Triton, v2's 4 x 256), and several blocks.
+SIZES = [1, 3, 4, 5, 255, 257, 1023, 1025, 4099]
+# float32 results against a float64 reference: a few float32 ulps.
+RTOL, ATOL = 1e-5, 1e-6
+
+
+def gelu64(x: torch.Tensor) -> torch.Tensor:
+    """The tanh-GELU formula in float64, written out (independent of the code under test)."""
+    x = x.double()
+    return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
+
+
+def inputs(*shape, scale=3.0):
+    """Random values plus the points where GELU changes character: 0, the tails, around -3."""
+    x = scale * torch.randn(*shape, device=utils.DEVICE)
+    flat = x.view(-1)
+    special = torch.tensor([0.0, -0.0, 1e-6, -1e-6, -3.0, 3.0, -9.0, 9.0, -30.0, 30.0, -100.0, 100.0])
+    k = min(flat.numel(), special.numel())
+    flat[:k] = special[:k].to(flat.device)
+    return x
+
+
+def assert_gelu(y, x):
+    assert y.shape == x.shape and y.dtype == torch.float32 and y.device == x.device
+    torch.testing.assert_close(y.double(), gelu64(x), rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize("lang,version", ALL_VERSIONS)
+@pytest.mark.parametrize("n", SIZES)
+def test_gelu_matches_float64_reference(lang, version, n):
+    gelu = kernels.get("gelu", lang, version)
+    x = inputs(n)
+    y = gelu(x)
+    assert y.data_ptr() != x.data_ptr(), "a launcher returns a new tensor"
+    assert_gelu(y, x)
+
+
+@pytest.mark.parametrize("lang,version", ALL_VERSIONS)
+def test_gelu_empty_and_shapes(lang, version):
+    gelu = kernels.get("gelu", lang, version)
+    for shape in [(0,), (0, 5), (3, 0)]:
+        x = torch.empty(shape, device=utils.DEVICE)
+        y = gelu(x)
+        assert y.shape == x.shape and y.numel() == 0
+    x = inputs(7, 3, 5)
+    assert_gelu(gelu(x), x)  # any shape: the kernels see the flat array
+
+
+@pytest.mark.parametrize("lang,version", ALL_VERSIONS)
+def test_gelu_strided_and_misaligned_input(lang, version):
+    gelu = kernels.get("gelu", lang, version)
+    base = inputs(19, 37)
+    for x in (base.t(), base[:, 1:], base[::2]):       # transposed, offset rows, every other row
+        assert not x.is_contiguous()
+        assert_gelu(gelu(x), x)
+    x = base.view(-1)[1:1 + 4 * 100 + 3]                # contiguous, 4 bytes past 16-byte alignment
+    assert x.data_ptr() % 16 != 0
+    assert_gelu(gelu(x), x)
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_gelu_rejects_bad_input(lang):
+    gelu = kernels.get("gelu", lang)
+    with pytest.raises(TypeError, match="float32"):
+        gelu(torch.zeros(8, dtype=torch.float64, device=utils.DEVICE))
+    with pytest.raises(TypeError, match="float32"):
+        gelu(torch.zeros(8, dtype=torch.float16, device=utils.DEVICE))
+    with pytest.raises(TypeError, match="float32"):
+        gelu(torch.zeros(8, dtype=torch.int32, device=utils.DEVICE))
+    with pytest.raises(TypeError, match="torch.Tensor"):
+        gelu([1.0, -1.0])
+    other = torch.device("meta") if utils.SIMULATE else torch.device("cpu")
+    with pytest.raises(ValueError, match="utils.DEVICE"):
+        gelu(torch.zeros(8, device=other))
+
+
+def test_special_values_follow_pytorch():
+    """inf, -inf and nan give what PyTorch's own GELU gives (x * something: -inf -> nan)."""
+    x = torch.tensor([float("inf"), float("-inf"), float("nan"), 88.0, -88.0, 0.0],
+                     device=utils.DEVICE)
+    expected = torch.nn.functional.gelu(x, approximate="tanh")
+    for lang, version in ALL_VERSIONS:
+        y = kernels.get("gelu", lang, version)(x)
+        torch.testing.assert_close(y, expected, rtol=RTOL, atol=ATOL, equal_nan=True,
+                                   msg=lambda m: f"{lang} {version}: {m}")
+
+
+def test_pytorch_baselines_agree():
+    x = inputs(4099)
+    assert_gelu(gelu_cuda.gelu_ref(x), x)
+    assert gelu_cuda.gelu_ref(x).dtype == torch.float32
+    assert_gelu(gelu_cuda.gelu_unfused_torch(x), x)
+    assert_gelu(gelu_cuda.gelu_torch(x), x)
+    for mod in ("numba", "triton"):  # one definition, shared
+        assert kernels.module("gelu", mod).gelu_unfused_torch is gelu_cuda.gelu_unfused_torch
+
+
+@pytest.mark.slow
+def test_torch_compile_baseline():
+    """torch.compile of the op-by-op formula: compiles for tens of seconds on a CPU."""
+    x = inputs(4099)
+    assert_gelu(gelu_cuda.gelu_compiled(x), x)
+
+
+def test_unfused_is_one_op_per_step():
+    """The unfused baseline really is unfused: nine elementwise aten ops, where F.gelu is one."""
+    from torch.profiler import ProfilerActivity, profile
+    x = inputs(1000)
+
+    def aten_ops(fn):
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            fn(x)
+        return [e.name for e in prof.events()
+                if e.name.startswith("aten::") and e.name not in ("aten::empty", "aten::empty_like",
+                                                                   "aten::empty_strided")]
+
+    unfused = aten_ops(gelu_cuda.gelu_unfused_torch)
+    fused = aten_ops(gelu_cuda.gelu_torch)
+    compute = [op for op in unfused if op in ("aten::mul", "aten::add", "aten::tanh")]
+    assert len(compute) == 9, unfused
+    assert "aten::gelu" in fused and not any(op in fused for op in ("aten::mul", "aten::tanh"))
+
+
+def test_cuda_vectorized_kernel_uses_16_byte_accesses():
+    """v2's whole point: its loads and stores are ld/st.global.v4.f32 (needs nvcc or NVRTC)."""
+    if not hasattr(utils, "cuda_ptx"):
+        pytest.skip("utils.cuda_ptx is not available")
+    try:
+        ptx = utils.cuda_ptx(gelu_cuda.SOURCE, "gelu_vec4_kernel")
+    except Exception as e:  # no nvcc on this machine
+        pytest.skip(f"no PTX here: {e}")
+    assert "ld.global.nc.v4.f32" in ptx or "ld.global.v4.f32" in ptx
+    assert "st.global.v4.f32" in ptx
+    # v1, by contrast, moves one float per instruction.
+    v1 = utils.cuda_ptx(gelu_cuda.SOURCE, "gelu_kernel")
+    bodies = {chunk.split("(")[0].strip(): chunk for chunk in v1.split(".entry")[1:]}
+    v1_body = [b for name, b in bodies.items() if "gelu_kernel" in name and "vec4" not in name]
+    assert v1_body and "ld.global" in v1_body[0] and "v4.f32" not in v1_body[0]
+
+
+@pytest.mark.parametrize("lang,version", ALL_VERSIONS)
+def test_gelu_passes_the_course_grader(lang, version, capsys):
+    if not hasattr(utils, "check_gelu"):
+        pytest.skip("utils.check_gelu is not available")
+    utils.check_gelu(kernels.get("gelu", lang, version))
+    assert capsys.readouterr().out.strip(), "the grader prints one line on success"
+
+
+def test_reference_versions_are_listed():
+    for lang in LANGS:
+        mod = kernels.module("gelu", lang)
+        assert mod.REFERENCE in mod.VERSIONS
+        assert kernels.get("gelu", lang) is mod.VERSIONS[mod.REFERENCE][1]
+        for name, (description, launcher) in mod.VERSIONS.items():
+            assert description and callable(launcher)

@@ -1,0 +1,330 @@
+"""The graders reject the usual wrong kernels, with the right diagnosis, and accept right
+kernels written in unusual ways. The kernels are real (Triton, Numba, CUDA C++): see
+``tests/grader_kernels.py``. The same tests run in simulation and on a GPU."""
+import re
+
+import pytest
+import torch
+
+import utils
+import grader_kernels as K
+
+needs_cuda_kernel = pytest.mark.skipif(
+    not K.have_cuda_kernel(), reason="utils.cuda_kernel (the CUDA C++ loader/emulator) is not available")
+simulation_only = pytest.mark.skipif(
+    not utils.SIMULATE, reason="on a GPU a missing barrier shows only when warps happen to interleave, "
+                               "so no grader can promise to catch it every time")
+
+
+def rejects(grader, fn, *patterns, seed=None):
+    """Run ``grader(fn)``, expect a GradingError whose message matches every pattern."""
+    with pytest.raises(utils.GradingError) as info:
+        grader(fn, seed=seed)
+    msg = str(info.value)
+    for p in patterns:
+        assert re.search(p, msg, re.IGNORECASE | re.DOTALL), f"{p!r} not in:\n{msg}"
+    return msg
+
+
+def accepts(grader, fn, capsys, seed=None):
+    grader(fn, seed=seed)
+    out = capsys.readouterr().out.strip().splitlines()
+    assert len(out) == 1 and out[0].startswith(grader.__name__ + ": correct on"), out
+
+
+# --------------------------------------------------------------------------------------
+# Right kernels, including unusual ones
+# --------------------------------------------------------------------------------------
+RIGHT = [
+    ("check_relu", "relu_ok"),
+    ("check_relu", "relu_zeros_out_ok"),        # output from torch.zeros, written in place
+    ("check_relu", "relu_grid_stride_ok"),      # grid-stride loop over a fixed grid
+    ("check_relu", "relu_multi_ok"),            # several blocks' worth per program
+    ("check_relu", "nb_relu_grid_stride_ok"),   # Numba, grid-stride
+    ("check_add", "add_ok"),
+    ("check_add_2d", "add_2d_ok"),              # Triton 2-D launch
+    ("check_add_2d", "nb_add_2d_ok"),           # Numba 2-D launch, cuda.grid(2)
+    ("check_relu_2d", "relu_2d_ok"),
+    ("check_relu_backward", "relu_backward_ok"),
+    ("check_gelu", "gelu_exp_ok"),              # tanh written with exp
+    ("check_gelu", "gelu_exp_ratio_ok"),        # (e - 1) / (e + 1), as in the source material
+    ("check_gelu", "gelu_sigmoid_ok"),          # tanh through sigmoid
+    ("check_gelu", "gelu_fast_exp_ok"),         # inexact fast exp
+    ("check_sum", "sum_atomic_ok"),             # per-block tl.sum + atomic_add
+    ("check_sum", "sum_two_pass_ok"),           # partial sums in torch.empty, then passes
+    ("check_sum", "nb_sum_ok"),                 # Numba shared-memory tree + atomics
+    ("check_row_max", "row_max_ok"),
+    ("check_softmax", "softmax_ok"),            # one row per program
+    ("check_softmax", "softmax_online_ok"),     # online softmax over 32-wide chunks
+]
+
+
+@pytest.mark.parametrize("grader,kernel", RIGHT)
+def test_accepts_right_kernel(grader, kernel, capsys):
+    accepts(getattr(utils, grader), getattr(K, kernel), capsys)
+
+
+def test_accepts_torch_reference_and_success_line(capsys):
+    utils.check_relu(torch.relu)
+    line = capsys.readouterr().out.strip()
+    sizes = utils.SIZES.grader_sizes
+    assert line == f"check_relu: correct on {len(sizes)} inputs (sizes {min(sizes)} .. {max(sizes)}), max error 0"
+
+
+# --------------------------------------------------------------------------------------
+# Wrong kernels, with their diagnosis
+# --------------------------------------------------------------------------------------
+def test_missing_bounds_check_triton():
+    rejects(utils.check_relu, K.relu_nomask, r"past the end of the output", r"idx < n")
+
+
+def test_missing_bounds_check_numba():
+    # simulator: an IndexError; GPU: the write lands in the guard
+    rejects(utils.check_relu, K.nb_relu_nocheck, r"idx < n")
+
+
+def test_only_first_block_works():
+    rejects(utils.check_relu, K.relu_first_block_only, r"elements 256\.\.\d+ were never written",
+            r"only the first 256 elements were written", r"blockIdx")
+
+
+def test_grid_rounded_down_misses_tail():
+    rejects(utils.check_relu, K.relu_grid_rounded_down, r"never written", r"launched")
+
+
+def test_off_by_one_index():
+    rejects(utils.check_relu, K.relu_off_by_one, r"off-by-one")
+
+
+def test_in_place_modification():
+    rejects(utils.check_relu, K.relu_in_place, r"changed its input x")
+
+
+def test_wrong_dtype():
+    rejects(utils.check_relu, K.relu_wrong_dtype, r"dtype torch\.float64, expected torch\.float32")
+
+
+def test_stub_is_not_solved_yet():
+    msg = rejects(utils.check_relu, K.relu_stub, r"^not solved yet: launch relu_kernel")
+    assert "Traceback" not in msg
+
+
+def test_stub_without_text():
+    def stub(x):
+        raise NotImplementedError
+    rejects(utils.check_relu, stub, r"^not solved yet")
+
+
+@pytest.mark.parametrize("grader", ["check_add", "check_add_2d", "check_relu_2d", "check_relu_backward",
+                                    "check_gelu", "check_sum", "check_row_max", "check_softmax"])
+def test_every_grader_reports_stubs(grader):
+    def stub(*args):
+        raise NotImplementedError("not solved yet: write the kernel")
+    rejects(getattr(utils, grader), stub, r"^not solved yet: write the kernel")
+
+
+def test_returning_none_or_wrong_shape():
+    rejects(utils.check_relu, lambda x: None, r"returned None")
+    rejects(utils.check_relu, lambda x: torch.relu(x).reshape(-1, 1), r"shape", r"reshape")
+
+
+def test_other_exceptions_become_grading_errors():
+    def broken(x):
+        raise ValueError("boom")
+    rejects(utils.check_relu, broken, r"raised ValueError: boom")
+
+
+def test_add_2d_rows_and_columns_swapped():
+    rejects(utils.check_add_2d, K.add_2d_swapped, r"never written", r"rows and columns look swapped",
+            r"blockIdx\.x for the row")
+
+
+def test_add_2d_transposed_result():
+    rejects(utils.check_add_2d, lambda a, b: (a + b).t().contiguous().reshape(a.shape),
+            r"rows and columns look swapped")
+
+
+def test_relu_2d_ignores_row_stride():
+    rejects(utils.check_relu_2d, K.relu_2d_ignores_stride,
+            r"the first row is right but the others are not: is the row stride used\?")
+
+
+def test_relu_backward_at_zero():
+    rejects(utils.check_relu_backward, K.relu_backward_ge, r"x > 0, not x >= 0")
+
+
+def test_gelu_erf_is_rejected():
+    rejects(utils.check_gelu, K.gelu_erf, r"looks like the erf GELU", r"tanh approximation")
+
+
+def test_gelu_erf_torch_is_rejected():
+    rejects(utils.check_gelu, lambda x: torch.nn.functional.gelu(x), r"erf GELU")
+
+
+def test_sum_first_block_only():
+    rejects(utils.check_sum, K.sum_first_block_only, r"sum of the first 256 elements only", r"every block")
+
+
+def test_sum_misses_tail():
+    rejects(utils.check_sum, K.sum_misses_tail, r"cdiv")
+
+
+def test_sum_accumulates_into_empty():
+    rejects(utils.check_sum, K.sum_empty_accumulator, r"never written", r"torch\.zeros")
+
+
+@simulation_only
+def test_sum_missing_barrier_numba():
+    rejects(utils.check_sum, K.nb_sum_no_barrier, r"__syncthreads")
+
+
+def test_row_max_started_at_zero():
+    rejects(utils.check_row_max, K.row_max_zero_init, r"all negative came out as 0", r"-INFINITY")
+
+
+def test_softmax_without_max_subtraction():
+    rejects(utils.check_softmax, K.softmax_no_max,
+            r"got inf/nan on rows with large values: subtract the row max before exp")
+
+
+def test_softmax_over_wrong_dim():
+    rejects(utils.check_softmax, K.softmax_dim0, r"looks like softmax over dim 0")
+
+
+def test_softmax_statistics_of_first_chunk_only():
+    rejects(utils.check_softmax, K.softmax_first_chunk_sum, r"rows do not sum to 1")
+
+
+def test_softmax_unnormalised():
+    rejects(utils.check_softmax, lambda x: torch.exp(x - x.amax(dim=1, keepdim=True)), r"do not sum to 1")
+
+
+# --------------------------------------------------------------------------------------
+# The machinery: seeds, poison, guards, races
+# --------------------------------------------------------------------------------------
+def test_failure_names_the_seed_and_the_seed_repeats_inputs():
+    msg1 = rejects(utils.check_relu, K.relu_off_by_one, r"seed (\d+)")
+    seed = int(re.search(r"seed=(\d+)", msg1).group(1))
+    msg2 = rejects(utils.check_relu, K.relu_off_by_one, seed=seed)
+    assert msg1 == msg2
+
+
+def test_fresh_inputs_each_call():
+    seen = []
+
+    def spy(x):
+        seen.append(x.detach().cpu().clone())
+        return torch.relu(x)
+    utils.check_relu(spy)
+    utils.check_relu(spy)
+    half = len(seen) // 2
+    big = [i for i in range(half) if seen[i].numel() > 100][0]
+    assert not torch.equal(seen[big], seen[big + half])
+
+
+def test_inputs_are_awkward_sizes_with_zeros_and_negatives():
+    seen = []
+
+    def spy(x):
+        seen.append(x.detach().cpu().clone())
+        assert x.is_contiguous() and x.dtype == torch.float32 and x.device.type == utils.DEVICE.type
+        return torch.relu(x)
+    utils.check_relu(spy)
+    assert sorted({t.numel() for t in seen}) == sorted(utils.SIZES.grader_sizes)
+    big = torch.cat(seen)
+    assert bool((big == 0).any()) and bool((big < 0).any())
+
+
+def test_reads_past_the_end_see_nan():
+    """The grader's inputs sit in NaN-guarded buffers: an unmasked read gets NaN."""
+    def peek(x):
+        n = x.numel()
+        raw = x.as_strided((n + 1,), (1,))          # one element past the end
+        assert torch.isnan(raw[n])
+        return torch.relu(x)
+    utils.check_relu(peek)
+
+
+def test_outputs_are_poisoned_while_fn_runs():
+    def look(x):
+        y = torch.empty_like(x)
+        z = torch.empty(3, device=x.device)
+        w = x.new_empty(x.shape)
+        assert torch.isnan(y).all() and torch.isnan(z).all() and torch.isnan(w).all()
+        y.copy_(torch.relu(x))
+        return y
+    utils.check_relu(look)
+    assert not torch.isnan(torch.empty(100).fill_(1)).any()   # patches removed afterwards
+    assert torch.empty is utils.graders._ORIG["empty"]
+
+
+def test_write_before_the_start():
+    def before(x):
+        y = torch.empty_like(x)
+        y.copy_(torch.relu(x))
+        y.as_strided((1,), (1,), y.storage_offset() - 1).fill_(0)
+        return y
+    rejects(utils.check_relu, before, r"before the start of the output", r"off-by-one")
+
+
+def test_race_detected_when_results_change_between_runs():
+    seen = set()
+
+    def flaky(x):
+        key = (x.numel(), float(x.sum()))
+        y = torch.relu(x)
+        if key in seen and x.numel() > 1:   # the second run of the same input differs
+            y[-1] += 1.0
+        seen.add(key)
+        return y
+    rejects(utils.check_relu, flaky, r"the result changes between runs: a race\?", r"syncthreads")
+
+
+def test_race_check_uses_the_emulator_random_schedule(monkeypatch):
+    import contextlib
+    used = []
+
+    @contextlib.contextmanager
+    def schedule(kind, seed=None):
+        used.append((kind, seed))
+        yield
+    monkeypatch.setattr(utils, "emulation_schedule", schedule, raising=False)
+    utils.check_relu(torch.relu)
+    if utils.SIMULATE:
+        assert used and all(kind == "random" for kind, _ in used)
+
+
+# --------------------------------------------------------------------------------------
+# CUDA C++ (utils.cuda_kernel: nvrtc on a GPU, the emulator without one)
+# --------------------------------------------------------------------------------------
+@needs_cuda_kernel
+def test_cuda_float4_with_scalar_tail_accepted(capsys):
+    accepts(utils.check_relu, K.cu_relu_float4_ok, capsys)
+
+
+@needs_cuda_kernel
+def test_cuda_tree_sum_accepted(capsys):
+    accepts(utils.check_sum, K.cu_sum_ok, capsys)
+
+
+@needs_cuda_kernel
+def test_cuda_missing_bounds_check():
+    rejects(utils.check_relu, K.cu_relu_nocheck, r"idx < n|past the end|outside")
+
+
+@needs_cuda_kernel
+@simulation_only
+def test_cuda_missing_barrier_random_schedule():
+    rejects(utils.check_sum, K.cu_sum_no_barrier, r"race|__syncthreads")
+
+
+@needs_cuda_kernel
+@simulation_only
+def test_cuda_divergent_barrier_keeps_the_emulator_message():
+    msg = rejects(utils.check_relu, K.cu_relu_barrier_in_branch, r"the kernel faulted", r"Hint: .*__syncthreads")
+    assert "relu_barrier_in_branch_kernel" in msg      # the emulator's own words are kept
+
+
+@needs_cuda_kernel
+def test_cuda_stub_is_not_solved_yet():
+    rejects(utils.check_relu, K.cu_relu_stub, r"^not solved yet")

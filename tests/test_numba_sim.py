@@ -1,0 +1,331 @@
+"""Warp primitives, barrier checks and speed of the patched Numba CUDA simulator.
+
+The kernels here run unchanged on a GPU (where Numba compiles them for real), so the
+shuffle and reduction tests double as a check that the simulator agrees with the
+hardware; the tests of the patch itself (divergence errors, scheduler) are
+simulation-only.
+"""
+import threading
+
+import numpy as np
+import pytest
+
+import utils
+from numba import cuda, float32, int32
+
+FULL = 0xFFFFFFFF
+sim_only = pytest.mark.skipif(not utils.SIMULATE, reason="tests the CUDA simulator patch")
+
+
+# ---------------------------------------------------------------------------------------
+# Reference semantics of the shuffles (PTX shfl.sync, width 32, lane operand mod 32).
+# ---------------------------------------------------------------------------------------
+def ref_shuffle(vals, kind, args, nthreads):
+    out = np.empty_like(vals)
+    for t in range(nthreads):
+        warp, lane = divmod(t, 32)
+        width = min(32, nthreads - 32 * warp)  # lanes present in this warp
+        b = int(args[t]) & 31
+        src = {"idx": b, "up": lane - b, "down": lane + b, "xor": lane ^ b}[kind]
+        ok = 0 <= src < width
+        out[t] = vals[32 * warp + src] if ok else vals[t]
+    return out
+
+
+@cuda.jit
+def shuffle_kernel(vals, args, out_idx, out_up, out_down, out_xor):
+    t = cuda.threadIdx.x
+    v = vals[t]
+    a = args[t]
+    out_idx[t] = cuda.shfl_sync(FULL, v, a + 32)  # the source lane is taken modulo 32
+    out_up[t] = cuda.shfl_up_sync(FULL, v, a)
+    out_down[t] = cuda.shfl_down_sync(FULL, v, a)
+    out_xor[t] = cuda.shfl_xor_sync(FULL, v, a)
+
+
+@pytest.mark.parametrize("nthreads", [64, 48])  # two full warps; a full and a half warp
+def test_each_shuffle_matches_reference(nthreads):
+    rng = np.random.default_rng(nthreads)
+    vals = rng.standard_normal(nthreads).astype(np.float32)
+    args = rng.integers(0, 32, nthreads).astype(np.int32)
+    outs = [np.zeros(nthreads, np.float32) for _ in range(4)]
+    shuffle_kernel[1, nthreads](vals, args, *outs)
+    for kind, got in zip(["idx", "up", "down", "xor"], outs):
+        want = ref_shuffle(vals, kind, args, nthreads)
+        if nthreads % 32:  # a source lane missing from the warp is undefined on a GPU
+            t = np.arange(nthreads)
+            lane = t % 32
+            b = args & 31
+            src = {"idx": b, "up": lane - b, "down": lane + b, "xor": lane ^ b}[kind]
+            defined = (t < 32) | (src < 0) | (src >= 32) | (src < nthreads % 32)
+            got, want = got[defined], want[defined]
+        np.testing.assert_array_equal(got, want, err_msg=f"shfl {kind}")
+
+
+@cuda.jit
+def shuffle_int64_kernel(vals, out):
+    t = cuda.threadIdx.x
+    out[t] = cuda.shfl_xor_sync(FULL, vals[t], 1)
+
+
+def test_shuffle_keeps_64_bit_values():
+    vals = (np.arange(32, dtype=np.int64) << 40) + 7
+    out = np.zeros(32, np.int64)
+    shuffle_int64_kernel[1, 32](vals, out)
+    np.testing.assert_array_equal(out, vals[np.arange(32) ^ 1])
+
+
+@cuda.jit
+def syncwarp_kernel(x, out):
+    buf = cuda.shared.array(64, float32)
+    t = cuda.threadIdx.x
+    buf[t] = x[t] * 2
+    cuda.syncwarp()  # each warp's writes are visible to its lanes; no block barrier needed
+    lane = t % 32
+    out[t] = buf[t - lane + (lane + 1) % 32]  # the next lane's value, within the warp
+
+
+def test_syncwarp_orders_shared_memory_within_a_warp():
+    x = np.arange(64, dtype=np.float32)
+    out = np.zeros(64, np.float32)
+    syncwarp_kernel[1, 64](x, out)
+    t = np.arange(64)
+    np.testing.assert_array_equal(out, 2 * x[t - t % 32 + (t % 32 + 1) % 32])
+
+
+@cuda.jit
+def vote_kernel(x, ballot, any_, all_):
+    t = cuda.threadIdx.x
+    p = x[t] > 0
+    ballot[t] = cuda.ballot_sync(FULL, p)
+    any_[t] = cuda.any_sync(FULL, p)
+    all_[t] = cuda.all_sync(FULL, p)
+
+
+def test_votes():
+    x = np.full(64, -1.0, np.float32)
+    x[[3, 5, 31]] = 1.0  # warp 0 has three positive lanes (lane 31 is the sign bit)
+    x[32:] = 1.0         # warp 1 is all positive
+    ballot, any_, all_ = (np.zeros(64, np.int32) for _ in range(3))
+    vote_kernel[1, 64](x, ballot, any_, all_)
+    bits = (1 << 3) | (1 << 5) | (1 << 31)
+    assert (ballot[:32] == bits - (1 << 32)).all()  # returned as a signed 32-bit int
+    assert (ballot[32:] == -1).all()  # 0xffffffff as a signed 32-bit int
+    assert any_.tolist() == [1] * 64
+    assert all_.tolist() == [0] * 32 + [1] * 32
+
+
+# ---------------------------------------------------------------------------------------
+# A warp-shuffle block reduction, the kernel lesson 04 teaches.
+# ---------------------------------------------------------------------------------------
+@cuda.jit(device=True)
+def warp_sum(v):
+    offset = 16
+    while offset > 0:
+        v += cuda.shfl_down_sync(FULL, v, offset)
+        offset //= 2
+    return v
+
+
+@cuda.jit
+def block_sum_kernel(x, out):
+    partial = cuda.shared.array(32, float32)
+    i = cuda.grid(1)
+    lane = cuda.threadIdx.x % 32
+    warp = cuda.threadIdx.x // 32
+    v = x[i] if i < x.size else float32(0.0)
+    v = warp_sum(v)
+    if lane == 0:
+        partial[warp] = v
+    cuda.syncthreads()  # every warp's partial is written before warp 0 reads them
+    if warp == 0:
+        v = partial[lane] if lane < cuda.blockDim.x // 32 else float32(0.0)
+        v = warp_sum(v)
+        if lane == 0:
+            out[cuda.blockIdx.x] = v
+
+
+def test_warp_shuffle_block_reduction():
+    n, threads = 1000, 128  # the last block is partly past the end
+    x = np.random.default_rng(0).standard_normal(n).astype(np.float32)
+    blocks = (n + threads - 1) // threads
+    out = np.zeros(blocks, np.float32)
+    block_sum_kernel[blocks, threads](x, out)
+    want = [x[b * threads:(b + 1) * threads].astype(np.float64).sum() for b in range(blocks)]
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)
+
+
+@cuda.jit
+def warps_2d_kernel(out):
+    # Lanes are numbered by the linear thread id x + y*blockDim.x, as on the GPU.
+    t = cuda.threadIdx.x + cuda.threadIdx.y * cuda.blockDim.x
+    out[t] = cuda.shfl_xor_sync(FULL, t, 16)
+
+
+def test_warps_are_formed_from_linear_thread_ids_in_2d_blocks():
+    out = np.zeros(64, np.int32)
+    warps_2d_kernel[1, (8, 8)](out)
+    np.testing.assert_array_equal(out, np.arange(64) ^ 16)
+
+
+@cuda.jit
+def syncthreads_count_kernel(x, out):
+    t = cuda.threadIdx.x
+    out[0, t] = cuda.syncthreads_count(x[t] > 0)
+    out[1, t] = cuda.syncthreads_and(x[t] > 0)
+    out[2, t] = cuda.syncthreads_or(x[t] > 0)
+
+
+def test_syncthreads_count_and_or():
+    x = np.array([1, -1] * 32, np.float32)
+    out = np.zeros((3, 64), np.int32)
+    syncthreads_count_kernel[1, 64](x, out)
+    assert out[0].tolist() == [32] * 64
+    assert out[1].tolist() == [0] * 64
+    assert out[2].tolist() == [1] * 64
+
+
+# ---------------------------------------------------------------------------------------
+# Simulation only: divergence is diagnosed, the scheduler is the patched one.
+# ---------------------------------------------------------------------------------------
+@cuda.jit
+def early_return_kernel(x, n):
+    sh = cuda.shared.array(64, float32)
+    t = cuda.threadIdx.x
+    if t >= n:
+        return  # a bug: these threads never reach the barrier below
+    sh[t] = x[t]
+    cuda.syncthreads()
+    x[t] = sh[(t + 1) % n]
+
+
+@sim_only
+def test_divergent_syncthreads_raises_and_names_the_threads():
+    x = np.zeros(64, np.float32)
+    with pytest.raises(utils.SimulatorSyncError) as info:
+        early_return_kernel[2, 64](x, 40)
+    msg = str(info.value)
+    assert "block (0, 0, 0)" in msg and "early_return_kernel" in msg
+    assert "threads 0-39 wait at cuda.syncthreads()" in msg
+    assert "threads 40-63 returned without reaching it" in msg
+    # The simulator is usable again after the error.
+    x = np.arange(8, dtype=np.float32)
+    early_return_kernel[1, 8](x, 8)
+    np.testing.assert_array_equal(x, np.roll(np.arange(8, dtype=np.float32), -1))
+
+
+@cuda.jit
+def two_barriers_kernel(x):
+    t = cuda.threadIdx.x
+    if t < 16:
+        cuda.syncthreads()
+    else:
+        cuda.syncthreads()
+    x[t] = t
+
+
+@sim_only
+def test_threads_at_different_barriers_raise():
+    with pytest.raises(utils.SimulatorSyncError, match="different barriers"):
+        two_barriers_kernel[1, 32](np.zeros(32, np.float32))
+
+
+@cuda.jit
+def divergent_shuffle_kernel(x):
+    t = cuda.threadIdx.x
+    if t % 32 < 16:
+        x[t] = cuda.shfl_down_sync(FULL, x[t], 1)  # lanes 16-31 are named but never come
+
+
+@sim_only
+def test_divergent_warp_shuffle_raises():
+    with pytest.raises(utils.SimulatorSyncError) as info:
+        divergent_shuffle_kernel[1, 32](np.zeros(32, np.float32))
+    msg = str(info.value)
+    assert "threads 0-15 wait at cuda.shfl_down_sync(mask=0xffffffff)" in msg
+    assert "threads 16-31 returned" in msg
+
+
+@cuda.jit
+def half_mask_kernel(x, out, mask):
+    t = cuda.threadIdx.x
+    if t < 16:  # the mask names exactly the lanes that take this branch: correct
+        out[t] = cuda.shfl_xor_sync(0x0000FFFF, x[t], 1)
+    if t >= 8:
+        mask[t] = cuda.activemask()
+
+
+@sim_only
+def test_partial_mask_and_activemask():
+    x = np.arange(32, dtype=np.float32)
+    out = np.zeros(32, np.float32)
+    mask = np.zeros(32, np.int64)
+    half_mask_kernel[1, 32](x, out, mask)
+    np.testing.assert_array_equal(out[:16], x[:16][np.arange(16) ^ 1])
+    # Lanes 0-7 have returned when the last lane asks; lane 8 asks before any returned.
+    assert mask[31] == 0xFFFFFF00
+    assert mask[8] == 0xFFFFFFFF
+
+
+@cuda.jit
+def raising_kernel(x):
+    t = cuda.threadIdx.x
+    cuda.syncthreads()
+    if t == 5:
+        x[1000] = 1.0  # out of bounds
+    cuda.syncthreads()
+
+
+@sim_only
+def test_kernel_exception_names_the_thread_and_unwinds_waiting_threads():
+    with pytest.raises(IndexError, match=r"tid=\[5, 0, 0\] ctaid=\[0, 0, 0\]"):
+        raising_kernel[1, 32](np.zeros(32, np.float32))
+    # The waiting threads were unwound: the next launch runs normally.
+    test_syncthreads_count_and_or()
+
+
+@cuda.jit
+def elementwise_kernel(x, out):
+    i = cuda.grid(1)
+    if i < x.size:
+        out[i] = 2 * x[i]
+
+
+@sim_only
+def test_speed_patch_is_applied_and_elementwise_reuses_one_os_thread():
+    from numba.cuda.simulator import kernel
+    from utils import numba_sim
+    assert kernel.BlockManager is numba_sim._BlockManager
+    assert any("scheduler" in p for p in utils.NUMBA_SIM_PATCHES)
+    x = np.arange(4099, dtype=np.float32)
+    out = np.zeros_like(x)
+    before = threading.active_count()
+    elementwise_kernel[(x.size + 255) // 256, 256](x, out)
+    np.testing.assert_array_equal(out, 2 * x)
+    # The stock simulator starts one OS thread per CUDA thread; the patched one runs a
+    # barrier-free kernel on a single reused worker.
+    assert threading.active_count() - before <= 1
+
+
+@cuda.jit
+def barrier_heavy_kernel(out):
+    t = cuda.threadIdx.x
+    for _ in range(8):
+        cuda.syncthreads()
+    out[t] = t
+
+
+@sim_only
+def test_barriers_do_not_leak_os_threads():
+    out = np.zeros(256, np.int32)
+    barrier_heavy_kernel[2, 256](out)  # warms the worker pool up to one block
+    count = threading.active_count()
+    barrier_heavy_kernel[2, 256](out)
+    assert threading.active_count() == count
+    np.testing.assert_array_equal(out, np.arange(256))
+
+
+def test_gpu_leaves_simulator_unpatched():
+    from utils import numba_sim
+    assert numba_sim.is_applied() == utils.SIMULATE
+    assert bool(utils.NUMBA_SIM_PATCHES) == utils.SIMULATE

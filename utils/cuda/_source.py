@@ -1,0 +1,302 @@
+"""Reading and adapting CUDA C++ source text (shared by the GPU and the CPU paths).
+
+* `read_source`: a source string or a path to a ``.cu`` file -> (text, file name).
+* `parse_params`: the parameter list of a ``__global__`` function -> names and C types.
+* `adapt_for_emulator`: the few rewrites the CPU emulator needs (``<<<...>>>`` launches,
+  ``extern __shared__`` arrays, CUDA-only headers and checks). Every rewrite keeps the
+  line count, so compiler messages point at the learner's own lines.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+#: The exercise stub marker: a kernel containing it has not been written yet.
+NOT_SOLVED_MARKER = "NOT_SOLVED_YET"
+
+
+class CudaCompileError(RuntimeError):
+    """A CUDA C++ source did not compile. The message holds the compiler's output, with
+    line numbers in the learner's own source."""
+
+
+def read_source(source, name: str) -> tuple[str, str, Path | None]:
+    """``(text, file name for messages, directory for quoted includes or None)``."""
+    if isinstance(source, Path) or (isinstance(source, str) and "\n" not in source
+                                    and source.strip().endswith((".cu", ".cuh", ".cpp"))):
+        path = Path(source)
+        if not path.exists():
+            raise FileNotFoundError(f"CUDA source file {path} does not exist")
+        return path.read_text(), str(path), path.resolve().parent
+    if not isinstance(source, str):
+        raise TypeError(f"source must be CUDA C++ text or a path to a .cu file, got {type(source).__name__}")
+    base = re.sub(r"\W", "_", name.split("<")[0].strip()) or "kernel"
+    return source, f"{base}.cu", None
+
+
+def strip_comments(text: str) -> str:
+    """The text with comments blanked out (newlines kept, so offsets and lines still match)."""
+    out = []
+    i, n = 0, len(text)
+    while i < n:
+        c = text[i]
+        if c == "/" and i + 1 < n and text[i + 1] == "/":
+            j = text.find("\n", i)
+            j = n if j < 0 else j
+            out.append(" " * (j - i))
+            i = j
+        elif c == "/" and i + 1 < n and text[i + 1] == "*":
+            j = text.find("*/", i + 2)
+            j = n if j < 0 else j + 2
+            out.append("".join(ch if ch == "\n" else " " for ch in text[i:j]))
+            i = j
+        elif c in "\"'":
+            j = i + 1
+            while j < n and text[j] != c:
+                j += 2 if text[j] == "\\" else 1
+            out.append(text[i:j + 1])
+            i = j + 1
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out)
+
+
+def has_marker(text: str) -> bool:
+    return NOT_SOLVED_MARKER in strip_comments(text)
+
+
+# ---------------------------------------------------------------------------------------
+# Parameter lists
+# ---------------------------------------------------------------------------------------
+#: C type name -> one-letter code (the same codes the emulator's C++ side computes).
+TYPE_CODES = {
+    "float": "f", "double": "d",
+    "int": "i", "signed": "i", "signed int": "i", "int32_t": "i",
+    "unsigned": "I", "unsigned int": "I", "uint32_t": "I",
+    "long": "l", "long int": "l", "signed long": "l", "int64_t": "l", "ptrdiff_t": "l",
+    "unsigned long": "L", "unsigned long int": "L", "size_t": "L", "uint64_t": "L",
+    "long long": "q", "long long int": "q", "signed long long": "q",
+    "unsigned long long": "Q", "unsigned long long int": "Q",
+    "short": "h", "int16_t": "h", "unsigned short": "H", "uint16_t": "H",
+    "char": "c", "signed char": "b", "int8_t": "b", "unsigned char": "B", "uint8_t": "B",
+    "bool": "?", "void": "v",
+}
+#: codes -> the C spelling used in messages
+CODE_NAMES = {"f": "float", "d": "double", "i": "int", "I": "unsigned int", "l": "long",
+              "L": "unsigned long", "q": "long long", "Q": "unsigned long long", "h": "short",
+              "H": "unsigned short", "c": "char", "b": "signed char", "B": "unsigned char",
+              "?": "bool", "v": "void"}
+
+
+@dataclass
+class Param:
+    name: str
+    ctype: str          # as written, e.g. "const float* __restrict__"
+    code: str | None    # scalar code, "p<code>" / "pc<code>" for pointers, None if unknown
+
+    @property
+    def is_pointer(self) -> bool:
+        return bool(self.code) and self.code.startswith("p")
+
+    @property
+    def is_const_pointer(self) -> bool:
+        return bool(self.code) and self.code.startswith("pc")
+
+    @property
+    def pointee(self) -> str | None:
+        if not self.is_pointer:
+            return None
+        return self.code[2:] if self.is_const_pointer else self.code[1:]
+
+
+_QUALIFIERS = {"const", "volatile", "__restrict__", "__restrict", "restrict", "struct", "__grid_constant__"}
+
+
+def _type_code(ctype: str, subst: dict[str, str]) -> str | None:
+    t = ctype.replace("*", " * ").replace("&", " & ")
+    words = [w for w in t.split() if w]
+    stars = words.count("*")
+    if "&" in words or stars > 1:
+        return None
+    const = False
+    if stars:
+        k = words.index("*")
+        before, words = words[:k], words[:k]
+        const = "const" in before
+    words = [w for w in words if w not in _QUALIFIERS]
+    base = " ".join(words)
+    base = subst.get(base, base)
+    base = re.sub(r"^(std::|::)", "", base)
+    code = TYPE_CODES.get(base)
+    if stars:
+        if code is None:
+            code = "x"  # a struct or vector type (float4, __half, T): any tensor dtype
+        return ("pc" if const else "p") + code
+    return code
+
+
+def _split_top(text: str, sep: str = ",") -> list[str]:
+    parts, depth, cur = [], 0, []
+    for ch in text:
+        if ch in "(<[{":
+            depth += 1
+        elif ch in ")>]}":
+            depth -= 1
+        if ch == sep and depth == 0:
+            parts.append("".join(cur))
+            cur = []
+        else:
+            cur.append(ch)
+    if "".join(cur).strip():
+        parts.append("".join(cur))
+    return parts
+
+
+def _template_args(name: str) -> list[str]:
+    if "<" not in name:
+        return []
+    inner = name[name.index("<") + 1: name.rindex(">")]
+    return [a.strip() for a in _split_top(inner)]
+
+
+def parse_params(text: str, name: str) -> list[Param] | None:
+    """The parameters of the ``__global__`` function ``name`` (which may carry template
+    arguments, ``"k<float, 256>"``), or None when the source does not spell them out
+    plainly (macros, ...)."""
+    clean = strip_comments(text)
+    base = name.split("<")[0].strip()
+    best = None
+    for m in re.finditer(r"\b" + re.escape(base) + r"\s*\(", clean):
+        start = max(clean.rfind(";", 0, m.start()), clean.rfind("}", 0, m.start()), clean.rfind("#", 0, m.start()))
+        head = clean[start + 1:m.start()]
+        if "__global__" not in head:
+            continue
+        # the parameter list: up to the matching parenthesis
+        depth, j = 0, m.end() - 1
+        while j < len(clean):
+            if clean[j] == "(":
+                depth += 1
+            elif clean[j] == ")":
+                depth -= 1
+                if depth == 0:
+                    break
+            j += 1
+        best = (head, clean[m.end():j])
+        if clean[j + 1:j + 200].lstrip().startswith("{"):
+            break  # prefer the definition
+    if best is None:
+        return None
+    head, plist = best
+    subst: dict[str, str] = {}
+    tm = re.search(r"template\s*<(.*)>", head, re.S)
+    if tm:
+        tparams = [p.strip() for p in _split_top(tm.group(1))]
+        targs = _template_args(name)
+        for k, tp in enumerate(tparams):
+            words = re.sub(r"=.*", "", tp).split()
+            if words and k < len(targs):
+                subst[words[-1]] = targs[k]
+    params = []
+    plist = plist.strip()
+    if plist in ("", "void"):
+        return []
+    for k, raw in enumerate(_split_top(plist)):
+        raw = re.sub(r"=.*$", "", raw.strip(), flags=re.S).strip()
+        raw = re.sub(r"\[\s*\]$", "*", raw)  # float x[] is float* x
+        mm = re.match(r"^(.*?)([A-Za-z_]\w*)\s*$", raw, re.S)
+        if not mm or not mm.group(1).strip():
+            params.append(Param(f"argument {k + 1}", raw, _type_code(raw, subst)))
+            continue
+        ctype, pname = mm.group(1).strip(), mm.group(2)
+        ctype = re.sub(r"\s+", " ", ctype)
+        params.append(Param(pname, ctype, _type_code(ctype, subst)))
+    return params
+
+
+# ---------------------------------------------------------------------------------------
+# Adapting a source for the CPU emulator
+# ---------------------------------------------------------------------------------------
+#: headers that only exist with a CUDA toolkit: their names are provided by cuda_emu.h
+CUDA_ONLY_HEADERS = re.compile(
+    r"^[ \t]*#[ \t]*include[ \t]*[<\"]("
+    r"cuda_runtime(_api)?\.h|cuda\.h|device_launch_parameters\.h|device_functions\.h|"
+    r"cuda_fp16\.h|cuda_bf16\.h|math_constants\.h|"
+    r"c10/cuda/[^>\"]*|ATen/cuda/[^>\"]*|ATen/cuda/CUDAContext\.h|torch/cuda\.h)[>\"][^\n]*$",
+    re.M)
+
+_EXTERN_SHARED = re.compile(
+    r"extern\s+__shared__\s+(?:__align__\s*\([^)]*\)\s*|alignas\s*\([^)]*\)\s*)*"
+    r"([A-Za-z_][\w:<>, ]*?)\s*(?:__align__\s*\([^)]*\)\s*)?([A-Za-z_]\w*)\s*\[\s*\]\s*;")
+
+
+def _rewrite_extern_shared(text: str) -> str:
+    # All `extern __shared__` arrays of a kernel alias the one dynamic buffer sized by the
+    # launch, as on a GPU.
+    return _EXTERN_SHARED.sub(
+        lambda m: f"{m.group(1)}* const {m.group(2)} = ({m.group(1)}*)::emu::dynamic_shared;", text)
+
+
+def _callee_start(text: str, end: int) -> int:
+    """Start of the expression naming the kernel just before ``<<<`` (``ns::k<T>``)."""
+    j = end
+    while j > 0 and text[j - 1].isspace():
+        j -= 1
+    while True:
+        if j > 0 and text[j - 1] == ">":  # template arguments
+            depth = 0
+            while j > 0:
+                j -= 1
+                if text[j] == ">":
+                    depth += 1
+                elif text[j] == "<":
+                    depth -= 1
+                    if depth == 0:
+                        break
+        while j > 0 and (text[j - 1].isalnum() or text[j - 1] == "_"):
+            j -= 1
+        if j > 1 and text[j - 2:j] == "::":
+            j -= 2
+            continue
+        return j
+
+
+def rewrite_launches(text: str) -> str:
+    """``k<<<g, b, smem, stream>>>(args)`` -> ``::emu::make_launch(k, "k", LINE, g, b, smem, stream)(args)``."""
+    out, pos = [], 0
+    while True:
+        i = text.find("<<<", pos)
+        if i < 0:
+            out.append(text[pos:])
+            return "".join(out)
+        j = text.find(">>>", i + 3)
+        if j < 0:
+            raise CudaCompileError("a `<<<` kernel launch has no matching `>>>`")
+        s = _callee_start(text, i)
+        callee = text[s:i].strip()
+        cfg = text[i + 3:j]
+        line = text.count("\n", 0, i) + 1
+        out.append(text[pos:s])
+        quoted = callee.replace('"', "")
+        out.append(f'::emu::make_launch({callee}, "{quoted}", {line}, {cfg})')
+        pos = j + 3
+
+
+def adapt_for_emulator(text: str) -> str:
+    """The rewrites the emulator needs; line numbers are unchanged."""
+    text = CUDA_ONLY_HEADERS.sub("", text)
+    text = _rewrite_extern_shared(text)
+    if "<<<" in text:
+        text = rewrite_launches(text)
+    return text
+
+
+def adapt_torch_host_code(text: str) -> str:
+    """Host code written for CUDA tensors, made to accept the course's CPU tensors: the
+    emulated "device" is the CPU (``x.is_cuda()`` -> ``x.is_cpu()``, ``kCUDA`` -> ``kCPU``)."""
+    text = re.sub(r"\.is_cuda\s*\(\s*\)", ".is_cpu()", text)
+    text = re.sub(r"\bkCUDA\b", "kCPU", text)
+    text = re.sub(r"\.cuda\s*\(\s*\)", ".cpu()", text)
+    text = re.sub(r"\btorch::Device\s*\(\s*\"cuda(:\d+)?\"\s*\)", 'torch::Device("cpu")', text)
+    return text

@@ -1,0 +1,913 @@
+// cuda_emu.h: run CUDA C++ kernels on the CPU.
+//
+// The course compiles a kernel's own source with g++ after this header. Each CUDA thread
+// of a block becomes a fiber (a tiny coroutine with its own stack); the threads of one
+// block take turns on a single OS thread and switch only at barriers (__syncthreads,
+// warp collectives). Blocks run one after the other. So:
+//   * `__shared__` variables can simply be `static`: one block at a time uses them;
+//   * atomics need no locks: nothing else runs between a read and its write;
+//   * a barrier that not every thread reaches is seen at once: nobody is runnable while
+//     someone still waits. The launcher reports it with the waiting threads and lines.
+// See docs/cuda-emulator.md for what this can and cannot show.
+//
+// Kept light on purpose (C headers, no iostream): a cold compile must stay under 2 s.
+#pragma once
+#define COURSE_CUDA_EMULATOR 1
+
+#include <math.h>
+#include <cmath>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <stdint.h>
+#include <stddef.h>
+#include <float.h>
+#include <limits.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <type_traits>
+#include <utility>
+#include <stdexcept>
+#include <sys/mman.h>
+#include <unistd.h>
+#include <time.h>
+#if !defined(__x86_64__)
+#include <ucontext.h>
+#define EMU_UCONTEXT 1
+#endif
+
+// ---------------------------------------------------------------------------------------
+// CUDA keywords. Device code is ordinary C++ here.
+// ---------------------------------------------------------------------------------------
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline __attribute__((always_inline))
+#define __noinline__ __attribute__((noinline))
+#define __shared__ static      // one block runs at a time, so a static IS per-block memory
+#define __constant__
+#define __managed__
+#define __launch_bounds__(...)
+#define __align__(n) alignas(n)
+#define __grid_constant__
+
+#define EMU_API extern "C" __attribute__((visibility("default"), used))
+#define EMU_NS namespace emu __attribute__((visibility("hidden")))
+
+// ---------------------------------------------------------------------------------------
+// Built-in vector types
+// ---------------------------------------------------------------------------------------
+struct uint3 { unsigned x, y, z; };
+struct dim3 {
+    unsigned x, y, z;
+    constexpr dim3(unsigned vx = 1, unsigned vy = 1, unsigned vz = 1) : x(vx), y(vy), z(vz) {}
+    constexpr dim3(uint3 v) : x(v.x), y(v.y), z(v.z) {}
+    constexpr operator uint3() const { return uint3{x, y, z}; }
+};
+struct alignas(8) float2 { float x, y; };
+struct float3 { float x, y, z; };
+struct alignas(16) float4 { float x, y, z, w; };
+struct alignas(8) int2 { int x, y; };
+struct int3 { int x, y, z; };
+struct alignas(16) int4 { int x, y, z, w; };
+struct alignas(8) uint2 { unsigned x, y; };
+struct alignas(16) uint4 { unsigned x, y, z, w; };
+struct alignas(16) double2 { double x, y; };
+static inline float2 make_float2(float x, float y) { return {x, y}; }
+static inline float3 make_float3(float x, float y, float z) { return {x, y, z}; }
+static inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
+static inline int2 make_int2(int x, int y) { return {x, y}; }
+static inline int3 make_int3(int x, int y, int z) { return {x, y, z}; }
+static inline int4 make_int4(int x, int y, int z, int w) { return {x, y, z, w}; }
+static inline uint2 make_uint2(unsigned x, unsigned y) { return {x, y}; }
+static inline uint3 make_uint3(unsigned x, unsigned y, unsigned z) { return {x, y, z}; }
+static inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return {x, y, z, w}; }
+static inline double2 make_double2(double x, double y) { return {x, y}; }
+
+// ---------------------------------------------------------------------------------------
+// Math: what CUDA adds to the C library
+// ---------------------------------------------------------------------------------------
+template <class A, class B>
+static inline typename std::common_type<A, B>::type min(A a, B b) {
+    typedef typename std::common_type<A, B>::type T;
+    return (T)a < (T)b ? (T)a : (T)b;
+}
+template <class A, class B>
+static inline typename std::common_type<A, B>::type max(A a, B b) {
+    typedef typename std::common_type<A, B>::type T;
+    return (T)a > (T)b ? (T)a : (T)b;
+}
+// glibc declares these names itself, so they are macros here.
+#define __expf(x) expf(x)
+#define __logf(x) logf(x)
+#define __log2f(x) log2f(x)
+#define __sinf(x) sinf(x)
+#define __cosf(x) cosf(x)
+#define __tanf(x) tanf(x)
+#define __powf(x, y) powf(x, y)
+#define __exp10f(x) powf(10.0f, x)
+static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
+static inline double rsqrt(double x) { return 1.0 / sqrt(x); }
+static inline float __fdividef(float x, float y) { return x / y; }
+static inline float fdividef(float x, float y) { return x / y; }
+static inline float __frcp_rn(float x) { return 1.0f / x; }
+static inline float __fsqrt_rn(float x) { return sqrtf(x); }
+static inline float __fadd_rn(float a, float b) { return a + b; }
+static inline float __fmul_rn(float a, float b) { return a * b; }
+static inline float __fmaf_rn(float a, float b, float c) { return fmaf(a, b, c); }
+static inline float __saturatef(float x) { return x < 0.f ? 0.f : (x > 1.f ? 1.f : x); }
+static inline float __int_as_float(int i) { float f; memcpy(&f, &i, 4); return f; }
+static inline int __float_as_int(float f) { int i; memcpy(&i, &f, 4); return i; }
+static inline unsigned __float_as_uint(float f) { unsigned i; memcpy(&i, &f, 4); return i; }
+static inline float __uint_as_float(unsigned i) { float f; memcpy(&f, &i, 4); return f; }
+static inline int __float2int_rn(float x) { return (int)nearbyintf(x); }
+static inline int __float2int_rz(float x) { return (int)x; }
+static inline int __popc(unsigned x) { return __builtin_popcount(x); }
+static inline int __popcll(unsigned long long x) { return __builtin_popcountll(x); }
+static inline int __clz(int x) { return x == 0 ? 32 : __builtin_clz((unsigned)x); }
+static inline int __ffs(int x) { return __builtin_ffs(x); }
+static inline unsigned __brev(unsigned x) {
+    unsigned r = 0;
+    for (int i = 0; i < 32; ++i) r |= ((x >> i) & 1u) << (31 - i);
+    return r;
+}
+template <class T> static inline T __ldg(const T* p) { return *p; }
+static inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+static inline void __threadfence_block() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+static inline long long clock64() {
+    struct timespec ts; clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;  // nanoseconds, not GPU cycles
+}
+
+// ---------------------------------------------------------------------------------------
+// Atomics. Threads only switch at barriers, so a plain read-modify-write cannot be
+// interrupted: these are atomic by construction.
+// ---------------------------------------------------------------------------------------
+#define EMU_ATOMIC_RMW(NAME, EXPR)                                                   \
+    template <class T, class U> static inline T NAME(T* addr, U val_) {              \
+        T old = *addr; T val = (T)val_; *addr = (EXPR); return old; }
+EMU_ATOMIC_RMW(atomicAdd, old + val)
+EMU_ATOMIC_RMW(atomicSub, old - val)
+EMU_ATOMIC_RMW(atomicExch, val)
+EMU_ATOMIC_RMW(atomicMax, old > val ? old : val)
+EMU_ATOMIC_RMW(atomicMin, old < val ? old : val)
+EMU_ATOMIC_RMW(atomicAnd, old & val)
+EMU_ATOMIC_RMW(atomicOr, old | val)
+EMU_ATOMIC_RMW(atomicXor, old ^ val)
+#undef EMU_ATOMIC_RMW
+template <class T, class U, class V> static inline T atomicCAS(T* addr, U compare, V val) {
+    T old = *addr;
+    if (old == (T)compare) *addr = (T)val;
+    return old;
+}
+static inline unsigned atomicInc(unsigned* addr, unsigned val) {
+    unsigned old = *addr; *addr = (old >= val) ? 0u : old + 1u; return old;
+}
+static inline unsigned atomicDec(unsigned* addr, unsigned val) {
+    unsigned old = *addr; *addr = (old == 0u || old > val) ? val : old - 1u; return old;
+}
+#define atomicAdd_block atomicAdd
+#define atomicMax_block atomicMax
+#define atomicMin_block atomicMin
+
+// ---------------------------------------------------------------------------------------
+// Host API (what the first examples of the course use). Memory is ordinary host memory.
+// ---------------------------------------------------------------------------------------
+typedef enum cudaError {
+    cudaSuccess = 0,
+    cudaErrorInvalidValue = 1,
+    cudaErrorMemoryAllocation = 2,
+    cudaErrorInvalidConfiguration = 9,
+    cudaErrorLaunchFailure = 719,
+    cudaErrorIllegalAddress = 700,
+    cudaErrorAssert = 710,
+} cudaError_t;
+enum cudaMemcpyKind {
+    cudaMemcpyHostToHost = 0, cudaMemcpyHostToDevice = 1, cudaMemcpyDeviceToHost = 2,
+    cudaMemcpyDeviceToDevice = 3, cudaMemcpyDefault = 4
+};
+typedef struct CUstream_st* cudaStream_t;
+typedef struct CUevent_st* cudaEvent_t;
+
+// ---------------------------------------------------------------------------------------
+// The scheduler
+// ---------------------------------------------------------------------------------------
+struct emu_fault_info {
+    int kind;          // 0 none, 1 barrier/collective deadlock, 2 signal, 3 interrupted, 4 bad launch,
+                       // 5 trap/assert, 6 stack overflow
+    int sig;           // signal number for kind 2
+    int is_write;      // 1 write, 0 read, -1 unknown
+    int thread[3];     // threadIdx of the thread that faulted
+    int block[3];      // blockIdx of its block
+    unsigned long long addr;  // faulting address for kind 2
+    char msg[8192];    // a full sentence for kinds 1, 4, 5
+};
+
+struct emu_launch_params {
+    unsigned grid[3];
+    unsigned block[3];
+    unsigned long long shared_bytes;
+    int schedule;      // 0: threadIdx order, 1: random order between barriers
+    unsigned long long seed;
+};
+
+EMU_NS {
+
+enum { ST_READY = 0, ST_RUNNING, ST_WAIT_BLOCK, ST_WAIT_WARP, ST_DONE };
+enum { OP_SYNCWARP = 0, OP_SHFL, OP_SHFL_UP, OP_SHFL_DOWN, OP_SHFL_XOR, OP_BALLOT, OP_ANY, OP_ALL,
+       OP_NONE };
+static const char* const op_names[] = {
+    "__syncwarp", "__shfl_sync", "__shfl_up_sync", "__shfl_down_sync", "__shfl_xor_sync",
+    "__ballot_sync", "__any_sync", "__all_sync", "?"};
+
+constexpr int kMaxThreads = 1024;
+constexpr size_t kStackSize = 128 * 1024;   // per CUDA thread; local arrays live here
+constexpr size_t kMaxDynamicShared = 48 * 1024;
+
+struct Thread {
+    void* sp;
+    int state;
+    int line;          // source line of the barrier it waits at
+    int op;            // which warp collective it waits in
+    int started;
+    int stack;         // index of its stack in the pool, -1 when none
+    unsigned mask;
+    int arg;           // srcLane / delta / laneMask
+    int width;
+    int pred;          // for __syncthreads_count/and/or
+    unsigned long long value, result;
+    uint3 tid;
+#ifdef EMU_UCONTEXT
+    ucontext_t uc;
+#endif
+};
+
+struct State {
+    // launch
+    void (*thunk)(void*);
+    void* ctx;
+    unsigned nthreads;
+    dim3 bdim;
+    // threads of the running block
+    Thread th[kMaxThreads];
+    int queue[2 * kMaxThreads];
+    unsigned qhead, qtail;
+    int cur;
+    int n_done;
+    int n_wait_block;
+    int block_line;
+    int block_mixed;
+    int bar_result;
+    unsigned warp_arrived[kMaxThreads / 32];
+    // stacks
+    char* stack_pool;
+    int free_stacks[kMaxThreads];
+    int n_free;
+    // the scheduler's own context
+    void* main_sp;
+#ifdef EMU_UCONTEXT
+    ucontext_t main_uc;
+#endif
+    // random schedule
+    int random;
+    unsigned long long rng;
+    // faults
+    int in_launch;
+    sigjmp_buf jmp;
+    emu_fault_info fault;
+};
+inline State S;
+inline int last_error = 0;  // cudaGetLastError
+alignas(64) inline char dynamic_shared[kMaxDynamicShared];
+
+inline uint3 threadIdx, blockIdx;
+inline dim3 blockDim, gridDim;
+
+// -------------------------------- context switch ---------------------------------------
+#ifndef EMU_UCONTEXT
+// Saves the callee-saved registers of x86-64 on the current stack, stores the stack
+// pointer in *from, loads `to` and pops the registers saved there. About 5 ns, against
+// about 150 ns for swapcontext (which also saves the signal mask with a system call).
+extern "C" void emu_switch_ctx(void** from, void* to);
+asm(R"(
+    .text
+    .weak emu_switch_ctx
+    .hidden emu_switch_ctx
+    .type emu_switch_ctx,@function
+emu_switch_ctx:
+    pushq %rbp
+    pushq %rbx
+    pushq %r12
+    pushq %r13
+    pushq %r14
+    pushq %r15
+    movq %rsp, (%rdi)
+    movq %rsi, %rsp
+    popq %r15
+    popq %r14
+    popq %r13
+    popq %r12
+    popq %rbx
+    popq %rbp
+    ret
+    .size emu_switch_ctx, .-emu_switch_ctx
+)");
+#endif
+
+void fiber_entry();
+
+inline char* stack_base(int i) { return S.stack_pool + (size_t)i * (kStackSize + 4096) + 4096; }
+
+inline void ensure_stacks() {
+    if (S.stack_pool) return;
+    size_t total = (size_t)kMaxThreads * (kStackSize + 4096);
+    void* p = mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) { fprintf(stderr, "cuda emulator: cannot reserve thread stacks\n"); abort(); }
+    S.stack_pool = (char*)p;
+    // A guard page below each stack turns a stack overflow into a clear fault.
+    for (int i = 0; i < kMaxThreads; ++i) mprotect(S.stack_pool + (size_t)i * (kStackSize + 4096), 4096, PROT_NONE);
+}
+
+inline void reset_stacks() {
+    S.n_free = kMaxThreads;
+    for (int i = 0; i < kMaxThreads; ++i) S.free_stacks[i] = kMaxThreads - 1 - i;  // pop gives 0 first
+}
+
+inline void switch_to_scheduler() {
+    Thread& t = S.th[S.cur];
+#ifdef EMU_UCONTEXT
+    swapcontext(&t.uc, &S.main_uc);
+#else
+    emu_switch_ctx(&t.sp, S.main_sp);
+#endif
+}
+
+inline unsigned long long rng_next() {
+    unsigned long long x = S.rng;
+    x ^= x >> 12; x ^= x << 25; x ^= x >> 27;
+    S.rng = x;
+    return x * 0x2545F4914F6CDD1DULL;
+}
+
+inline void push_ready(int t) { S.queue[S.qtail++ & (2 * kMaxThreads - 1)] = t; S.th[t].state = ST_READY; }
+
+// Push threads in ascending order, or shuffled in random mode.
+inline void push_many(int* ids, int n) {
+    if (S.random) {
+        for (int i = n - 1; i > 0; --i) {
+            int j = (int)(rng_next() % (unsigned long long)(i + 1));
+            int tmp = ids[i]; ids[i] = ids[j]; ids[j] = tmp;
+        }
+    }
+    for (int i = 0; i < n; ++i) push_ready(ids[i]);
+}
+
+inline void resume(int t) {
+    Thread& T = S.th[t];
+    S.cur = t;
+    threadIdx = T.tid;
+    T.state = ST_RUNNING;
+    if (!T.started) {
+        T.started = 1;
+        T.stack = S.free_stacks[--S.n_free];
+        char* top = stack_base(T.stack) + kStackSize;
+#ifdef EMU_UCONTEXT
+        getcontext(&T.uc);
+        T.uc.uc_stack.ss_sp = stack_base(T.stack);
+        T.uc.uc_stack.ss_size = kStackSize;
+        T.uc.uc_link = nullptr;
+        makecontext(&T.uc, (void (*)())fiber_entry, 0);
+#else
+        void** sp = (void**)top;
+        *--sp = nullptr;                 // fake return address of fiber_entry (alignment)
+        *--sp = (void*)&fiber_entry;     // where the first switch "returns" to
+        for (int i = 0; i < 6; ++i) *--sp = nullptr;  // rbp rbx r12-r15
+        T.sp = sp;
+#endif
+        (void)top;
+    }
+#ifdef EMU_UCONTEXT
+    swapcontext(&S.main_uc, &T.uc);
+#else
+    emu_switch_ctx(&S.main_sp, T.sp);
+#endif
+    if (T.state == ST_DONE) S.free_stacks[S.n_free++] = T.stack;  // its stack can be reused
+}
+
+inline void fiber_entry() {
+    S.thunk(S.ctx);
+    Thread& t = S.th[S.cur];
+    t.state = ST_DONE;
+    S.n_done++;
+    switch_to_scheduler();
+    __builtin_unreachable();
+}
+
+// ------------------------------- fault descriptions ------------------------------------
+inline int appendf(char* buf, int pos, int cap, const char* fmt, ...) __attribute__((format(printf, 4, 5)));
+inline int appendf(char* buf, int pos, int cap, const char* fmt, ...) {
+    if (pos >= cap - 1) return pos;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(buf + pos, (size_t)(cap - pos), fmt, ap);
+    va_end(ap);
+    if (n < 0) return pos;
+    return pos + n < cap ? pos + n : cap - 1;
+}
+
+inline int describe_thread_range(char* buf, int pos, int cap, int a, int b) {
+    if (S.bdim.y == 1 && S.bdim.z == 1) {
+        if (a == b) return appendf(buf, pos, cap, "thread %d", a);
+        return appendf(buf, pos, cap, "threads %d-%d", a, b);
+    }
+    uint3 ta = S.th[a].tid, tb = S.th[b].tid;
+    if (a == b) return appendf(buf, pos, cap, "thread (%u,%u,%u)", ta.x, ta.y, ta.z);
+    return appendf(buf, pos, cap, "threads (%u,%u,%u)-(%u,%u,%u)", ta.x, ta.y, ta.z, tb.x, tb.y, tb.z);
+}
+
+// What every thread of the block is doing, grouped into runs of consecutive threads.
+inline int describe_block(char* buf, int pos, int cap) {
+    int n = (int)S.nthreads;
+    int start = 0, groups = 0;
+    for (int i = 1; i <= n; ++i) {
+        bool same = false;
+        if (i < n) {
+            const Thread &p = S.th[i - 1], &q = S.th[i];
+            same = p.state == q.state &&
+                   (p.state == ST_DONE || (p.line == q.line && p.op == q.op)) &&
+                   (p.state != ST_WAIT_WARP || (i % 32 != 0));
+        }
+        if (same) continue;
+        if (groups++ > 40) { pos = appendf(buf, pos, cap, "\n  ..."); break; }
+        const Thread& p = S.th[start];
+        pos = appendf(buf, pos, cap, "\n  ");
+        pos = describe_thread_range(buf, pos, cap, start, i - 1);
+        if (p.state == ST_DONE) pos = appendf(buf, pos, cap, ": already returned");
+        else if (p.state == ST_WAIT_BLOCK) pos = appendf(buf, pos, cap, ": wait at __syncthreads() on line %d", p.line);
+        else if (p.state == ST_WAIT_WARP)
+            pos = appendf(buf, pos, cap, ": wait at %s(mask=0x%08x) on line %d (warp %d)", op_names[p.op], p.mask, p.line, start / 32);
+        else pos = appendf(buf, pos, cap, ": running");
+        start = i;
+    }
+    return pos;
+}
+
+[[noreturn]] inline void fault_deadlock(const char* why) {
+    emu_fault_info& f = S.fault;
+    f.kind = 1;
+    f.block[0] = (int)blockIdx.x; f.block[1] = (int)blockIdx.y; f.block[2] = (int)blockIdx.z;
+    int pos = appendf(f.msg, 0, sizeof f.msg, "%s in block (%u,%u,%u):", why, blockIdx.x, blockIdx.y, blockIdx.z);
+    pos = describe_block(f.msg, pos, sizeof f.msg);
+    siglongjmp(S.jmp, 1);
+}
+
+[[noreturn]] inline void fault_trap(const char* fmt, ...) {
+    emu_fault_info& f = S.fault;
+    f.kind = 5;
+    f.thread[0] = (int)threadIdx.x; f.thread[1] = (int)threadIdx.y; f.thread[2] = (int)threadIdx.z;
+    f.block[0] = (int)blockIdx.x; f.block[1] = (int)blockIdx.y; f.block[2] = (int)blockIdx.z;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(f.msg, sizeof f.msg, fmt, ap);
+    va_end(ap);
+    siglongjmp(S.jmp, 1);
+}
+
+// ---------------------------------- barriers -------------------------------------------
+inline int syncthreads_impl(int line, int pred) {
+    Thread& me = S.th[S.cur];
+    me.state = ST_WAIT_BLOCK;
+    me.line = line;
+    me.op = OP_NONE;
+    me.pred = pred;
+    if (S.n_wait_block++ == 0) S.block_line = line;
+    else if (line != S.block_line) S.block_mixed = 1;
+    switch_to_scheduler();
+    return S.bar_result;
+}
+
+inline unsigned long long warp_collective(int op, unsigned mask, unsigned long long value, int arg, int width, int line) {
+    int cur = S.cur;
+    Thread& me = S.th[cur];
+    int lane = cur & 31, warp = cur >> 5, base = warp << 5;
+    int nlanes = (int)S.nthreads - base; if (nlanes > 32) nlanes = 32;
+    unsigned exist = nlanes == 32 ? 0xffffffffu : ((1u << nlanes) - 1u);
+    if (!(mask & (1u << lane)))
+        fault_trap("%s on line %d: lane %d calls it with mask 0x%08x, which does not include the lane itself",
+                   op_names[op], line, lane, mask);
+    if (width <= 0 || width > 32 || (width & (width - 1)))
+        fault_trap("%s on line %d: width must be a power of two between 1 and 32, got %d", op_names[op], line, width);
+    me.state = ST_WAIT_WARP; me.op = op; me.mask = mask; me.value = value; me.arg = arg; me.width = width; me.line = line;
+    unsigned need = mask & exist;
+    unsigned& arrived = S.warp_arrived[warp];
+    arrived |= 1u << lane;
+    if ((arrived & need) != need) { switch_to_scheduler(); return me.result; }
+    // Every lane named in the mask is here: exchange the values.
+    for (unsigned m = need; m; m &= m - 1) {
+        int l = __builtin_ctz(m);
+        const Thread& t = S.th[base + l];
+        if (t.op != op || t.mask != mask)
+            fault_trap("warp %d on line %d: lanes named in mask 0x%08x disagree (lane %d is in %s(mask=0x%08x) on line %d, lane %d in %s(mask=0x%08x) on line %d)",
+                       warp, line, mask, lane, op_names[op], mask, line, l, op_names[t.op], t.mask, t.line);
+    }
+    unsigned ballot = 0;
+    if (op == OP_BALLOT || op == OP_ANY || op == OP_ALL)
+        for (unsigned m = need; m; m &= m - 1) { int l = __builtin_ctz(m); if (S.th[base + l].value) ballot |= 1u << l; }
+    for (unsigned m = need; m; m &= m - 1) {
+        int l = __builtin_ctz(m);
+        Thread& t = S.th[base + l];
+        int w = t.width, seg = l & ~(w - 1), src = l;
+        switch (op) {
+            case OP_SHFL: src = seg + (t.arg & (w - 1)); break;
+            case OP_SHFL_UP: src = (l - seg) >= t.arg ? l - t.arg : l; break;
+            case OP_SHFL_DOWN: src = (l - seg) + t.arg < w ? l + t.arg : l; break;
+            case OP_SHFL_XOR: src = l ^ t.arg; if (src >= seg + w || src < 0 || src >= 32) src = l; break;
+            default: break;
+        }
+        if (op == OP_BALLOT) t.result = ballot;
+        else if (op == OP_ANY) t.result = ballot != 0;
+        else if (op == OP_ALL) t.result = ballot == need;
+        else if (op == OP_SYNCWARP) t.result = 0;
+        else t.result = ((need >> src) & 1u) ? S.th[base + src].value : t.value;  // an absent source: own value
+    }
+    arrived &= ~need;
+    for (unsigned m = need; m; m &= m - 1) {
+        int l = __builtin_ctz(m);
+        if (base + l != cur) push_ready(base + l);
+    }
+    me.state = ST_RUNNING;
+    return me.result;
+}
+
+template <class T> inline unsigned long long to_bits(T v) {
+    static_assert(sizeof(T) <= 8, "warp shuffles move at most 8 bytes");
+    unsigned long long b = 0; memcpy(&b, &v, sizeof(T)); return b;
+}
+template <class T> inline T from_bits(unsigned long long b) { T v; memcpy(&v, &b, sizeof(T)); return v; }
+
+// ---------------------------------- one block ------------------------------------------
+inline void run_block() {
+    int n = (int)S.nthreads;
+    S.n_done = 0; S.n_wait_block = 0; S.block_mixed = 0; S.qhead = S.qtail = 0;
+    for (int w = 0; w < (n + 31) / 32; ++w) S.warp_arrived[w] = 0;
+    static int ids[kMaxThreads];
+    for (int t = 0; t < n; ++t) { S.th[t].started = 0; S.th[t].stack = -1; S.th[t].op = OP_NONE; S.th[t].line = 0; ids[t] = t; }
+    push_many(ids, n);
+    for (;;) {
+        while (S.qhead != S.qtail) resume(S.queue[S.qhead++ & (2 * kMaxThreads - 1)]);
+        if (S.n_done == n) return;
+        // Nobody can run. Either every live thread waits at the same __syncthreads, or
+        // the block is stuck.
+        int live = n - S.n_done;
+        if (S.n_wait_block == live && S.n_done == 0 && !S.block_mixed) {
+            int k = 0, count = 0;
+            for (int t = 0; t < n; ++t) { ids[k++] = t; count += S.th[t].pred != 0; }
+            S.bar_result = count;
+            S.n_wait_block = 0;
+            push_many(ids, k);
+            continue;
+        }
+        if (S.n_wait_block == live && S.n_done > 0)
+            fault_deadlock("__syncthreads() that some threads never reach (they returned before it)");
+        if (S.n_wait_block == live)
+            fault_deadlock("threads wait at different __syncthreads() calls");
+        if (S.n_wait_block > 0)
+            fault_deadlock("__syncthreads() and a warp collective wait for each other");
+        fault_deadlock("a warp collective that some lanes named in its mask never reach");
+    }
+}
+
+// ---------------------------------- signals --------------------------------------------
+inline struct sigaction old_actions[32];
+inline const int fault_signals[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGINT};
+alignas(16) inline char alt_stack[64 * 1024];
+
+inline void on_signal(int sig, siginfo_t* si, void* uctx) {
+    if (!S.in_launch) {  // not ours: hand it to whoever had it before
+        struct sigaction& o = old_actions[sig];
+        if (o.sa_flags & SA_SIGINFO) { if (o.sa_sigaction) o.sa_sigaction(sig, si, uctx); return; }
+        if (o.sa_handler == SIG_IGN) return;
+        if (o.sa_handler == SIG_DFL) { signal(sig, SIG_DFL); raise(sig); return; }
+        o.sa_handler(sig);
+        return;
+    }
+    emu_fault_info& f = S.fault;
+    f.kind = sig == SIGINT ? 3 : 2;
+    f.sig = sig;
+    f.addr = (unsigned long long)(uintptr_t)si->si_addr;
+    f.is_write = -1;
+#if defined(__x86_64__) && defined(REG_ERR)
+    if (sig == SIGSEGV && uctx) f.is_write = (int)((((ucontext_t*)uctx)->uc_mcontext.gregs[REG_ERR] >> 1) & 1);
+#endif
+    f.thread[0] = (int)threadIdx.x; f.thread[1] = (int)threadIdx.y; f.thread[2] = (int)threadIdx.z;
+    f.block[0] = (int)blockIdx.x; f.block[1] = (int)blockIdx.y; f.block[2] = (int)blockIdx.z;
+    char* a = (char*)si->si_addr;
+    if ((sig == SIGSEGV || sig == SIGBUS) && S.stack_pool && a >= S.stack_pool &&
+        a < S.stack_pool + (size_t)kMaxThreads * (kStackSize + 4096)) {
+        f.kind = 6;  // it hit the guard page below a thread's stack
+        snprintf(f.msg, sizeof f.msg, "each emulated thread has a %zu KiB stack", kStackSize / 1024);
+    }
+    siglongjmp(S.jmp, 1);
+}
+
+struct SignalGuard {
+    stack_t old_ss;
+    SignalGuard() {
+        stack_t ss;
+        ss.ss_sp = alt_stack; ss.ss_size = sizeof alt_stack; ss.ss_flags = 0;
+        sigaltstack(&ss, &old_ss);  // a fault on a fiber's stack must not need that stack
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_sigaction = on_signal;
+        sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_NODEFER;
+        sigemptyset(&sa.sa_mask);
+        for (int s : fault_signals) sigaction(s, &sa, &old_actions[s]);
+    }
+    ~SignalGuard() {
+        for (int s : fault_signals) sigaction(s, &old_actions[s], nullptr);
+        sigaltstack(&old_ss, nullptr);
+    }
+};
+
+// ---------------------------------- launch ---------------------------------------------
+// Returns 0, or the kind of fault (details in S.fault).
+inline int launch(const emu_launch_params& p, void (*thunk)(void*), void* ctx) {
+    memset(&S.fault, 0, sizeof S.fault);
+    unsigned nthreads = p.block[0] * p.block[1] * p.block[2];
+    if (nthreads == 0 || nthreads > (unsigned)kMaxThreads || p.block[2] > 64 || p.grid[1] > 65535 || p.grid[2] > 65535) {
+        S.fault.kind = 4;
+        snprintf(S.fault.msg, sizeof S.fault.msg,
+                 "invalid launch configuration: block (%u,%u,%u) grid (%u,%u,%u); a block has at most 1024 threads "
+                 "(blockDim.z <= 64) and gridDim.y, gridDim.z are at most 65535",
+                 p.block[0], p.block[1], p.block[2], p.grid[0], p.grid[1], p.grid[2]);
+        return 4;
+    }
+    if (p.shared_bytes > kMaxDynamicShared) {
+        S.fault.kind = 4;
+        snprintf(S.fault.msg, sizeof S.fault.msg, "dynamic shared memory of %llu bytes requested; at most %zu bytes per block",
+                 p.shared_bytes, kMaxDynamicShared);
+        return 4;
+    }
+    if ((unsigned long long)p.grid[0] * p.grid[1] * p.grid[2] == 0) return 0;  // nothing to run
+    ensure_stacks();
+    reset_stacks();
+    S.thunk = thunk; S.ctx = ctx;
+    S.nthreads = nthreads;
+    blockDim = dim3(p.block[0], p.block[1], p.block[2]);
+    gridDim = dim3(p.grid[0], p.grid[1], p.grid[2]);
+    S.bdim = blockDim;
+    for (unsigned t = 0; t < nthreads; ++t)
+        S.th[t].tid = uint3{t % p.block[0], (t / p.block[0]) % p.block[1], t / (p.block[0] * p.block[1])};
+    S.random = p.schedule == 1;
+    S.rng = p.seed * 0x9E3779B97F4A7C15ULL + 0x1234567ULL;
+    if (S.rng == 0) S.rng = 1;
+    // Dynamic shared memory is uninitialised on a GPU: poison it so a kernel that reads
+    // before it writes gets NaNs rather than a lucky zero.
+    memset(dynamic_shared, 0xff, p.shared_bytes);
+    SignalGuard guard;
+    S.in_launch = 1;
+    if (sigsetjmp(S.jmp, 1) != 0) {
+        S.in_launch = 0;
+        return S.fault.kind;
+    }
+    unsigned long long nblocks = (unsigned long long)p.grid[0] * p.grid[1] * p.grid[2];
+    static unsigned long long* order = nullptr;  // freed here, also after a fault
+    free(order);
+    order = nullptr;
+    for (unsigned long long b = 0; b < nblocks; ++b) {
+        unsigned long long lb = b;
+        if (S.random) {  // blocks run in any order on a GPU too
+            if (!order) {
+                order = (unsigned long long*)malloc(sizeof(unsigned long long) * nblocks);
+                for (unsigned long long i = 0; i < nblocks; ++i) order[i] = i;
+                for (unsigned long long i = nblocks - 1; i > 0; --i) {
+                    unsigned long long j = rng_next() % (i + 1), tmp = order[i];
+                    order[i] = order[j]; order[j] = tmp;
+                }
+            }
+            lb = order[b];
+        }
+        blockIdx = uint3{(unsigned)(lb % p.grid[0]), (unsigned)((lb / p.grid[0]) % p.grid[1]),
+                         (unsigned)(lb / ((unsigned long long)p.grid[0] * p.grid[1]))};
+        run_block();
+    }
+    S.in_launch = 0;
+    return 0;
+}
+
+// --------------------------- kernels called from Python --------------------------------
+template <class T> struct tcode { static const char* get() { return nullptr; } };
+#define EMU_TCODE(T, C) template <> struct tcode<T> { static const char* get() { return C; } };
+EMU_TCODE(float, "f") EMU_TCODE(double, "d") EMU_TCODE(int, "i") EMU_TCODE(unsigned, "I")
+EMU_TCODE(long, "l") EMU_TCODE(unsigned long, "L") EMU_TCODE(long long, "q") EMU_TCODE(unsigned long long, "Q")
+EMU_TCODE(short, "h") EMU_TCODE(unsigned short, "H") EMU_TCODE(char, "c") EMU_TCODE(signed char, "b")
+EMU_TCODE(unsigned char, "B") EMU_TCODE(bool, "?") EMU_TCODE(void, "v")
+#undef EMU_TCODE
+
+template <class P> inline int append_code(char* buf, int pos) {
+    typedef typename std::remove_cv<P>::type Q;
+    if (std::is_pointer<Q>::value) {
+        typedef typename std::remove_pointer<Q>::type E;
+        pos += sprintf(buf + pos, std::is_const<E>::value ? "pc" : "p");
+        typedef typename std::remove_cv<E>::type EE;
+        const char* c = tcode<EE>::get();
+        if (c) pos += sprintf(buf + pos, "%s", c);
+        else if (std::is_pointer<EE>::value) pos += sprintf(buf + pos, "*");
+        else pos += sprintf(buf + pos, "x%zu", sizeof(typename std::conditional<std::is_void<EE>::value, char, EE>::type));
+    } else {
+        const char* c = tcode<Q>::get();
+        if (c) pos += sprintf(buf + pos, "%s", c);
+        else pos += sprintf(buf + pos, "x%zu", sizeof(Q));
+    }
+    buf[pos++] = ',';
+    buf[pos] = 0;
+    return pos;
+}
+
+template <class... P> inline const char* signature(void (*)(P...)) {
+    static char buf[1024];
+    int pos = 0;
+    buf[0] = 0;
+    int dummy[] = {0, (pos = append_code<P>(buf, pos), 0)...};
+    (void)dummy;
+    if (pos > 0) buf[pos - 1] = 0;
+    return buf;
+}
+
+template <class... P> struct ArgCall {
+    void (*k)(P...);
+    void** args;
+    template <size_t... I> void call(std::index_sequence<I...>) {
+        k(*(typename std::remove_cv<typename std::remove_reference<P>::type>::type*)args[I]...);
+    }
+    static void thunk(void* self) { ((ArgCall*)self)->call(std::index_sequence_for<P...>{}); }
+};
+
+template <class... P> inline int launch_from_python(void (*k)(P...), const emu_launch_params* p, void** args) {
+    ArgCall<P...> c{k, args};
+    return launch(*p, &ArgCall<P...>::thunk, &c);
+}
+
+// ---------------------------- kernels launched from C++ --------------------------------
+// `kernel<<<grid, block, shared, stream>>>(args)` is rewritten by the course's adapter
+// into `::emu::make_launch(kernel, "kernel", __LINE__, grid, block, shared, stream)(args)`.
+inline int schedule_mode = 0;
+inline unsigned long long schedule_seed = 0;
+
+inline void describe_fault_for_host(const char* name, int line) {
+    emu_fault_info& f = S.fault;
+    if (f.kind == 2 || f.kind == 3) {
+        const char* what = f.sig == SIGSEGV ? "invalid memory access" : f.sig == SIGBUS ? "misaligned or invalid memory access"
+                         : f.sig == SIGFPE ? "arithmetic error (integer division by zero?)" : f.sig == SIGINT ? "interrupted"
+                         : f.sig == SIGABRT ? "abort() or failed assert()" : "illegal instruction";
+        char tmp[512];
+        snprintf(tmp, sizeof tmp, "%s at address 0x%llx in thread (%d,%d,%d) of block (%d,%d,%d)", what, f.addr,
+                 f.thread[0], f.thread[1], f.thread[2], f.block[0], f.block[1], f.block[2]);
+        snprintf(f.msg, sizeof f.msg, "%s", tmp);
+    }
+    char tmp[8192];
+    snprintf(tmp, sizeof tmp, "kernel %s (launched on line %d) failed: %s", name, line, f.msg);
+    memcpy(f.msg, tmp, sizeof f.msg);
+}
+
+template <class... P> struct Launch {
+    void (*k)(P...);
+    const char* name;
+    int line;
+    emu_launch_params p;
+    template <class... A> void operator()(A... a) {
+        static_assert(sizeof...(A) == sizeof...(P), "wrong number of arguments in a kernel launch");
+        auto body = [this, a...]() { k(a...); };
+        typedef decltype(body) F;
+        p.schedule = schedule_mode;
+        p.seed = schedule_seed++;
+        int rc = launch(p, [](void* c) { (*(F*)c)(); }, &body);
+        if (rc) {
+            describe_fault_for_host(name, line);
+            last_error = rc == 4 ? cudaErrorInvalidConfiguration : rc == 5 ? cudaErrorAssert : cudaErrorLaunchFailure;
+            // A fault must not pass silently even where the host code never checks.
+            throw std::runtime_error(S.fault.msg);
+        }
+    }
+};
+
+template <class... P>
+inline Launch<P...> make_launch(void (*k)(P...), const char* name, int line, dim3 g, dim3 b, size_t smem = 0, cudaStream_t = nullptr) {
+    Launch<P...> l{k, name, line, {}};
+    l.p.grid[0] = g.x; l.p.grid[1] = g.y; l.p.grid[2] = g.z;
+    l.p.block[0] = b.x; l.p.block[1] = b.y; l.p.block[2] = b.z;
+    l.p.shared_bytes = smem;
+    return l;
+}
+
+inline const char* error_string(int e) {
+    switch (e) {
+        case cudaSuccess: return "no error";
+        case cudaErrorInvalidValue: return "invalid argument";
+        case cudaErrorMemoryAllocation: return "out of memory";
+        case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+        case cudaErrorAssert: return "device-side assert triggered";
+        case cudaErrorIllegalAddress: return "an illegal memory access was encountered";
+        default: return S.fault.msg[0] ? S.fault.msg : "unspecified launch failure";
+    }
+}
+
+inline void launch_check(const char* file, int line) {
+    if (last_error) {
+        int e = last_error;
+        last_error = 0;
+        char buf[9000];
+        snprintf(buf, sizeof buf, "CUDA error: %s (checked at %s:%d)", error_string(e), file, line);
+        throw std::runtime_error(buf);
+    }
+}
+
+}  // namespace emu
+
+using emu::threadIdx;
+using emu::blockIdx;
+using emu::blockDim;
+using emu::gridDim;
+static constexpr int warpSize = 32;
+
+// ---------------------------------------------------------------------------------------
+// Barriers and warp collectives (the line is recorded for fault messages)
+// ---------------------------------------------------------------------------------------
+#define __syncthreads() ((void)::emu::syncthreads_impl(__LINE__, 0))
+#define __syncthreads_count(p) ::emu::syncthreads_impl(__LINE__, (p) ? 1 : 0)
+#define __syncthreads_and(p) (::emu::syncthreads_impl(__LINE__, (p) ? 1 : 0) == (int)(blockDim.x * blockDim.y * blockDim.z))
+#define __syncthreads_or(p) (::emu::syncthreads_impl(__LINE__, (p) ? 1 : 0) != 0)
+#define __syncwarp(...) ((void)::emu::warp_collective(::emu::OP_SYNCWARP, ::emu::syncwarp_mask(__VA_ARGS__), 0, 0, 32, __LINE__))
+#define __shfl_sync(m, v, ...) ::emu::shfl(::emu::OP_SHFL, m, v, __LINE__, __VA_ARGS__)
+#define __shfl_up_sync(m, v, ...) ::emu::shfl(::emu::OP_SHFL_UP, m, v, __LINE__, __VA_ARGS__)
+#define __shfl_down_sync(m, v, ...) ::emu::shfl(::emu::OP_SHFL_DOWN, m, v, __LINE__, __VA_ARGS__)
+#define __shfl_xor_sync(m, v, ...) ::emu::shfl(::emu::OP_SHFL_XOR, m, v, __LINE__, __VA_ARGS__)
+#define __ballot_sync(m, p) ((unsigned)::emu::warp_collective(::emu::OP_BALLOT, m, (p) ? 1 : 0, 0, 32, __LINE__))
+#define __any_sync(m, p) ((int)::emu::warp_collective(::emu::OP_ANY, m, (p) ? 1 : 0, 0, 32, __LINE__))
+#define __all_sync(m, p) ((int)::emu::warp_collective(::emu::OP_ALL, m, (p) ? 1 : 0, 0, 32, __LINE__))
+#define __trap() ::emu::fault_trap("__trap() called")
+
+EMU_NS {
+inline unsigned syncwarp_mask() { return 0xffffffffu; }
+inline unsigned syncwarp_mask(unsigned m) { return m; }
+template <class T> inline T shfl(int op, unsigned mask, T v, int line, int arg, int width = 32) {
+    return from_bits<T>(warp_collective(op, mask, to_bits(v), arg, width, line));
+}
+inline unsigned __activemask_impl() {
+    int base = S.cur & ~31; unsigned m = 0;
+    for (int l = 0; l < 32 && base + l < (int)S.nthreads; ++l) if (S.th[base + l].state != ST_DONE) m |= 1u << l;
+    return m;
+}
+}  // namespace emu
+#define __activemask() ::emu::__activemask_impl()
+static inline unsigned __lanemask_lt() { return (1u << (threadIdx.x & 31)) - 1u; }
+
+// Kernel asserts become a fault naming the condition, the line and the thread.
+#undef assert
+#define assert(e) ((e) ? (void)0 : ::emu::fault_trap("assert(%s) failed on line %d in thread (%u,%u,%u) of block (%u,%u,%u)", \
+    #e, __LINE__, threadIdx.x, threadIdx.y, threadIdx.z, blockIdx.x, blockIdx.y, blockIdx.z))
+
+// ---------------------------------------------------------------------------------------
+// Host API
+// ---------------------------------------------------------------------------------------
+static inline cudaError_t cudaMalloc(void** p, size_t n) {
+    *p = aligned_alloc(256, (n + 255) / 256 * 256 + 256);
+    return *p ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+template <class T> static inline cudaError_t cudaMalloc(T** p, size_t n) { return cudaMalloc((void**)p, n); }
+static inline cudaError_t cudaMallocManaged(void** p, size_t n, unsigned = 0) { return cudaMalloc(p, n); }
+template <class T> static inline cudaError_t cudaMallocManaged(T** p, size_t n, unsigned = 0) { return cudaMalloc((void**)p, n); }
+static inline cudaError_t cudaMallocHost(void** p, size_t n) { return cudaMalloc(p, n); }
+template <class T> static inline cudaError_t cudaMallocHost(T** p, size_t n) { return cudaMalloc((void**)p, n); }
+static inline cudaError_t cudaFree(void* p) { free(p); return cudaSuccess; }
+static inline cudaError_t cudaFreeHost(void* p) { free(p); return cudaSuccess; }
+static inline cudaError_t cudaMemcpy(void* d, const void* s, size_t n, cudaMemcpyKind) { memmove(d, s, n); return cudaSuccess; }
+static inline cudaError_t cudaMemcpyAsync(void* d, const void* s, size_t n, cudaMemcpyKind, cudaStream_t = nullptr) { memmove(d, s, n); return cudaSuccess; }
+static inline cudaError_t cudaMemset(void* d, int v, size_t n) { memset(d, v, n); return cudaSuccess; }
+static inline cudaError_t cudaDeviceSynchronize() { return (cudaError_t)emu::last_error; }
+static inline cudaError_t cudaStreamSynchronize(cudaStream_t) { return (cudaError_t)emu::last_error; }
+static inline cudaError_t cudaGetLastError() { int e = emu::last_error; emu::last_error = 0; return (cudaError_t)e; }
+static inline cudaError_t cudaPeekAtLastError() { return (cudaError_t)emu::last_error; }
+static inline const char* cudaGetErrorString(cudaError_t e) { return emu::error_string((int)e); }
+static inline const char* cudaGetErrorName(cudaError_t e) { return e == cudaSuccess ? "cudaSuccess" : "cudaErrorLaunchFailure"; }
+
+// What torch extensions call around a launch. The adapter removes the CUDA-only includes
+// (c10/cuda/..., ATen/cuda/...), so the names they would declare are provided here.
+#define C10_CUDA_KERNEL_LAUNCH_CHECK() ::emu::launch_check(__FILE__, __LINE__)
+#define C10_CUDA_CHECK(e) do { cudaError_t emu_e_ = (e); if (emu_e_ != cudaSuccess) { ::emu::last_error = emu_e_; ::emu::launch_check(__FILE__, __LINE__); } } while (0)
+#define AT_CUDA_CHECK(e) C10_CUDA_CHECK(e)
+namespace at { namespace cuda {
+static inline cudaStream_t getCurrentCUDAStream(int = -1) { return nullptr; }
+static inline cudaStream_t getDefaultCUDAStream(int = -1) { return nullptr; }
+} }
+namespace c10 { namespace cuda {
+static inline cudaStream_t getCurrentCUDAStream(int = -1) { return nullptr; }
+} }
+
+// ---------------------------------------------------------------------------------------
+// What the Python side calls (through ctypes) in every compiled kernel library
+// ---------------------------------------------------------------------------------------
+EMU_API inline const emu_fault_info* emu_fault() { return &emu::S.fault; }
+EMU_API inline void emu_set_schedule(int mode, unsigned long long seed) { emu::schedule_mode = mode; emu::schedule_seed = seed; }
+EMU_API inline int emu_abi_version() { return 1; }
