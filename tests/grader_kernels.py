@@ -572,6 +572,16 @@ __global__ void relu_float4_kernel(const float* __restrict__ x, float* __restric
     if (i < 4 && t < n) y[t] = fmaxf(x[t], 0.f);
 }
 
+__global__ void relu_float4_no_tail_kernel(const float* __restrict__ x, float* __restrict__ y, int n) {
+    // wrong: the n % 4 elements after the last full float4 are never handled
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n / 4) {
+        float4 v = reinterpret_cast<const float4*>(x)[i];
+        v.x = fmaxf(v.x, 0.f); v.y = fmaxf(v.y, 0.f); v.z = fmaxf(v.z, 0.f); v.w = fmaxf(v.w, 0.f);
+        reinterpret_cast<float4*>(y)[i] = v;
+    }
+}
+
 __global__ void relu_nocheck_kernel(const float* x, float* y, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     y[i] = fmaxf(x[i], 0.f);          // no bounds check
@@ -634,6 +644,13 @@ def cu_relu_float4_ok(x):
     threads = 128
     blocks = max(1, (n // 4 + threads - 1) // threads)
     _cu("relu_float4_kernel")[blocks, threads](x, y, n)
+    return y
+
+
+def cu_relu_float4_no_tail(x):
+    y = torch.empty_like(x)
+    n = x.numel()
+    _cu("relu_float4_no_tail_kernel")[max(1, (n // 4 + 127) // 128), 128](x, y, n)
     return y
 
 

@@ -308,6 +308,12 @@ def test_cuda_tree_sum_accepted(capsys):
 
 
 @needs_cuda_kernel
+def test_cuda_float4_without_scalar_tail():
+    rejects(utils.check_relu, K.cu_relu_float4_no_tail, r"element 1024 was never written",
+            r"only the last elements are missing")
+
+
+@needs_cuda_kernel
 def test_cuda_missing_bounds_check():
     rejects(utils.check_relu, K.cu_relu_nocheck, r"idx < n|past the end|outside")
 

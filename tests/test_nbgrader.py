@@ -36,8 +36,15 @@ c.ExecutePreprocessor.timeout = 300
 """
 
 
+def _env_path() -> str:
+    # nbgrader runs the `alembic` script of its environment: put that environment's bin/ first,
+    # as activating it would
+    return os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+
+
 def _nbgrader(course: Path, *args: str) -> subprocess.CompletedProcess:
     env = dict(os.environ)
+    env["PATH"] = _env_path()
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     proc = subprocess.run([sys.executable, "-m", "nbgrader", *args], cwd=course, env=env,
                           capture_output=True, text=True, timeout=900)
@@ -47,8 +54,9 @@ def _nbgrader(course: Path, *args: str) -> subprocess.CompletedProcess:
 
 @pytest.mark.timeout(900)
 @pytest.mark.skipif(not SOLUTION.exists(), reason="solutions/01_threads_blocks_grids.ipynb is not there yet")
-def test_generate_assignment_and_autograde(tmp_path):
+def test_generate_assignment_and_autograde(tmp_path, monkeypatch):
     pytest.importorskip("nbgrader")
+    monkeypatch.setenv("PATH", _env_path())  # the Gradebook below checks its database with alembic too
     from nbgrader.api import Gradebook
 
     course = tmp_path / "course"
@@ -75,6 +83,7 @@ def test_generate_assignment_and_autograde(tmp_path):
         alice = gb.find_submission(ASSIGNMENT, "alice")
         bob = gb.find_submission(ASSIGNMENT, "bob")
         assert alice.max_score > 0, "solution 01 has no graded check cells"
+        print(f"alice (the solution): {alice.score} of {alice.max_score}; bob (the release): {bob.score}")
         assert alice.score == alice.max_score, f"the solution scored {alice.score} of {alice.max_score}"
         assert bob.max_score == alice.max_score
         assert bob.score == 0, f"the unfilled release scored {bob.score} of {bob.max_score}"

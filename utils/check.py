@@ -62,12 +62,19 @@ def mismatch_mask(actual, expected, *, atol: float, rtol: float) -> torch.Tensor
     """
     a, e = _as64(actual), _as64(expected)
     a, e = torch.broadcast_tensors(a, e)
-    both_nan = torch.isnan(a) & torch.isnan(e)
-    same_inf = torch.isinf(a) & torch.isinf(e) & (a == e)
-    finite = torch.isfinite(a) & torch.isfinite(e)
-    ok = finite & ((a - e).abs() <= atol + rtol * e.abs())
-    ok = ok | both_nan | same_inf
-    return ~ok
+    # NaN anywhere makes the comparison False, so NaN and inf need a second look only
+    # where the plain test fails (and where the expected value is inf, since
+    # |finite - inf| <= rtol * inf would pass).
+    ok = (a - e).abs() <= atol + rtol * e.abs()
+    e_inf = torch.isinf(e)
+    if bool(e_inf.any()):
+        ok &= ~e_inf | (a == e)
+    bad = ~ok
+    if bool(bad.any()):
+        ab, eb = a[bad], e[bad]
+        fine = (torch.isnan(ab) & torch.isnan(eb)) | (torch.isinf(ab) & (ab == eb))
+        bad[bad.clone()] = ~fine
+    return bad
 
 
 def max_abs_err(actual, expected) -> float:
@@ -76,11 +83,11 @@ def max_abs_err(actual, expected) -> float:
     if a.numel() == 0:
         return 0.0
     a, e = torch.broadcast_tensors(a, e)
-    both_nan = torch.isnan(a) & torch.isnan(e)
-    same_inf = torch.isinf(a) & torch.isinf(e) & (a == e)
     d = (a - e).abs()
-    d = torch.where(both_nan | same_inf, torch.zeros_like(d), d)
-    d = torch.where(torch.isnan(d), torch.full_like(d, math.inf), d)
+    if not bool(torch.isfinite(d).all()):
+        same = (torch.isnan(a) & torch.isnan(e)) | (torch.isinf(a) & (a == e))
+        d = torch.where(same, torch.zeros_like(d), d)
+        d = torch.where(torch.isnan(d), torch.full_like(d, math.inf), d)
     return float(d.max())
 
 

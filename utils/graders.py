@@ -178,6 +178,18 @@ class _Allocations:
         return None
 
 
+def _poison_allocator(numel: int) -> None:
+    """Best effort for outputs allocated in C++ (``torch::empty`` in an extension), which
+    the Python-level patches cannot reach: fill a block of the output's size with the
+    poison and free it. Allocators (torch's CUDA caching allocator above all) tend to hand
+    the same block to the next request of that size, so unwritten elements show the poison."""
+    if numel <= 0:
+        return
+    block = _ORIG["empty"](numel, dtype=torch.float32, device=DEVICE)
+    _poison_fill(block, POISON_BITS)
+    del block
+
+
 def _guarded_input(values: torch.Tensor) -> tuple[torch.Tensor, _Guarded]:
     """``values`` copied to ``DEVICE`` into the middle of a NaN-guarded buffer."""
     g = _Guarded(values.shape, torch.float32, DEVICE, INPUT_GUARD_BITS, "input")
@@ -237,7 +249,7 @@ class _Run:
 
 
 class _Grader:
-    def __init__(self, name, fn, seed, n_inputs_word="inputs"):
+    def __init__(self, name, fn, seed):
         if not callable(fn):
             raise TypeError(f"{name} expects a function (your launcher), got {type(fn).__name__}")
         self.name = name
@@ -268,6 +280,7 @@ class _Grader:
             inputs = tuple(p[0] for p in pairs)
             in_guards = [p[1] for p in pairs]
         allocs = _Allocations()
+        _poison_allocator(case.expected.numel())
         sched = _utils_attr("emulation_schedule") if schedule_seed is not None else None
         ctx = sched("random", seed=schedule_seed) if sched is not None else contextlib.nullcontext()
         fault_cls = _utils_attr("KernelFault")
@@ -288,7 +301,7 @@ class _Grader:
             if isinstance(e, IndexError):
                 self.fail(f"{type(e).__name__}: {e}", _fault_hint("index out of range"), cause=e)
             self.fail(f"your function raised {type(e).__name__}: {e}",
-                      "the inputs are contiguous float32 tensors on utils.DEVICE; the traceback above "
+                      "the inputs are float32 tensors on utils.DEVICE; the traceback above "
                       "shows where it failed.", cause=e)
         return _Run(out, inputs, in_guards, allocs)
 
@@ -342,9 +355,11 @@ class _Grader:
             if before:
                 self.fail(f"wrote {before} element{'s' if before > 1 else ''} before the start of {noun}.",
                           "an index went negative: look for an off-by-one (i - 1) in the store's index.")
+    def check_input_guards(self, run: _Run, names):
         for i, g in enumerate(run.in_guards):
             if g.written_after() or g.written_before():
-                self.fail(f"wrote outside input {i} (past its end or before its start).",
+                name = names[i] if i < len(names) else f"input {i}"
+                self.fail(f"wrote outside input {name} (past its end or before its start).",
                           "is every store masked, and does it go to the output, not the input?")
 
     def check_inputs_unchanged(self, run: _Run, names):
@@ -359,9 +374,14 @@ class _Grader:
 
     def check_unwritten(self, run: _Run, out: torch.Tensor, hint_fn=None, case=None):
         g = run.allocs.find(out)
-        if g is None:
+        if g is not None:
+            mask = g.never_written().detach().cpu().reshape(out.shape)
+        elif out.dtype == torch.float32:
+            # not one of ours (made in C++, or by torch.zeros): the poison bit pattern can
+            # only be there if the allocator reused a poisoned block and no one wrote it
+            mask = (out.detach().contiguous().view(torch.int32) == POISON_BITS).cpu()
+        else:
             return
-        mask = g.never_written().detach().cpu().reshape(out.shape)
         if bool(mask.any()):
             where = _check.describe_positions(mask) if mask.dim() else "the result"
             hint = hint_fn(case, mask) if hint_fn else None
@@ -408,8 +428,10 @@ def _run_cases(g: _Grader, cases, *, names, shape_of, scalar=False, tol_of=None,
         run = g.call(case)
         out = g.output_tensor(run, shape_of(case), scalar=scalar, dtypes=dtypes)
         g.check_guards(run, out)
+        g.check_input_guards(run, names)
         tol = tol_of(case) if tol_of else _check.tolerance(torch.float32)
         got = out.detach().to("cpu", torch.float64).reshape(case.expected.shape)
+        g.check_unwritten(run, out, unwritten_hint or _tail_hint, case)
         if i in race:
             run2 = g.call(case, schedule_seed=g.seed + i)
             out2 = g.output_tensor(run2, shape_of(case), scalar=scalar, dtypes=dtypes)
@@ -424,8 +446,8 @@ def _run_cases(g: _Grader, cases, *, names, shape_of, scalar=False, tol_of=None,
                        f"expected {float(case.expected[pos]):.7g}).",
                        "threads read shared memory that other threads write: is a __syncthreads() "
                        "(cuda.syncthreads()) missing between writing and reading it? Or several threads "
-                       "update the same element without an atomic.")
-        g.check_unwritten(run, out, unwritten_hint or _tail_hint, case)
+                       "update the same element without an atomic. (Elements that no thread writes also "
+                       "change between runs: they hold whatever memory held before.)")
         g.check_inputs_unchanged(run, names)
         bad = _check.mismatch_mask(got, case.expected, **tol)
         if bool(bad.any()):
@@ -750,16 +772,22 @@ def check_sum(fn, *, seed=None):
         n = x.numel()
         v = float(got.reshape(-1)[0])
         if math.isnan(v):
-            return ("the sum is NaN: either it was never written, an accumulator made with torch.empty "
-                    "was added to (use torch.zeros for an atomicAdd target), or the kernel read past the "
-                    "end of x (the grader puts NaN there): is every load masked (idx < n)?")
+            return ("the sum is NaN, so the kernel used memory that nobody wrote: an accumulator made with "
+                    "torch.empty (use torch.zeros for an atomicAdd target); x past its end (the grader puts "
+                    "NaN there: is every load masked, idx < n?); or shared memory read before another thread "
+                    "wrote it (is a __syncthreads() missing after filling it and after each tree step?).")
         near = case.extra["scale"] / 4
         if abs(v) <= near:
             return "the result is 0: nothing was added. Is the kernel launched with at least one block (cdiv(n, BLOCK))?"
         prefix = torch.cumsum(x, 0)[:-1]          # prefix[k-1] = sum of the first k elements
         hits = torch.nonzero((prefix - v).abs() <= near).reshape(-1)
         if hits.numel():
-            k = int(hits[-1]) + 1
+            ks = [int(h) + 1 for h in hits.tolist()]
+            k = ks[-1]
+            if n - k >= k:
+                # a block size is the likely cut; other hits are partial sums that match by chance
+                pow2 = [c for c in ks if c >= 32 and c & (c - 1) == 0]
+                k = pow2[0] if pow2 else k
             if n - k < k:
                 return (f"the result misses the last {n - k} element{'s' if n - k > 1 else ''}: is the grid "
                         "rounded up (cdiv(n, BLOCK)), and does the tail block load with a mask (0 past the end)?")

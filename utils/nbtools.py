@@ -111,8 +111,13 @@ def strip_notebook(nb: nbformat.NotebookNode, name: str = "") -> nbformat.Notebo
     so stripping twice gives the same bytes.
     """
     nb.nbformat, nb.nbformat_minor = 4, max(5, nb.get("nbformat_minor", 5))
+    # Keep a python3 kernelspec as it is (editors differ in its display name); any other
+    # kernel name is a local one (a learner's own environment), which nbval cannot start.
+    spec = nb.metadata.get("kernelspec") or {}
+    if spec.get("name") != KERNELSPEC["name"]:
+        spec = KERNELSPEC
     nb.metadata = nbformat.NotebookNode(
-        kernelspec=nbformat.NotebookNode(KERNELSPEC),
+        kernelspec=nbformat.NotebookNode(spec),
         language_info=nbformat.NotebookNode(name="python"),
     )
     seen = set()

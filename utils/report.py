@@ -83,7 +83,8 @@ def _caches() -> dict[str, str]:
     triton = os.environ.get("TRITON_CACHE_DIR", str(Path.home() / ".triton" / "cache"))
     numba = os.environ.get("NUMBA_CACHE_DIR", "next to each source file (__pycache__), when cache=True")
     return {
-        "course (CUDA C++ kernels)": str(CACHE_DIR),
+        # utils.cuda_kernel keeps NVRTC builds (GPU) and emulator builds (CPU) apart
+        "course (CUDA C++ kernels)": str(CACHE_DIR / ("cuda-emu" if SIMULATE else "cuda-nvrtc")),
         "torch extensions (load_inline)": torch_ext,
         "triton": triton + ("  (not used: the interpreter compiles nothing)" if SIMULATE else ""),
         "numba": numba,

@@ -103,7 +103,7 @@ gelu = gelu_v2
 
 VERSIONS = {
     "v1": ("one thread per element", gelu_v1),
-    "v2": ("float4 (16-byte) loads and stores, 4 elements per thread, scalar tail", gelu_v2),
+    "v2": ("16-byte float4 loads and stores, 4 elements per thread, scalar tail", gelu_v2),
 }
 REFERENCE = "v2"
 

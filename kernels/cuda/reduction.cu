@@ -87,8 +87,9 @@ __global__ void sum_interleaved_kernel(const float* __restrict__ x_ptr, float* o
 // v3: the same tree, sequential addressing. Step s (s = blockDim/2, ..., 2, 1): thread
 // t < s adds sdata[t + s] into sdata[t]. The active threads are the first s: whole warps
 // are either all busy or all idle (no divergence until s < 32), and consecutive threads
-// touch consecutive words, which sit in different shared-memory banks (no bank conflicts;
-// v2 at s = 16 has thread 0 and thread 16 hitting the same bank).
+// touch consecutive words, which sit in different shared-memory banks. (Packing v2's
+// working threads with `index = 2 * s * t` instead would avoid the divergence but put the
+// lanes of a warp 2s words apart: several lanes in one bank, a bank conflict.)
 __global__ void sum_sequential_kernel(const float* __restrict__ x_ptr, float* out_ptr, int n) {
     extern __shared__ float sdata[];
     unsigned int t = threadIdx.x;

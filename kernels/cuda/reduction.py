@@ -131,11 +131,13 @@ def sum_warp(x: torch.Tensor) -> torch.Tensor:
 def num_blocks_grid_stride(n: int, block: int = BLOCK_SIZE, per_thread: int = 16) -> int:
     """How many blocks a grid-stride reduction launches.
 
-    Enough to fill every SM (8 blocks of 256 threads = 2048 threads, an H100 SM's maximum)
-    and no more than the data needs at ``per_thread`` elements per thread. More blocks than
-    that only add partial sums to the second pass.
+    Four blocks of 256 threads per SM: 1024 threads, each with four 16-byte loads in
+    flight, keep about 64 KB per SM on its way from memory, enough to cover its latency.
+    All of them are resident at once (one wave), so no SM runs a lonely last block while
+    the others idle. Fewer blocks when the data is small (``per_thread`` elements each at
+    least). More blocks would only add partial sums to the second pass.
     """
-    return max(1, min(cdiv(n, block * per_thread), sm_count() * 8))
+    return max(1, min(cdiv(n, block * per_thread), sm_count() * 4))
 
 
 def sum_two_pass(x: torch.Tensor) -> torch.Tensor:

@@ -228,7 +228,7 @@ def sum_two_pass(x: torch.Tensor) -> torch.Tensor:
     if n == 0:
         return out.reshape(())
     # A few blocks per SM, each thread summing many elements; no more blocks than needed.
-    blocks = max(1, min(_cdiv(n, BLOCK_SIZE * 8), sm_count() * 8))
+    blocks = max(1, min(_cdiv(n, BLOCK_SIZE * 8), sm_count() * 4))
     partials = torch.empty(blocks, dtype=torch.float32, device=x.device)
     sum_partials_kernel[blocks, BLOCK_SIZE](utils.to_numba(x), utils.to_numba(partials))
     sum_final_kernel[1, BLOCK_SIZE](utils.to_numba(partials), utils.to_numba(out))

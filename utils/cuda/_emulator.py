@@ -25,7 +25,7 @@ from ._source import CODE_NAMES, CudaCompileError, Param
 
 EMU_DIR = Path(__file__).resolve().parent / "emu"
 EMU_HEADER = EMU_DIR / "cuda_emu.h"
-CXX_FLAGS = ["-std=c++17", "-O2", "-shared", "-fPIC", "-U_FORTIFY_SOURCE", "-D_FORTIFY_SOURCE=0",
+CXX_FLAGS = ["-std=c++17", "-O2", "-fstack-clash-protection", "-shared", "-fPIC", "-U_FORTIFY_SOURCE", "-D_FORTIFY_SOURCE=0",
              "-fno-strict-aliasing", "-fvisibility=hidden", "-w"]
 _CACHE: dict[str, "EmuLibrary"] = {}
 _LAUNCH_LOCK = threading.RLock()  # one launch at a time: the emulator's state is global

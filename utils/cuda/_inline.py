@@ -81,7 +81,10 @@ def load_inline(name, cpp_sources, cuda_sources=None, functions=None, extra_cfla
         fname = "cuda.cu" if len(cuda) == 1 else f"cuda_{k}.cu"
         sources.append('#include "cuda_emu.h"\n'
                        f'#line 1 "{fname}"\n' + adapt_torch_host_code(adapt_for_emulator(s)))
-    cflags = list(extra_cflags or []) + ["-O2", "-U_FORTIFY_SOURCE", "-D_FORTIFY_SOURCE=0", "-fno-strict-aliasing"]
+    # COURSE_CUDA_EMULATOR on the command line: cpp_sources come before cuda_emu.h in the
+    # translation unit, and common.h's CHECK_INPUT must see it there too.
+    cflags = list(extra_cflags or []) + ["-O2", "-U_FORTIFY_SOURCE", "-D_FORTIFY_SOURCE=0", "-fno-strict-aliasing",
+                                         "-DCOURSE_CUDA_EMULATOR=1"]
     mod = ce.load_inline(name, sources, None, functions=functions, extra_cflags=cflags,
                          extra_ldflags=extra_ldflags, extra_include_paths=[str(EMU_DIR)] + include,
                          build_directory=build_directory, verbose=verbose, with_cuda=False,

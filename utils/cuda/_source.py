@@ -238,6 +238,19 @@ def _rewrite_extern_shared(text: str) -> str:
         lambda m: f"{m.group(1)}* const {m.group(2)} = ({m.group(1)}*)::emu::dynamic_shared;", text)
 
 
+_SHARED_DECL = re.compile(
+    r"\b__shared__\s+(?:__align__\s*\([^)]*\)\s*|alignas\s*\([^)]*\)\s*)?"
+    r"((?:volatile\s+|const\s+)?[A-Za-z_][\w:<>]*(?:\s+[A-Za-z_]\w*)?)\s*\b([A-Za-z_]\w*)\s*((?:\[[^\];]*\]\s*)*);")
+
+
+def _register_shared(text: str) -> str:
+    # Each static __shared__ variable is registered with the emulator, which poisons it
+    # at the start of every block (a GPU block finds garbage there, not the last block's data).
+    return _SHARED_DECL.sub(
+        lambda m: f"{m.group(0)} static ::emu::SharedReg emu_shared_reg_{m.group(2)}"
+                  f"((void*)&{m.group(2)}, sizeof({m.group(2)}));", text)
+
+
 def _callee_start(text: str, end: int) -> int:
     """Start of the expression naming the kernel just before ``<<<`` (``ns::k<T>``)."""
     j = end
@@ -287,6 +300,7 @@ def adapt_for_emulator(text: str) -> str:
     """The rewrites the emulator needs; line numbers are unchanged."""
     text = CUDA_ONLY_HEADERS.sub("", text)
     text = _rewrite_extern_shared(text)
+    text = _register_shared(text)
     if "<<<" in text:
         text = rewrite_launches(text)
     return text

@@ -12,7 +12,9 @@
 //
 // Kept light on purpose (C headers, no iostream): a cold compile must stay under 2 s.
 #pragma once
-#define COURSE_CUDA_EMULATOR 1
+#ifndef COURSE_CUDA_EMULATOR
+#define COURSE_CUDA_EMULATOR 1  // common.h's CHECK_INPUT accepts CPU tensors when this is set
+#endif
 
 #include <math.h>
 #include <cmath>
@@ -223,6 +225,8 @@ static const char* const op_names[] = {
 
 constexpr int kMaxThreads = 1024;
 constexpr size_t kStackSize = 128 * 1024;   // per CUDA thread; local arrays live here
+constexpr size_t kStackGuard = 4 * 1024;    // inaccessible, below each stack (g++ probes
+                                            // big frames page by page: -fstack-clash-protection)
 constexpr size_t kMaxDynamicShared = 48 * 1024;
 
 struct Thread {
@@ -256,7 +260,7 @@ struct State {
     int cur;
     int n_done;
     int n_wait_block;
-    int block_line;
+    const void* block_site;
     int block_mixed;
     int bar_result;
     unsigned warp_arrived[kMaxThreads / 32];
@@ -280,6 +284,25 @@ struct State {
 inline State S;
 inline int last_error = 0;  // cudaGetLastError
 alignas(64) inline char dynamic_shared[kMaxDynamicShared];
+
+// Static __shared__ variables are registered (by a line the adapter appends to each
+// declaration) so that every block starts with poisoned shared memory, as garbage is what
+// a GPU block finds there: a kernel reading shared memory it never wrote sees NaNs.
+struct SharedRegion { void* p; size_t n; };
+constexpr int kMaxSharedRegions = 256;
+inline SharedRegion shared_regions[kMaxSharedRegions];
+inline int n_shared_regions = 0;
+inline size_t dyn_shared_bytes = 0;
+struct SharedReg {
+    SharedReg(void* p, size_t n) {
+        if (n_shared_regions < kMaxSharedRegions) shared_regions[n_shared_regions++] = {p, n};
+        memset(p, 0xff, n);
+    }
+};
+inline void poison_shared() {
+    for (int i = 0; i < n_shared_regions; ++i) memset(shared_regions[i].p, 0xff, shared_regions[i].n);
+    memset(dynamic_shared, 0xff, dyn_shared_bytes);
+}
 
 inline uint3 threadIdx, blockIdx;
 inline dim3 blockDim, gridDim;
@@ -317,16 +340,16 @@ emu_switch_ctx:
 
 void fiber_entry();
 
-inline char* stack_base(int i) { return S.stack_pool + (size_t)i * (kStackSize + 4096) + 4096; }
+inline char* stack_base(int i) { return S.stack_pool + (size_t)i * (kStackSize + kStackGuard) + kStackGuard; }
 
 inline void ensure_stacks() {
     if (S.stack_pool) return;
-    size_t total = (size_t)kMaxThreads * (kStackSize + 4096);
+    size_t total = (size_t)kMaxThreads * (kStackSize + kStackGuard);
     void* p = mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED) { fprintf(stderr, "cuda emulator: cannot reserve thread stacks\n"); abort(); }
     S.stack_pool = (char*)p;
     // A guard page below each stack turns a stack overflow into a clear fault.
-    for (int i = 0; i < kMaxThreads; ++i) mprotect(S.stack_pool + (size_t)i * (kStackSize + 4096), 4096, PROT_NONE);
+    for (int i = 0; i < kMaxThreads; ++i) mprotect(S.stack_pool + (size_t)i * (kStackSize + kStackGuard), kStackGuard, PROT_NONE);
 }
 
 inline void reset_stacks() {
@@ -475,14 +498,15 @@ inline int describe_block(char* buf, int pos, int cap) {
 }
 
 // ---------------------------------- barriers -------------------------------------------
-inline int syncthreads_impl(int line, int pred) {
+// `site` is unique to each __syncthreads() in the source (two on one line differ too).
+inline int syncthreads_impl(int line, int pred, const void* site) {
     Thread& me = S.th[S.cur];
     me.state = ST_WAIT_BLOCK;
     me.line = line;
     me.op = OP_NONE;
     me.pred = pred;
-    if (S.n_wait_block++ == 0) S.block_line = line;
-    else if (line != S.block_line) S.block_mixed = 1;
+    if (S.n_wait_block++ == 0) S.block_site = site;
+    else if (site != S.block_site) S.block_mixed = 1;
     switch_to_scheduler();
     return S.bar_result;
 }
@@ -552,6 +576,7 @@ inline void run_block() {
     S.n_done = 0; S.n_wait_block = 0; S.block_mixed = 0; S.qhead = S.qtail = 0;
     for (int w = 0; w < (n + 31) / 32; ++w) S.warp_arrived[w] = 0;
     static int ids[kMaxThreads];
+    poison_shared();
     for (int t = 0; t < n; ++t) { S.th[t].started = 0; S.th[t].stack = -1; S.th[t].op = OP_NONE; S.th[t].line = 0; ids[t] = t; }
     push_many(ids, n);
     for (;;) {
@@ -603,8 +628,9 @@ inline void on_signal(int sig, siginfo_t* si, void* uctx) {
     f.thread[0] = (int)threadIdx.x; f.thread[1] = (int)threadIdx.y; f.thread[2] = (int)threadIdx.z;
     f.block[0] = (int)blockIdx.x; f.block[1] = (int)blockIdx.y; f.block[2] = (int)blockIdx.z;
     char* a = (char*)si->si_addr;
-    if ((sig == SIGSEGV || sig == SIGBUS) && S.stack_pool && a >= S.stack_pool &&
-        a < S.stack_pool + (size_t)kMaxThreads * (kStackSize + 4096)) {
+    if ((sig == SIGSEGV || sig == SIGBUS) && S.stack_pool && a >= S.stack_pool - kStackGuard &&
+        a < S.stack_pool + (size_t)kMaxThreads * (kStackSize + kStackGuard) && S.cur >= 0 &&
+        a < stack_base(S.th[S.cur].stack < 0 ? 0 : S.th[S.cur].stack)) {
         f.kind = 6;  // it hit the guard page below a thread's stack
         snprintf(f.msg, sizeof f.msg, "each emulated thread has a %zu KiB stack", kStackSize / 1024);
     }
@@ -662,9 +688,7 @@ inline int launch(const emu_launch_params& p, void (*thunk)(void*), void* ctx) {
     S.random = p.schedule == 1;
     S.rng = p.seed * 0x9E3779B97F4A7C15ULL + 0x1234567ULL;
     if (S.rng == 0) S.rng = 1;
-    // Dynamic shared memory is uninitialised on a GPU: poison it so a kernel that reads
-    // before it writes gets NaNs rather than a lucky zero.
-    memset(dynamic_shared, 0xff, p.shared_bytes);
+    dyn_shared_bytes = p.shared_bytes;
     SignalGuard guard;
     S.in_launch = 1;
     if (sigsetjmp(S.jmp, 1) != 0) {
@@ -785,8 +809,7 @@ template <class... P> struct Launch {
         int rc = launch(p, [](void* c) { (*(F*)c)(); }, &body);
         if (rc) {
             describe_fault_for_host(name, line);
-            last_error = rc == 4 ? cudaErrorInvalidConfiguration : rc == 5 ? cudaErrorAssert : cudaErrorLaunchFailure;
-            // A fault must not pass silently even where the host code never checks.
+            // Thrown at once (Python sees it), so no error is left for a later check.
             throw std::runtime_error(S.fault.msg);
         }
     }
@@ -834,10 +857,11 @@ static constexpr int warpSize = 32;
 // ---------------------------------------------------------------------------------------
 // Barriers and warp collectives (the line is recorded for fault messages)
 // ---------------------------------------------------------------------------------------
-#define __syncthreads() ((void)::emu::syncthreads_impl(__LINE__, 0))
-#define __syncthreads_count(p) ::emu::syncthreads_impl(__LINE__, (p) ? 1 : 0)
-#define __syncthreads_and(p) (::emu::syncthreads_impl(__LINE__, (p) ? 1 : 0) == (int)(blockDim.x * blockDim.y * blockDim.z))
-#define __syncthreads_or(p) (::emu::syncthreads_impl(__LINE__, (p) ? 1 : 0) != 0)
+#define EMU_SITE ([] { static const char emu_site_ = 0; return (const void*)&emu_site_; }())
+#define __syncthreads() ((void)::emu::syncthreads_impl(__LINE__, 0, EMU_SITE))
+#define __syncthreads_count(p) ::emu::syncthreads_impl(__LINE__, (p) ? 1 : 0, EMU_SITE)
+#define __syncthreads_and(p) (::emu::syncthreads_impl(__LINE__, (p) ? 1 : 0, EMU_SITE) == (int)(blockDim.x * blockDim.y * blockDim.z))
+#define __syncthreads_or(p) (::emu::syncthreads_impl(__LINE__, (p) ? 1 : 0, EMU_SITE) != 0)
 #define __syncwarp(...) ((void)::emu::warp_collective(::emu::OP_SYNCWARP, ::emu::syncwarp_mask(__VA_ARGS__), 0, 0, 32, __LINE__))
 #define __shfl_sync(m, v, ...) ::emu::shfl(::emu::OP_SHFL, m, v, __LINE__, __VA_ARGS__)
 #define __shfl_up_sync(m, v, ...) ::emu::shfl(::emu::OP_SHFL_UP, m, v, __LINE__, __VA_ARGS__)

@@ -1,0 +1,101 @@
+"""How fast the CUDA C++ emulator is on this machine (no GPU needed).
+
+    python benchmarks/emulator_speed.py            # prints and writes benchmarks/results/emulator-speed.json
+
+Measures, each as the best of a few runs:
+* an elementwise kernel over 2**20 floats (one launch of 4096 blocks of 256 threads),
+* a 256-thread shared-memory tree reduction over 2**20 floats (9 barriers per block),
+* compiling a kernel source: cold (a source never seen, so g++ runs) and cached.
+Targets on a 2-core machine: <= 0.3 s, <= 1.5 s, <= 2 s cold and <= 50 ms cached.
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+import time
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("COURSE_SIMULATE", "1")  # the emulator, even on a machine with a GPU
+
+import torch  # noqa: E402
+
+import utils  # noqa: E402
+
+ELEMENTWISE = r"""
+__global__ void scale_kernel(const float* __restrict__ x, float* __restrict__ y, float a, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = a * x[i];
+}
+"""
+REDUCTION = r"""
+__global__ void sum_kernel(const float* __restrict__ x, float* __restrict__ out, int n) {
+    __shared__ float s[256];
+    int t = threadIdx.x;
+    int i = blockIdx.x * blockDim.x + t;
+    s[t] = i < n ? x[i] : 0.0f;
+    __syncthreads();
+    for (int stride = blockDim.x / 2; stride > 0; stride >>= 1) {
+        if (t < stride) s[t] += s[t + stride];
+        __syncthreads();
+    }
+    if (t == 0) atomicAdd(out, s[0]);
+}
+"""
+TARGETS = {"elementwise_2e20_s": 0.3, "reduction_2e20_s": 1.5, "compile_cold_s": 2.0, "compile_cached_s": 0.05}
+
+
+def best(fn, repeat=5):
+    times = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return min(times)
+
+
+def main():
+    if not utils.SIMULATE:
+        raise SystemExit("run with COURSE_SIMULATE=1: this measures the CPU emulator")
+    n = 1 << 20
+    x = torch.randn(n)
+    y = torch.empty(n)
+    out = torch.zeros(1)
+    ew = utils.cuda_kernel(ELEMENTWISE, "scale_kernel")
+    red = utils.cuda_kernel(REDUCTION, "sum_kernel")
+    ew[n // 256, 256](x, y, 2.0, n)
+    assert torch.equal(y, 2 * x)
+    red[n // 256, 256](x, out, n)
+    torch.testing.assert_close(out.double(), x.double().sum().reshape(1), rtol=1e-4, atol=1e-2)
+    results = {
+        "elementwise_2e20_s": best(lambda: ew[n // 256, 256](x, y, 2.0, n)),
+        "reduction_2e20_s": best(lambda: red[n // 256, 256](x, out, n), repeat=3),
+    }
+
+    def cold():
+        utils.cuda_kernel(ELEMENTWISE + f"\n// {uuid.uuid4()}\n", "scale_kernel")
+    results["compile_cold_s"] = best(cold, repeat=3)
+    results["compile_cached_s"] = best(lambda: utils.cuda_kernel(ELEMENTWISE, "scale_kernel"), repeat=20)
+    from utils.cuda.emu import __name__ as _  # noqa: F401  (the package exists)
+    record = {
+        "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
+                    "python": platform.python_version(), "torch": torch.__version__,
+                    "context_switch": "x86-64 assembly" if platform.machine() in ("x86_64", "AMD64") else "ucontext"},
+        "results_s": {k: round(v, 4) for k, v in results.items()},
+        "targets_s": TARGETS,
+        "met": {k: results[k] <= TARGETS[k] for k in TARGETS},
+    }
+    for k, v in results.items():
+        print(f"{k:22s} {v * 1000:9.1f} ms   target {TARGETS[k] * 1000:7.0f} ms   {'ok' if v <= TARGETS[k] else 'SLOW'}")
+    out_path = ROOT / "benchmarks" / "results" / "emulator-speed.json"
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    out_path.write_text(json.dumps(record, indent=2) + "\n")
+    print(f"wrote {out_path.relative_to(ROOT)}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,106 @@
+"""Build a ``setup.py`` PyTorch extension with or without a GPU, from the same sources.
+
+Use it exactly like torch's own classes::
+
+    # setup.py
+    import sys; sys.path.insert(0, "../..")     # the course root, so that `utils` imports
+    from setuptools import setup
+    from utils.extension import CUDAExtension, BuildExtension
+
+    setup(name="myrelu",
+          ext_modules=[CUDAExtension("myrelu", ["relu.cpp", "relu_kernel.cu"])],
+          cmdclass={"build_ext": BuildExtension})
+
+and build with ``python setup.py build_ext --inplace`` (or ``pip install .``).
+
+* With a GPU: these ARE ``torch.utils.cpp_extension.CUDAExtension`` and ``BuildExtension``
+  (nvcc compiles the ``.cu`` files), plus the course's include directory, so
+  ``#include "common.h"`` works.
+* Without one: the extension is built as a C++ extension against the course's CUDA
+  emulator. Each ``.cu`` file is translated into a ``.cpp`` file inside the build
+  directory (``<<<...>>>`` launches, ``extern __shared__``, CUDA-only headers; see
+  ``utils.cuda``); nothing is copied into the project. Host code written for CUDA tensors
+  (``x.is_cuda()``, ``torch::kCUDA``) is adapted the same way, so the module takes the CPU
+  tensors the course uses in simulation. Compiler messages point at the original files.
+
+``CppExtension`` is re-exported for host-only extensions.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from torch.utils import cpp_extension as _ce
+
+from . import config, paths
+from .cuda._source import adapt_for_emulator, adapt_torch_host_code
+
+__all__ = ["CUDAExtension", "BuildExtension", "CppExtension", "EMULATED"]
+
+#: True when extensions are built against the CPU emulator.
+EMULATED = config.SIMULATE
+CppExtension = _ce.CppExtension
+_EMU_DIR = Path(__file__).resolve().parent / "cuda" / "emu"
+_EMU_FLAGS = ["-O2", "-U_FORTIFY_SOURCE", "-D_FORTIFY_SOURCE=0", "-fno-strict-aliasing",
+              "-DCOURSE_CUDA_EMULATOR=1"]
+
+
+def _cxx_flags(extra) -> list[str]:
+    if extra is None:
+        return []
+    if isinstance(extra, dict):
+        return list(extra.get("cxx", []))
+    return list(extra)
+
+
+def CUDAExtension(name: str, sources, *args, **kwargs):
+    """torch's ``CUDAExtension`` on a GPU; an emulated C++ extension on a CPU."""
+    include_dirs = list(kwargs.pop("include_dirs", []) or []) + [str(paths.CUDA_INCLUDE_DIR)]
+    if not EMULATED:
+        return _ce.CUDAExtension(name, sources, *args, include_dirs=include_dirs, **kwargs)
+    extra = kwargs.pop("extra_compile_args", None)
+    kwargs.pop("dlink", None)
+    kwargs.pop("dlink_libraries", None)
+    ext = _ce.CppExtension(name, [str(s) for s in sources], *args,
+                           include_dirs=include_dirs + [str(_EMU_DIR)],
+                           extra_compile_args={"cxx": _cxx_flags(extra) + _EMU_FLAGS}, **kwargs)
+    ext.course_emulated = True
+    return ext
+
+
+def translate_source(src: Path, out_dir: Path) -> Path:
+    """The source to compile in emulation: ``.cu`` files always get a translated copy in
+    ``out_dir``; other files only when their host code needs adapting."""
+    text = src.read_text()
+    if src.suffix in (".cu", ".cuh"):
+        new = ('#include "cuda_emu.h"\n'
+               f'#line 1 "{src}"\n' + adapt_torch_host_code(adapt_for_emulator(text)))
+        out = out_dir / (src.name + ".cpp")
+    else:
+        adapted = adapt_torch_host_code(text)
+        if adapted == text:
+            return src
+        new = f'#line 1 "{src}"\n' + adapted
+        out = out_dir / src.name
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if not out.exists() or out.read_text() != new:  # unchanged files keep ninja's incremental build
+        out.write_text(new)
+    return out
+
+
+class BuildExtension(_ce.BuildExtension):
+    """torch's ``BuildExtension``; in emulation it first translates each ``.cu`` source."""
+
+    def build_extensions(self):
+        if EMULATED:
+            for ext in self.extensions:
+                if not getattr(ext, "course_emulated", False):
+                    continue
+                out_dir = Path(self.build_temp).resolve() / "course-emulated" / ext.name
+                srcs, dirs = [], []
+                for s in ext.sources:
+                    p = Path(s).resolve()
+                    srcs.append(str(translate_source(p, out_dir)))
+                    dirs.append(str(p.parent))  # "local.h" includes of the original files
+                ext.sources = srcs
+                ext.include_dirs = list(dict.fromkeys(list(ext.include_dirs) + dirs))
+        super().build_extensions()
