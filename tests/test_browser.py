@@ -224,6 +224,13 @@ _DONE_JS = r"""() => {
 }"""
 
 
+_KERNEL_READY_JS = r"""() => [...document.querySelectorAll('.jp-StatusBar-Item')]
+    .some(e => /\|\s*Idle\s*$/.test(e.textContent.trim()))"""
+
+_STARTED_JS = r"""() => [...document.querySelectorAll('.jp-Notebook .jp-CodeCell .jp-InputArea-prompt')]
+    .some(p => /\[(\*|\d+)\]/.test(p.textContent))"""
+
+
 def run_notebook(browser, lab: Lab, rel: str, shot: str) -> dict:
     """Open ``rel`` in JupyterLab, Run > Run All Cells, wait until done, return the page state."""
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
@@ -231,21 +238,37 @@ def run_notebook(browser, lab: Lab, rel: str, shot: str) -> dict:
     try:
         page.goto(lab.url(rel), wait_until="domcontentloaded")
         page.wait_for_selector(".jp-Notebook .jp-CodeCell", timeout=PAGE_LOAD_S * 1000)
-        page.wait_for_function(
-            "() => { const i = document.querySelector('.jp-Notebook-ExecutionIndicator');"
-            " return i && i.dataset.status === 'idle'; }", timeout=KERNEL_IDLE_S * 1000)
-        page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Run$")).click()
-        page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^Run All Cells$")).click()
+        # The kernel is ready when the status bar says "Python 3 (ipykernel) | Idle"; the
+        # toolbar's indicator already reads idle before a kernel is connected.
+        page.wait_for_function(_KERNEL_READY_JS, timeout=KERNEL_IDLE_S * 1000, polling=250)
+        for attempt in range(3):
+            page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Run$")).click()
+            page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^Run All Cells$")).click()
+            try:  # some cell is queued, running or done: the run has started
+                page.wait_for_function(_STARTED_JS, timeout=20_000, polling=250)
+                break
+            except Exception as e:
+                if "Timeout" not in type(e).__name__ or attempt == 2:
+                    raise
         t0 = time.monotonic()
         # Done: the kernel is idle, no cell is queued or running ([*]), at least one ran.
         # Checked twice a second apart: between two cells the kernel is briefly idle too.
         while True:
             remaining = RUN_ALL_S - (time.monotonic() - t0)
-            if remaining <= 0:
+            try:
+                if remaining <= 0:
+                    raise TimeoutError
+                page.wait_for_function(_DONE_JS, timeout=max(1000, remaining * 1000), polling=500)
+            except Exception as e:  # playwright's TimeoutError, or ours
+                if not isinstance(e, TimeoutError) and "Timeout" not in type(e).__name__:
+                    raise
+                ARTIFACTS.mkdir(exist_ok=True)
                 page.screenshot(path=str(ARTIFACTS / f"{shot}-timeout.png"))
-                raise AssertionError(f"{rel}: still running after {RUN_ALL_S:.0f} s "
-                                     f"(screenshot artifacts/{shot}-timeout.png)")
-            page.wait_for_function(_DONE_JS, timeout=max(1000, remaining * 1000), polling=500)
+                st = page.evaluate(_STATE_JS)
+                raise AssertionError(
+                    f"{rel}: not finished after {RUN_ALL_S:.0f} s (kernel {st['status']}, prompts "
+                    f"{[c['prompt'] for c in st['cells']]}; screenshot artifacts/{shot}-timeout.png)"
+                ) from None
             page.wait_for_timeout(1000)
             if page.evaluate(_DONE_JS):
                 break

@@ -85,3 +85,15 @@ def test_describe_positions_2d():
 def test_describe_mismatch_is_empty_when_close():
     a = torch.ones(10)
     assert utils.describe_mismatch(a, a.double()) == ""
+
+
+def test_describe_mismatch_of_a_scalar():
+    msg = utils.describe_mismatch(torch.tensor(3.0), torch.tensor(4.0, dtype=torch.float64))
+    assert msg.startswith("the result is wrong: got 3, expected 4")
+
+
+def test_tolerance_lookup():
+    assert check.tolerance(torch.float32) == utils.TOLERANCES[torch.float32]
+    assert check.tolerance(torch.int32) == dict(atol=0.0, rtol=0.0)
+    check.tolerance(torch.float32)["atol"] = 1.0          # a copy: the table stays as it is
+    assert utils.TOLERANCES[torch.float32]["atol"] != 1.0

@@ -221,3 +221,43 @@ def test_invalid_launch_configuration_from_cpp_is_reported():
     # validated in Python before the launch
     with pytest.raises(ValueError):
         k(DIVERGENT, "half_barrier")[(1, 70000), 32](torch.zeros(32))
+
+
+SPIN = r"""
+__global__ void spin(volatile int* flag) {
+    while (flag[0] == 0) { }   // waits for a write that never comes
+}
+"""
+
+
+def test_interrupt_stops_a_hung_kernel():
+    """The notebook's interrupt button (SIGINT) stops a kernel that never ends."""
+    import os
+    import signal
+    import threading
+    ks = k(SPIN, "spin")
+    timer = threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGINT))
+    timer.start()
+    t = time.perf_counter()
+    with pytest.raises(KeyboardInterrupt, match="spin interrupted"):
+        ks[1, 1](torch.zeros(1, dtype=torch.int32))
+    assert time.perf_counter() - t < 5
+    timer.join()
+
+
+def test_portable_ucontext_fallback(monkeypatch):
+    """The fiber switch used where there is no hand-written one (arm64): same results."""
+    monkeypatch.setenv("COURSE_EMU_UCONTEXT", "1")
+    src = EARLY_RETURN.replace("if (i >= n) return;          // the threads past n never reach the barrier",
+                               "float v = i < n ? x[i] : 0.0f;") .replace("s[threadIdx.x] = x[i];", "s[threadIdx.x] = v;")
+    src = src.replace("y[i] = s[(threadIdx.x + 1) % blockDim.x];",
+                      "if (i < n) y[i] = s[(threadIdx.x + 1) % blockDim.x] + __shfl_xor_sync(0xffffffff, v, 1);")
+    kk = k(src + "\n// ucontext build\n", "early_return")
+    x = torch.arange(200.0)
+    y = torch.zeros(200)
+    kk[2, 128](x, y, 200)
+    xp = torch.cat([x, torch.zeros(56)]).view(2, 128)
+    ref = (xp.roll(-1, 1) + xp.view(2, 64, 2).flip(2).reshape(2, 128)).reshape(-1)[:200]
+    assert torch.equal(y, ref)
+    with pytest.raises(utils.KernelFault, match="already returned"):
+        k(EARLY_RETURN + "\n// ucontext build\n", "early_return")[2, 128](x, y, 200)

@@ -247,11 +247,20 @@ def test_divergent_warp_shuffle_raises():
 
 
 @cuda.jit
-def half_mask_kernel(x, out, mask):
+def half_mask_kernel(x, out):
     t = cuda.threadIdx.x
     if t < 16:  # the mask names exactly the lanes that take this branch: correct
         out[t] = cuda.shfl_xor_sync(0x0000FFFF, x[t], 1)
-    if t >= 8:
+
+
+@cuda.jit
+def activemask_kernel(mask):
+    t = cuda.threadIdx.x
+    if t < 8:
+        return
+    if t < 20:
+        mask[t] = cuda.activemask()
+    else:
         mask[t] = cuda.activemask()
 
 
@@ -259,12 +268,13 @@ def half_mask_kernel(x, out, mask):
 def test_partial_mask_and_activemask():
     x = np.arange(32, dtype=np.float32)
     out = np.zeros(32, np.float32)
-    mask = np.zeros(32, np.int64)
-    half_mask_kernel[1, 32](x, out, mask)
+    half_mask_kernel[1, 32](x, out)
     np.testing.assert_array_equal(out[:16], x[:16][np.arange(16) ^ 1])
-    # Lanes 0-7 have returned when the last lane asks; lane 8 asks before any returned.
-    assert mask[31] == 0xFFFFFF00
-    assert mask[8] == 0xFFFFFFFF
+    mask = np.zeros(32, np.int64)
+    activemask_kernel[1, 32](mask)
+    # Lanes 0-7 have returned; lanes 8-19 and 20-31 run the two branches apart.
+    assert (mask[8:20] == 0x000FFF00).all()
+    assert (mask[20:] == 0xFFF00000).all()
 
 
 @cuda.jit

@@ -177,7 +177,11 @@ def describe_mismatch(actual, expected, *, dtype=None, atol=None, rtol=None, wha
     if nbad == 0:
         return ""
     total = a.numel()
-    lines = [f"{nbad} of {total} elements of the {what} are wrong: {describe_positions(bad)}."]
+    if a.dim() == 0:
+        return (f"the {what} is wrong: got {_fmt(float(a))}, expected {_fmt(float(e))} "
+                f"(error {_fmt(max_abs_err(a, e))}, allowed: {atol:g} + {rtol:g} * |expected|).")
+    lines = [f"{nbad} of {total} element{'s' if total > 1 else ''} of the {what} "
+             f"{'is' if nbad == 1 and total == 1 else 'are'} wrong: {describe_positions(bad)}."]
     idx = torch.nonzero(bad)[:max_examples]
     examples = []
     for i in idx.tolist():

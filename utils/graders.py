@@ -620,7 +620,7 @@ def check_relu(fn, *, seed=None):
             return "the result equals the input: negative values must become 0."
         if _same(got, x.abs(), **_check.tolerance(torch.float32)):
             return "the result is |x|: negative values must become 0, not positive."
-        if bool((bad & (x < 0)).all()):
+        if bool((x[bad] < 0).all()):
             return "only negative inputs are wrong: relu(x) is 0 for x < 0 (fmaxf(x, 0.f))."
         return _shift_hint(got, lambda: case.expected)
 

@@ -40,10 +40,13 @@ warp's buffer. Shuffles follow the PTX rules: the lane operand is taken modulo 3
 lane whose source is outside the warp (``shfl_up``/``shfl_down`` past the edge) gets its
 own value back.
 
+``activemask()`` is rebuilt the same way: a lane waits until the other lanes of its warp
+that have not returned reach an ``activemask()`` too, and learns which lanes reached the
+same call site, the lanes a GPU would run converged there.
+
 What it cannot show: timings, memory coalescing, bank conflicts, true concurrency
 (threads run in one fixed order, so a race shows up as a wrong answer or not at all,
-deterministically), and ``activemask()`` reports the lanes that have not returned, not
-the lanes the hardware happens to have converged.
+deterministically, never intermittently).
 """
 from __future__ import annotations
 
@@ -199,8 +202,8 @@ class _Worker(threading.Thread):
         while True:
             self.wake.acquire()
             block = self.block
-            if block is None:  # told to exit
-                return
+            if block is None:  # woken without work: nothing to do but sleep again
+                continue
             block.work(self)
 
     # -- barriers, called from kernel code through FakeCUDAModule ---------------------
@@ -297,6 +300,7 @@ class _Block:
         self.ready: deque = deque()  # workers whose barrier completed, waiting to resume
         self.block_waiting: dict[int, _Worker] = {}   # tid -> worker at a syncthreads
         self.warp_waiting: dict[int, dict[int, _Worker]] = {}  # warp -> lane -> worker
+        self.active_waiting: dict[int, dict[int, _Worker]] = {}  # at cuda.activemask()
         self.error = None       # (exception, traceback) that ends the launch
         self.abort = False
         self.done = threading.Lock()
@@ -370,19 +374,29 @@ class _Block:
             w.wake.release()
         elif self.n_done == self.next_new:  # every started thread has finished
             self.done.release()
+        elif self.active_waiting:
+            # Lanes at activemask() wait for the rest of their warp to catch up; nothing
+            # else can run, so the lanes that will come have come: answer them.
+            for warp in list(self.active_waiting):
+                self._release_active(warp, None)
+            self.ready.popleft().wake.release()
         else:
             # Threads are waiting and none can run: a barrier that can never complete.
             self.fail(SimulatorSyncError(self._diagnose_deadlock()), None)
             self._release_all_waiting()
-            self.ready.popleft().wake.release()
+            if self.ready:
+                self.ready.popleft().wake.release()
+            else:  # cannot happen; never leave the launching thread waiting
+                self.done.release()
 
     def _release_all_waiting(self):
         for w in list(self.block_waiting.values()):
             self.ready.append(w)
         self.block_waiting.clear()
-        for lanes in self.warp_waiting.values():
-            self.ready.extend(lanes.values())
-        self.warp_waiting.clear()
+        for waiting in (self.warp_waiting, self.active_waiting):
+            for lanes in waiting.values():
+                self.ready.extend(lanes.values())
+            waiting.clear()
 
     def fail(self, exc, tb):
         if self.error is None:
@@ -415,6 +429,8 @@ class _Block:
         if len(groups) > 1:
             lines = [f"  {_plural(tids)} wait at cuda.{k}() at {_describe_site(s)}"
                      for (k, s), tids in groups.items()]
+            del waiting[w.tid]  # this thread leaves by the exception; the others unwind
+            w.waiting_for = None
             raise SimulatorSyncError(
                 f"threads of block {tuple(self.blockIdx)} in kernel `{self.fn.__name__}` "
                 "meet at different barriers:\n" + "\n".join(lines) + "\n"
@@ -454,17 +470,19 @@ class _Block:
         members = [i for i in range(32) if (mask >> i) & 1]
         if any(i not in lanes or lanes[i].waiting_for[2] != mask for i in members):
             return self.park(w)
-        group = {i: lanes.pop(i) for i in members}
-        if not lanes:
-            del self.warp_waiting[warp]
-        kinds = {other.waiting_for[0] for other in group.values()}
+        kinds = {lanes[i].waiting_for[0] for i in members}
         if len(kinds) > 1:
-            lines = [f"  {_plural([i for i, o in group.items() if o.waiting_for[0] == k], 'lane', 'lanes')}"
+            lines = [f"  {_plural([i for i in members if lanes[i].waiting_for[0] == k], 'lane', 'lanes')}"
                      f" wait at cuda.{k}()" for k in sorted(kinds)]
+            del lanes[lane]  # this lane leaves by the exception; the others unwind
+            w.waiting_for = None
             raise SimulatorSyncError(
                 f"lanes of warp {warp} in block {tuple(self.blockIdx)} of kernel "
                 f"`{self.fn.__name__}` meet at different warp operations with mask "
                 f"{mask:#010x}:\n" + "\n".join(lines))
+        group = {i: lanes.pop(i) for i in members}
+        if not lanes:
+            del self.warp_waiting[warp]
         results = _WARP_OPS[kind]({i: o.result for i, o in group.items()})
         for i in members:
             other = group[i]
@@ -474,6 +492,40 @@ class _Block:
         result = w.result
         w.result = w.waiting_for = None
         return result
+
+    # -- activemask -------------------------------------------------------------------
+    def arrive_active(self, w: _Worker, site):
+        """``activemask()``: the lanes of the warp that execute this call together.
+
+        Threads run one at a time here, so "together" is rebuilt: a lane waits until
+        every lane of its warp that has not returned has reached an ``activemask()``
+        (or nothing else can run), and gets the lanes that reached the same call site.
+        """
+        if self.abort:
+            raise _Abort()
+        warp, lane = divmod(w.tid, 32)
+        w.waiting_for = ("activemask", site)
+        lanes = self.active_waiting.setdefault(warp, {})
+        lanes[lane] = w
+        alive = sum(1 for t in range(32 * warp, min(32 * warp + 32, self.n))
+                    if t not in self.exited)
+        if len(lanes) < alive:
+            return self.park(w)
+        self._release_active(warp, w)
+        result = w.result
+        w.result = w.waiting_for = None
+        return result
+
+    def _release_active(self, warp, current):
+        lanes = self.active_waiting.pop(warp)
+        masks: dict = {}
+        for lane, other in lanes.items():
+            masks[other.waiting_for[1]] = masks.get(other.waiting_for[1], 0) | (1 << lane)
+        for lane in sorted(lanes):
+            other = lanes[lane]
+            other.result = masks[other.waiting_for[1]]
+            if other is not current:
+                self.ready.append(other)
 
     # -- diagnosis -----------------------------------------------------------------------
     def _diagnose_deadlock(self) -> str:
@@ -537,16 +589,9 @@ def _warp_method(kind, has_arg):
 
 
 def _activemask(self):
-    """Lanes of the calling warp that have not returned (the simulator has no notion of
-    which lanes the hardware would have converged)."""
+    """cuda.activemask(): the lanes of the warp that make this call together."""
     w = threading.current_thread()
-    block = w.block
-    warp = w.tid // 32
-    mask = 0
-    for lane in range(min(32, block.n - 32 * warp)):
-        if 32 * warp + lane not in block.exited:
-            mask |= 1 << lane
-    return mask
+    return w.block.arrive_active(w, _site_of(sys._getframe(1)))
 
 
 def _lanemask_lt(self):

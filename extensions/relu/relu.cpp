@@ -60,15 +60,14 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
 }
 
 // 2) Operators in PyTorch's dispatcher: `torch.ops.myrelu.relu(x)`. The schema tells
-//    PyTorch the types (and that nothing is modified in place); the implementation is
-//    registered for CUDA tensors. Ops known to the dispatcher work with torch.compile
-//    and torch.library (autograd, fake tensors), which a bare pybind11 function does not.
+//    PyTorch the types (and that nothing is modified in place); torch::dispatch(kCUDA, f)
+//    registers f for tensors on the GPU (the same as `TORCH_LIBRARY_IMPL(myrelu, CUDA, m)
+//    { m.impl("relu", &relu_forward); }`). Ops known to the dispatcher work with
+//    torch.compile and torch.library (autograd, fake tensors); a bare pybind11 function
+//    does not.
 TORCH_LIBRARY(myrelu, m) {
     m.def("relu(Tensor x) -> Tensor");
     m.def("relu_backward(Tensor grad_out, Tensor x) -> Tensor");
-}
-
-TORCH_LIBRARY_IMPL(myrelu, CUDA, m) {
-    m.impl("relu", &relu_forward);
-    m.impl("relu_backward", &relu_backward);
+    m.impl("relu", torch::dispatch(torch::kCUDA, &relu_forward));
+    m.impl("relu_backward", torch::dispatch(torch::kCUDA, &relu_backward));
 }

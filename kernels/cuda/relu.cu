@@ -31,9 +31,9 @@ __global__ void relu_kernel(const float* __restrict__ x_ptr,
 //
 // A float4 load moves four floats with one instruction, so each thread issues a quarter of
 // the memory instructions of v1 and the memory system sees full 16-byte requests per thread
-// (512 bytes per warp). The grid is capped near a few waves of blocks per SM and each thread
-// loops with a stride of the whole grid: fewer blocks to schedule, the same coalesced pattern
-// (in every iteration consecutive threads touch consecutive float4s).
+// (512 bytes per warp). The grid is capped at one wave of blocks (as many as the GPU holds at
+// once) and each thread loops with a stride of the whole grid: fewer blocks to schedule, the
+// same coalesced pattern (in every iteration consecutive threads touch consecutive float4s).
 //
 // Requirements: x_ptr and y_ptr 16-byte aligned (the launcher checks, and falls back to v1).
 // The n % 4 elements after the last whole float4 are the scalar tail.

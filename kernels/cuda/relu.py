@@ -47,10 +47,14 @@ def check_input(x, name: str = "x") -> torch.Tensor:
     return x.contiguous()
 
 
-def _sm_count() -> int:
+@functools.lru_cache(maxsize=None)
+def _resident_blocks() -> int:
+    """How many BLOCK_SIZE-thread blocks the GPU holds at once: one full wave."""
     if utils.SIMULATE:
-        return 4  # the emulator has no SMs; a small grid keeps the grid-stride loop honest
-    return torch.cuda.get_device_properties(utils.DEVICE).multi_processor_count
+        return 8  # the emulator has no SMs; a small grid still makes threads loop
+    props = torch.cuda.get_device_properties(utils.DEVICE)
+    per_sm = getattr(props, "max_threads_per_multi_processor", 2048) // BLOCK_SIZE
+    return props.multi_processor_count * max(per_sm, 1)
 
 
 def relu_v1(x: torch.Tensor) -> torch.Tensor:
@@ -81,8 +85,9 @@ def relu_vec4(x: torch.Tensor) -> torch.Tensor:
         kernel("relu_kernel")[cdiv(n, BLOCK_SIZE), BLOCK_SIZE](x, y, n)
         return y
     n4 = n // 4
-    # Enough blocks to fill every SM several times over, no more: each thread then loops.
-    blocks = max(1, min(cdiv(max(n4, 1), BLOCK_SIZE), _sm_count() * 16))
+    # One full wave of blocks (every SM at its thread limit), no more: each thread then
+    # loops, and all blocks finish together instead of a last partial wave running alone.
+    blocks = max(1, min(cdiv(max(n4, 1), BLOCK_SIZE), _resident_blocks()))
     kernel("relu_vec4_kernel")[blocks, BLOCK_SIZE](x, y, n)
     return y
 

@@ -10,6 +10,7 @@ no copy), so a kernel's writes land in the torch tensor.
 """
 from __future__ import annotations
 
+import functools
 import math
 from collections import OrderedDict
 
@@ -63,10 +64,14 @@ def check_input(x, name: str = "x") -> torch.Tensor:
     return x.contiguous()
 
 
+@functools.lru_cache(maxsize=None)
 def _max_blocks() -> int:
+    """One full wave: as many BLOCK_SIZE-thread blocks as the GPU holds at once."""
     if utils.SIMULATE:
         return 4  # the simulator runs every thread in Python: fewer threads, same work
-    return torch.cuda.get_device_properties(utils.DEVICE).multi_processor_count * 16
+    props = torch.cuda.get_device_properties(utils.DEVICE)
+    per_sm = getattr(props, "max_threads_per_multi_processor", 2048) // BLOCK_SIZE
+    return props.multi_processor_count * max(per_sm, 1)
 
 
 def relu_v1(x: torch.Tensor) -> torch.Tensor:

@@ -91,7 +91,10 @@ def build(text: str, name: str, filename: str, include_dir: Path | None) -> EmuL
     full = ('#include "cuda_emu.h"\n'
             f'#line 1 "{filename}"\n' + text + entry_code(name))
     cxx = compiler()
-    key_src = "\0".join([full, _headers_digest(), cxx, " ".join(CXX_FLAGS), str(include_dir), sys.platform])
+    flags = list(CXX_FLAGS)
+    if os.environ.get("COURSE_EMU_UCONTEXT", "") not in ("", "0"):
+        flags.append("-DEMU_FORCE_UCONTEXT")  # the portable fiber switch, also on x86-64
+    key_src = "\0".join([full, _headers_digest(), cxx, " ".join(flags), str(include_dir), sys.platform])
     key = hashlib.sha256(key_src.encode()).hexdigest()[:24]
     if key in _CACHE:
         return _CACHE[key]
@@ -104,7 +107,7 @@ def build(text: str, name: str, filename: str, include_dir: Path | None) -> EmuL
             incs = ["-I", str(include_dir)] + incs
         fd, tmp = tempfile.mkstemp(suffix=".so", dir=cache_dir)
         os.close(fd)
-        cmd = [cxx, *CXX_FLAGS, *incs, "-x", "c++", "-", "-o", tmp]
+        cmd = [cxx, *flags, *incs, "-x", "c++", "-", "-o", tmp]
         proc = subprocess.run(cmd, input=full, capture_output=True, text=True)
         if proc.returncode != 0:
             os.unlink(tmp)

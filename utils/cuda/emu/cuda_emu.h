@@ -34,7 +34,9 @@
 #include <sys/mman.h>
 #include <unistd.h>
 #include <time.h>
-#if !defined(__x86_64__)
+#if !defined(__x86_64__) || defined(EMU_FORCE_UCONTEXT)
+// The portable context switch (arm64 laptops, ...): slower (swapcontext also saves the
+// signal mask with a system call), same behaviour.
 #include <ucontext.h>
 #define EMU_UCONTEXT 1
 #endif
@@ -46,7 +48,7 @@
 #define __device__
 #define __host__
 #define __forceinline__ inline __attribute__((always_inline))
-#define __noinline__ __attribute__((noinline))
+// (no __noinline__: GCC and torch headers spell __attribute__((__noinline__)) themselves)
 #define __shared__ static      // one block runs at a time, so a static IS per-block memory
 #define __constant__
 #define __managed__

@@ -1,0 +1,184 @@
+"""The course's figures (utils/plots.py) and progress bars (utils/progress.py).
+
+Figures are checked through their artists: how many cells, bars and lines they hold,
+which are marked masked or active, and what the titles say about where numbers come from.
+"""
+import io
+import json
+
+import matplotlib
+import pytest
+
+import utils
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.patches import Rectangle  # noqa: E402
+
+
+def rects(fig, gid=None):
+    ax = fig.axes[0]
+    out = [p for p in ax.patches if isinstance(p, Rectangle)]
+    if gid is not None:
+        out = [p for p in out if (p.get_gid() or "").startswith(gid)]
+    return out
+
+
+def lines(fig, gid):
+    return [ln for ln in fig.axes[0].lines if ln.get_gid() == gid]
+
+
+# --- index maps ------------------------------------------------------------------------
+def test_index_map_1d_cells_blocks_and_masked_tail():
+    before = plt.get_fignums()
+    fig = utils.plot_index_map(20, 8)
+    assert isinstance(fig, Figure)
+    assert plt.get_fignums() == before  # detached from pyplot: shown once, never leaked
+    assert len(rects(fig)) == 24                      # 3 blocks of 8 threads
+    assert len(rects(fig, "masked")) == 4             # threads 20..23 fail i < n
+    assert len(rects(fig, "block 2")) == 4            # the tail block's working threads
+    assert [r.get_x() for r in rects(fig, "masked")] == [20, 21, 22, 23]
+    ax = fig.axes[0]
+    assert "blockDim.x" in ax.get_xlabel()
+    assert "3 blocks" in ax.get_title() and "masked" in ax.get_title()
+
+
+def test_index_map_1d_triton_wording_and_exact_fit():
+    fig = utils.plot_index_map(32, 16, unit="program")
+    assert not rects(fig, "masked")  # 32 = 2 x 16: no tail
+    assert len(rects(fig, "program 1")) == 16
+    assert "BLOCK" in fig.axes[0].get_xlabel()
+
+
+def test_index_map_rejects_bad_sizes():
+    with pytest.raises(ValueError):
+        utils.plot_index_map(0, 8)
+    with pytest.raises(ValueError, match="too many"):
+        utils.plot_index_map(1 << 20, 256)
+
+
+def test_index_map_2d():
+    fig = utils.plot_index_map_2d((5, 7), (2, 4))
+    assert len(rects(fig)) == 6 * 8                  # grid 2 (x) by 3 (y) blocks of 2x4
+    assert len(rects(fig, "masked")) == 6 * 8 - 5 * 7
+    assert len(rects(fig, "block (1, 2)")) == 1 * 3  # bottom-right block: 1 row, 3 cols inside
+    ax = fig.axes[0]
+    assert "threadIdx.x" in ax.get_xlabel() and "threadIdx.y" in ax.get_ylabel()
+    assert any("5x7" in t.get_text() for t in ax.get_legend().get_texts())
+
+
+# --- reduction trees -------------------------------------------------------------------
+@pytest.mark.parametrize("addressing", ["sequential", "interleaved"])
+def test_reduction_tree_counts(addressing):
+    fig = utils.plot_reduction_tree(16, addressing)
+    assert len(lines(fig, "add")) == 2 * 15   # 15 additions, two operands each
+    assert len(rects(fig, "active")) == 15    # each addition writes one cell
+    assert len(rects(fig)) == 16 * 5          # the input row and 4 steps
+    texts = [t.get_text() for t in fig.axes[0].texts]
+    assert "0-15" in texts                    # the last step holds the total
+    assert addressing in fig.axes[0].get_title()
+
+
+def test_reduction_tree_active_threads_differ_by_addressing():
+    def first_step_cells(fig):
+        return sorted(r.get_x() for r in rects(fig, "active") if r.get_y() == 1)
+
+    assert first_step_cells(utils.plot_reduction_tree(8, "sequential")) == [0, 1, 2, 3]
+    assert first_step_cells(utils.plot_reduction_tree(8, "interleaved")) == [0, 2, 4, 6]
+
+
+def test_reduction_tree_rejects_bad_arguments():
+    with pytest.raises(ValueError, match="power of two"):
+        utils.plot_reduction_tree(12)
+    with pytest.raises(ValueError, match="addressing"):
+        utils.plot_reduction_tree(16, "strided")
+
+
+# --- bandwidth ---------------------------------------------------------------------------
+SWEEP = {"triton v2": [(4096, 10.0), (1 << 16, 150.0), (1 << 20, 1800.0)],
+         "cuda v1": [(4096, 8.0), (1 << 16, 120.0), (1 << 20, 1500.0)],
+         "torch": [(4096, 9.0), (1 << 16, 140.0), (1 << 20, 1700.0)]}
+
+
+def test_bandwidth_lines_roofline_and_log_axis():
+    fig = utils.plot_bandwidth(SWEEP, roofline_gbps=3000.0, recorded_on="NVIDIA H100 80GB HBM3")
+    ax = fig.axes[0]
+    variant_lines = [ln for ln in ax.lines if ln.get_gid() != "roofline"]
+    assert [ln.get_label() for ln in variant_lines] == list(SWEEP)
+    assert list(variant_lines[0].get_xdata()) == [4096, 1 << 16, 1 << 20]
+    (roof,) = lines(fig, "roofline")
+    assert list(roof.get_ydata()) == [3000.0, 3000.0]
+    assert ax.get_xscale() == "log"
+    assert "GB/s" in ax.get_ylabel()
+    assert "recorded on NVIDIA H100" in ax.get_title()
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert any("roofline" in s for s in labels)
+
+
+def test_bandwidth_simulated_label_and_no_roofline():
+    fig = utils.plot_bandwidth({"numba": [(256, 0.01), (1024, 0.02)]}, label_simulated=True)
+    assert "simulated on the CPU" in fig.axes[0].get_title()
+    assert not lines(fig, "roofline")
+
+
+def test_recorded_bandwidth_reads_the_results_file(tmp_path, capsys):
+    path = tmp_path / "h100.json"
+    path.write_text(json.dumps({
+        "schema": 1, "machine": {"gpu": "NVIDIA H100 80GB HBM3"}, "date": "2026-01-31T12:00:00Z",
+        "copy": {"gbps": 3100.0}, "rows": [],
+        "sweeps": {"relu": {"triton v2": [[4096, 11.0], [65536, 160.0]],
+                            "cuda v1": [[4096, 9.0], [65536, 140.0]]}}}))
+    fig = utils.plot_recorded_bandwidth("relu", path)
+    ax = fig.axes[0]
+    assert len(lines(fig, "roofline")) == 1
+    assert sorted(ln.get_label() for ln in ax.lines if ln.get_gid() != "roofline") == ["cuda v1", "triton v2"]
+    assert "NVIDIA H100 80GB HBM3, 2026-01-31" in ax.get_title()
+    assert utils.plot_recorded_bandwidth("relu", tmp_path / "missing.json") is None
+    assert "No recorded GPU results" in capsys.readouterr().out
+
+
+def test_bars():
+    values = {"cuda v1": 1900.0, "triton v2": 2900.0, "numba": None, "torch": 2950.0}
+    fig = utils.plot_bars(values, roofline_gbps=3200.0, highlight="triton v2", label_simulated=True)
+    ax = fig.axes[0]
+    bars = [p for p in ax.patches if isinstance(p, Rectangle)]
+    assert len(bars) == 4
+    assert [b.get_width() for b in bars] == [1900.0, 2900.0, 0, 2950.0]
+    assert bars[1].get_facecolor() != bars[0].get_facecolor()  # the highlighted one
+    assert [t.get_text() for t in ax.get_yticklabels()] == list(values)
+    assert len(lines(fig, "roofline")) == 1
+    assert "simulated" in ax.get_title()
+
+
+def test_drawing_into_a_given_axes():
+    fig, (a, b) = plt.subplots(1, 2)
+    try:
+        assert utils.plot_reduction_tree(8, ax=a) is fig
+        assert utils.plot_bars({"x": 1.0}, ax=b) is fig
+        assert a.patches and b.patches
+    finally:
+        plt.close(fig)
+
+
+# --- progress bars -----------------------------------------------------------------------
+def test_progress_is_silent_under_pytest_but_iterates(capsys):
+    assert not utils.progress_enabled()  # pytest sets PYTEST_CURRENT_TEST
+    seen = list(utils.progress(range(5), desc="sweep"))
+    assert seen == [0, 1, 2, 3, 4]
+    with utils.progress(total=3, desc="manual") as bar:
+        for _ in range(3):
+            bar.update()
+            bar.set_postfix(step="x")
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err == ""
+
+
+def test_progress_can_be_forced_on(monkeypatch):
+    monkeypatch.setenv("COURSE_PROGRESS", "1")
+    assert utils.progress_enabled()
+    buf = io.StringIO()
+    assert list(utils.progress([1, 2, 3], desc="sizes", file=buf, mininterval=0)) == [1, 2, 3]
+    assert "sizes" in buf.getvalue() and "3/3" in buf.getvalue()
+    monkeypatch.setenv("COURSE_PROGRESS", "0")
+    assert not utils.progress_enabled()

@@ -1,0 +1,116 @@
+"""The course's way around what Triton's interpreter lacks (see docs/simulation.md)."""
+import math
+import warnings
+
+import pytest
+import torch
+
+import utils
+import triton
+import triton.language as tl
+from utils import triton_compat
+from utils.triton_compat import tanh
+
+sim_only = pytest.mark.skipif(not utils.SIMULATE, reason="about Triton's interpreter")
+F32 = utils.TOLERANCES[torch.float32] if hasattr(utils, "TOLERANCES") else dict(atol=1e-5, rtol=1e-5)
+
+
+@triton.jit
+def tanh_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask)
+    tl.store(y_ptr + offs, tanh(x), mask=mask)
+
+
+def run_tanh(x):
+    y = torch.empty_like(x)
+    tanh_kernel[(triton.cdiv(x.numel(), 1024),)](x, y, x.numel(), BLOCK=1024)
+    return y
+
+
+def test_tanh_matches_torch_to_float32_tolerance():
+    x = torch.cat([torch.linspace(-30, 30, 3001), torch.randn(997) * 3,
+                   torch.tensor([0.0, -0.0, 1e-30, -1e-7, 0.0624, 0.0625, -0.0626, 88.0, -104.0])])
+    x = x.to(utils.DEVICE)
+    got = run_tanh(x).double().cpu()
+    want = torch.tanh(x.double()).cpu()
+    torch.testing.assert_close(got, want, **F32)
+    # A tiny x keeps its relative accuracy (the series branch), like libdevice's tanh.
+    tiny = x.abs().cpu() < 0.0625
+    rel = ((got - want).abs() / want.abs().clamp_min(1e-38))[tiny & (want != 0)]
+    assert rel.max().item() < 1e-6
+
+
+def test_tanh_of_inf_and_nan():
+    x = torch.tensor([math.inf, -math.inf, math.nan], device=utils.DEVICE)
+    y = run_tanh(x).cpu()
+    assert y[0].item() == 1.0 and y[1].item() == -1.0 and math.isnan(y[2].item())
+
+
+@triton.jit
+def gelu_tanh_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask)
+    u = 0.7978845608028654 * (x + 0.044715 * x * x * x)
+    tl.store(y_ptr + offs, 0.5 * x * (1.0 + tanh(u)), mask=mask)
+
+
+def test_tanh_gelu_written_with_the_shim_matches_float64():
+    x = (torch.randn(5000) * 4).to(utils.DEVICE)
+    y = torch.empty_like(x)
+    gelu_tanh_kernel[(triton.cdiv(x.numel(), 512),)](x, y, x.numel(), BLOCK=512)
+    xd = x.double()
+    want = 0.5 * xd * (1 + torch.tanh(0.7978845608028654 * (xd + 0.044715 * xd ** 3)))
+    torch.testing.assert_close(y.double(), want, **F32)
+
+
+@triton.jit
+def libdevice_tanh_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask)
+    tl.store(y_ptr + offs, tl.extra.cuda.libdevice.tanh(x), mask=mask)
+
+
+@sim_only
+def test_libdevice_is_missing_from_the_interpreter():
+    # docs/simulation.md says so; if a Triton release adds it, update the docs.
+    x = torch.zeros(16)
+    with pytest.raises(Exception):
+        libdevice_tanh_kernel[(1,)](x, torch.empty_like(x), 16, BLOCK=16)
+
+
+def test_do_bench_shim_returns_milliseconds():
+    x = torch.randn(4096, device=utils.DEVICE)
+    y = torch.empty_like(x)
+
+    def call():
+        tanh_kernel[(4,)](x, y, x.numel(), BLOCK=1024)
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ms = triton_compat.do_bench(call, rep=20)
+        q = triton_compat.do_bench(call, rep=20, quantiles=[0.2, 0.5, 0.8])
+    assert ms > 0 and len(q) == 3 and q[0] <= q[1] <= q[2]
+    if utils.SIMULATE:
+        assert any("not GPU timings" in str(w.message) for w in caught)
+
+
+@triton_compat.autotune(configs=[triton.Config({"BLOCK": 128}, num_warps=4),
+                                 triton.Config({"BLOCK": 256}, num_warps=8)], key=["n"])
+@triton.jit
+def scale_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(y_ptr + offs, 3.0 * tl.load(x_ptr + offs, mask=mask), mask=mask)
+
+
+def test_autotune_shim_runs_in_both_modes():
+    x = torch.randn(1000, device=utils.DEVICE)
+    y = torch.zeros_like(x)
+    scale_kernel[lambda meta: (triton.cdiv(meta["n"], meta["BLOCK"]),)](x, y, x.numel())
+    torch.testing.assert_close(y, 3 * x)
+    if utils.SIMULATE:
+        assert scale_kernel.best_config.kwargs == {"BLOCK": 128}
