@@ -136,6 +136,8 @@ def main(argv=None) -> int:
     # Sizes the stock simulator gets through in a few seconds (about 10,000 threads/s
     # without barriers, 700/s with them); the patched one also runs the 2^20 elementwise.
     n_elem, n_red = (2048, 512) if args.quick else (1 << 14, 1 << 12)
+    # Other processes slow the simulator down (it is CPU-bound): record the load.
+    load_before = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     results = {}
     for variant in VARIANTS:
         repeats = 1 if variant.startswith("stock") else 3
@@ -168,6 +170,10 @@ def main(argv=None) -> int:
                     "python": platform.python_version(), "numba": numba.__version__,
                     "numba_cuda": numba_cuda},
         "command": "python -m benchmarks.numba_sim_speed",
+        "load_average_1min": {"before": load_before,
+                              "after": os.getloadavg()[0] if hasattr(os, "getloadavg") else None},
+        "note": "CPU-bound and sensitive to other load on the machine: compare variants "
+                "within one run, not across runs",
         "variants": {
             "stock": "numba-cuda simulator as installed",
             "stock_switchinterval": "stock, with sys.setswitchinterval(1e-4)",

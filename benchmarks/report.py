@@ -178,43 +178,33 @@ def markdown(data: dict) -> str:
 # Plots
 # --------------------------------------------------------------------------------------
 def plot_sweeps(data: dict, outdir: Path, name: str) -> list[Path]:
-    """One PNG per topic: GB/s against the number of elements, with the copy roofline."""
+    """One PNG per topic: GB/s against the number of elements, with the copy roofline
+    (drawn by ``utils.plot_bandwidth``, the same function the notebooks use)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
+    import utils
 
     written = []
     roof = (data.get("copy") or {}).get("gbps")
     copy_sweep = data.get("sweeps", {}).get("copy", {}).get("copy", [])
     gpu = data.get("machine", {}).get("gpu", "GPU")
-    refs = {(r["topic"], r["variant"]) for r in data.get("rows", []) if r.get("reference")}
+    date = str(data.get("date", ""))[:10]
+    simulated = bool(data.get("simulated"))
     for topic, curves in data.get("sweeps", {}).items():
         if topic == "copy" or not curves:
             continue
-        fig, ax = plt.subplots(figsize=(7.5, 4.5))
-        for variant, points in sorted(curves.items()):
-            if not points:
-                continue
-            xs, ys = zip(*sorted(points))
-            style = "-" if ((topic, variant) in refs or variant.startswith("torch")) else "--"
-            ax.plot(xs, ys, style, marker="o", markersize=3, label=variant)
+        curves = {v: [tuple(p) for p in pts] for v, pts in sorted(curves.items()) if pts}
         if copy_sweep:
-            xs, ys = zip(*sorted(copy_sweep))
-            ax.plot(xs, ys, ":", color="grey", label="copy (same sizes)")
-        if roof:
-            ax.axhline(roof, color="black", linewidth=1)
-            ax.annotate(f"copy roofline {roof:,.0f} GB/s", (0.01, roof), xycoords=("axes fraction", "data"),
-                        va="bottom", fontsize=8)
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("elements" + (" (rows of 4096)" if topic == "softmax" else ""))
-        ax.set_ylabel("GB/s (bytes read + written / median time)")
-        ax.set_title(f"{TOPIC_TITLES.get(topic, topic)} on {gpu}")
-        ax.set_ylim(bottom=0)
-        ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=7, ncol=2, loc="upper left")
-        fig.tight_layout()
+            curves["copy (same sizes)"] = [tuple(p) for p in copy_sweep]
+        title = f"{TOPIC_TITLES.get(topic, topic)}: bandwidth against size"
+        xlabel = "elements, rows of 4096" if topic == "softmax" else "elements"
+        fig = utils.plot_bandwidth(curves, roof, title=title, xlabel=xlabel,
+                                   recorded_on=None if simulated else f"{gpu}, {date}",
+                                   label_simulated=simulated)
         path = outdir / f"{name}-{topic}.png"
-        fig.savefig(path, dpi=110)
+        fig.savefig(path, dpi=110, bbox_inches="tight")
         plt.close(fig)
         written.append(path)
     return written

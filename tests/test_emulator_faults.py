@@ -251,7 +251,8 @@ def test_portable_ucontext_fallback(monkeypatch):
     src = EARLY_RETURN.replace("if (i >= n) return;          // the threads past n never reach the barrier",
                                "float v = i < n ? x[i] : 0.0f;") .replace("s[threadIdx.x] = x[i];", "s[threadIdx.x] = v;")
     src = src.replace("y[i] = s[(threadIdx.x + 1) % blockDim.x];",
-                      "if (i < n) y[i] = s[(threadIdx.x + 1) % blockDim.x] + __shfl_xor_sync(0xffffffff, v, 1);")
+                      "float w = __shfl_xor_sync(0xffffffff, v, 1);\n"
+                      "    if (i < n) y[i] = s[(threadIdx.x + 1) % blockDim.x] + w;")
     kk = k(src + "\n// ucontext build\n", "early_return")
     x = torch.arange(200.0)
     y = torch.zeros(200)

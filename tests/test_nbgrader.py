@@ -18,6 +18,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import nbformat
 import pytest
 
 from utils.paths import ROOT
@@ -71,6 +72,13 @@ def test_generate_assignment_and_autograde(tmp_path, monkeypatch):
     text = released.read_text()
     assert "BEGIN SOLUTION" not in text and "not solved yet" in text
     assert "YOUR CODE HERE" not in text, "nbgrader's own Python stub ended up in the release"
+    # nbgrader's release and the course's exercises/ give a learner the same code
+    release_code = [c.source for c in nbformat.read(str(released), as_version=4).cells if c.cell_type == "code"]
+    exercise = ROOT / "exercises" / SOLUTION.name
+    if exercise.exists():
+        exercise_code = [c.source for c in nbformat.read(str(exercise), as_version=4).cells
+                         if c.cell_type == "code"]
+        assert release_code == exercise_code, "nbgrader's release differs from exercises/"
 
     for student, notebook in (("alice", SOLUTION), ("bob", released)):
         dest = course / "submitted" / student / ASSIGNMENT

@@ -339,3 +339,29 @@ def test_gpu_leaves_simulator_unpatched():
     from utils import numba_sim
     assert numba_sim.is_applied() == utils.SIMULATE
     assert bool(utils.NUMBA_SIM_PATCHES) == utils.SIMULATE
+
+
+@cuda.jit
+def spin_kernel(flag):
+    t = cuda.threadIdx.x
+    if t == 0:
+        while flag[0] == 0:  # waits for thread 1, which runs only after thread 0 yields
+            pass
+    else:
+        flag[0] = 1
+
+
+@sim_only
+def test_interrupt_stops_a_kernel_stuck_in_a_loop():
+    import os
+    import signal
+    # Threads run one at a time until they block or return, so thread 0 spins forever
+    # here; what matters is that Ctrl-C (a notebook's interrupt button) still stops it.
+    timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            spin_kernel[1, 2](np.zeros(1, np.int32))
+    finally:
+        timer.cancel()
+    test_syncthreads_count_and_or()  # and the simulator works normally afterwards

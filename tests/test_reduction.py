@@ -7,7 +7,9 @@ import utils
 import kernels
 
 LANGS = kernels.LANGUAGES
-ALL_VERSIONS = [(lang, name) for lang in LANGS for name, _ in kernels.versions("reduction", lang)]
+# Versions marked "demo only" (CUDA C++ v0, the data race) are wrong on purpose.
+ALL_VERSIONS = [(lang, name) for lang in LANGS for name, desc in kernels.versions("reduction", lang)
+                if "demo only" not in desc]
 # Around a warp (32), a block (64 in Numba's simulation, 256 CUDA C++ and on a GPU, 1024
 # Triton), a float4 (4) and several blocks. Numba runs one Python thread per CUDA thread
 # in simulation, so its one-thread-per-element versions get the shorter list there.
@@ -94,6 +96,7 @@ def test_reference_sum_is_deterministic(lang):
 def test_versions_are_listed_naive_to_best(lang):
     mod = kernels.module("reduction", lang)
     assert mod.REFERENCE in mod.VERSIONS and list(mod.VERSIONS)[-1] == mod.REFERENCE
+    assert "demo only" not in mod.VERSIONS[mod.REFERENCE][0]
     for name, (desc, fn) in mod.VERSIONS.items():
         assert callable(fn) and desc and "\n" not in desc
         assert ("deterministic" in desc), f"{lang} {name}: say whether it is deterministic"
@@ -146,6 +149,51 @@ def test_racy_lockstep_sum_loses_additions():
     assert reduction.sum_atomic(torch.ones(n, device=utils.DEVICE)).item() == n
 
 
-def test_racy_demo_is_not_a_version():
+def test_racy_version_is_marked_demo_only():
+    """The benchmark skips versions whose description says "demo only"."""
     from kernels.cuda import reduction
-    assert "v0" in reduction.DEMOS and "v0" not in reduction.VERSIONS
+    description, launcher = reduction.VERSIONS["v0"]
+    assert launcher is reduction.sum_racy and "demo only" in description
+
+
+# --------------------------------------------------------------------------------------
+# The grader rejects the wrong reductions lesson 04 warns about.
+NO_BARRIER_SRC = r'''
+__global__ void sum_no_barrier_kernel(const float* x_ptr, float* out_ptr, int n) {
+    extern __shared__ float sdata[];
+    unsigned int t = threadIdx.x;
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    sdata[t] = (i < n) ? x_ptr[i] : 0.0f;
+    __syncthreads();
+    for (unsigned int s = blockDim.x / 2; s > 0; s >>= 1) {
+        if (t < s) sdata[t] += sdata[t + s];   // no barrier after the step
+    }
+    if (t == 0) atomicAdd(out_ptr, sdata[0]);
+}
+'''
+
+
+@pytest.mark.skipif(not utils.SIMULATE, reason="a GPU may or may not expose the race in a given run")
+def test_grader_rejects_missing_barrier():
+    k = utils.cuda_kernel(NO_BARRIER_SRC, "sum_no_barrier_kernel")
+
+    def fn(x):
+        out = torch.zeros((), device=x.device)
+        k[(x.numel() + 255) // 256, 256, 256 * 4](x, out, x.numel())
+        return out
+
+    with pytest.raises(utils.GradingError, match="race|__syncthreads"):
+        utils.check_sum(fn)
+
+
+def test_grader_rejects_first_block_only():
+    from kernels.triton import reduction as red
+
+    def first_block_only(x):
+        blocks = (x.numel() + red.BLOCK_SIZE - 1) // red.BLOCK_SIZE
+        partials = torch.empty(blocks, device=x.device)
+        red.sum_partials_kernel[(blocks,)](x, partials, x.numel(), BLOCK_SIZE=red.BLOCK_SIZE)
+        return partials[0].clone()  # forgets the other blocks' partial sums
+
+    with pytest.raises(utils.GradingError, match="check_sum failed"):
+        utils.check_sum(first_block_only)

@@ -130,3 +130,19 @@ def test_reference_handles_every_benchmark_shape_kind(lang):
     for cols in (1000, mod.FUSED_MAX_COLS, mod.FUSED_MAX_COLS + 1):
         x = 3 * torch.randn(1, cols, device=utils.DEVICE)
         assert_softmax(mod.softmax(x), x)
+
+
+# --------------------------------------------------------------------------------------
+# The grader rejects the wrong softmaxes lesson 05 warns about.
+def test_grader_rejects_no_max_subtraction():
+    def no_max(x):
+        e = torch.exp(x)
+        return e / e.sum(dim=-1, keepdim=True)
+
+    with pytest.raises(utils.GradingError, match="max"):
+        utils.check_softmax(no_max)
+
+
+def test_grader_rejects_wrong_dim():
+    with pytest.raises(utils.GradingError, match="dim 0"):
+        utils.check_softmax(lambda x: kernels.get("softmax", "triton")(x.t().contiguous()).t().contiguous())

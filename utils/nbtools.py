@@ -116,9 +116,11 @@ def strip_notebook(nb: nbformat.NotebookNode, name: str = "") -> nbformat.Notebo
     spec = nb.metadata.get("kernelspec") or {}
     if spec.get("name") != KERNELSPEC["name"]:
         spec = KERNELSPEC
+    # language_info as Jupyter writes it, less the interpreter version of this machine
+    lang = {k: v for k, v in (nb.metadata.get("language_info") or {}).items() if k != "version"}
     nb.metadata = nbformat.NotebookNode(
         kernelspec=nbformat.NotebookNode(spec),
-        language_info=nbformat.NotebookNode(name="python"),
+        language_info=nbformat.NotebookNode(lang or {"name": "python"}),
     )
     seen = set()
     for i, cell in enumerate(nb.cells):

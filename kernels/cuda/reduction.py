@@ -2,7 +2,7 @@
 
     sum(x)        the reference: grid-stride + float4 + warp shuffles, two passes (v5)
     row_max(x)    the max of each row of a 2-D tensor, one block per row
-    sum_racy(x)   the data race of lesson 04 (wrong on purpose; not in VERSIONS)
+    sum_racy(x)   v0, the data race of lesson 04 (wrong on purpose, never benchmarked)
 
 Every ``sum`` launcher returns a 0-d float32 tensor on ``utils.DEVICE``; the sum of an
 empty tensor is 0, as with ``torch.sum``.
@@ -173,8 +173,11 @@ def row_max(x: torch.Tensor) -> torch.Tensor:
     return out
 
 
-#: name -> (one line, launcher), naive to best. ``python -m benchmarks`` measures each one.
+#: name -> (one line, launcher), naive to best. ``python -m benchmarks`` measures each one
+#: except v0, which is wrong on purpose (its description says "demo only").
 VERSIONS = OrderedDict(
+    v0=("every thread does out[0] += x[i]: a data race, wrong on purpose (demo only; non-deterministic)",
+        sum_racy),
     v1=("atomicAdd per element (non-deterministic)", sum_atomic),
     v2=("shared-memory tree, interleaved addressing, atomic per block (non-deterministic)", sum_interleaved),
     v3=("shared-memory tree, sequential addressing, atomic per block (non-deterministic)", sum_sequential),
@@ -182,10 +185,6 @@ VERSIONS = OrderedDict(
     v5=("grid-stride float4 + warp shuffles, two passes (deterministic)", sum_two_pass),
 )
 REFERENCE = "v5"
-#: Wrong on purpose, for the lesson's first demo; not benchmarked.
-DEMOS = OrderedDict(
-    v0=("every thread does out[0] += x[i]: a data race (WRONG)", sum_racy),
-)
 sum = VERSIONS[REFERENCE][1]  # noqa: A001  (the topic's launcher is called sum)
 
 

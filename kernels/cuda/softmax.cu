@@ -140,7 +140,8 @@ SOFTMAX_FUSED_KERNEL(softmax_fused8_kernel, 8)
 SOFTMAX_FUSED_KERNEL(softmax_fused16_kernel, 16)
 
 // ---------------------------------------------------------------------------------------
-// v3, online softmax: rows of any length, one block per row.
+// v3, online softmax: rows of any length. A persistent grid: about one block per SM, each
+// looping over rows blockIdx.x, blockIdx.x + gridDim.x, ... (see pass 2 below for why).
 //
 // Pass 1 keeps, per thread, a running max m and the sum s of exp(x - m) over the elements
 // seen so far. When a larger value arrives, the old sum is rescaled to the new max:
@@ -148,7 +149,9 @@ SOFTMAX_FUSED_KERNEL(softmax_fused16_kernel, 16)
 // The threads' (m, s) pairs are then merged across the block the same way. Pass 2 reads
 // the row again and writes exp(x - M) / S. The row is read twice instead of three times,
 // and pass 2 walks the row backwards so that it starts with the columns pass 1 read last,
-// the ones most likely still in the L2 cache.
+// the ones most likely still in the L2 cache. Keeping only about one row per SM in flight
+// (132 rows x 256 KB at 65536 columns, within the 50 MB L2 of an H100) is what lets the
+// second read come from the cache instead of memory.
 //
 // A max of -inf (nothing seen yet, or only -inf values) must not be subtracted from
 // itself: -inf - -inf is NaN. The `m > -INFINITY` tests keep such terms at 0.
@@ -172,13 +175,10 @@ __device__ __forceinline__ void online_add4(float& m, float& s, float4 p) {
     }
 }
 
-// vec4 != 0: cols % 4 == 0 and x, y 16-byte aligned (the launcher checks), so the row is
-// read and written as float4s.
-__global__ void softmax_online_kernel(const float* __restrict__ x_ptr, float* __restrict__ y_ptr,
-                                      int cols, int vec4) {
-    __shared__ float scratch[32];
-    const float* x = x_ptr + (long long)blockIdx.x * cols;
-    float* y = y_ptr + (long long)blockIdx.x * cols;
+// One row: x and y point at its first column. vec4 != 0: cols % 4 == 0 and x, y 16-byte
+// aligned (the launcher checks), so the row is read and written as float4s.
+__device__ void softmax_online_row(const float* __restrict__ x, float* __restrict__ y, int cols, int vec4,
+                                   float* scratch) {
     int t = threadIdx.x, bd = blockDim.x;
     float m = -INFINITY, s = 0.0f;
     if (vec4) {
@@ -217,5 +217,16 @@ __global__ void softmax_online_kernel(const float* __restrict__ x_ptr, float* __
         for (int c = t + ((cols - 1 - t) / bd) * bd; c >= 0; c -= bd) {  // backwards
             y[c] = expf(x[c] - row_max) * inv;
         }
+    }
+}
+
+__global__ void softmax_online_kernel(const float* __restrict__ x_ptr, float* __restrict__ y_ptr,
+                                      int rows, int cols, int vec4) {
+    __shared__ float scratch[32];
+    // Every thread of the block runs the same rows, so the barriers inside stay uniform
+    // (block_max_all and block_sum_all end with a barrier: scratch is free for the next row).
+    for (int r = blockIdx.x; r < rows; r += gridDim.x) {
+        long long offset = (long long)r * cols;
+        softmax_online_row(x_ptr + offset, y_ptr + offset, cols, vec4, scratch);
     }
 }

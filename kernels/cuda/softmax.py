@@ -60,6 +60,13 @@ def check_input(x, name: str = "x") -> torch.Tensor:
     return x.contiguous()
 
 
+def sm_count() -> int:
+    """Streaming multiprocessors of the GPU (a small stand-in in simulation)."""
+    if utils.SIMULATE:
+        return 4
+    return torch.cuda.get_device_properties(utils.DEVICE).multi_processor_count
+
+
 def threads_for(cols: int, per_thread: int) -> int:
     """Whole warps, enough for ``per_thread`` columns each, at most 1024."""
     return min(MAX_THREADS, max(32, round_up(cdiv(cols, per_thread), 32)))
@@ -115,7 +122,10 @@ def softmax_online(x: torch.Tensor) -> torch.Tensor:
     # float4 needs every row to start on a 16-byte boundary: an aligned base and cols % 4 == 0.
     vec4 = int(cols % 4 == 0 and x.data_ptr() % 16 == 0 and y.data_ptr() % 16 == 0)
     threads = threads_for(cols, 16 if vec4 else 8)
-    kernel("softmax_online_kernel")[rows, threads](x, y, cols, vec4)
+    # A persistent grid: about 1024 threads per SM (one block of 1024 for long rows), each
+    # block looping over rows, so that few rows are in flight and stay in L2 for pass 2.
+    blocks = min(rows, sm_count() * max(1, MAX_THREADS // threads))
+    kernel("softmax_online_kernel")[blocks, threads](x, y, rows, cols, vec4)
     return y
 
 

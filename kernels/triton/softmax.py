@@ -21,9 +21,7 @@ import triton.language as tl
 #: (Triton refuses, or spills to memory and crawls), so long rows take the online version.
 FUSED_MAX_COLS = 16384
 #: Columns per loop step of the online version. 8192 with 16 warps: 16 values per thread
-#: and per step, 32 KB in flight per program, and (with about 80 registers per thread)
-#: one program per SM, so the rows being worked on (132 x 256 KB at 65536 columns) stay
-#: within the 50 MB L2 cache for the second pass.
+#: and per step, 32 KB in flight per program, one program per SM (see the kernel).
 ONLINE_BLOCK = 8192
 NAIVE_BLOCK = 1024
 INT_MAX = 2**31 - 1
@@ -42,6 +40,13 @@ def check_input(x, name: str = "x") -> torch.Tensor:
         raise ValueError(f"softmax here works on the last dim of a 2-D tensor, got shape {tuple(x.shape)}: "
                          f"reshape it with {name}.reshape(-1, {name}.shape[-1])")
     return x.contiguous()
+
+
+def sm_count() -> int:
+    """Streaming multiprocessors of the GPU (a small stand-in in simulation)."""
+    if utils.SIMULATE:
+        return 4
+    return torch.cuda.get_device_properties(utils.DEVICE).multi_processor_count
 
 
 # ---------------------------------------------------------------------------------------
@@ -96,41 +101,45 @@ def softmax_fused_kernel(x_ptr, y_ptr, cols, BLOCK_SIZE: tl.constexpr):
 
 
 # ---------------------------------------------------------------------------------------
-# v3, online: one program per row, the row in steps of BLOCK_SIZE columns.
+# v3, online: the row in steps of BLOCK_SIZE columns.
 # Pass 1 keeps a running max m and a running sum s of exp(x - m) PER LANE (vectors of
 # BLOCK_SIZE): when a lane sees a larger value its sum is rescaled to the new max,
 #     m' = max(m, v),  s' = s * exp(m - m') + exp(v - m').
 # No cross-lane reduction happens inside the loop; the lanes are merged once at the end.
-# Pass 2 walks the row backwards (the last steps read are the likeliest still in cache)
-# and writes exp(x - M) / S.
+# Pass 2 walks the row backwards (the last steps read are the likeliest still in the L2
+# cache) and writes exp(x - M) / S.
+# The grid is persistent: about one program per SM, each looping over rows pid, pid +
+# num_programs, ... Few rows in flight (132 x 256 KB at 65536 columns) fit in the 50 MB L2
+# of an H100, so the second read of a row comes from the cache, not from memory.
 @triton.jit
-def softmax_online_kernel(x_ptr, y_ptr, cols, BLOCK_SIZE: tl.constexpr):
-    row = tl.program_id(axis=0).to(tl.int64)
-    x_row = x_ptr + row * cols
-    y_row = y_ptr + row * cols
-    m = tl.full([BLOCK_SIZE], float("-inf"), dtype=tl.float32)
-    s = tl.zeros([BLOCK_SIZE], dtype=tl.float32)
-    for start in range(0, cols, BLOCK_SIZE):
-        offsets = start + tl.arange(0, BLOCK_SIZE)
-        v = tl.load(x_row + offsets, mask=offsets < cols, other=float("-inf"))
-        m_new = tl.maximum(m, v)
-        # A lane that has only seen -inf keeps m_new = -inf, and -inf - -inf is NaN:
-        # shift by 0 there instead, so both exps below are exp(-inf) = 0.
-        shift = tl.where(m_new == float("-inf"), 0.0, m_new)
-        s = s * tl.exp(m - shift) + tl.exp(v - shift)
-        m = m_new
-    row_max = tl.max(m, axis=0)
-    # Every lane's sum rescaled to the row max; lanes that saw only -inf add nothing (and
-    # must not compute exp(-inf - row_max) * 0 or, worse, exp(0 - row_max) * 0 = inf * 0).
-    row_sum = tl.sum(tl.where(m == float("-inf"), 0.0, s * tl.exp(m - row_max)), axis=0)
-    inv = 1.0 / row_sum
-    num_steps = tl.cdiv(cols, BLOCK_SIZE)
-    for k in range(0, num_steps):
-        start = (num_steps - 1 - k) * BLOCK_SIZE  # backwards
-        offsets = start + tl.arange(0, BLOCK_SIZE)
-        mask = offsets < cols
-        v = tl.load(x_row + offsets, mask=mask)
-        tl.store(y_row + offsets, tl.exp(v - row_max) * inv, mask=mask)
+def softmax_online_kernel(x_ptr, y_ptr, rows, cols, BLOCK_SIZE: tl.constexpr):
+    for row in range(tl.program_id(axis=0), rows, tl.num_programs(axis=0)):
+        start_of_row = tl.cast(row, tl.int64) * cols  # int64: row * cols can pass 2**31
+        x_row = x_ptr + start_of_row
+        y_row = y_ptr + start_of_row
+        m = tl.full([BLOCK_SIZE], float("-inf"), dtype=tl.float32)
+        s = tl.zeros([BLOCK_SIZE], dtype=tl.float32)
+        for start in range(0, cols, BLOCK_SIZE):
+            offsets = start + tl.arange(0, BLOCK_SIZE)
+            v = tl.load(x_row + offsets, mask=offsets < cols, other=float("-inf"))
+            m_new = tl.maximum(m, v)
+            # A lane that has only seen -inf keeps m_new = -inf, and -inf - -inf is NaN:
+            # shift by 0 there instead, so both exps below are exp(-inf) = 0.
+            shift = tl.where(m_new == float("-inf"), 0.0, m_new)
+            s = s * tl.exp(m - shift) + tl.exp(v - shift)
+            m = m_new
+        row_max = tl.max(m, axis=0)
+        # Every lane's sum rescaled to the row max; lanes that saw only -inf add nothing (and
+        # must not compute exp(-inf - row_max) * 0 or, worse, exp(0 - row_max) * 0 = inf * 0).
+        row_sum = tl.sum(tl.where(m == float("-inf"), 0.0, s * tl.exp(m - row_max)), axis=0)
+        inv = 1.0 / row_sum
+        num_steps = tl.cdiv(cols, BLOCK_SIZE)
+        for k in range(0, num_steps):
+            start = (num_steps - 1 - k) * BLOCK_SIZE  # backwards
+            offsets = start + tl.arange(0, BLOCK_SIZE)
+            mask = offsets < cols
+            v = tl.load(x_row + offsets, mask=mask)
+            tl.store(y_row + offsets, tl.exp(v - row_max) * inv, mask=mask)
 
 
 # ---------------------------------------------------------------------------------------
@@ -184,7 +193,9 @@ def softmax_online(x: torch.Tensor) -> torch.Tensor:
         return y
     block = min(ONLINE_BLOCK, triton.next_power_of_2(cols))
     num_warps = 16 if block >= 8192 else 8 if block >= 2048 else 4
-    softmax_online_kernel[(rows,)](x, y, cols, BLOCK_SIZE=block, num_warps=num_warps)
+    # Persistent: about 512 threads per SM (one program of 16 warps for long rows).
+    programs = min(rows, sm_count() * max(1, 16 // num_warps))
+    softmax_online_kernel[(programs,)](x, y, rows, cols, BLOCK_SIZE=block, num_warps=num_warps)
     return y
 
 

@@ -34,7 +34,7 @@ _LAUNCH_LOCK = threading.RLock()  # one launch at a time: the emulator's state i
 class LaunchParams(ctypes.Structure):
     _fields_ = [("grid", ctypes.c_uint * 3), ("block", ctypes.c_uint * 3),
                 ("shared_bytes", ctypes.c_ulonglong), ("schedule", ctypes.c_int),
-                ("seed", ctypes.c_ulonglong)]
+                ("seed", ctypes.c_ulonglong), ("stack_pool", ctypes.c_ulonglong)]
 
 
 class FaultInfo(ctypes.Structure):
@@ -84,9 +84,30 @@ class EmuLibrary:
         self.lib.emu_run.restype = ctypes.c_int
         self.lib.emu_fault.restype = ctypes.POINTER(FaultInfo)
         self.signature = [c for c in self.lib.emu_signature().decode().split(",") if c]
+        layout = (ctypes.c_ulonglong * 3)()
+        self.lib.emu_stack_layout(layout)
+        self.stack_layout = tuple(layout)
 
 
-def build(text: str, name: str, filename: str, include_dir: Path | None) -> EmuLibrary:
+_STACK_POOLS: dict[tuple, int] = {}
+
+
+def stack_pool(layout: tuple) -> int:
+    """One pool of fiber stacks for every kernel library of the process: (count, stride,
+    guard) as the library lays it out, each stack above an inaccessible guard page."""
+    if layout not in _STACK_POOLS:
+        count, stride, guard = layout
+        total = count * stride
+        base = _libc.mmap(None, total, _PROT_RW, _MAP_PRIVATE | _MAP_ANONYMOUS | _MAP_NORESERVE, -1, 0)
+        if base in (None, ctypes.c_void_p(-1).value):
+            raise MemoryError("cannot reserve the emulator's thread stacks")
+        for i in range(count):
+            _libc.mprotect(base + i * stride, guard, _PROT_NONE)
+        _STACK_POOLS[layout] = base
+    return _STACK_POOLS[layout]
+
+
+def build(text: str, name: str, filename: str, include_dir: Path | None, _retry: bool = True) -> EmuLibrary:
     """Compile (or fetch from the caches) the emulated kernel ``name`` of ``text``."""
     full = ('#include "cuda_emu.h"\n'
             f'#line 1 "{filename}"\n' + text + entry_code(name))
@@ -101,7 +122,7 @@ def build(text: str, name: str, filename: str, include_dir: Path | None) -> EmuL
     cache_dir = Path(paths.CACHE_DIR) / "cuda-emu"
     cache_dir.mkdir(parents=True, exist_ok=True)
     out = cache_dir / f"{key}.so"
-    if not out.exists():
+    if not out.exists() or out.stat().st_size == 0:
         incs = ["-I", str(EMU_DIR), "-I", str(paths.CUDA_INCLUDE_DIR)]
         if include_dir is not None:
             incs = ["-I", str(include_dir)] + incs
@@ -113,7 +134,13 @@ def build(text: str, name: str, filename: str, include_dir: Path | None) -> EmuL
             os.unlink(tmp)
             raise CudaCompileError(_compile_message(name, filename, proc.stderr))
         os.replace(tmp, out)  # atomic: a parallel process never loads half a file
-    lib = EmuLibrary(out)
+    try:
+        lib = EmuLibrary(out)
+    except (OSError, AttributeError):  # a damaged cache entry: build it again, once
+        out.unlink(missing_ok=True)
+        if not _retry:
+            raise
+        return build(text, name, filename, include_dir, _retry=False)
     _CACHE[key] = lib
     return lib
 
@@ -367,7 +394,8 @@ def launch(lib: EmuLibrary, kname: str, params: list[Param], grid, block, shared
         argv = (ctypes.c_void_p * max(1, len(holders)))()
         for k, h in enumerate(holders):
             argv[k] = ctypes.cast(ctypes.pointer(h), ctypes.c_void_p)
-        lp = LaunchParams((ctypes.c_uint * 3)(*grid), (ctypes.c_uint * 3)(*block), shared, schedule, seed)
+        lp = LaunchParams((ctypes.c_uint * 3)(*grid), (ctypes.c_uint * 3)(*block), shared, schedule, seed,
+                          stack_pool(lib.stack_layout))
         with _LAUNCH_LOCK:
             if capture:
                 with CaptureStdout():

@@ -12,6 +12,10 @@
 //
 // Kept light on purpose (C headers, no iostream): a cold compile must stay under 2 s.
 #pragma once
+#if defined(__APPLE__) && !defined(_XOPEN_SOURCE)
+#define _XOPEN_SOURCE 700   // macOS declares ucontext only with this ...
+#define _DARWIN_C_SOURCE    // ... and MAP_ANONYMOUS, sigaltstack only with this
+#endif
 #ifndef COURSE_CUDA_EMULATOR
 #define COURSE_CUDA_EMULATOR 1  // common.h's CHECK_INPUT accepts CPU tensors when this is set
 #endif
@@ -32,9 +36,12 @@
 #include <utility>
 #include <stdexcept>
 #include <sys/mman.h>
+#ifndef MAP_NORESERVE
+#define MAP_NORESERVE 0
+#endif
 #include <unistd.h>
 #include <time.h>
-#if !defined(__x86_64__) || defined(EMU_FORCE_UCONTEXT)
+#if !(defined(__x86_64__) && defined(__ELF__)) || defined(EMU_FORCE_UCONTEXT)
 // The portable context switch (arm64 laptops, ...): slower (swapcontext also saves the
 // signal mask with a system call), same behaviour.
 #include <ucontext.h>
@@ -214,6 +221,7 @@ struct emu_launch_params {
     unsigned long long shared_bytes;
     int schedule;      // 0: threadIdx order, 1: random order between barriers
     unsigned long long seed;
+    unsigned long long stack_pool;  // thread stacks shared by all kernel libraries (0: own)
 };
 
 EMU_NS {
@@ -417,16 +425,41 @@ inline void resume(int t) {
 #else
     emu_switch_ctx(&S.main_sp, T.sp);
 #endif
-    if (T.state == ST_DONE) S.free_stacks[S.n_free++] = T.stack;  // its stack can be reused
+    // The fiber may have run several threads (see fiber_entry): the last one is S.cur.
+    Thread& R = S.th[S.cur];
+    if (R.state == ST_DONE && R.stack >= 0) {  // its stack can be reused
+        S.free_stacks[S.n_free++] = R.stack;
+        R.stack = -1;
+    }
 }
 
+// The body of every fiber. When a thread returns without having waited at a barrier and
+// the next thread in the queue has not started yet, that thread runs right here, on the
+// same stack, without a switch: a kernel without barriers costs one switch per fiber,
+// not two per thread.
 inline void fiber_entry() {
-    S.thunk(S.ctx);
-    Thread& t = S.th[S.cur];
-    t.state = ST_DONE;
-    S.n_done++;
-    switch_to_scheduler();
-    __builtin_unreachable();
+    for (;;) {
+        S.thunk(S.ctx);
+        Thread& t = S.th[S.cur];
+        t.state = ST_DONE;
+        S.n_done++;
+        if (S.qhead != S.qtail) {
+            int nxt = S.queue[S.qhead & (2 * kMaxThreads - 1)];
+            Thread& N = S.th[nxt];
+            if (!N.started) {
+                S.qhead++;
+                N.started = 1;
+                N.stack = t.stack;  // hand the stack over
+                t.stack = -1;
+                N.state = ST_RUNNING;
+                S.cur = nxt;
+                threadIdx = N.tid;
+                continue;
+            }
+        }
+        switch_to_scheduler();
+        __builtin_unreachable();
+    }
 }
 
 // ------------------------------- fault descriptions ------------------------------------
@@ -624,7 +657,7 @@ inline void on_signal(int sig, siginfo_t* si, void* uctx) {
     f.sig = sig;
     f.addr = (unsigned long long)(uintptr_t)si->si_addr;
     f.is_write = -1;
-#if defined(__x86_64__) && defined(REG_ERR)
+#if defined(__x86_64__) && defined(__linux__) && defined(REG_ERR)
     if (sig == SIGSEGV && uctx) f.is_write = (int)((((ucontext_t*)uctx)->uc_mcontext.gregs[REG_ERR] >> 1) & 1);
 #endif
     f.thread[0] = (int)threadIdx.x; f.thread[1] = (int)threadIdx.y; f.thread[2] = (int)threadIdx.z;
@@ -678,6 +711,9 @@ inline int launch(const emu_launch_params& p, void (*thunk)(void*), void* ctx) {
         return 4;
     }
     if ((unsigned long long)p.grid[0] * p.grid[1] * p.grid[2] == 0) return 0;  // nothing to run
+    // Each stack has a guard page, i.e. two memory mappings; one pool for the whole process
+    // (passed in by the Python side) keeps far below the kernel's limit on mappings.
+    if (p.stack_pool) S.stack_pool = (char*)(uintptr_t)p.stack_pool;
     ensure_stacks();
     reset_stacks();
     S.thunk = thunk; S.ctx = ctx;
@@ -936,4 +972,7 @@ static inline cudaStream_t getCurrentCUDAStream(int = -1) { return nullptr; }
 // ---------------------------------------------------------------------------------------
 EMU_API inline const emu_fault_info* emu_fault() { return &emu::S.fault; }
 EMU_API inline void emu_set_schedule(int mode, unsigned long long seed) { emu::schedule_mode = mode; emu::schedule_seed = seed; }
-EMU_API inline int emu_abi_version() { return 1; }
+EMU_API inline int emu_abi_version() { return 2; }
+EMU_API inline void emu_stack_layout(unsigned long long* out) {
+    out[0] = emu::kMaxThreads; out[1] = emu::kStackSize + emu::kStackGuard; out[2] = emu::kStackGuard;
+}
