@@ -161,7 +161,8 @@ def compare_output(case: CheckCase, out) -> str | None:
 
 def check(fn, cases: list[CheckCase]) -> tuple[str, str] | None:
     """Run ``fn`` on each case. None if all are right, else ``(status, reason)`` with status
-    "failed check" (a wrong result) or "error" (it raised)."""
+    "failed check" (a wrong result), "unsupported" (a launcher's ValueError: it refuses
+    this shape, e.g. rows longer than it handles) or "error" (it raised anything else)."""
     for case in cases:
         before = case.x.clone()
         _poison(case.out_numel, case.x.device)
@@ -172,12 +173,17 @@ def check(fn, cases: list[CheckCase]) -> tuple[str, str] | None:
                 torch.cuda.synchronize()  # an asynchronous launch error surfaces here
         except NotImplementedError as e:
             return "error", f"{where}: not implemented: {e}"
+        except ValueError as e:
+            return "unsupported", f"{where}: the launcher refuses it: {_short(e)}"
         except Exception as e:
             return "error", f"{where}: raised {type(e).__name__}: {_short(e)}"
         reason = compare_output(case, out)
         if reason:
+            if not torch.equal(case.x, before):
+                case.x.copy_(before)
             return "failed check", f"{where}: {reason}"
         if not torch.equal(case.x, before):
+            case.x.copy_(before)  # the next kernel checked on this case gets the real input
             return "failed check", f"{where}: the kernel changed its input"
         del out, before
     return None
@@ -314,6 +320,8 @@ def run_topic(topic: str, events: Events, sizes, *, skip=(), languages=None, swe
                     events.emit(event="failed", key=key, **v.meta(), shape=list(shape),
                                 status="crashed", reason=f"{reason}; it left the CUDA context unusable")
                     raise ContextLost(key)
+                if status == "unsupported":
+                    continue  # a shape it does not take; the others may be fine
                 break  # a wrong kernel is not timed at its other shapes either
             ok_any = True
             events.emit(event="row", key=key, **v.meta(), reference=v.reference,
@@ -331,13 +339,6 @@ def run_topic(topic: str, events: Events, sizes, *, skip=(), languages=None, swe
     # --- size sweep: checked at every size too -------------------------------------------
     if not sweep:
         return
-    for v in passed:
-        if v.lang == "torch" and v.version == "compile":
-            # One compilation for every size (dynamic shapes), not one per size.
-            try:
-                fns[v.variant] = v.make(True)
-            except Exception:
-                fns.pop(v.variant, None)
     dead = {v.variant for v in passed if f"sweep:{v.variant}" in skip}
     for shape in sweep_shapes(topic, sizes):
         if out_of_time(sweep_deadline):

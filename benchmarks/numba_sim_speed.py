@@ -17,6 +17,8 @@ Variants:
   that speeds up the stock scheduler's polling loop;
 * ``patched``: the course's simulator (``utils/numba_sim.py``), as ``import utils``
   sets it up in simulation;
+* ``patched_unpinned``: the patched simulator without pinning its OS threads to one core
+  (``COURSE_NUMBA_SIM_PIN=0``);
 * ``patched_switchinterval``: the patched simulator with the short switch interval, to
   show that it no longer helps (it costs, in fact).
 
@@ -36,7 +38,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULT = ROOT / "benchmarks" / "results" / "numba-simulator-speed.json"
-VARIANTS = ("stock", "stock_switchinterval", "patched", "patched_switchinterval")
+VARIANTS = ("stock", "stock_switchinterval", "patched", "patched_unpinned",
+            "patched_switchinterval")
 THREADS = 256
 
 
@@ -45,6 +48,8 @@ def _child(variant: str, n_elementwise: int, n_reduction: int, repeats: int) -> 
     os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
     if variant.startswith("patched"):
         os.environ["COURSE_SIMULATE"] = "1"
+        if variant == "patched_unpinned":
+            os.environ["COURSE_NUMBA_SIM_PIN"] = "0"
         sys.path.insert(0, str(ROOT))
         import utils
         assert utils.numba_sim.is_applied()
@@ -121,7 +126,8 @@ def _run_variant(variant: str, n_elementwise: int, n_reduction: int, repeats: in
     code = (f"import sys; sys.path.insert(0, {str(ROOT)!r}); "
             "from benchmarks.numba_sim_speed import _child; import json; "
             f"print(json.dumps(_child({variant!r}, {n_elementwise}, {n_reduction}, {repeats})))")
-    env = {k: v for k, v in os.environ.items() if k not in ("COURSE_SIMULATE",)}
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("COURSE_SIMULATE", "COURSE_NUMBA_SIM_PIN")}
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           env=env, cwd=ROOT, timeout=900)
     if proc.returncode != 0:
@@ -178,6 +184,7 @@ def main(argv=None) -> int:
             "stock": "numba-cuda simulator as installed",
             "stock_switchinterval": "stock, with sys.setswitchinterval(1e-4)",
             "patched": "the course's scheduler (import utils in simulation)",
+            "patched_unpinned": "patched, with COURSE_NUMBA_SIM_PIN=0 (OS threads not pinned)",
             "patched_switchinterval": "patched, with sys.setswitchinterval(1e-4)",
             "patched_large": "patched, 2^20 elements elementwise and 2^14 reduced",
         },

@@ -31,10 +31,12 @@ def add_fractions(rows: list[dict], copy_gbps: float | None) -> None:
         r["fraction_of_copy"] = (g / copy_gbps) if (g and copy_gbps) else None
 
 
-def evaluate_targets(rows: list[dict], topics) -> list[dict]:
+def evaluate_targets(rows: list[dict], topics, shapes: dict | None = None) -> list[dict]:
     """Each target of the measured topics: the reference version's number, met or not.
 
     A target whose kernel was not measured is listed with ``value`` None and ``met`` None.
+    ``shapes``: ``{topic: [shape, ...]}``, the shapes the targets apply to (default: those
+    measured).
     """
     out = []
     for topic, lang, kind, thr in TARGETS:
@@ -45,11 +47,14 @@ def evaluate_targets(rows: list[dict], topics) -> list[dict]:
                       if r["topic"] == topic and r["lang"] == "torch" and r["version"] == "eager"}
         if kind == "gbps":
             ref_rows = [r for r in ref_rows if list(r["shape"]) == SOFTMAX_GBPS_SHAPE]
-            shapes = [SOFTMAX_GBPS_SHAPE]
+        elif shapes and topic in shapes:
+            shapes_t = [tuple(s) for s in shapes[topic]]
         else:
-            shapes = sorted({tuple(r["shape"]) for r in rows if r["topic"] == topic}, key=_size)
+            shapes_t = sorted({tuple(r["shape"]) for r in rows if r["topic"] == topic}, key=_size)
+        if kind == "gbps":
+            shapes_t = [SOFTMAX_GBPS_SHAPE]
         by_shape = {tuple(r["shape"]): r for r in ref_rows}
-        for shape in shapes:
+        for shape in shapes_t:
             r = by_shape.get(tuple(shape))
             variant = r["variant"] if r else f"{lang} (reference)"
             if kind == "copy":

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import json
-import math
 import os
 import platform
 import re
@@ -21,8 +20,8 @@ from types import SimpleNamespace
 import utils
 
 from . import report
-from .harness import Events, read_events, shape_key, worker_main
-from .topics import TOPICS, copy_bytes, sweep_shapes
+from .harness import Events, read_events, worker_main
+from .topics import TOPICS, copy_bytes, main_shapes
 
 ALL_TOPICS = ("relu", "gelu", "reduction", "softmax")
 EXIT_OK, EXIT_ERROR, EXIT_NO_GPU = 0, 1, 2
@@ -200,7 +199,8 @@ def skip_set(events: list[dict]) -> tuple[set, list[str]]:
             skip.add(key)
             closed.add(key)
         elif kind == "failed":
-            skip.add(f"{_variant_of(key)}@*")
+            # A refused shape skips that shape only; anything else skips the variant.
+            skip.add(key if e.get("status") == "unsupported" else f"{_variant_of(key)}@*")
             closed.add(key)
         elif kind == "note":  # a sweep point that failed: that variant leaves the sweep
             skip.add(_variant_of(key))
@@ -364,7 +364,8 @@ def main(argv=None) -> int:
 
     def save():
         report.add_fractions(data["rows"], roof)
-        data["targets"] = report.evaluate_targets(data["rows"], args.topics)
+        data["targets"] = report.evaluate_targets(
+            data["rows"], args.topics, {t: main_shapes(t, sizes) for t in args.topics})
         report.write_json(out / f"{name}.json", data)
         (out / f"{name}.md").write_text(report.markdown(data))
 
@@ -374,6 +375,10 @@ def main(argv=None) -> int:
             left = len(args.topics) - i - 1
             sweep_deadline = (deadline - RESERVE_PER_TOPIC * left - 20) if deadline else None
             print(f"== {topic} ==", flush=True)
+            if deadline and time.time() > deadline:
+                print(f"[{topic}] not measured: out of time (--budget {args.budget:.0f} s)", flush=True)
+                data["notes"].append(f"{topic}: not measured, the run was out of time")
+                continue
             events_path = Path(tmp) / f"{topic}.jsonl"
             run_worker(topic, args, events_path, deadline, sweep_deadline)
             rows, failed, sweep, notes = merge(read_events(events_path))
@@ -401,9 +406,9 @@ def print_summary(data: dict) -> None:
     print("\n== targets ==")
     for t in data.get("targets", []):
         mark = {True: "met", False: "MISSED", None: "not measured"}[t["met"]]
-        print(f"{t['topic']:<10} {t['variant']:<14} {report.shape_str(t['shape']):>12}  "
+        print(f"{t['topic']:<10} {t['variant']:<18} {report.shape_str(t['shape']):>12}  "
               f"{t['goal']:<18} {report._value_str(t):<24} {mark}")
     if data.get("failed"):
         print("\n== not timed ==")
         for f in data["failed"]:
-            print(f"{f['topic']:<10} {f['variant']:<14} {f['status']}: {f.get('reason', '')}")
+            print(f"{f['topic']:<10} {f['variant']:<18} {f['status']}: {f.get('reason', '')}")

@@ -136,7 +136,9 @@ def _eager(fn):
 
 
 def _compile(fn):
-    return lambda dynamic=False: torch.compile(fn, dynamic=dynamic)
+    # torch.compile's defaults: static shapes first, a dynamic-shape kernel once a second
+    # shape shows up, so the four softmax shapes and the sweep do not compile once each.
+    return lambda dynamic=False: torch.compile(fn)
 
 
 @dataclass

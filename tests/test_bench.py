@@ -224,6 +224,7 @@ def _in_place(x):
     (lambda x: torch.relu(x)[:-1], "failed check", "shape"),
     (_in_place, "failed check", "changed its input"),
     (lambda x: 1 / 0, "error", "ZeroDivisionError"),
+    (lambda x: (_ for _ in ()).throw(ValueError("too long")), "unsupported", "refuses"),
 ])
 def test_check_rejects_wrong_relu_kernels(fn, status, words):
     verdict = harness.check(fn, _cases("relu", [(1,), (7,), (1025,)]))
@@ -267,7 +268,15 @@ def test_run_topic_never_times_a_wrong_kernel(tmp_path, monkeypatch):
     right = harness.Variant("relu", "test right", "test", "right", "", True, lambda d=False: torch.relu)
     wrong = harness.Variant("relu", "test wrong", "test", "wrong", "", False,
                             lambda d=False: _off_by_one)
-    monkeypatch.setattr(harness, "course_variants", lambda topic, langs=None: ([wrong, right], [], []))
+    def small_only(x):
+        if x.numel() > 100:
+            raise ValueError("at most 100 elements")
+        return torch.relu(x)
+
+    limited = harness.Variant("relu", "test limited", "test", "limited", "", False,
+                              lambda d=False: small_only)
+    monkeypatch.setattr(harness, "course_variants",
+                        lambda topic, langs=None: ([wrong, limited, right], [], []))
     monkeypatch.setattr(harness, "baseline_variants", lambda topic: [])
     timed = []
     real_bench = utils.bench
@@ -283,8 +292,9 @@ def test_run_topic_never_times_a_wrong_kernel(tmp_path, monkeypatch):
     rows, failed, sweep, notes = brun.merge(harness.read_events(ev))
     assert [r["variant"] for r in rows] == ["test right"]
     assert rows[0]["shape"] == [300] and rows[0]["median_ms"] > 0
-    assert [(f["variant"], f["status"]) for f in failed] == [("test wrong", "failed check")]
-    assert "test wrong" not in timed and "test right" in timed
+    assert [(f["variant"], f["status"]) for f in failed] == [("test wrong", "failed check"),
+                                                             ("test limited", "unsupported")]
+    assert "test wrong" not in timed and "test limited" not in timed and "test right" in timed
     assert sorted(sweep) == ["test right"] and [n for n, _ in sweep["test right"]] == [64, 256]
 
 

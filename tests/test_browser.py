@@ -8,7 +8,8 @@ cells through the menu (Run > Run All Cells) and checks what a learner would see
 
 * every code cell ran and none shows an error;
 * the grader's success line is on the page (solutions);
-* at least one plot rendered as an image.
+* at least one plot rendered as an image (if neither notebook draws one, the first lesson
+  that does is run as well).
 
 Screenshots go to ``artifacts/`` (git-ignored). ``test_browser_reports_failing_cell`` runs
 a deliberately broken copy of a notebook, from a temporary directory, and asserts that the
@@ -113,7 +114,9 @@ class Lab:
                f"--port={self.port}", "--ServerApp.port_retries=0",
                f"--IdentityProvider.token={self.token}", f"--ServerApp.root_dir={self.root}",
                "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
-               "--LabApp.news_url=", "--allow-root"]
+               "--LabApp.news_url=", "--allow-root",
+               # Checkpoints JupyterLab makes on opening a notebook stay out of the repository.
+               f"--FileCheckpoints.root_dir={self.home / 'checkpoints'}"]
         self.log = open(self.log_path, "w")
         # A session of its own, so that teardown can stop the server and its kernels at once.
         self.proc = subprocess.Popen(cmd, cwd=self.root, env=self.env, stdout=self.log,

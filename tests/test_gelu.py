@@ -104,8 +104,9 @@ def test_pytorch_baselines_agree():
     x = inputs(4099)
     assert_gelu(gelu_cuda.gelu_ref(x), x)
     assert gelu_cuda.gelu_ref(x).dtype == torch.float32
-    assert_gelu(gelu_cuda.gelu_unfused_torch(x), x)
-    assert_gelu(gelu_cuda.gelu_torch(x), x)
+    for name, (description, fn) in gelu_cuda.BASELINES.items():
+        if name != "torch.compile":  # compiles for tens of seconds on a CPU: the slow test below
+            assert_gelu(fn(x), x)
     for mod in ("numba", "triton"):  # one definition, shared
         assert kernels.module("gelu", mod).gelu_unfused_torch is gelu_cuda.gelu_unfused_torch
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import utils
-from numba import cuda, float32, int32
+from numba import cuda, float32
 
 FULL = 0xFFFFFFFF
 sim_only = pytest.mark.skipif(not utils.SIMULATE, reason="tests the CUDA simulator patch")

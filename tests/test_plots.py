@@ -182,3 +182,18 @@ def test_progress_can_be_forced_on(monkeypatch):
     assert "sizes" in buf.getvalue() and "3/3" in buf.getvalue()
     monkeypatch.setenv("COURSE_PROGRESS", "0")
     assert not utils.progress_enabled()
+
+
+def test_figure_shows_once_in_a_notebook(monkeypatch):
+    # In a notebook the inline backend and the cell's value both ask a figure to display
+    # itself; the first request draws it and takes it out of pyplot.
+    from IPython import display as ipy_display
+    from utils import plots
+    shown = []
+    monkeypatch.setattr(plots, "_inline_backend", lambda: True)
+    monkeypatch.setattr(ipy_display, "display", lambda obj, **kw: shown.append(obj))
+    fig = utils.plot_bars({"a": 1.0})
+    assert plt.fignum_exists(fig.number)  # left open for the inline backend
+    fig._ipython_display_()
+    assert len(shown) == 1 and shown[0].data[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not plt.fignum_exists(fig.number)  # nothing left for a second display

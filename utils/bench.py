@@ -47,13 +47,16 @@ Schema of ``h100.json`` (``"schema": 1``)::
          "fraction_of_copy": 0.99}             # gbps / copy gbps of the same run
       ],
       "failed": [{"topic", "variant", "lang", "version", "shape",
-                  "status": "failed check" | "error" | "crashed" | "timed out" | "skipped",
+                  "status": "failed check" | "unsupported" | "error" | "crashed" | "timed out"
+                            | "skipped",     # unsupported: the launcher refuses that shape
                   "reason": "..."}],
       "sweeps": {"relu": {"triton v2": [[4096, 12.5], [16384, 48.0], ...], ...}, ...},
                                                # [n_elements, GB/s] per size, for the plots
       "targets": [{"topic", "lang", "variant", "shape", "goal", "value", "threshold",
-                   "unit", "met"}],            # unit: "fraction_of_copy" or "gbps"
-      "notes": ["..."]
+                   "unit", "met"}],            # unit: "fraction_of_copy", "gbps" or
+                                               # "ratio_to_torch"; met: true/false/null
+      "notes": ["..."],
+      "wall_s": 300.0                          # how long the run took
     }
 """
 from __future__ import annotations

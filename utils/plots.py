@@ -1,7 +1,8 @@
 """The course's pictures: index maps, reduction trees, bandwidth against the roofline.
 
-Matplotlib only. Each function returns a ``matplotlib.figure.Figure``: the last line of a
-notebook cell displays it inline (no server, no ``plt.show()``), and tests inspect it.
+Matplotlib only. Each function returns a ``matplotlib.figure.Figure``, shown inline once
+at the end of a notebook cell (no server, no ``plt.show()``, with or without a trailing
+``;``); tests inspect it.
 Pass ``ax=`` to draw into an existing axes instead (the function then returns its figure).
 
     utils.plot_index_map(1000, 256)                   # who handles which element (1-D)
@@ -42,14 +43,57 @@ def _mpl():
     return plt, Patch, Rectangle
 
 
+def _inline_backend() -> bool:
+    """True where pyplot figures show themselves when a notebook cell ends."""
+    import matplotlib
+    backend = matplotlib.get_backend().lower()
+    return "inline" in backend or "ipympl" in backend or "widget" in backend
+
+
+_figure_class = None
+
+
+def _course_figure_class():
+    """A Figure that shows exactly once in a notebook, with or without a trailing ``;``.
+
+    In a notebook the inline backend shows every pyplot figure a cell made when the cell
+    ends. A plain Figure returned as the cell's value would then show twice, and closing
+    it to avoid that would make ``utils.plot_...();`` (with the semicolon) show nothing.
+    This one leaves pyplot the first time it is displayed.
+    """
+    global _figure_class
+    if _figure_class is None:
+        from matplotlib.figure import Figure
+
+        class CourseFigure(Figure):
+            def _ipython_display_(self):
+                # Called for the cell's value, and by the inline backend when the cell
+                # ends: draw it the first time and take it out of pyplot, so that the
+                # other call finds nothing left to show.
+                import io
+
+                import matplotlib.pyplot as plt
+                from IPython.display import Image, display
+                if plt.fignum_exists(getattr(self, "number", -1)):
+                    plt.close(self)
+                buf = io.BytesIO()
+                self.savefig(buf, format="png", bbox_inches="tight")
+                display(Image(data=buf.getvalue()))
+
+        _figure_class = CourseFigure
+    return _figure_class
+
+
 def _new_axes(ax, figsize):
     if ax is not None:
         return ax.figure, ax
     plt, _, _ = _mpl()
-    fig, ax = plt.subplots(figsize=figsize, layout="constrained")
-    # Detach the figure from pyplot: returned as a cell's value it shows once, and
-    # figures made in a loop do not pile up in pyplot's memory.
-    plt.close(fig)
+    fig, ax = plt.subplots(figsize=figsize, layout="constrained",
+                           FigureClass=_course_figure_class())
+    if not _inline_backend():
+        # A script or a test: nothing will show it, so keep figures made in a loop from
+        # piling up in pyplot (the figure itself stays usable: savefig, inspection).
+        plt.close(fig)
     return fig, ax
 
 
@@ -73,7 +117,7 @@ def plot_index_map(n: int, block_size: int, *, unit: str = "block", show_ids: bo
     and hatched: the ``if i < n`` (or ``mask=offs < n``) check keeps them from writing.
     ``unit="program"`` labels it the Triton way (a program owns ``BLOCK`` offsets).
     """
-    _, Patch, Rectangle = _mpl()
+    _, _, Rectangle = _mpl()
     if n < 1 or block_size < 1:
         raise ValueError(f"n and block_size must be positive, got n={n}, block_size={block_size}")
     blocks = _cdiv(n, block_size)
@@ -199,7 +243,7 @@ def plot_reduction_tree(n: int = 16, addressing: str = "sequential", *, title: s
     Each row is shared memory after a step (and a ``syncthreads()``); a cell shows which
     inputs its value sums. Orange cells were written by an active thread in that step.
     """
-    _, Patch, Rectangle = _mpl()
+    _, _, Rectangle = _mpl()
     if addressing not in ("sequential", "interleaved"):
         raise ValueError(f"addressing must be 'sequential' or 'interleaved', got {addressing!r}")
     if n < 2 or n & (n - 1) or n > 64:

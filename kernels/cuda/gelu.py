@@ -9,7 +9,7 @@ CPU emulator runs them (``utils.cuda_kernel`` decides). Versions, naive to best:
     v1  one thread per element
     v2  one thread per 4 elements: 16-byte float4 loads/stores and a scalar tail
 
-PyTorch baselines (also used by the numba and triton modules and the benchmarks):
+PyTorch baselines (the numba and triton modules re-export them):
 
     gelu_ref             the reference: float64 tanh-GELU, cast back to the input dtype
     gelu_unfused_torch   the formula written op by op: one kernel (and one round trip
@@ -139,9 +139,10 @@ def gelu_compiled(x: torch.Tensor) -> torch.Tensor:
     return _compiled_unfused(x)
 
 
-#: The PyTorch variants of the fusion comparison: name -> (description, function).
+#: The PyTorch variants of the fusion comparison: name -> (description, function). The
+#: names are the ``variant`` names of the recorded benchmark results.
 BASELINES = {
-    "torch_unfused": ("PyTorch, op by op (one kernel per op)", gelu_unfused_torch),
-    "torch_gelu": ('F.gelu(x, approximate="tanh")', gelu_torch),
-    "torch_compile": ("torch.compile of the op-by-op version", gelu_compiled),
+    "torch op-by-op": ("the formula op by op (one kernel per op)", gelu_unfused_torch),
+    "torch": ('F.gelu(x, approximate="tanh")', gelu_torch),
+    "torch.compile": ("torch.compile of the op-by-op formula", gelu_compiled),
 }

@@ -9,7 +9,7 @@
 //                             (x is read three times, plus the write: 4 trips through DRAM)
 //   v2 fused, one row per block, the row held in registers: softmax_fused{1,2,4,8,16}_kernel
 //                             (x is read once and y written once: 2 trips; rows up to 16 * 1024)
-//   v3 online, one row per block, any row length: softmax_online_kernel
+//   v3 online, any row length, a persistent grid of blocks looping over rows: softmax_online_kernel
 //                             (running max and rescaled sum in one pass, then the output pass)
 //
 // Subtracting the row max before exp is what keeps softmax finite: expf(89.f) is already

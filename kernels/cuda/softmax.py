@@ -3,7 +3,7 @@
     softmax(x)          the reference: v2 for rows up to 16384 columns, v3 beyond
     softmax_naive(x)    v1, three kernels
     softmax_fused(x)    v2, one row per block held in registers
-    softmax_online(x)   v3, online softmax, rows of any length
+    softmax_online(x)   v3, online softmax, rows of any length (persistent grid)
 """
 from __future__ import annotations
 

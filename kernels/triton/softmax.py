@@ -3,7 +3,8 @@
     softmax(x)          the reference (v4): v2 for rows up to 16384 columns, v3 beyond
     softmax_naive(x)    v1: three kernels (row max, row exp-sum, normalize)
     softmax_fused(x)    v2: one program per row, the whole row in one block
-    softmax_online(x)   v3: online softmax, one program per row, any row length
+    softmax_online(x)   v3: online softmax, any row length (a persistent grid of programs,
+                        each looping over rows)
 
 The interpreter (simulation) has no libdevice, so only ``tl.exp`` and friends are used.
 """
@@ -17,8 +18,8 @@ import utils  # noqa: F401  (configures the interpreter before triton loads)
 import triton
 import triton.language as tl
 
-#: The widest row v2 loads as one block. Past it the block no longer fits in registers
-#: (Triton refuses, or spills to memory and crawls), so long rows take the online version.
+#: The widest row v2 loads as one block. Past it the block no longer fits one program on
+#: an H100 (at 65536 columns it cannot run at all), so long rows take the online version.
 FUSED_MAX_COLS = 16384
 #: Columns per loop step of the online version. 8192 with 16 warps: 16 values per thread
 #: and per step, 32 KB in flight per program, one program per SM (see the kernel).

@@ -57,8 +57,7 @@ def _headers_digest() -> str:
     h = hashlib.sha256()
     for d in (EMU_DIR, paths.CUDA_INCLUDE_DIR):
         for p in sorted(d.glob("*.h")) + sorted(d.glob("*.cuh")):
-            st = p.stat()
-            h.update(f"{p.name}:{st.st_size}:{st.st_mtime_ns}".encode())
+            h.update(p.name.encode() + b"\0" + p.read_bytes())
     return h.hexdigest()
 
 

@@ -55,13 +55,20 @@ _HOST_HEADERS = re.compile(
     re.M)
 
 
+_CORE = None
+_CONFIGS: dict[tuple, object] = {}
+
+
 def _core():
-    try:
-        import cuda.core as core
-        core.Program  # noqa: B018
-    except (ImportError, AttributeError):
-        import cuda.core.experimental as core
-    return core
+    global _CORE
+    if _CORE is None:
+        try:
+            import cuda.core as core
+            core.Program  # noqa: B018
+        except (ImportError, AttributeError):
+            import cuda.core.experimental as core
+        _CORE = core
+    return _CORE
 
 
 def _device():
@@ -187,7 +194,10 @@ def to_np(code: str, ctype_value):
 
 def launch(kernel, grid, block, shared: int, args, stream=None):
     core = _core()
-    cfg = core.LaunchConfig(grid=tuple(grid), block=tuple(block), shmem_size=shared)
+    key = (tuple(grid), tuple(block), shared)
+    cfg = _CONFIGS.get(key)
+    if cfg is None:  # building a LaunchConfig costs more than the launch itself
+        cfg = _CONFIGS[key] = core.LaunchConfig(grid=key[0], block=key[1], shmem_size=shared)
     s = _stream(stream)
     try:
         core.launch(s, cfg, kernel, *args)

@@ -253,7 +253,7 @@ struct Thread {
     unsigned long long value, result;
     uint3 tid;
 #ifdef EMU_UCONTEXT
-    ucontext_t uc;
+    jmp_buf jb;        // where it stopped (portable switch)
 #endif
 };
 
@@ -281,7 +281,13 @@ struct State {
     // the scheduler's own context
     void* main_sp;
 #ifdef EMU_UCONTEXT
-    ucontext_t main_uc;
+    // The portable switch: _setjmp/_longjmp between stacks (no system call), and
+    // makecontext only to start a fiber on a stack the first time in a launch. A fiber
+    // whose thread is done parks in `park` and takes the next fresh thread from there.
+    jmp_buf main_jb;
+    jmp_buf park[kMaxThreads];
+    char booted[kMaxThreads];
+    ucontext_t boot_uc;
 #endif
     // random schedule
     int random;
@@ -370,7 +376,7 @@ inline void reset_stacks() {
 inline void switch_to_scheduler() {
     Thread& t = S.th[S.cur];
 #ifdef EMU_UCONTEXT
-    swapcontext(&t.uc, &S.main_uc);
+    if (!_setjmp(t.jb)) _longjmp(S.main_jb, 1);
 #else
     emu_switch_ctx(&t.sp, S.main_sp);
 #endif
@@ -406,25 +412,33 @@ inline void resume(int t) {
         T.stack = S.free_stacks[--S.n_free];
         char* top = stack_base(T.stack) + kStackSize;
 #ifdef EMU_UCONTEXT
-        getcontext(&T.uc);
-        T.uc.uc_stack.ss_sp = stack_base(T.stack);
-        T.uc.uc_stack.ss_size = kStackSize;
-        T.uc.uc_link = nullptr;
-        makecontext(&T.uc, (void (*)())fiber_entry, 0);
+        (void)top;
+        int k = T.stack;
+        if (!_setjmp(S.main_jb)) {
+            if (S.booted[k]) _longjmp(S.park[k], 1);  // a parked fiber takes this thread
+            S.booted[k] = 1;
+            getcontext(&S.boot_uc);
+            S.boot_uc.uc_stack.ss_sp = stack_base(k);
+            S.boot_uc.uc_stack.ss_size = kStackSize;
+            S.boot_uc.uc_link = nullptr;
+            makecontext(&S.boot_uc, (void (*)())fiber_entry, 0);
+            setcontext(&S.boot_uc);
+        }
 #else
         void** sp = (void**)top;
         *--sp = nullptr;                 // fake return address of fiber_entry (alignment)
         *--sp = (void*)&fiber_entry;     // where the first switch "returns" to
         for (int i = 0; i < 6; ++i) *--sp = nullptr;  // rbp rbx r12-r15
         T.sp = sp;
+        emu_switch_ctx(&S.main_sp, T.sp);
 #endif
-        (void)top;
-    }
+    } else {
 #ifdef EMU_UCONTEXT
-    swapcontext(&S.main_uc, &T.uc);
+        if (!_setjmp(S.main_jb)) _longjmp(T.jb, 1);
 #else
-    emu_switch_ctx(&S.main_sp, T.sp);
+        emu_switch_ctx(&S.main_sp, T.sp);
 #endif
+    }
     // The fiber may have run several threads (see fiber_entry): the last one is S.cur.
     Thread& R = S.th[S.cur];
     if (R.state == ST_DONE && R.stack >= 0) {  // its stack can be reused
@@ -457,8 +471,14 @@ inline void fiber_entry() {
                 continue;
             }
         }
+#ifdef EMU_UCONTEXT
+        int k = t.stack;
+        if (!_setjmp(S.park[k])) _longjmp(S.main_jb, 1);
+        // woken by resume(): S.cur is a fresh thread that now owns stack k
+#else
         switch_to_scheduler();
         __builtin_unreachable();
+#endif
     }
 }
 
@@ -716,6 +736,11 @@ inline int launch(const emu_launch_params& p, void (*thunk)(void*), void* ctx) {
     if (p.stack_pool) S.stack_pool = (char*)(uintptr_t)p.stack_pool;
     ensure_stacks();
     reset_stacks();
+#ifdef EMU_UCONTEXT
+    // Parked fibers live on the shared stacks, which other kernel libraries reuse between
+    // launches: start afresh.
+    memset(S.booted, 0, sizeof S.booted);
+#endif
     S.thunk = thunk; S.ctx = ctx;
     S.nthreads = nthreads;
     blockDim = dim3(p.block[0], p.block[1], p.block[2]);
