@@ -262,3 +262,48 @@ def test_portable_ucontext_fallback(monkeypatch):
     assert torch.equal(y, ref)
     with pytest.raises(utils.KernelFault, match="already returned"):
         k(EARLY_RETURN + "\n// ucontext build\n", "early_return")[2, 128](x, y, 200)
+
+
+def test_host_api_symbols_and_events():
+    """Host-side helpers used by load_inline code: constant memory and events. Emulated
+    code is plain C++, so a host helper can be called from a kernel to test it cheaply."""
+    src = r"""
+__constant__ float coeff[4];
+void host_side(float* out_ms) {
+    float c[4] = {1.0f, 2.0f, 3.0f, 0.0f};
+    cudaMemcpyToSymbol(coeff, c, sizeof c);
+    cudaEvent_t a, b;
+    cudaEventCreate(&a); cudaEventCreate(&b);
+    cudaEventRecord(a); cudaEventRecord(b); cudaEventSynchronize(b);
+    cudaEventElapsedTime(out_ms, a, b);
+    cudaEventDestroy(a); cudaEventDestroy(b);
+}
+__global__ void poly(const float* x, float* y, int n, float* ms) {
+    if (threadIdx.x == 0) host_side(ms);
+    __syncthreads();
+    int i = threadIdx.x;
+    if (i < n) y[i] = coeff[0] + x[i] * (coeff[1] + x[i] * coeff[2]);
+}
+"""
+    ms = torch.full((1,), -1.0)
+    x = torch.randn(100)
+    y = torch.zeros(100)
+    k(src, "poly")[1, 128](x, y, 100, ms)
+    assert 0.0 <= ms.item() < 1000.0
+    torch.testing.assert_close(y, 1 + x * (2 + x * 3))
+
+
+def test_static_shared_spelling():
+    src = r"""
+__global__ void reverse(const float* x, float* y) {
+    static __shared__ float s[64];
+    s[threadIdx.x] = x[threadIdx.x];
+    __syncthreads();
+    y[threadIdx.x] = s[63 - threadIdx.x];
+}
+"""
+    x = torch.randn(64)
+    y = torch.zeros(64)
+    with utils.emulation_schedule("random", seed=3):
+        k(src, "reverse")[1, 64](x, y)
+    assert torch.equal(y, x.flip(0))

@@ -299,6 +299,7 @@ def rewrite_launches(text: str) -> str:
 def adapt_for_emulator(text: str) -> str:
     """The rewrites the emulator needs; line numbers are unchanged."""
     text = CUDA_ONLY_HEADERS.sub("", text)
+    text = re.sub(r"\bstatic(\s+__shared__)\b", r"\1", text)  # __shared__ is already static here
     text = _rewrite_extern_shared(text)
     text = _register_shared(text)
     if "<<<" in text:

@@ -977,6 +977,23 @@ static inline cudaError_t cudaStreamSynchronize(cudaStream_t) { return (cudaErro
 static inline cudaError_t cudaGetLastError() { int e = emu::last_error; emu::last_error = 0; return (cudaError_t)e; }
 static inline cudaError_t cudaPeekAtLastError() { return (cudaError_t)emu::last_error; }
 static inline const char* cudaGetErrorString(cudaError_t e) { return emu::error_string((int)e); }
+template <class T> static inline cudaError_t cudaMemcpyToSymbol(T& symbol, const void* src, size_t n, size_t offset = 0,
+                                                          cudaMemcpyKind = cudaMemcpyHostToDevice) {
+    memcpy((char*)&symbol + offset, src, n); return cudaSuccess;
+}
+template <class T> static inline cudaError_t cudaMemcpyFromSymbol(void* dst, const T& symbol, size_t n, size_t offset = 0,
+                                                            cudaMemcpyKind = cudaMemcpyDeviceToHost) {
+    memcpy(dst, (const char*)&symbol + offset, n); return cudaSuccess;
+}
+// Events measure host time here: kernels run synchronously on the CPU, so the numbers say
+// how fast the emulator is, nothing about a GPU.
+struct CUevent_st { double ms; };
+static inline double emu_now_ms() { struct timespec ts; clock_gettime(CLOCK_MONOTONIC, &ts); return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6; }
+static inline cudaError_t cudaEventCreate(cudaEvent_t* e) { *e = new CUevent_st{0.0}; return cudaSuccess; }
+static inline cudaError_t cudaEventDestroy(cudaEvent_t e) { delete e; return cudaSuccess; }
+static inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t = nullptr) { e->ms = emu_now_ms(); return cudaSuccess; }
+static inline cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
+static inline cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t a, cudaEvent_t b) { *ms = (float)(b->ms - a->ms); return cudaSuccess; }
 static inline const char* cudaGetErrorName(cudaError_t e) { return e == cudaSuccess ? "cudaSuccess" : "cudaErrorLaunchFailure"; }
 
 // What torch extensions call around a launch. The adapter removes the CUDA-only includes
