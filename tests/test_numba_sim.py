@@ -355,13 +355,22 @@ def spin_kernel(flag):
 def test_interrupt_stops_a_kernel_stuck_in_a_loop():
     import os
     import signal
+    import time
+    from numba.cuda.simulator import kernel
+
     # Threads run one at a time until they block or return, so thread 0 spins forever
     # here; what matters is that Ctrl-C (a notebook's interrupt button) still stops it.
-    timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT))
-    timer.start()
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            spin_kernel[1, 2](np.zeros(1, np.int32))
-    finally:
-        timer.cancel()
+    def interrupt_while_launched():
+        deadline = time.monotonic() + 30
+        while kernel._kernel_context is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.2)
+        if kernel._kernel_context is not None:  # only ever interrupt the launch itself
+            os.kill(os.getpid(), signal.SIGINT)
+
+    sender = threading.Thread(target=interrupt_while_launched, daemon=True)
+    sender.start()
+    with pytest.raises(KeyboardInterrupt):
+        spin_kernel[1, 2](np.zeros(1, np.int32))
+    sender.join()
     test_syncthreads_count_and_or()  # and the simulator works normally afterwards

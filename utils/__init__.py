@@ -21,3 +21,4 @@ from .bench import *  # noqa: F401,F403  bench, recorded results
 from .plots import *  # noqa: F401,F403  bandwidth plots, index maps, reduction trees
 from .progress import *  # noqa: F401,F403  progress bars on long sweeps
 from .report import *  # noqa: F401,F403  environment report
+from .inputs import *  # noqa: F401,F403  check_input: the input rules of every launcher

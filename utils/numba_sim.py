@@ -48,8 +48,8 @@ same call site, the lanes a GPU would run converged there.
 
 Speed (``python -m benchmarks.numba_sim_speed``, recorded in
 ``benchmarks/results/numba-simulator-speed.json``): on a 2-core CPU about 400,000
-threads/s without barriers (the stock simulator: 6,000-9,000) and about 10,000 threads/s
-for a 256-thread tree reduction with 9 barriers (stock: about 1,000). The OS threads are
+threads/s without barriers (the stock simulator: 6,000-12,000) and about 10,000 threads/s
+for a 256-thread tree reduction with 9 barriers (stock: 600-1,400). The OS threads are
 pinned to one core during a launch, which makes each hand-over cheaper
 (``COURSE_NUMBA_SIM_PIN=0`` turns that off). A shorter ``sys.setswitchinterval`` only
 adds forced GIL hand-overs here, so the interval is left alone.

@@ -25,13 +25,13 @@ import torch
 import torch.nn.functional as F
 
 import utils
+from utils.inputs import INT32_MAX, check_input  # noqa: F401  (the shared input rules)
 
 SOURCE = Path(__file__).with_name("gelu.cu")
 #: Threads per block. Any multiple of 32 works; 256 keeps many blocks resident per SM.
 BLOCK_SIZE = 256
 SQRT_2_OVER_PI = 0.7978845608  # sqrt(2 / pi)
 COEFF = 0.044715
-INT32_MAX = 2**31 - 1
 
 _compiled = {}
 
@@ -48,29 +48,13 @@ def _kernel(name: str):
     return _compiled[name]
 
 
-def check_input(x, who: str = "gelu") -> torch.Tensor:
-    """The input rules every GELU launcher follows: a float32 tensor on ``utils.DEVICE``.
-    Returns a contiguous version of ``x`` (a copy only if ``x`` is not contiguous)."""
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{who} expects a torch.Tensor, got {type(x).__name__}")
-    if x.dtype != torch.float32:
-        raise TypeError(f"{who} expects float32, got {x.dtype}: convert with x.float()")
-    if x.device.type != utils.DEVICE.type:
-        raise ValueError(f"{who}: x is on {x.device}, but the course runs on {utils.DEVICE}: "
-                         "move it with x.to(utils.DEVICE)")
-    if x.numel() > INT32_MAX:
-        raise ValueError(f"{who}: {x.numel()} elements do not fit the kernel's 32-bit index; "
-                         "split the tensor")
-    # The kernels index a flat array, so they need the elements in order in memory.
-    return x.contiguous()
-
 
 # ----------------------------------------------------------------------------------------
 # Launchers
 # ----------------------------------------------------------------------------------------
 def gelu_v1(x: torch.Tensor) -> torch.Tensor:
     """v1: one thread per element."""
-    x = check_input(x, "gelu_v1")
+    x = check_input(x, op="gelu_v1", max_numel=INT32_MAX)
     y = torch.empty_like(x)
     n = x.numel()
     if n == 0:
@@ -82,7 +66,7 @@ def gelu_v1(x: torch.Tensor) -> torch.Tensor:
 
 def gelu_v2(x: torch.Tensor) -> torch.Tensor:
     """v2: float4 loads and stores (4 elements per thread) and a scalar tail for n % 4."""
-    x = check_input(x, "gelu_v2")
+    x = check_input(x, op="gelu_v2", max_numel=INT32_MAX)
     y = torch.empty_like(x)
     n = x.numel()
     if n == 0:

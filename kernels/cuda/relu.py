@@ -15,6 +15,7 @@ from collections import OrderedDict
 import torch
 
 import utils
+from utils.inputs import INT32_MAX, check_input  # noqa: F401  (the shared input rules)
 
 SOURCE = utils.KERNELS_DIR / "cuda" / "relu.cu"
 BLOCK_SIZE = 256
@@ -30,21 +31,6 @@ def kernel(name: str):
 def cdiv(a: int, b: int) -> int:
     return (a + b - 1) // b
 
-
-def check_input(x, name: str = "x") -> torch.Tensor:
-    """Clear errors for what a kernel cannot take; a contiguous copy for strided input.
-
-    A kernel indexes memory with ``x_ptr[idx]``, so it needs the elements packed one after
-    the other: a transposed or sliced tensor is made contiguous (a copy) first.
-    """
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
-    if x.dtype != torch.float32:
-        raise TypeError(f"{name} must be float32, got {x.dtype}: convert it with {name}.float()")
-    if x.device.type != utils.DEVICE.type:
-        raise ValueError(f"{name} is on {x.device}, but the kernels run on {utils.DEVICE}: "
-                         f"move it with {name}.to(utils.DEVICE)")
-    return x.contiguous()
 
 
 @functools.lru_cache(maxsize=None)

@@ -13,6 +13,7 @@ from collections import OrderedDict
 import torch
 
 import utils
+from utils.inputs import INT32_MAX, check_input  # noqa: F401  (the shared input rules)
 
 SOURCE = utils.KERNELS_DIR / "cuda" / "softmax.cu"
 INT_MAX = 2**31 - 1
@@ -43,22 +44,6 @@ def round_up(a: int, b: int) -> int:
     return cdiv(a, b) * b
 
 
-def check_input(x, name: str = "x") -> torch.Tensor:
-    """A contiguous float32 2-D tensor on the course's device, or a clear error."""
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
-    if x.dtype != torch.float32:
-        raise TypeError(f"{name} must be float32, got {x.dtype}: convert it with {name}.float()")
-    if x.device.type != utils.DEVICE.type:
-        raise ValueError(f"{name} is on {x.device}, but the kernels run on {utils.DEVICE}: "
-                         f"move it with {name}.to(utils.DEVICE)")
-    if x.dim() != 2:
-        raise ValueError(f"softmax here works on the last dim of a 2-D tensor, got shape {tuple(x.shape)}: "
-                         f"reshape it with {name}.reshape(-1, {name}.shape[-1])")
-    if x.numel() > INT_MAX:
-        raise ValueError(f"the kernels index rows with int: at most {INT_MAX} elements, got {x.numel()}")
-    return x.contiguous()
-
 
 def sm_count() -> int:
     """Streaming multiprocessors of the GPU (a small stand-in in simulation)."""
@@ -74,7 +59,7 @@ def threads_for(cols: int, per_thread: int) -> int:
 
 def softmax_naive(x: torch.Tensor) -> torch.Tensor:
     """v1: row max, then row sum of exp(x - max), then normalize: three kernels."""
-    x = check_input(x)
+    x = check_input(x, ndim=2, max_numel=INT32_MAX)
     rows, cols = x.shape
     y = torch.empty_like(x)
     if x.numel() == 0:
@@ -97,7 +82,7 @@ def fused_config(cols: int) -> tuple[int, int]:
 
 def softmax_fused(x: torch.Tensor) -> torch.Tensor:
     """v2: one block per row, the row in registers: one read of x, one write of y."""
-    x = check_input(x)
+    x = check_input(x, ndim=2, max_numel=INT32_MAX)
     rows, cols = x.shape
     y = torch.empty_like(x)
     if x.numel() == 0:
@@ -114,7 +99,7 @@ def softmax_fused(x: torch.Tensor) -> torch.Tensor:
 
 def softmax_online(x: torch.Tensor) -> torch.Tensor:
     """v3: online softmax, one block per row: running max and rescaled sum, then the output."""
-    x = check_input(x)
+    x = check_input(x, ndim=2, max_numel=INT32_MAX)
     rows, cols = x.shape
     y = torch.empty_like(x)
     if x.numel() == 0:

@@ -22,7 +22,7 @@ import utils  # noqa: F401  (must come before numba: it picks the GPU or the sim
 from numba import cuda
 
 from kernels.cuda.gelu import (  # noqa: F401  (the shared input rules and baselines)
-    BASELINES, check_input, gelu_compiled, gelu_ref, gelu_torch, gelu_unfused_torch)
+    BASELINES, INT32_MAX, check_input, gelu_compiled, gelu_ref, gelu_torch, gelu_unfused_torch)
 
 THREADS_PER_BLOCK = 256
 #: Elements per thread in v2 (its kernel is written out for 4).
@@ -78,7 +78,7 @@ def gelu_items_kernel(x, y, n):
 
 
 def _launch(kernel, x, items_per_thread, who):
-    x = check_input(x, who)
+    x = check_input(x, op=who, max_numel=INT32_MAX)
     y = torch.empty_like(x)
     n = x.numel()
     if n == 0:

@@ -18,6 +18,7 @@ from collections import OrderedDict
 import torch
 
 import utils  # noqa: F401  (must come before numba: it picks the simulator or the GPU)
+from utils.inputs import INT32_MAX, check_input  # noqa: F401  (the shared input rules)
 from numba import cuda, float32
 
 #: Threads per block, a power of two and a multiple of 32. Shared arrays need their size
@@ -25,16 +26,6 @@ from numba import cuda, float32
 BLOCK_SIZE = 64 if utils.SIMULATE else 256
 FULL_MASK = 0xFFFFFFFF
 
-
-def check_input(x, name: str = "x") -> torch.Tensor:
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
-    if x.dtype != torch.float32:
-        raise TypeError(f"{name} must be float32, got {x.dtype}: convert it with {name}.float()")
-    if x.device.type != utils.DEVICE.type:
-        raise ValueError(f"{name} is on {x.device}, but the kernels run on {utils.DEVICE}: "
-                         f"move it with {name}.to(utils.DEVICE)")
-    return x.contiguous()
 
 
 def sm_count() -> int:

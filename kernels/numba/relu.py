@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 import utils  # noqa: F401  (before numba: it picks the simulator or the GPU)
+from utils.inputs import INT32_MAX, check_input  # noqa: F401  (the shared input rules)
 from numba import cuda
 
 BLOCK_SIZE = 256
@@ -51,17 +52,6 @@ def relu_backward_kernel(grad_out_ptr, x_ptr, grad_in_ptr, n):
     if idx < n:
         grad_in_ptr[idx] = grad_out_ptr[idx] if x_ptr[idx] > ZERO else ZERO
 
-
-def check_input(x, name: str = "x") -> torch.Tensor:
-    """Clear errors for wrong types, dtypes and devices; a contiguous copy for strided input."""
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
-    if x.dtype != torch.float32:
-        raise TypeError(f"{name} must be float32, got {x.dtype}: convert it with {name}.float()")
-    if x.device.type != utils.DEVICE.type:
-        raise ValueError(f"{name} is on {x.device}, but the kernels run on {utils.DEVICE}: "
-                         f"move it with {name}.to(utils.DEVICE)")
-    return x.contiguous()
 
 
 @functools.lru_cache(maxsize=None)

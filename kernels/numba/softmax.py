@@ -13,6 +13,7 @@ from collections import OrderedDict
 import torch
 
 import utils  # noqa: F401  (must come before numba: it picks the simulator or the GPU)
+from utils.inputs import INT32_MAX, check_input  # noqa: F401  (the shared input rules)
 from numba import cuda, float32
 
 FULL_MASK = 0xFFFFFFFF
@@ -24,20 +25,6 @@ FUSED_MAX_COLS = ITEMS * MAX_THREADS
 ROW_THREADS = 64 if utils.SIMULATE else 256
 INT_MAX = 2**31 - 1
 
-
-def check_input(x, name: str = "x") -> torch.Tensor:
-    """A contiguous float32 2-D tensor on the course's device, or a clear error."""
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
-    if x.dtype != torch.float32:
-        raise TypeError(f"{name} must be float32, got {x.dtype}: convert it with {name}.float()")
-    if x.device.type != utils.DEVICE.type:
-        raise ValueError(f"{name} is on {x.device}, but the kernels run on {utils.DEVICE}: "
-                         f"move it with {name}.to(utils.DEVICE)")
-    if x.dim() != 2:
-        raise ValueError(f"softmax here works on the last dim of a 2-D tensor, got shape {tuple(x.shape)}: "
-                         f"reshape it with {name}.reshape(-1, {name}.shape[-1])")
-    return x.contiguous()
 
 
 # ---------------------------------------------------------------------------------------
@@ -189,7 +176,7 @@ def _warps(n: int) -> int:
 
 def softmax_naive(x: torch.Tensor) -> torch.Tensor:
     """v1: three kernels."""
-    x = check_input(x)
+    x = check_input(x, ndim=2, max_numel=INT32_MAX)
     rows, cols = x.shape
     y = torch.empty_like(x)
     if x.numel() == 0:
@@ -206,7 +193,7 @@ def softmax_naive(x: torch.Tensor) -> torch.Tensor:
 
 def softmax_fused(x: torch.Tensor) -> torch.Tensor:
     """v2: one block per row held in registers: one read of x, one write of y."""
-    x = check_input(x)
+    x = check_input(x, ndim=2, max_numel=INT32_MAX)
     rows, cols = x.shape
     y = torch.empty_like(x)
     if x.numel() == 0:
@@ -221,7 +208,7 @@ def softmax_fused(x: torch.Tensor) -> torch.Tensor:
 
 def softmax_online(x: torch.Tensor) -> torch.Tensor:
     """v3: online softmax, one block per row, any row length."""
-    x = check_input(x)
+    x = check_input(x, ndim=2, max_numel=INT32_MAX)
     rows, cols = x.shape
     y = torch.empty_like(x)
     if x.numel() == 0:

@@ -20,7 +20,7 @@ import triton.language as tl
 
 import utils  # noqa: F401  (must come before triton: it picks the GPU or the interpreter)
 from kernels.cuda.gelu import (  # noqa: F401  (the shared input rules and baselines)
-    BASELINES, check_input, gelu_compiled, gelu_ref, gelu_torch, gelu_unfused_torch)
+    BASELINES, INT32_MAX, check_input, gelu_compiled, gelu_ref, gelu_torch, gelu_unfused_torch)
 
 BLOCK_SIZE = 1024
 
@@ -38,7 +38,7 @@ def gelu_kernel(x_ptr, y_ptr, n, BLOCK_SIZE: tl.constexpr):
 
 def gelu_v1(x: torch.Tensor) -> torch.Tensor:
     """One program per BLOCK_SIZE elements, masked tail."""
-    x = check_input(x, "gelu_v1")
+    x = check_input(x, op="gelu_v1", max_numel=INT32_MAX)
     y = torch.empty_like(x)
     n = x.numel()
     if n == 0:

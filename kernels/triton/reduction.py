@@ -14,6 +14,7 @@ from collections import OrderedDict
 import torch
 
 import utils  # noqa: F401  (configures the interpreter before triton loads)
+from utils.inputs import INT32_MAX, check_input  # noqa: F401  (the shared input rules)
 import triton
 import triton.language as tl
 
@@ -21,16 +22,6 @@ BLOCK_SIZE = 1024        # elements per program and per loop step
 PERSISTENT_BLOCK = 4096  # elements per loop step of the persistent version
 FINAL_BLOCK = 1024       # the one program of the second pass sums up to this many partials per step
 
-
-def check_input(x, name: str = "x") -> torch.Tensor:
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
-    if x.dtype != torch.float32:
-        raise TypeError(f"{name} must be float32, got {x.dtype}: convert it with {name}.float()")
-    if x.device.type != utils.DEVICE.type:
-        raise ValueError(f"{name} is on {x.device}, but the kernels run on {utils.DEVICE}: "
-                         f"move it with {name}.to(utils.DEVICE)")
-    return x.contiguous()
 
 
 def sm_count() -> int:

@@ -14,6 +14,7 @@ from collections import OrderedDict
 import torch
 
 import utils  # noqa: F401  (before triton: it switches on the interpreter in simulation)
+from utils.inputs import INT32_MAX, check_input  # noqa: F401  (the shared input rules)
 import triton
 import triton.language as tl
 
@@ -36,17 +37,6 @@ def relu_backward_kernel(grad_out_ptr, x_ptr, grad_in_ptr, n, BLOCK_SIZE: tl.con
     x = tl.load(x_ptr + offsets, mask=mask)
     tl.store(grad_in_ptr + offsets, tl.where(x > 0.0, g, 0.0), mask=mask)
 
-
-def check_input(x, name: str = "x") -> torch.Tensor:
-    """Clear errors for wrong types, dtypes and devices; a contiguous copy for strided input."""
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
-    if x.dtype != torch.float32:
-        raise TypeError(f"{name} must be float32, got {x.dtype}: convert it with {name}.float()")
-    if x.device.type != utils.DEVICE.type:
-        raise ValueError(f"{name} is on {x.device}, but the kernels run on {utils.DEVICE}: "
-                         f"move it with {name}.to(utils.DEVICE)")
-    return x.contiguous()
 
 
 def _launch(x: torch.Tensor, block_size: int, num_warps: int) -> torch.Tensor:

@@ -15,6 +15,7 @@ from collections import OrderedDict
 import torch
 
 import utils  # noqa: F401  (configures the interpreter before triton loads)
+from utils.inputs import INT32_MAX, check_input  # noqa: F401  (the shared input rules)
 import triton
 import triton.language as tl
 
@@ -27,20 +28,6 @@ ONLINE_BLOCK = 8192
 NAIVE_BLOCK = 1024
 INT_MAX = 2**31 - 1
 
-
-def check_input(x, name: str = "x") -> torch.Tensor:
-    """A contiguous float32 2-D tensor on the course's device, or a clear error."""
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
-    if x.dtype != torch.float32:
-        raise TypeError(f"{name} must be float32, got {x.dtype}: convert it with {name}.float()")
-    if x.device.type != utils.DEVICE.type:
-        raise ValueError(f"{name} is on {x.device}, but the kernels run on {utils.DEVICE}: "
-                         f"move it with {name}.to(utils.DEVICE)")
-    if x.dim() != 2:
-        raise ValueError(f"softmax here works on the last dim of a 2-D tensor, got shape {tuple(x.shape)}: "
-                         f"reshape it with {name}.reshape(-1, {name}.shape[-1])")
-    return x.contiguous()
 
 
 def sm_count() -> int:
@@ -146,7 +133,7 @@ def softmax_online_kernel(x_ptr, y_ptr, rows, cols, BLOCK_SIZE: tl.constexpr):
 # ---------------------------------------------------------------------------------------
 def softmax_naive(x: torch.Tensor) -> torch.Tensor:
     """v1: three kernels."""
-    x = check_input(x)
+    x = check_input(x, ndim=2, max_numel=INT32_MAX)
     rows, cols = x.shape
     y = torch.empty_like(x)
     if x.numel() == 0:
@@ -171,7 +158,7 @@ def fused_num_warps(block: int) -> int:
 
 def softmax_fused(x: torch.Tensor) -> torch.Tensor:
     """v2: one program per row, one read and one write."""
-    x = check_input(x)
+    x = check_input(x, ndim=2, max_numel=INT32_MAX)
     rows, cols = x.shape
     y = torch.empty_like(x)
     if x.numel() == 0:
@@ -187,7 +174,7 @@ def softmax_fused(x: torch.Tensor) -> torch.Tensor:
 
 def softmax_online(x: torch.Tensor) -> torch.Tensor:
     """v3: online softmax, any row length: the statistics pass, then the output pass."""
-    x = check_input(x)
+    x = check_input(x, ndim=2, max_numel=INT32_MAX)
     rows, cols = x.shape
     y = torch.empty_like(x)
     if x.numel() == 0:
