@@ -171,9 +171,10 @@ def test_warps_are_formed_from_linear_thread_ids_in_2d_blocks():
 @cuda.jit
 def syncthreads_count_kernel(x, out):
     t = cuda.threadIdx.x
-    out[0, t] = cuda.syncthreads_count(x[t] > 0)
-    out[1, t] = cuda.syncthreads_and(x[t] > 0)
-    out[2, t] = cuda.syncthreads_or(x[t] > 0)
+    p = 1 if x[t] > 0 else 0  # the predicate is an int on a real GPU
+    out[0, t] = cuda.syncthreads_count(p)
+    out[1, t] = cuda.syncthreads_and(p)
+    out[2, t] = cuda.syncthreads_or(p)
 
 
 def test_syncthreads_count_and_or():

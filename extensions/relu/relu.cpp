@@ -11,7 +11,7 @@ template <typename T> void relu_cuda_launcher(const T* x, T* y, int n);
 template <typename T> void relu_backward_cuda_launcher(const T* grad_out, const T* x, T* grad_in, int n);
 
 static void check_input(const torch::Tensor& t, const char* name) {
-    TORCH_CHECK(t.is_cuda(), name, " must be a CUDA tensor, got one on ", t.device());
+    TORCH_CHECK(t.is_cuda(), name, " must be a CUDA tensor: move it with .cuda()");
     TORCH_CHECK(t.scalar_type() == torch::kFloat32 || t.scalar_type() == torch::kFloat64,
                 name, " must be float32 or float64, got ", t.scalar_type());
     TORCH_CHECK(t.numel() <= std::numeric_limits<int>::max(),
