@@ -344,3 +344,10 @@ def test_sum_nan_result_names_the_usual_causes():
 
 def test_relu_wrong_on_negatives_only():
     rejects(utils.check_relu, lambda x: torch.where(x < 0, -0.01 * x, x), r"only negative inputs are wrong")
+
+
+def test_show_rejection_prints_the_diagnosis_and_refuses_a_right_kernel(capsys):
+    err = utils.show_rejection(utils.check_relu, lambda x: torch.zeros_like(x))
+    assert isinstance(err, utils.GradingError) and "REJECTED:" in capsys.readouterr().out
+    with pytest.raises(AssertionError, match="accepted a kernel that is wrong on purpose"):
+        utils.show_rejection(utils.check_relu, torch.relu)

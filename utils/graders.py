@@ -35,6 +35,7 @@ from .config import DEVICE, SIMULATE, SIZES
 
 __all__ = [
     "GradingError",
+    "show_rejection",
     "check_add",
     "check_add_2d",
     "check_relu",
@@ -911,3 +912,17 @@ def check_softmax(fn, *, seed=None):
 
     worst = _run_cases(g, cases, names=("x",), shape_of=lambda c: c.expected.shape, diagnose=diagnose)
     _success("check_softmax", cases, worst, _shapes_text(shapes))
+
+
+def show_rejection(check, *args, **kwargs) -> GradingError:
+    """Run a grader on a kernel that is wrong on purpose and print its diagnosis.
+
+    For lessons that show what a grader says about a typical mistake. If the grader accepts
+    the kernel, this raises, so a lesson can never silently show nothing.
+    """
+    try:
+        check(*args, **kwargs)
+    except GradingError as e:
+        print("REJECTED:", e)
+        return e
+    raise AssertionError(f"{check.__name__} accepted a kernel that is wrong on purpose")
