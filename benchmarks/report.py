@@ -99,7 +99,7 @@ def _value_str(t: dict) -> str:
     if t["unit"] == "fraction_of_copy":
         return f"{100 * v:.1f}% of copy"
     if t["unit"] == "ratio_to_torch":
-        return f"{v:.2f}x torch.softmax"
+        return f"{v:.3f}x torch.softmax"
     return f"{v:,.0f} GB/s"
 
 
@@ -182,6 +182,27 @@ def markdown(data: dict) -> str:
 # --------------------------------------------------------------------------------------
 # Plots
 # --------------------------------------------------------------------------------------
+_LANG_STYLE = {"cuda": "-", "triton": "-.", "numba": "--", "torch": ":", "copy": (0, (1, 3))}
+# Tableau 20: enough distinct colours for every version of a topic.
+_COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
+           "#bcbd22", "#17becf", "#aec7e8", "#ffbb78", "#98df8a", "#ff9896", "#c5b0d5", "#c49c94",
+           "#f7b6d2", "#dbdb8d", "#9edae5"]
+
+
+def _style_by_language(ax, refs: set) -> None:
+    """Line style by language, bold for each language's reference version, legend outside."""
+    lines = [ln for ln in ax.get_lines() if not ln.get_label().startswith("_") and ln.get_gid() != "roofline"]
+    for k, ln in enumerate(lines):
+        label = ln.get_label()
+        lang = label.split(" ")[0].split(".")[0]
+        ln.set_linestyle(_LANG_STYLE.get(lang, "-"))
+        ln.set_color("grey" if label.startswith("copy") else _COLORS[k % len(_COLORS)])
+        ln.set_linewidth(2.4 if label in refs else 1.2)
+        if label in refs:
+            ln.set_label(f"{label} (reference)")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+
+
 def plot_sweeps(data: dict, outdir: Path, name: str) -> list[Path]:
     """One PNG per topic: GB/s against the number of elements, with the copy roofline
     (drawn by ``utils.plot_bandwidth``, the same function the notebooks use)."""
@@ -208,6 +229,8 @@ def plot_sweeps(data: dict, outdir: Path, name: str) -> list[Path]:
         fig = utils.plot_bandwidth(curves, roof, title=title, xlabel=xlabel,
                                    recorded_on=None if simulated else f"{gpu}, {date}",
                                    label_simulated=simulated)
+        _style_by_language(fig.axes[0], refs={r["variant"] for r in data.get("rows", [])
+                                              if r["topic"] == topic and r.get("reference")})
         path = outdir / f"{name}-{topic}.png"
         fig.savefig(path, dpi=110, bbox_inches="tight")
         plt.close(fig)

@@ -26,7 +26,7 @@ from .topics import TOPICS, copy_bytes, main_shapes
 ALL_TOPICS = ("relu", "gelu", "reduction", "softmax")
 EXIT_OK, EXIT_ERROR, EXIT_NO_GPU = 0, 1, 2
 # Seconds kept back, per topic still to run, when deciding whether a size sweep may go on.
-RESERVE_PER_TOPIC = 45.0
+RESERVE_PER_TOPIC = 60.0
 
 
 def parse_args(argv=None) -> argparse.Namespace:
