@@ -83,6 +83,7 @@ __all__ = [
     "copy_roofline",
     "recorded_machine",
     "show_recorded",
+    "show_targets",
     "compare",
 ]
 
@@ -358,6 +359,23 @@ def show_recorded(topic: str, path=None) -> None:
     for r in failed:
         print(f"not timed: {r.get('variant')} {_shape_str(r.get('shape'))}: "
               f"{r.get('status')} ({r.get('reason', '')})")
+
+
+def show_targets(topic: str, path=None) -> list[dict]:
+    """Print the course's recorded performance targets for a topic, one line each: the goal,
+    what was measured and whether it was met. Returns the missed ones."""
+    targets = recorded_targets(topic, path)
+    if not targets:
+        print(f"No recorded targets for {topic!r}.")
+        return []
+    for t in targets:
+        shape = "x".join(str(d) for d in t.get("shape") or []) or "-"
+        value = t["value"]
+        measured = f"{100 * value:.1f}% of copy" if t.get("unit") == "fraction_of_copy" else (
+            f"{value:,.0f} GB/s" if t.get("unit") == "gbps" else f"{value:.3f}x torch")
+        status = "met" if t.get("met") else "MISSED"
+        print(f"{t['variant']:<10} {shape:>12}  goal {t['goal']:<20} measured {measured:<18} {status}")
+    return [t for t in targets if not t.get("met")]
 
 
 def compare(results: BenchResult | Iterable[BenchResult], topic: str, path=None) -> None:

@@ -32,17 +32,6 @@ def cdiv(a: int, b: int) -> int:
     return (a + b - 1) // b
 
 
-
-@functools.lru_cache(maxsize=None)
-def _resident_blocks() -> int:
-    """How many BLOCK_SIZE-thread blocks the GPU holds at once: one full wave."""
-    if utils.SIMULATE:
-        return 8  # the emulator has no SMs; a small grid still makes threads loop
-    props = torch.cuda.get_device_properties(utils.DEVICE)
-    per_sm = getattr(props, "max_threads_per_multi_processor", 2048) // BLOCK_SIZE
-    return props.multi_processor_count * max(per_sm, 1)
-
-
 def relu_v1(x: torch.Tensor) -> torch.Tensor:
     """One thread per element, 256 threads per block, the grid rounded up."""
     x = check_input(x)
@@ -57,7 +46,7 @@ def relu_v1(x: torch.Tensor) -> torch.Tensor:
 
 
 def relu_vec4(x: torch.Tensor) -> torch.Tensor:
-    """float4 loads/stores with a scalar tail; the grid is capped and threads loop."""
+    """float4 loads/stores with a scalar tail, one float4 per thread."""
     x = check_input(x)
     y = torch.empty_like(x)
     n = x.numel()
@@ -71,9 +60,10 @@ def relu_vec4(x: torch.Tensor) -> torch.Tensor:
         kernel("relu_kernel")[cdiv(n, BLOCK_SIZE), BLOCK_SIZE](x, y, n)
         return y
     n4 = n // 4
-    # One full wave of blocks (every SM at its thread limit), no more: each thread then
-    # loops, and all blocks finish together instead of a last partial wave running alone.
-    blocks = max(1, min(cdiv(max(n4, 1), BLOCK_SIZE), _resident_blocks()))
+    # One float4 per thread: enough blocks to cover every float4 (measured on an H100, this
+    # beat a grid capped at one wave of resident blocks where each thread loops). The
+    # kernel's loop still makes any grid correct, which is what the simulator relies on.
+    blocks = max(1, cdiv(n4, BLOCK_SIZE))
     kernel("relu_vec4_kernel")[blocks, BLOCK_SIZE](x, y, n)
     return y
 
@@ -96,7 +86,7 @@ def relu_backward(grad_out: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
 
 VERSIONS = OrderedDict(
     v1=("one thread per element, 256 threads per block", relu_v1),
-    v2=("float4 loads and stores, scalar tail, grid-stride loop", relu_vec4),
+    v2=("float4 loads and stores, scalar tail, one float4 per thread", relu_vec4),
 )
 REFERENCE = "v2"
 relu = VERSIONS[REFERENCE][1]
