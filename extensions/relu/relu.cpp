@@ -37,8 +37,11 @@ torch::Tensor relu_forward(torch::Tensor x) {
 torch::Tensor relu_backward(torch::Tensor grad_out, torch::Tensor x) {
     check_input(grad_out, "grad_out");
     check_input(x, "x");
-    TORCH_CHECK(grad_out.sizes() == x.sizes(), "grad_out has shape ", grad_out.sizes(),
-                " but x has ", x.sizes());
+    // The message streams plain numbers only: printing c10 types such as sizes() goes through
+    // operator<< overloads compiled into libc10, which can crash when the extension is built
+    // with a different C++ compiler than PyTorch was.
+    TORCH_CHECK(grad_out.sizes() == x.sizes(), "grad_out and x must have the same shape (",
+                grad_out.numel(), " and ", x.numel(), " elements)");
     TORCH_CHECK(grad_out.scalar_type() == x.scalar_type(), "grad_out and x differ in dtype");
     grad_out = grad_out.contiguous();
     x = x.contiguous();
