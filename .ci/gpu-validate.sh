@@ -32,7 +32,7 @@ PY
   echo "wall time: $((end - start)) s with $workers workers; pytest exit code $status"
   echo
   echo "== summary =="
-  grep -E "^(FAILED|ERROR)|passed|failed" "$out/validation.log" | tail -40
+  grep -E "^(FAILED|ERROR) |^=+ .*(passed|failed)|^[0-9]+ (passed|failed)" "$out/validation.log" | tail -40
   echo
   echo "== per-file wall time (notebooks and solutions: the sum of their cells) =="
   python3 - "$out/validation.log" <<'PY'

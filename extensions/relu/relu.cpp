@@ -6,16 +6,31 @@
 #include <torch/extension.h>
 
 #include <limits>
+#include <string>
+
+static void append(std::string& out, const char* s) { out += s; }
+static void append(std::string& out, int64_t v) { out += std::to_string(v); }
 
 template <typename T> void relu_cuda_launcher(const T* x, T* y, int n);
 template <typename T> void relu_backward_cuda_launcher(const T* grad_out, const T* x, T* grad_in, int n);
+
+// Error messages are built here as one std::string. TORCH_CHECK(cond, "text ", n) would stream
+// the number through an std::ostringstream, and on a machine whose compiler is not the one
+// PyTorch was built with (different libstdc++ headers), that crashed the process instead of
+// raising. One ready-made string is passed through as it is.
+template <typename... Parts>
+static std::string message(const Parts&... parts) {
+    std::string out;
+    (append(out, parts), ...);
+    return out;
+}
 
 static void check_input(const torch::Tensor& t, const char* name) {
     TORCH_CHECK(t.is_cuda(), name, " must be a CUDA tensor: move it with .cuda()");
     TORCH_CHECK(t.scalar_type() == torch::kFloat32 || t.scalar_type() == torch::kFloat64,
                 name, " must be float32 or float64, got ", t.scalar_type());
     TORCH_CHECK(t.numel() <= std::numeric_limits<int>::max(),
-                name, " has too many elements for an int index: ", t.numel());
+                message(name, " has too many elements for an int index: ", t.numel()));
 }
 
 // y is created inside the function and returned: that is fine. A torch::Tensor is a small
@@ -37,11 +52,9 @@ torch::Tensor relu_forward(torch::Tensor x) {
 torch::Tensor relu_backward(torch::Tensor grad_out, torch::Tensor x) {
     check_input(grad_out, "grad_out");
     check_input(x, "x");
-    // The message streams plain numbers only: printing c10 types such as sizes() goes through
-    // operator<< overloads compiled into libc10, which can crash when the extension is built
-    // with a different C++ compiler than PyTorch was.
-    TORCH_CHECK(grad_out.sizes() == x.sizes(), "grad_out and x must have the same shape (",
-                grad_out.numel(), " and ", x.numel(), " elements)");
+    TORCH_CHECK(grad_out.sizes() == x.sizes(),
+                message("grad_out and x must have the same shape (", grad_out.numel(), " and ",
+                        x.numel(), " elements)"));
     TORCH_CHECK(grad_out.scalar_type() == x.scalar_type(), "grad_out and x differ in dtype");
     grad_out = grad_out.contiguous();
     x = x.contiguous();
