@@ -15,7 +15,7 @@ ALL_VERSIONS = [(lang, name) for lang in LANGS for name, _ in kernels.versions("
 # 256 threads (CUDA C++, Numba) and of 1024 elements (Triton, v2's 4 x 256), and several blocks.
 SIZES = [1, 3, 4, 5, 255, 257, 1023, 1025, 4099]
 # float32 results against a float64 reference: a few float32 ulps.
-RTOL, ATOL = 1e-5, 1e-6
+TOL = utils.TOLERANCES[torch.float32]  # the course's one tolerance table
 
 
 def gelu64(x: torch.Tensor) -> torch.Tensor:
@@ -36,7 +36,7 @@ def inputs(*shape, scale=3.0):
 
 def assert_gelu(y, x):
     assert y.shape == x.shape and y.dtype == torch.float32 and y.device == x.device
-    torch.testing.assert_close(y.double(), gelu64(x), rtol=RTOL, atol=ATOL)
+    torch.testing.assert_close(y.double(), gelu64(x), **TOL)
 
 
 @pytest.mark.parametrize("lang,version", ALL_VERSIONS)
@@ -96,7 +96,7 @@ def test_special_values_follow_pytorch():
     expected = torch.nn.functional.gelu(x, approximate="tanh")
     for lang, version in ALL_VERSIONS:
         y = kernels.get("gelu", lang, version)(x)
-        torch.testing.assert_close(y, expected, rtol=RTOL, atol=ATOL, equal_nan=True,
+        torch.testing.assert_close(y, expected, **TOL, equal_nan=True,
                                    msg=lambda m: f"{lang} {version}: {m}")
 
 
