@@ -165,6 +165,16 @@ def test_sum_first_block_only():
     rejects(utils.check_sum, K.sum_first_block_only, r"sum of the first 256 elements only", r"every block")
 
 
+def test_sum_first_block_only_when_partial_sums_coincide():
+    # with this seed the sum of the first 256 inputs equals the sum of the first 532: the grader
+    # must still say which elements were added (it asks the kernel, with ones as input)
+    rejects(utils.check_sum, K.sum_first_block_only, r"sum of the first 256 elements only", seed=875040)
+
+
+def test_sum_double_counting():
+    rejects(utils.check_sum, lambda x: x.sum().reshape(1) + x[:256].sum(), r"added more than once")
+
+
 def test_sum_misses_tail():
     rejects(utils.check_sum, K.sum_misses_tail, r"cdiv")
 

@@ -775,6 +775,23 @@ def check_sum(fn, *, seed=None):
         allowed = min(t["atol"] + t["rtol"] * abs(float(case.expected)), case.extra["scale"] / 4)
         return dict(atol=allowed, rtol=0.0)
 
+    def probe(values):
+        """The learner's result on a diagnostic input, or None when that run fails."""
+        c = _Case("probe", (values.to(torch.float32),), values.double().sum())
+        try:
+            run = g.call(c)
+            return float(g.output_tensor(run, (), scalar=True).reshape(-1)[0])
+        except GradingError:
+            return None
+
+    def cut_hint(n, k):
+        if n - k < k:
+            return (f"the result misses the last {n - k} element{'s' if n - k > 1 else ''}: is the grid "
+                    "rounded up (cdiv(n, BLOCK)), and does the tail block load with a mask (0 past the end)?")
+        return (f"the result is the sum of the first {k} elements only: only the first block's partial "
+                "sum reaches the result. Add every block's partial sum (atomicAdd, or a second pass over "
+                "the partial sums).")
+
     def diagnose(case, got, bad):
         x = case.values[0].double()
         n = x.numel()
@@ -787,6 +804,21 @@ def check_sum(fn, *, seed=None):
         near = case.extra["scale"] / 4
         if abs(v) <= near:
             return "the result is 0: nothing was added. Is the kernel launched with at least one block (cdiv(n, BLOCK))?"
+        # Which elements reached the result? Partial sums of random data can coincide, so ask the
+        # kernel itself: summing ones counts the elements it adds, and ones on a prefix (or a
+        # suffix) say which ones.
+        count = probe(torch.ones(n))
+        if count is not None and count == round(count) and 0 < count < n:
+            k = int(count)
+            if probe(torch.cat([torch.ones(k), torch.zeros(n - k)])) == k:
+                return cut_hint(n, k)
+            if probe(torch.cat([torch.zeros(n - k), torch.ones(k)])) == k:
+                t = n - k
+                return f"the result misses the first {t} element{'s' if t > 1 else ''}: an off-by-one in the index?"
+        if count is not None and count == round(count) and count > n:
+            return (f"summing {n} ones gave {int(count)}: some elements are added more than once. Does each "
+                    "thread (or each grid-stride step) start at its own index, and is each block's partial "
+                    "sum added exactly once (by one thread)?")
         prefix = torch.cumsum(x, 0)[:-1]          # prefix[k-1] = sum of the first k elements
         hits = torch.nonzero((prefix - v).abs() <= near).reshape(-1)
         if hits.numel():
@@ -796,12 +828,7 @@ def check_sum(fn, *, seed=None):
                 # a block size is the likely cut; other hits are partial sums that match by chance
                 pow2 = [c for c in ks if c >= 32 and c & (c - 1) == 0]
                 k = pow2[0] if pow2 else k
-            if n - k < k:
-                return (f"the result misses the last {n - k} element{'s' if n - k > 1 else ''}: is the grid "
-                        "rounded up (cdiv(n, BLOCK)), and does the tail block load with a mask (0 past the end)?")
-            return (f"the result is the sum of the first {k} elements only: only the first block's partial "
-                    "sum reaches the result. Add every block's partial sum (atomicAdd, or a second pass over "
-                    "the partial sums).")
+            return cut_hint(n, k)
         suffix = torch.flip(torch.cumsum(torch.flip(x, (0,)), 0), (0,))[1:]   # suffix[t-1] = sum of x[t:]
         hits = torch.nonzero((suffix - v).abs() <= near).reshape(-1)
         if hits.numel():
