@@ -279,6 +279,35 @@ def test_dynamic_shared_reduction(block):
     torch.testing.assert_close(part.double(), ref, rtol=1e-5, atol=1e-4)
 
 
+STASH = r"""
+// Each thread copies PER elements through its own slots of a large dynamic shared array.
+__global__ void stash_copy(const float* x, float* y, int per) {
+    extern __shared__ float big[];
+    int t = threadIdx.x;
+    for (int k = 0; k < per; k++) big[t + k * blockDim.x] = x[blockIdx.x * per * blockDim.x + t + k * blockDim.x];
+    __syncthreads();
+    for (int k = 0; k < per; k++) {  // read a neighbour's slot: the whole array must be there
+        int j = (t + 1) % blockDim.x + k * blockDim.x;
+        y[blockIdx.x * per * blockDim.x + t + k * blockDim.x] = big[j];
+    }
+}
+"""
+
+
+@pytest.mark.parametrize("shared_kib", [40, 100, 200])
+def test_dynamic_shared_memory_above_48_kib(shared_kib):
+    """Above 48 KiB a kernel must opt in on a GPU; the launcher does it, up to 227 KiB."""
+    k = utils.cuda_kernel(STASH, "stash_copy")
+    block = 256
+    per = shared_kib * 1024 // (4 * block)
+    x = randn(2 * per * block)
+    y = torch.full_like(x, float("nan"))
+    k[2, block, per * block * 4](x, y, per)
+    sync()
+    ref = x.view(2, per, block).roll(-1, dims=2).reshape(-1)
+    assert torch.equal(y, ref)
+
+
 def test_random_schedule_keeps_a_correct_kernel_correct():
     k = utils.cuda_kernel(REDUCE, "block_sum")
     x = randn(2000)

@@ -375,3 +375,17 @@ def test_interrupt_stops_a_kernel_stuck_in_a_loop():
         spin_kernel[1, 2](np.zeros(1, np.int32))
     sender.join()
     test_syncthreads_count_and_or()  # and the simulator works normally afterwards
+
+
+@cuda.jit
+def _noop_kernel(a):
+    pass
+
+
+@sim_only
+@pytest.mark.parametrize("grid, block, what", [((1, 70000), 32, "65535"), (1, 2048, "1024"),
+                                               (1, (4, 4, 128), "z <= 64")])
+def test_launches_a_gpu_refuses_raise(grid, block, what):
+    # a GPU answers these with CUDA_ERROR_INVALID_VALUE: the simulator must not run them
+    with pytest.raises(RuntimeError, match=what):
+        _noop_kernel[grid, block](np.zeros(1, np.float32))

@@ -30,8 +30,11 @@ def assert_softmax(y, x):
 
 
 def supports(lang, version, cols):
-    """v2 (fused) holds the row in one block: it refuses longer rows."""
+    """v2 (fused) holds the row in one block's registers, CUDA C++ v5 in registers and
+    shared memory: they refuse longer rows."""
     mod = kernels.module("softmax", lang)
+    if version == "v5" and lang == "cuda":
+        return cols <= mod.onchip_max_cols(vec4=False)
     return not (version == "v2" and cols > mod.FUSED_MAX_COLS)
 
 
@@ -110,6 +113,24 @@ def test_softmax_long_rows(lang, version):
     else:
         with pytest.raises(ValueError, match="online"):
             fn(x)
+
+
+@pytest.mark.parametrize("cols", [65536, 65531, 90624])
+def test_onchip_rows_held_in_registers_and_shared_memory(cols):
+    """CUDA C++ v5 keeps the part of a row that registers cannot hold in shared memory:
+    128 KiB of it at 65536 columns (float4), 226 KiB at 65531 (scalar, any width)."""
+    fn = kernels.get("softmax", "cuda", "v5")
+    x = 5 * torch.randn(2, cols, device=utils.DEVICE)
+    x[0, -1] = 60.0  # the max in the last column: it sits in the shared-memory part
+    assert_softmax(fn(x), x)
+
+
+def test_onchip_refuses_rows_too_long_for_one_sm():
+    fn = kernels.get("softmax", "cuda", "v5")
+    with pytest.raises(ValueError, match="online"):
+        fn(torch.randn(1, 90628, device=utils.DEVICE))
+    y = kernels.get("softmax", "cuda", "v6")(x := torch.randn(1, 90628, device=utils.DEVICE))
+    assert_softmax(y, x)  # the reference falls back to the online kernel
 
 
 @pytest.mark.parametrize("lang", LANGS)

@@ -608,11 +608,25 @@ class _Block:
                 + "\n".join(lines) + "\n" + hint)
 
 
+def _check_launch_limits(name, grid, block):
+    """A GPU refuses these launches (CUDA_ERROR_INVALID_VALUE); the simulator would run them."""
+    gx, gy, gz = (tuple(grid) + (1, 1, 1))[:3]
+    bx, by, bz = (tuple(block) + (1, 1, 1))[:3]
+    if gx > 2**31 - 1 or gy > 65535 or gz > 65535:
+        raise RuntimeError(f"kernel `{name}` launched with grid {(gx, gy, gz)}: a GPU refuses it "
+                           "(CUDA_ERROR_INVALID_VALUE). The grid is at most (2**31-1, 65535, 65535): "
+                           "put the large dimension on x.")
+    if bx * by * bz > 1024 or bx > 1024 or by > 1024 or bz > 64:
+        raise RuntimeError(f"kernel `{name}` launched with blocks of {(bx, by, bz)} threads: a GPU refuses "
+                           "it. A block has at most 1024 threads (x, y <= 1024, z <= 64).")
+
+
 class _BlockManager:
     """Drop-in for ``numba.cuda.simulator.kernel.BlockManager`` (same constructor and
     ``run`` signature), running the block with the scheduler above."""
 
     def __init__(self, f, grid_dim, block_dim, debug):
+        _check_launch_limits(getattr(f, "__name__", "kernel"), tuple(grid_dim), tuple(block_dim))
         self._f, self._grid_dim, self._block_dim, self._debug = f, grid_dim, block_dim, debug
 
     def run(self, grid_point, *args):
@@ -688,7 +702,8 @@ def apply() -> bool:
     kernel.BlockManager = _BlockManager
     NUMBA_SIM_PATCHES.append(
         "block scheduler: threads run one at a time on reused OS threads pinned to one "
-        "core (no polling); a divergent cuda.syncthreads() raises SimulatorSyncError")
+        "core (no polling); a divergent cuda.syncthreads() raises SimulatorSyncError; a grid "
+        "or block over the GPU's limits raises as the launch would on a GPU")
 
     mod = kernelapi.FakeCUDAModule
     added = []

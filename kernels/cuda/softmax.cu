@@ -230,3 +230,116 @@ __global__ void softmax_online_kernel(const float* __restrict__ x_ptr, float* __
         softmax_online_row(x_ptr + offset, y_ptr + offset, cols, vec4, scratch);
     }
 }
+
+// ---------------------------------------------------------------------------------------
+// v5, the row on chip: one block per row, the whole row kept on the SM between reading it
+// and writing the result, so x is read from memory once even when a row is too long for
+// registers alone. v3 reads a long row twice (its second read hits the L2 cache only in
+// part); this is v2's one read and one write, for rows up to about 90,000 columns.
+//
+// A 65536-column row is 256 KB; an H100 SM has 256 KB of registers and 227 KB of shared
+// memory a block may use. So each of the 1024 threads keeps REG vectors (float4 when the
+// row allows, else float) in registers, and the rest of the row goes to dynamic shared
+// memory: 8 float4 x 1024 threads = 128 KB in registers, the other 128 KB in shared memory.
+// Every thread reads back only the shared-memory slots it wrote itself, so the stash needs
+// no barrier of its own (the block reductions have theirs).
+//
+// One block of 1024 threads per SM cannot overlap one row's reads with another's writes as
+// several smaller blocks would; what it gains is that no byte of x is read twice.
+__device__ __forceinline__ float vmax(float v) { return v; }
+__device__ __forceinline__ float vmax(float4 v) { return fmaxf(fmaxf(v.x, v.y), fmaxf(v.z, v.w)); }
+
+// v <- exp(v - m), and return the sum of the (new) elements.
+__device__ __forceinline__ float vexp(float& v, float m) {
+    v = expf(v - m);
+    return v;
+}
+__device__ __forceinline__ float vexp(float4& v, float m) {
+    v.x = expf(v.x - m);
+    v.y = expf(v.y - m);
+    v.z = expf(v.z - m);
+    v.w = expf(v.w - m);
+    return (v.x + v.y) + (v.z + v.w);
+}
+
+__device__ __forceinline__ void vscale(float& v, float s) { v *= s; }
+__device__ __forceinline__ void vscale(float4& v, float s) {
+    v.x *= s;
+    v.y *= s;
+    v.z *= s;
+    v.w *= s;
+}
+
+// One row of n vectors (V = float or float4). Vector i lives in register slot k of thread
+// t when i = t + k * blockDim.x < REG * blockDim.x (coalesced, as in v2), else in stash[i -
+// REG * blockDim.x]. The launcher gives the stash (n - REG * blockDim.x) vectors.
+template <typename V, int REG>
+__device__ __forceinline__ void softmax_onchip_row(const V* __restrict__ x, V* __restrict__ y, int n,
+                                                   V* stash, float* scratch) {
+    int t = threadIdx.x, bd = blockDim.x, first = REG * bd;
+    V r[REG];
+    float m = -INFINITY;
+#pragma unroll
+    for (int k = 0; k < REG; k++) {  // REG independent loads in flight per thread
+        int i = t + k * bd;
+        if (i < n) {
+            r[k] = x[i];
+            m = fmaxf(m, vmax(r[k]));
+        }
+    }
+#pragma unroll 4
+    for (int i = first + t; i < n; i += bd) {  // the rest of the row: into shared memory
+        V v = x[i];
+        stash[i - first] = v;
+        m = fmaxf(m, vmax(v));
+    }
+    m = block_max_all(m, scratch);
+    // A row of only -inf has max -inf, and -inf - -inf is NaN: as torch.softmax gives.
+    float s = 0.0f;
+#pragma unroll
+    for (int k = 0; k < REG; k++) {
+        if (t + k * bd < n) s += vexp(r[k], m);
+    }
+    for (int i = first + t; i < n; i += bd) {
+        V v = stash[i - first];
+        s += vexp(v, m);
+        stash[i - first] = v;
+    }
+    float inv = 1.0f / block_sum_all(s, scratch);
+#pragma unroll
+    for (int k = 0; k < REG; k++) {
+        int i = t + k * bd;
+        if (i < n) {
+            vscale(r[k], inv);
+            y[i] = r[k];
+        }
+    }
+    for (int i = first + t; i < n; i += bd) {
+        V v = stash[i - first];
+        vscale(v, inv);
+        y[i] = v;
+    }
+}
+
+#define SOFTMAX_ONCHIP_REG 8
+
+// vec4 kernel: cols % 4 == 0 and x, y 16-byte aligned (the launcher checks); n4 = cols / 4.
+__global__ void __launch_bounds__(1024) softmax_onchip4_kernel(const float* __restrict__ x_ptr,
+                                                                float* __restrict__ y_ptr, int cols) {
+    __shared__ float scratch[32];
+    extern __shared__ float4 stash4[];
+    long long offset = (long long)blockIdx.x * cols;
+    softmax_onchip_row<float4, SOFTMAX_ONCHIP_REG>(reinterpret_cast<const float4*>(x_ptr + offset),
+                                                   reinterpret_cast<float4*>(y_ptr + offset), cols / 4,
+                                                   stash4, scratch);
+}
+
+// scalar kernel: any cols and alignment.
+__global__ void __launch_bounds__(1024) softmax_onchip1_kernel(const float* __restrict__ x_ptr,
+                                                                float* __restrict__ y_ptr, int cols) {
+    __shared__ float scratch[32];
+    extern __shared__ float4 stash1[];  // float4 only for its 16-byte alignment
+    long long offset = (long long)blockIdx.x * cols;
+    softmax_onchip_row<float, SOFTMAX_ONCHIP_REG>(x_ptr + offset, y_ptr + offset, cols,
+                                                  reinterpret_cast<float*>(stash1), scratch);
+}

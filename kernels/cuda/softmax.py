@@ -1,9 +1,10 @@
 """Softmax over the last dim of a 2-D tensor in CUDA C++: launchers for ``softmax.cu``.
 
-    softmax(x)          the reference: v2 for rows up to 16384 columns, v3 beyond
+    softmax(x)          the reference (v6): v2 up to 8192 columns, v5 while a row fits on chip, v3 beyond
     softmax_naive(x)    v1, three kernels
     softmax_fused(x)    v2, one row per block held in registers
     softmax_online(x)   v3, online softmax, rows of any length (persistent grid)
+    softmax_onchip(x)   v5, one row per block held in registers and shared memory
 """
 from __future__ import annotations
 
@@ -127,13 +128,65 @@ def softmax_auto(x: torch.Tensor) -> torch.Tensor:
     return softmax_fused(x)
 
 
+#: Vectors per thread v5 keeps in registers (SOFTMAX_ONCHIP_REG in softmax.cu).
+ONCHIP_REG = 8
+#: Dynamic shared memory v5 may use for the rest of a row: the block's limit less room for
+#: the static scratch.
+ONCHIP_STASH_BYTES = utils.MAX_DYNAMIC_SHARED - 1024
+
+
+def onchip_config(cols: int, vec4: bool) -> tuple[int, int] | None:
+    """(threads, stash bytes) for v5, or None when the row does not fit on chip."""
+    width = 4 if vec4 else 1
+    n = cdiv(cols, width)
+    threads = min(MAX_THREADS, max(32, round_up(cdiv(n, ONCHIP_REG), 32)))
+    stash = max(0, n - ONCHIP_REG * threads) * width * 4
+    return (threads, stash) if stash <= ONCHIP_STASH_BYTES else None
+
+
+def onchip_max_cols(vec4: bool = True) -> int:
+    """The longest row v5 holds: registers of 1024 threads plus the shared-memory stash."""
+    width = 4 if vec4 else 1
+    return (ONCHIP_REG * MAX_THREADS + ONCHIP_STASH_BYTES // (4 * width)) * width
+
+
+def softmax_onchip(x: torch.Tensor) -> torch.Tensor:
+    """v5: one block per row, the row held in registers and shared memory: one read, one write."""
+    x = check_input(x, ndim=2, max_numel=INT32_MAX)
+    rows, cols = x.shape
+    y = torch.empty_like(x)
+    if x.numel() == 0:
+        return y
+    vec4 = cols % 4 == 0 and x.data_ptr() % 16 == 0 and y.data_ptr() % 16 == 0
+    cfg = onchip_config(cols, vec4)
+    if cfg is None:
+        raise ValueError(f"rows of {cols} columns do not fit on one SM (at most {onchip_max_cols(vec4)} "
+                         "columns in registers and shared memory): use the online softmax (v3)")
+    threads, stash = cfg
+    name = "softmax_onchip4_kernel" if vec4 else "softmax_onchip1_kernel"
+    kernel(name)[rows, threads, stash](x, y, cols)
+    return y
+
+
+def softmax_auto_onchip(x: torch.Tensor) -> torch.Tensor:
+    """v2 for rows up to 8192 columns, v5 while the row fits on chip, v3 beyond."""
+    if isinstance(x, torch.Tensor) and x.dim() == 2 and x.shape[-1] > ONLINE_FROM_COLS:
+        cols = x.shape[-1]
+        if onchip_config(cols, vec4=cols % 4 == 0 and x.data_ptr() % 16 == 0) is not None:
+            return softmax_onchip(x)
+        return softmax_online(x)
+    return softmax_fused(x)
+
+
 VERSIONS = OrderedDict(
     v1=("naive: three kernels (max, exp-sum, normalize), x read 3 times", softmax_naive),
     v2=("fused: one row per block in registers, warp-shuffle reductions (rows <= 16384)", softmax_fused),
     v3=("online: running max + rescaled sum, then the output pass (any row length)", softmax_online),
     v4=("v2 for rows up to 8192 columns, v3 beyond", softmax_auto),
+    v5=("the row on chip: registers + shared memory, x read once (rows <= 90624)", softmax_onchip),
+    v6=("v2 up to 8192 columns, v5 while the row fits on chip, v3 beyond", softmax_auto_onchip),
 )
-REFERENCE = "v4"
+REFERENCE = "v6"
 softmax = VERSIONS[REFERENCE][1]
 
 

@@ -103,10 +103,13 @@ def softmax_expsum_kernel(x, row_max, row_sum):
 
 @cuda.jit
 def softmax_normalize_kernel(x, row_max, row_sum, y):
-    """2-D grid: blockIdx.y is the row, x-threads cover the columns."""
-    row = cuda.blockIdx.y
-    c = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
-    if c < x.shape[1]:
+    """One thread per element over the flattened matrix. (A 2-D grid with one row per
+    blockIdx.y would be simpler, but gridDim.y stops at 65535 rows; gridDim.x goes to 2^31 - 1.)"""
+    i = cuda.grid(1)
+    cols = x.shape[1]
+    if i < x.shape[0] * cols:
+        row = i // cols
+        c = i - row * cols
         y[row, c] = math.exp(x[row, c] - row_max[row]) / row_sum[row]
 
 
@@ -188,7 +191,7 @@ def softmax_naive(x: torch.Tensor) -> torch.Tensor:
     threads = min(ROW_THREADS, _warps(cols))
     softmax_max_kernel[rows, threads](xa, ma)
     softmax_expsum_kernel[rows, threads](xa, ma, sa)
-    softmax_normalize_kernel[(_cdiv(cols, threads), rows), threads](xa, ma, sa, ya)
+    softmax_normalize_kernel[_cdiv(rows * cols, threads), threads](xa, ma, sa, ya)
     return y
 
 

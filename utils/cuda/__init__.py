@@ -32,7 +32,7 @@ from .. import config, paths
 from ._errors import CudaCompileError, KernelFault
 from ._source import Param, adapt_for_emulator, has_marker, parse_params, read_source
 
-__all__ = ["cuda_kernel", "load_inline", "emulation_schedule", "CudaCompileError", "KernelFault",
+__all__ = ["cuda_kernel", "MAX_DYNAMIC_SHARED", "load_inline", "emulation_schedule", "CudaCompileError", "KernelFault",
            "cuda_ptx", "CudaKernel"]
 
 # ---------------------------------------------------------------------------------------
@@ -96,7 +96,9 @@ def _dims(v, what: str, kname: str) -> tuple[int, int, int]:
     return d[0], d[1], d[2]
 
 
-MAX_DYNAMIC_SHARED = 48 * 1024
+#: Dynamic shared memory per block: the most an H100 gives a kernel that opts in (227 KiB;
+#: the launcher opts in above the default 48 KiB). The emulator allows the same.
+MAX_DYNAMIC_SHARED = 227 * 1024
 
 
 class CudaKernel:
@@ -193,15 +195,15 @@ class CudaKernel:
                     code = "i" if size == 4 else "q"
             if code.startswith("p"):
                 if a is None:
-                    out.append(_gpu.np.uint64(0))
+                    out.append(_gpu.pointer(0))
                     continue
                 if not isinstance(a, torch.Tensor):
                     raise TypeError(f"{self.name}: argument `{p.name}` is `{emu.describe_code(code)}`: pass a torch "
                                     f"tensor, got {type(a).__name__}")
                 emu.check_tensor(self.name, p, code, a, dev)
-                out.append(_gpu.np.uint64(a.data_ptr()))
+                out.append(_gpu.pointer(a.data_ptr()))
             else:
-                out.append(_gpu.to_np(code, emu.convert_scalar(self.name, p, code, a)))
+                out.append(emu.convert_scalar(self.name, p, code, a))
         if self.uses_printf:  # device printf is flushed at a synchronisation: show it here
             torch.cuda.synchronize()
             with emu.CaptureStdout():

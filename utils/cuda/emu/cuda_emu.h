@@ -144,6 +144,16 @@ static inline unsigned __brev(unsigned x) {
     return r;
 }
 template <class T> static inline T __ldg(const T* p) { return *p; }
+// Cache-hinted loads and stores (streaming, L2-only, ...): on a CPU just loads and stores.
+template <class T> static inline T __ldcg(const T* p) { return *p; }
+template <class T> static inline T __ldca(const T* p) { return *p; }
+template <class T> static inline T __ldcs(const T* p) { return *p; }
+template <class T> static inline T __ldlu(const T* p) { return *p; }
+template <class T> static inline T __ldcv(const T* p) { return *p; }
+template <class T> static inline void __stcg(T* p, T v) { *p = v; }
+template <class T> static inline void __stcs(T* p, T v) { *p = v; }
+template <class T> static inline void __stwb(T* p, T v) { *p = v; }
+template <class T> static inline void __stwt(T* p, T v) { *p = v; }
 static inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 static inline void __threadfence_block() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 static inline long long clock64() {
@@ -237,7 +247,7 @@ constexpr int kMaxThreads = 1024;
 constexpr size_t kStackSize = 128 * 1024;   // per CUDA thread; local arrays live here
 constexpr size_t kStackGuard = 4 * 1024;    // inaccessible, below each stack (g++ probes
                                             // big frames page by page: -fstack-clash-protection)
-constexpr size_t kMaxDynamicShared = 48 * 1024;
+constexpr size_t kMaxDynamicShared = 227 * 1024;  // an H100 block's limit (opt-in above 48 KiB)
 
 struct Thread {
     void* sp;
