@@ -52,6 +52,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="seconds for the whole run; sweeps are cut short to fit (default: no limit)")
     p.add_argument("--worker-timeout", type=float, default=900.0,
                    help="seconds before a worker that hangs is stopped (default: 900)")
+    p.add_argument("--update", action="store_true",
+                   help="re-measure only --topics and replace them in the existing results file, "
+                        "keeping the other topics and its copy roofline (the new run's copy figure "
+                        "goes into the notes)")
     p.add_argument("--simulated-dry-run", action="store_true",
                    help="without a GPU: run the whole pipeline on the simulation sizes, to test "
                         "the harness itself; needs --out (its timings time the simulators)")
@@ -350,7 +354,7 @@ def main(argv=None) -> int:
 
     try:
         copy_row, copy_points = measure_copy(sizes.bench_n, sizes.bench_sizes, timing,
-                                             sweep=not args.no_sweep)
+                                             sweep=not (args.no_sweep or args.update))
     except Exception as e:
         print(f"The copy roofline could not be measured: {type(e).__name__}: {e}", flush=True)
         data["notes"].append(f"copy roofline not measured: {e}")
@@ -362,10 +366,28 @@ def main(argv=None) -> int:
         data["sweeps"]["copy"] = {"copy": copy_points}
     roof = copy_row["gbps"] if copy_row else None
 
+    kept = None
+    if args.update:
+        kept = load_kept(out / f"{name}.json", args.topics, args.langs)
+        if kept is None:
+            print(f"--update: no {out / (name + '.json')} to update; writing a new results file", flush=True)
+        else:
+            measured_copy = copy_row["gbps"] if copy_row else None
+            data["notes"] = kept["notes"] + [
+                f"{', '.join(args.topics)} re-measured on {data['date']} with `{data['command']}`"
+                + (f" (copy in that run: {measured_copy:,.0f} GB/s)" if measured_copy else "")]
+            data["copy"], data["date"], data["command"] = kept["copy"], kept["date"], kept["command"]
+            data["rows"] = kept["rows"]
+            data["failed"] = kept["failed"]
+            data["sweeps"] = kept["sweeps"]
+            roof = kept["copy"]["gbps"] if kept["copy"] else roof
+            args.topics_all = kept["topics"]
+
     def save():
         report.add_fractions(data["rows"], roof)
+        topics = getattr(args, "topics_all", args.topics)
         data["targets"] = report.evaluate_targets(
-            data["rows"], args.topics, {t: main_shapes(t, sizes) for t in args.topics})
+            data["rows"], topics, {t: main_shapes(t, sizes) for t in topics})
         report.write_json(out / f"{name}.json", data)
         (out / f"{name}.md").write_text(report.markdown(data))
 
@@ -385,7 +407,7 @@ def main(argv=None) -> int:
             data["rows"] += rows
             data["failed"] += failed
             if sweep:
-                data["sweeps"][topic] = sweep
+                data["sweeps"].setdefault(topic, {}).update(sweep)
             data["notes"] += [f"{topic}: {n}" for n in notes]
             save()
     if not args.no_sweep:
@@ -400,6 +422,33 @@ def main(argv=None) -> int:
     print_summary(data)
     print(f"\nwrote {out / (name + '.json')}, {out / (name + '.md')} in {data['wall_s']:.0f} s", flush=True)
     return EXIT_OK
+
+
+def load_kept(path: Path, topics: list[str], langs=("cuda", "numba", "triton")) -> dict | None:
+    """What ``--update`` keeps of an existing results file: all but the rows of ``topics`` in
+    ``langs`` (and their PyTorch baselines, which every run measures again)."""
+    if not path.exists():
+        return None
+    old = json.loads(path.read_text())
+    if old.get("simulated"):
+        return None
+    drop = set(topics)
+    redo = set(langs) | {"torch"}
+
+    def stays(topic, lang):
+        return topic not in drop or lang not in redo
+
+    def lang_of(variant):
+        return "torch" if variant.startswith("torch") else variant.split(" ")[0]
+
+    measured = [t for t in ALL_TOPICS if t in drop or any(r.get("topic") == t for r in old.get("rows", []))]
+    return dict(
+        copy=old.get("copy"), date=old.get("date"), command=old.get("command"), topics=measured,
+        rows=[r for r in old.get("rows", []) if stays(r.get("topic"), r.get("lang"))],
+        failed=[f for f in old.get("failed", []) if stays(f.get("topic"), f.get("lang"))],
+        sweeps={t: {v: p for v, p in vs.items() if stays(t, lang_of(v))} for t, vs in old.get("sweeps", {}).items()},
+        notes=[n for n in old.get("notes", []) if not any(n.startswith(f"{t}:") for t in drop)],
+    )
 
 
 def print_summary(data: dict) -> None:

@@ -358,3 +358,27 @@ def test_simulated_dry_run_end_to_end(tmp_path):
     assert {"torch", "torch.compile"} <= variants and any(v.startswith("triton") for v in variants)
     assert (tmp_path / "simulated.md").read_text().startswith("# Simulated dry run")
     assert (tmp_path / "simulated-relu.png").stat().st_size > 1000
+
+
+def test_update_keeps_the_other_topics_and_the_copy_roofline(tmp_path):
+    """``--update --topics softmax`` replaces softmax only; relu and the roofline stay."""
+    copy = dict(topic="copy", variant="copy", gbps=2990.0)
+    old = dict(copy=copy, date="d0", command="python -m benchmarks",
+               rows=[copy, dict(topic="relu", lang="cuda", variant="cuda v2", gbps=3000.0),
+                     dict(topic="softmax", lang="cuda", variant="cuda v4", gbps=2000.0),
+                     dict(topic="softmax", lang="triton", variant="triton v4", gbps=1900.0),
+                     dict(topic="softmax", lang="torch", variant="torch", gbps=1400.0)],
+               failed=[dict(topic="softmax", lang="cuda", variant="cuda v2", status="unsupported")],
+               sweeps={"copy": {}, "relu": {"torch": []}, "softmax": {"torch": [], "cuda v4": [], "triton v4": []}},
+               notes=["softmax: numba v1 left out", "relu: something"])
+    path = tmp_path / "h100.json"
+    path.write_text(json.dumps(old))
+    kept = brun.load_kept(path, ["softmax"])
+    assert [r["topic"] for r in kept["rows"]] == ["copy", "relu"]
+    assert kept["failed"] == [] and kept["sweeps"]["softmax"] == {} and kept["sweeps"]["relu"]
+    only_cuda = brun.load_kept(path, ["softmax"], ["cuda"])  # Triton's softmax rows stay
+    assert [r["variant"] for r in only_cuda["rows"]] == ["copy", "cuda v2", "triton v4"]
+    assert set(only_cuda["sweeps"]["softmax"]) == {"triton v4"}
+    assert kept["notes"] == ["relu: something"] and kept["copy"] == copy
+    assert kept["topics"] == ["relu", "softmax"]
+    assert brun.load_kept(tmp_path / "missing.json", ["softmax"]) is None
