@@ -1,6 +1,6 @@
 """Softmax over the last dim of a 2-D tensor in CUDA C++: launchers for ``softmax.cu``.
 
-    softmax(x)          the reference (v6): v2 up to 8192 columns, v5 while a row fits on chip, v3 beyond
+    softmax(x)          the reference (v6): v5 while a row fits on chip, v3 beyond
     softmax_naive(x)    v1, three kernels
     softmax_fused(x)    v2, one row per block held in registers
     softmax_online(x)   v3, online softmax, rows of any length (persistent grid)
@@ -169,13 +169,13 @@ def softmax_onchip(x: torch.Tensor) -> torch.Tensor:
 
 
 def softmax_auto_onchip(x: torch.Tensor) -> torch.Tensor:
-    """v2 for rows up to 8192 columns, v5 while the row fits on chip, v3 beyond."""
-    if isinstance(x, torch.Tensor) and x.dim() == 2 and x.shape[-1] > ONLINE_FROM_COLS:
+    """The reference: v5 while the row fits on chip (up to 90624 columns), v3 beyond. On an
+    H100, v5 was as fast as v2 on short rows and faster on long ones (benchmarks/results/h100.md)."""
+    if isinstance(x, torch.Tensor) and x.dim() == 2:
         cols = x.shape[-1]
-        if onchip_config(cols, vec4=cols % 4 == 0 and x.data_ptr() % 16 == 0) is not None:
-            return softmax_onchip(x)
-        return softmax_online(x)
-    return softmax_fused(x)
+        if onchip_config(cols, vec4=cols % 4 == 0 and x.data_ptr() % 16 == 0) is None:
+            return softmax_online(x)
+    return softmax_onchip(x)
 
 
 VERSIONS = OrderedDict(
@@ -184,7 +184,7 @@ VERSIONS = OrderedDict(
     v3=("online: running max + rescaled sum, then the output pass (any row length)", softmax_online),
     v4=("v2 for rows up to 8192 columns, v3 beyond", softmax_auto),
     v5=("the row on chip: registers + shared memory, x read once (rows <= 90624)", softmax_onchip),
-    v6=("v2 up to 8192 columns, v5 while the row fits on chip, v3 beyond", softmax_auto_onchip),
+    v6=("v5 while the row fits on chip, v3 beyond (any row length)", softmax_auto_onchip),
 )
 REFERENCE = "v6"
 softmax = VERSIONS[REFERENCE][1]

@@ -18,6 +18,7 @@ between barriers (it exposes a missing ``__syncthreads()``); it does nothing on 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import numbers
 import os
 import shutil
@@ -115,6 +116,8 @@ class CudaKernel:
         self.params: list[Param] | None = parse_params(self.text, self.name)
         self.uses_printf = "printf" in self.text
         self._lib = self._kernel = None
+        self._launchers: dict = {}
+        self._plan = None
         if not self.not_solved:
             self._build()
 
@@ -133,6 +136,8 @@ class CudaKernel:
             n = getattr(self._kernel, "num_arguments", None)
             if self.params is None or (n is not None and n != len(self.params)):
                 self.params = [Param(f"argument {k + 1}", "", None) for k in range(n or 0)]
+            self._plan = _fast_plan(self.params)
+            self._gpu_launch = _gpu.launch
 
     def __repr__(self):
         mode = "emulated on the CPU" if self.simulated else "on the GPU"
@@ -144,6 +149,9 @@ class CudaKernel:
                         f"or {self.name}[grid, block, shared_bytes](...)")
 
     def __getitem__(self, cfg):
+        launcher = self._launchers.get(cfg) if type(cfg) is tuple and len(cfg) <= 3 else None
+        if launcher is not None:  # the same [grid, block] as before: parsed and checked already
+            return launcher
         if not isinstance(cfg, tuple) or not 2 <= len(cfg) <= 4:
             raise TypeError(f"{self.name}[...] takes grid, block and optionally shared_bytes (and a stream): "
                             f"{self.name}[grid, block](...), got {cfg!r}")
@@ -159,6 +167,11 @@ class CudaKernel:
 
         def launcher(*args):
             return self._launch(grid, block, int(shared), stream, args)
+        if len(cfg) <= 3 and all(type(c) is int or (type(c) is tuple and all(type(d) is int for d in c))
+                                 for c in cfg):
+            if len(self._launchers) > 256:
+                self._launchers.clear()
+            self._launchers[cfg] = launcher
         return launcher
 
     def _launch(self, grid, block, shared, stream, args):
@@ -173,6 +186,33 @@ class CudaKernel:
         return self._launch_gpu(grid, block, shared, stream, args)
 
     def _launch_gpu(self, grid, block, shared, stream, args):
+        plan = self._plan
+        if plan is not None and len(args) == len(plan) and grid[0] * grid[1] * grid[2]:
+            # The common case, checked with as little Python as possible (a launch should cost
+            # microseconds): tensors on the GPU, contiguous, of the pointee's dtype; plain ints
+            # in range; floats. Anything else takes the path below, which explains what is wrong.
+            out = []
+            for (kind, ctype, allowed), a in zip(plan, args):
+                if kind == 0:
+                    if type(a) is not _Tensor or not a.is_cuda or not a.is_contiguous() or \
+                            (allowed is not None and a.dtype not in allowed):
+                        break
+                    out.append(_c_uint64(a.data_ptr()))
+                elif kind == 1:
+                    if type(a) is not float and type(a) is not int:
+                        break
+                    out.append(ctype(a))
+                else:
+                    if type(a) is not int or not allowed[0] <= a <= allowed[1]:
+                        break
+                    out.append(ctype(a))
+            else:
+                if not self.uses_printf:
+                    self._gpu_launch(self._kernel, grid, block, shared, out, stream)
+                    return None
+        return self._launch_gpu_checked(grid, block, shared, stream, args)
+
+    def _launch_gpu_checked(self, grid, block, shared, stream, args):
         from . import _emulator as emu  # argument checks are shared; nothing is compiled
         from . import _gpu
         emu.check_arg_count(self.name, self.params, args)
@@ -212,6 +252,31 @@ class CudaKernel:
         else:
             _gpu.launch(self._kernel, grid, block, shared, out, stream)
         return None
+
+
+_Tensor = torch.Tensor
+_c_uint64 = ctypes.c_uint64
+
+
+def _fast_plan(params):
+    """Per parameter (kind, ctypes type, check): 0 a pointer (allowed dtypes or None for any),
+    1 a float or double, 2 an integer (its range). None when a parameter's type is unknown."""
+    from ._emulator import _INT_RANGES, _SCALAR_CTYPES, POINTEE_DTYPES
+    plan = []
+    for p in params:
+        code = p.code
+        if code is None:
+            return None
+        if code.startswith("p"):
+            pointee = code[2:] if code.startswith("pc") else code[1:]
+            plan.append((0, None, POINTEE_DTYPES.get(pointee)))
+        elif code in ("f", "d"):
+            plan.append((1, _SCALAR_CTYPES[code], None))
+        elif code in _INT_RANGES and code != "?":
+            plan.append((2, _SCALAR_CTYPES[code], _INT_RANGES[code]))
+        else:
+            return None
+    return plan
 
 
 def cuda_kernel(source, name: str) -> CudaKernel:

@@ -242,8 +242,8 @@ def _function(kernel):
 def _raw_stream(torch_stream=None) -> int:
     if torch_stream is not None:
         return int(torch_stream.cuda_stream)
-    try:
-        return torch._C._cuda_getCurrentRawStream(torch.cuda.current_device())
+    try:  # torch's own fast accessors (what torch.compile's generated code calls)
+        return torch._C._cuda_getCurrentRawStream(torch._C._cuda_getDevice())
     except AttributeError:
         return int(torch.cuda.current_stream().cuda_stream)
 
