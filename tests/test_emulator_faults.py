@@ -307,3 +307,57 @@ __global__ void reverse(const float* x, float* y) {
     with utils.emulation_schedule("random", seed=3):
         k(src, "reverse")[1, 64](x, y)
     assert torch.equal(y, x.flip(0))
+
+
+SHARED_OVERRUN = r"""
+#define BLOCK 256
+// A prefix-sum style loop that forgets the bound: the last threads write s[t + stride] past
+// the end. (`+=` on the guard is caught too, not only a plain store.)
+__global__ void tree_past_the_end(const float* x, float* out, int n) {
+    __shared__ float s[BLOCK];
+    int t = threadIdx.x;
+    int i = blockIdx.x * blockDim.x + t;
+    s[t] = i < n ? x[i] : 0.0f;
+    __syncthreads();
+    for (int stride = 1; stride < blockDim.x; stride *= 2) {
+        s[t + stride] += s[t];
+        __syncthreads();
+    }
+    if (t == 0) out[blockIdx.x] = s[0];
+}
+__global__ void before_the_start(float* out) {
+    __shared__ double d[8];
+    int t = threadIdx.x;
+    d[t - 1] = 1.0;  // thread 0 writes d[-1]
+    out[t] = 0.0f;
+}
+__global__ void tile_2d(float* out) {
+    __shared__ float tile[4][5];   // arrays of arrays and scalars are still plain shared memory
+    __shared__ int counter;
+    int t = threadIdx.x;
+    tile[t / 5][t % 5] = t;
+    if (t == 0) counter = 1;
+    __syncthreads();
+    out[t] = tile[t / 5][t % 5] + counter;
+}
+"""
+
+
+def test_write_past_a_shared_array_names_the_array_and_the_barrier():
+    with pytest.raises(utils.KernelFault) as info:
+        k(SHARED_OVERRUN, "tree_past_the_end")[4, 256](torch.randn(1000), torch.zeros(4), 1000)
+    msg = str(info.value)
+    assert "s[256], past the end of the __shared__ array `s` (256 elements" in msg
+    assert "before the __syncthreads() on line 13" in msg and "block (0,0,0)" in msg
+
+
+def test_write_before_a_shared_array_is_caught_when_the_block_ends():
+    with pytest.raises(utils.KernelFault, match=r"d\[-1\], before the start of the __shared__ array `d` "
+                                                r"\(8 elements.*before the block ended"):
+        k(SHARED_OVERRUN, "before_the_start")[1, 8](torch.zeros(8))
+
+
+def test_guarded_shared_arrays_behave_as_before():
+    out = torch.zeros(20)
+    k(SHARED_OVERRUN, "tile_2d")[1, 20](out)
+    assert torch.equal(out, torch.arange(1, 21, dtype=torch.float32))

@@ -432,6 +432,8 @@ def _raise_fault(kname, params, rc, f, groups):
         raise ValueError(f"{kname}: {msg}")
     if rc == 5:
         raise KernelFault(f"{kname}: {msg} (thread {thread} of block {block})")
+    if rc == 7:
+        raise KernelFault(f"{kname}: {msg}")
     if rc == 6:
         raise KernelFault(f"{kname}: thread {thread} of block {block} overflowed its stack ({msg}): "
                           "local arrays too large, or unbounded recursion")

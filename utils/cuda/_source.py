@@ -246,9 +246,18 @@ _SHARED_DECL = re.compile(
 def _register_shared(text: str) -> str:
     # Each static __shared__ variable is registered with the emulator, which poisons it
     # at the start of every block (a GPU block finds garbage there, not the last block's data).
-    return _SHARED_DECL.sub(
-        lambda m: f"{m.group(0)} static ::emu::SharedReg emu_shared_reg_{m.group(2)}"
-                  f"((void*)&{m.group(2)}, sizeof({m.group(2)}));", text)
+    # An array also gets guard zones on both sides, so a write past its end is reported.
+    def sub(m):
+        type_, name, dims = m.group(1), m.group(2), m.group(3).strip()
+        if not dims:
+            return (f"{m.group(0)} static ::emu::SharedReg emu_shared_reg_{name}"
+                    f"((void*)&{name}, sizeof({name}));")
+        guarded = f"emu_guarded_{name}"
+        return (f"__shared__ ::emu::Guarded<{type_} {dims}> {guarded}; auto& {name} = {guarded}.v; "
+                f"static ::emu::SharedReg emu_shared_reg_{name}((void*)&{name}, sizeof({name}), {guarded}.pre, "
+                f"{guarded}.post, \"{name}\", sizeof(std::remove_all_extents_t<std::remove_reference_t<"
+                f"decltype({name})>>));")
+    return _SHARED_DECL.sub(sub, text)
 
 
 def _callee_start(text: str, end: int) -> int:

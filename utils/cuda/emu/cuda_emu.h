@@ -216,7 +216,7 @@ typedef struct CUevent_st* cudaEvent_t;
 // ---------------------------------------------------------------------------------------
 struct emu_fault_info {
     int kind;          // 0 none, 1 barrier/collective deadlock, 2 signal, 3 interrupted, 4 bad launch,
-                       // 5 trap/assert, 6 stack overflow
+                       // 5 trap/assert, 6 stack overflow, 7 a __shared__ array overrun
     int sig;           // signal number for kind 2
     int is_write;      // 1 write, 0 read, -1 unknown
     int thread[3];     // threadIdx of the thread that faulted
@@ -314,20 +314,66 @@ alignas(64) inline char dynamic_shared[kMaxDynamicShared];
 // Static __shared__ variables are registered (by a line the adapter appends to each
 // declaration) so that every block starts with poisoned shared memory, as garbage is what
 // a GPU block finds there: a kernel reading shared memory it never wrote sees NaNs.
-struct SharedRegion { void* p; size_t n; };
+//
+// A static __shared__ array also sits between two guard zones (Guarded below). A GPU does
+// not notice a write a little past the end of a shared array: it lands in the next
+// variable. The emulator checks the guards whenever the block reaches a barrier and when
+// it ends, and reports which array was overrun.
+constexpr size_t kSharedGuard = 64;
+// The guard pattern: a signalling NaN as a float. Reading it gives NaN, as any unwritten
+// shared memory does here, and arithmetic on it (`s[n] += v`) quiets it, which changes it:
+// so even an update of a guard element is caught, not only a plain store.
+constexpr uint32_t kGuardWord = 0x7fa5a5a5u;
+inline void fill_guard(unsigned char* g) {
+    for (size_t k = 0; k < kSharedGuard; k += 4) memcpy(g + k, &kGuardWord, 4);
+}
+inline bool guard_byte_ok(const unsigned char* g, size_t k) {
+    return g[k] == ((const unsigned char*)&kGuardWord)[k % 4];
+}
+template <class A> struct alignas(64) Guarded {
+    unsigned char pre[kSharedGuard];
+    A v;
+    unsigned char post[kSharedGuard];
+};
+struct SharedRegion {
+    void* p; size_t n;
+    unsigned char* pre; unsigned char* post;  // guard zones (null for a scalar)
+    const char* name; size_t elem;            // the array's name, the size of one element
+};
 constexpr int kMaxSharedRegions = 256;
 inline SharedRegion shared_regions[kMaxSharedRegions];
 inline int n_shared_regions = 0;
 inline size_t dyn_shared_bytes = 0;
 struct SharedReg {
-    SharedReg(void* p, size_t n) {
-        if (n_shared_regions < kMaxSharedRegions) shared_regions[n_shared_regions++] = {p, n};
+    SharedReg(void* p, size_t n, unsigned char* pre = nullptr, unsigned char* post = nullptr,
+              const char* name = nullptr, size_t elem = 1) {
+        if (n_shared_regions < kMaxSharedRegions) shared_regions[n_shared_regions++] = {p, n, pre, post, name, elem};
         memset(p, 0xff, n);
+        if (pre) { fill_guard(pre); fill_guard(post); }
     }
 };
 inline void poison_shared() {
-    for (int i = 0; i < n_shared_regions; ++i) memset(shared_regions[i].p, 0xff, shared_regions[i].n);
+    for (int i = 0; i < n_shared_regions; ++i) {
+        SharedRegion& r = shared_regions[i];
+        memset(r.p, 0xff, r.n);
+        if (r.pre) { fill_guard(r.pre); fill_guard(r.post); }
+    }
     memset(dynamic_shared, 0xff, dyn_shared_bytes);
+}
+// The first overrun guard: sets *region, *past_end and the element index; false if none.
+inline bool find_shared_overrun(int* region, bool* past_end, long long* index) {
+    for (int i = 0; i < n_shared_regions; ++i) {
+        SharedRegion& r = shared_regions[i];
+        if (!r.pre) continue;
+        long long count = (long long)(r.n / r.elem);
+        for (size_t k = 0; k < kSharedGuard; ++k) {
+            if (!guard_byte_ok(r.post, k)) { *region = i; *past_end = true; *index = count + (long long)(k / r.elem); return true; }
+        }
+        for (size_t k = kSharedGuard; k-- > 0;) {
+            if (!guard_byte_ok(r.pre, k)) { *region = i; *past_end = false; *index = -1 - (long long)((kSharedGuard - 1 - k) / r.elem); return true; }
+        }
+    }
+    return false;
 }
 
 inline uint3 threadIdx, blockIdx;
@@ -636,6 +682,25 @@ template <class T> inline unsigned long long to_bits(T v) {
 template <class T> inline T from_bits(unsigned long long b) { T v; memcpy(&v, &b, sizeof(T)); return v; }
 
 // ---------------------------------- one block ------------------------------------------
+// `when`: "before the __syncthreads() on line 12", "before the block ended".
+inline void check_shared_guards(const char* when) {
+    int i; bool past; long long idx;
+    if (!find_shared_overrun(&i, &past, &idx)) return;
+    SharedRegion& r = shared_regions[i];
+    long long count = (long long)(r.n / r.elem);
+    emu_fault_info& f = S.fault;
+    f.kind = 7;
+    f.block[0] = (int)blockIdx.x; f.block[1] = (int)blockIdx.y; f.block[2] = (int)blockIdx.z;
+    snprintf(f.msg, sizeof f.msg,
+             "a thread of block (%u,%u,%u) wrote %s[%lld], %s of the __shared__ array `%s` (%lld element%s, "
+             "valid indices 0..%lld), %s. A GPU would not stop it: the write would land in other shared "
+             "variables. Check every index into `%s` (a thread index, or t + stride in a tree, must stay "
+             "below the array's size).",
+             blockIdx.x, blockIdx.y, blockIdx.z, r.name, idx, past ? "past the end" : "before the start",
+             r.name, count, count == 1 ? "" : "s", count - 1, when, r.name);
+    siglongjmp(S.jmp, 1);
+}
+
 inline void run_block() {
     int n = (int)S.nthreads;
     S.n_done = 0; S.n_wait_block = 0; S.block_mixed = 0; S.qhead = S.qtail = 0;
@@ -646,11 +711,19 @@ inline void run_block() {
     push_many(ids, n);
     for (;;) {
         while (S.qhead != S.qtail) resume(S.queue[S.qhead++ & (2 * kMaxThreads - 1)]);
-        if (S.n_done == n) return;
+        if (S.n_done == n) {
+            check_shared_guards("before the block ended");
+            return;
+        }
         // Nobody can run. Either every live thread waits at the same __syncthreads, or
         // the block is stuck.
         int live = n - S.n_done;
         if (S.n_wait_block == live && S.n_done == 0 && !S.block_mixed) {
+            if (n_shared_regions) {
+                char when[64];
+                snprintf(when, sizeof when, "before the __syncthreads() on line %d", S.th[0].line);
+                check_shared_guards(when);
+            }
             int k = 0, count = 0;
             for (int t = 0; t < n; ++t) { ids[k++] = t; count += S.th[t].pred != 0; }
             S.bar_result = count;
