@@ -343,6 +343,15 @@ def test_cuda_divergent_barrier_keeps_the_emulator_message():
 
 
 @needs_cuda_kernel
+@simulation_only
+def test_cuda_more_threads_than_the_shared_array_holds():
+    # 512 threads fill a 256-float shared array: on a GPU a silent corruption (or a crash)
+    msg = rejects(utils.check_sum, K.cu_sum_too_many_threads, r"past the end of the __shared__ array `sh`",
+                  r"Hint: .*at most BLOCK threads")
+    assert "sh[256]" in msg
+
+
+@needs_cuda_kernel
 def test_cuda_stub_is_not_solved_yet():
     rejects(utils.check_relu, K.cu_relu_stub, r"^not solved yet")
 

@@ -219,6 +219,10 @@ def _utils_attr(name):
 
 def _fault_hint(msg: str) -> str:
     low = msg.lower()
+    if "__shared__ array" in low:
+        return ("a thread wrote outside a __shared__ array: its size is fixed when the kernel is compiled "
+                "(BLOCK), so every index into it (threadIdx.x, t + stride) must stay below BLOCK, and the "
+                "kernel must be launched with at most BLOCK threads per block.")
     if any(w in low for w in ("out of bounds", "out-of-bounds", "past the end", "before the start",
                               "out of range", "index")):
         return "a thread read or wrote outside a tensor: is every access guarded by the bounds check (idx < n)?"

@@ -693,8 +693,8 @@ inline void check_shared_guards(const char* when) {
     f.block[0] = (int)blockIdx.x; f.block[1] = (int)blockIdx.y; f.block[2] = (int)blockIdx.z;
     snprintf(f.msg, sizeof f.msg,
              "a thread of block (%u,%u,%u) wrote %s[%lld], %s of the __shared__ array `%s` (%lld element%s, "
-             "valid indices 0..%lld), %s. A GPU would not stop it: the write would land in other shared "
-             "variables. Check every index into `%s` (a thread index, or t + stride in a tree, must stay "
+             "valid indices 0..%lld), %s. On a GPU such a write silently changes other shared variables "
+             "(or, past the block's shared memory, fails the launch). Check every index into `%s` (a thread index, or t + stride in a tree, must stay "
              "below the array's size).",
              blockIdx.x, blockIdx.y, blockIdx.z, r.name, idx, past ? "past the end" : "before the start",
              r.name, count, count == 1 ? "" : "s", count - 1, when, r.name);
