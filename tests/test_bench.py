@@ -188,6 +188,16 @@ def test_benchmark_command_refuses_without_a_gpu():
     assert "Traceback" not in p.stderr
 
 
+def test_launch_overhead_benchmark_refuses_without_a_gpu(tmp_path):
+    env = dict(os.environ, COURSE_SIMULATE="1", PYTHONPATH=str(ROOT))
+    p = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "launch_overhead.py"), "--out", str(tmp_path)],
+                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2 and "simulation" in p.stdout and "launch-overhead.json" in p.stdout
+    assert not list(tmp_path.iterdir()), "nothing is written without a GPU"
+    recorded = json.loads((ROOT / "benchmarks" / "results" / "launch-overhead.json").read_text())
+    assert all(r["median_us"] > 0 for r in recorded["per_launch"].values())
+
+
 def test_dry_run_needs_its_own_output_folder():
     with pytest.raises(SystemExit):
         brun.parse_args(["--simulated-dry-run"])
