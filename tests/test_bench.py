@@ -392,3 +392,10 @@ def test_update_keeps_the_other_topics_and_the_copy_roofline(tmp_path):
     assert kept["notes"] == ["relu: something"] and kept["copy"] == copy
     assert kept["topics"] == ["relu", "softmax"]
     assert brun.load_kept(tmp_path / "missing.json", ["softmax"]) is None
+
+
+def test_recorded_launch_overhead_reads_the_file_and_survives_its_absence(tmp_path, capsys):
+    rec = utils.recorded_launch_overhead()
+    assert rec and all(us > 0 for us in rec.values())
+    assert utils.recorded_launch_overhead(tmp_path / "missing.json") == {}
+    assert "No recorded launch overhead" in capsys.readouterr().out

@@ -82,6 +82,7 @@ __all__ = [
     "recorded_targets",
     "copy_roofline",
     "recorded_machine",
+    "recorded_launch_overhead",
     "show_recorded",
     "show_targets",
     "compare",
@@ -300,6 +301,23 @@ def recorded_machine(path=None) -> dict:
         if key in data:
             info[key] = data[key]
     return info
+
+
+#: Per-launch host cost recorded by ``python benchmarks/launch_overhead.py`` on the GPU machine.
+LAUNCH_OVERHEAD_FILE = RESULTS_DIR / "launch-overhead.json"
+
+
+def recorded_launch_overhead(path=None) -> dict[str, float]:
+    """Microseconds per launch (median) by launcher, as recorded on the GPU machine; {} if
+    there is no record (with a one-line note)."""
+    p = Path(path) if path is not None else LAUNCH_OVERHEAD_FILE
+    try:
+        data = json.loads(p.read_text())
+        return {name: float(r["median_us"]) for name, r in data["per_launch"].items()}
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        print(f"No recorded launch overhead ({p}: {type(e).__name__}). "
+              "`python benchmarks/launch_overhead.py` on a GPU writes it.")
+        return {}
 
 
 def _machine_line(data: dict) -> str:
