@@ -361,3 +361,25 @@ def test_guarded_shared_arrays_behave_as_before():
     out = torch.zeros(20)
     k(SHARED_OVERRUN, "tile_2d")[1, 20](out)
     assert torch.equal(out, torch.arange(1, 21, dtype=torch.float32))
+
+
+def test_dynamic_shared_memory_the_launch_did_not_ask_for():
+    """The classic: extern __shared__ used, but the launch's third parameter forgotten."""
+    src = r"""
+__global__ void block_reverse(const float* x, float* y) {
+    extern __shared__ float buf[];
+    int t = threadIdx.x;
+    buf[t] = x[t];
+    __syncthreads();
+    y[t] = buf[blockDim.x - 1 - t];
+}
+"""
+    x, y = torch.randn(64), torch.zeros(64)
+    kern = k(src, "block_reverse")
+    with pytest.raises(utils.KernelFault, match=r"wrote byte 0 of the dynamic \(extern __shared__\) shared memory, "
+                                                r"but the launch asked for 0 bytes.*third launch parameter"):
+        kern[1, 64](x, y)
+    with pytest.raises(utils.KernelFault, match=r"byte 64 .*asked for 64 bytes.*elements instead of bytes"):
+        kern[1, 64, 64](x, y)           # 64 elements, but 64 bytes
+    kern[1, 64, 64 * 4](x, y)
+    assert torch.equal(y, x.flip(0))

@@ -309,7 +309,8 @@ struct State {
 };
 inline State S;
 inline int last_error = 0;  // cudaGetLastError
-alignas(64) inline char dynamic_shared[kMaxDynamicShared];
+// The dynamic buffer has room for a guard zone after the largest launch size.
+alignas(64) inline char dynamic_shared[kMaxDynamicShared + 64];
 
 // Static __shared__ variables are registered (by a line the adapter appends to each
 // declaration) so that every block starts with poisoned shared memory, as garbage is what
@@ -359,6 +360,7 @@ inline void poison_shared() {
         if (r.pre) { fill_guard(r.pre); fill_guard(r.post); }
     }
     memset(dynamic_shared, 0xff, dyn_shared_bytes);
+    fill_guard((unsigned char*)dynamic_shared + dyn_shared_bytes);  // what the launch did not ask for
 }
 // The first overrun guard: sets *region, *past_end and the element index; false if none.
 inline bool find_shared_overrun(int* region, bool* past_end, long long* index) {
@@ -684,6 +686,21 @@ template <class T> inline T from_bits(unsigned long long b) { T v; memcpy(&v, &b
 // ---------------------------------- one block ------------------------------------------
 // `when`: "before the __syncthreads() on line 12", "before the block ended".
 inline void check_shared_guards(const char* when) {
+    const unsigned char* dg = (const unsigned char*)dynamic_shared + dyn_shared_bytes;
+    for (size_t k = 0; k < kSharedGuard; ++k) {
+        if (guard_byte_ok(dg, k)) continue;
+        emu_fault_info& f = S.fault;
+        f.kind = 7;
+        f.block[0] = (int)blockIdx.x; f.block[1] = (int)blockIdx.y; f.block[2] = (int)blockIdx.z;
+        snprintf(f.msg, sizeof f.msg,
+                 "a thread of block (%u,%u,%u) wrote byte %llu of the dynamic (extern __shared__) shared memory, "
+                 "but the launch asked for %llu byte%s, %s. The size is the third launch parameter: "
+                 "k[grid, block, shared_bytes](...) (<<<grid, block, shared_bytes>>> in C++); is it missing, "
+                 "or counted in elements instead of bytes?",
+                 blockIdx.x, blockIdx.y, blockIdx.z, (unsigned long long)(dyn_shared_bytes + k),
+                 (unsigned long long)dyn_shared_bytes, dyn_shared_bytes == 1 ? "" : "s", when);
+        siglongjmp(S.jmp, 1);
+    }
     int i; bool past; long long idx;
     if (!find_shared_overrun(&i, &past, &idx)) return;
     SharedRegion& r = shared_regions[i];
@@ -719,7 +736,7 @@ inline void run_block() {
         // the block is stuck.
         int live = n - S.n_done;
         if (S.n_wait_block == live && S.n_done == 0 && !S.block_mixed) {
-            if (n_shared_regions) {
+            {
                 char when[64];
                 snprintf(when, sizeof when, "before the __syncthreads() on line %d", S.th[0].line);
                 check_shared_guards(when);
