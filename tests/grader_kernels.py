@@ -610,6 +610,19 @@ __global__ void relu_barrier_in_branch_kernel(const float* x, float* y, int n) {
     }
 }
 
+__global__ void sum_dynamic_kernel(const float* x, float* out, int n) {
+    extern __shared__ float dyn[];
+    int t = threadIdx.x;
+    int i = blockIdx.x * blockDim.x + t;
+    dyn[t] = i < n ? x[i] : 0.f;
+    __syncthreads();
+    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+        if (t < s) dyn[t] += dyn[t + s];
+        __syncthreads();
+    }
+    if (t == 0) atomicAdd(out, dyn[0]);
+}
+
 __global__ void sum_kernel(const float* x, float* out, int n) { block_sum<true>(x, out, n); }
 __global__ void sum_nobarrier_kernel(const float* x, float* out, int n) { block_sum<false>(x, out, n); }
 """
@@ -676,6 +689,20 @@ def cu_sum_no_barrier(x):
 def cu_sum_too_many_threads(x):
     out = torch.zeros(1, dtype=torch.float32, device=x.device)
     _cu("sum_kernel")[4, 512](x, out, x.numel())   # the kernel's shared array holds 256
+    return out
+
+
+def cu_sum_shared_bytes_in_elements(x):
+    out = torch.zeros(1, dtype=torch.float32, device=x.device)
+    blocks = (x.numel() + 255) // 256
+    _cu("sum_dynamic_kernel")[blocks, 256, 256](x, out, x.numel())   # 256 floats need 1024 bytes
+    return out
+
+
+def cu_sum_dynamic_ok(x):
+    out = torch.zeros(1, dtype=torch.float32, device=x.device)
+    blocks = (x.numel() + 255) // 256
+    _cu("sum_dynamic_kernel")[blocks, 256, 256 * 4](x, out, x.numel())
     return out
 
 

@@ -352,6 +352,18 @@ def test_cuda_more_threads_than_the_shared_array_holds():
 
 
 @needs_cuda_kernel
+@simulation_only
+def test_cuda_shared_bytes_counted_in_elements():
+    rejects(utils.check_sum, K.cu_sum_shared_bytes_in_elements, r"asked for 256 bytes",
+            r"Hint: .*n_elements \* 4")
+
+
+@needs_cuda_kernel
+def test_cuda_dynamic_shared_sum_is_accepted(capsys):
+    accepts(utils.check_sum, K.cu_sum_dynamic_ok, capsys)
+
+
+@needs_cuda_kernel
 def test_cuda_stub_is_not_solved_yet():
     rejects(utils.check_relu, K.cu_relu_stub, r"^not solved yet")
 

@@ -219,6 +219,9 @@ def _utils_attr(name):
 
 def _fault_hint(msg: str) -> str:
     low = msg.lower()
+    if "third launch parameter" in low:
+        return ("extern __shared__ memory is as large as the launch says, in bytes: "
+                "k[grid, block, n_elements * 4](...) for n_elements floats.")
     if "__shared__ array" in low:
         return ("a thread wrote outside a __shared__ array: its size is fixed when the kernel is compiled "
                 "(BLOCK), so every index into it (threadIdx.x, t + stride) must stay below BLOCK, and the "
