@@ -366,7 +366,7 @@ def main(argv=None) -> int:
         data["sweeps"]["copy"] = {"copy": copy_points}
     roof = copy_row["gbps"] if copy_row else None
 
-    kept = None
+    target_topics = args.topics  # the topics whose targets the results file reports
     if args.update:
         kept = load_kept(out / f"{name}.json", args.topics, args.langs)
         if kept is None:
@@ -381,13 +381,12 @@ def main(argv=None) -> int:
             data["failed"] = kept["failed"]
             data["sweeps"] = kept["sweeps"]
             roof = kept["copy"]["gbps"] if kept["copy"] else roof
-            args.topics_all = kept["topics"]
+            target_topics = kept["topics"]
 
     def save():
         report.add_fractions(data["rows"], roof)
-        topics = getattr(args, "topics_all", args.topics)
         data["targets"] = report.evaluate_targets(
-            data["rows"], topics, {t: main_shapes(t, sizes) for t in topics})
+            data["rows"], target_topics, {t: main_shapes(t, sizes) for t in target_topics})
         report.write_json(out / f"{name}.json", data)
         (out / f"{name}.md").write_text(report.markdown(data))
 

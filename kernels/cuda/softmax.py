@@ -130,9 +130,12 @@ def softmax_auto(x: torch.Tensor) -> torch.Tensor:
 
 #: Vectors per thread v5 keeps in registers (SOFTMAX_ONCHIP_REG in softmax.cu).
 ONCHIP_REG = 8
-#: Dynamic shared memory v5 may use for the rest of a row: the block's limit less room for
-#: the static scratch.
-ONCHIP_STASH_BYTES = utils.MAX_DYNAMIC_SHARED - 1024
+
+
+def onchip_stash_bytes() -> int:
+    """Dynamic shared memory v5 may use for the rest of a row: this GPU's (or the emulator's)
+    limit per block, less room for the static scratch."""
+    return utils.max_dynamic_shared() - 1024
 
 
 def onchip_config(cols: int, vec4: bool) -> tuple[int, int] | None:
@@ -141,13 +144,14 @@ def onchip_config(cols: int, vec4: bool) -> tuple[int, int] | None:
     n = cdiv(cols, width)
     threads = min(MAX_THREADS, max(32, round_up(cdiv(n, ONCHIP_REG), 32)))
     stash = max(0, n - ONCHIP_REG * threads) * width * 4
-    return (threads, stash) if stash <= ONCHIP_STASH_BYTES else None
+    return (threads, stash) if stash <= onchip_stash_bytes() else None
 
 
 def onchip_max_cols(vec4: bool = True) -> int:
-    """The longest row v5 holds: registers of 1024 threads plus the shared-memory stash."""
+    """The longest row v5 holds: registers of 1024 threads plus the shared-memory stash
+    (90624 columns on an H100, fewer on GPUs with less shared memory per block)."""
     width = 4 if vec4 else 1
-    return (ONCHIP_REG * MAX_THREADS + ONCHIP_STASH_BYTES // (4 * width)) * width
+    return (ONCHIP_REG * MAX_THREADS + onchip_stash_bytes() // (4 * width)) * width
 
 
 def softmax_onchip(x: torch.Tensor) -> torch.Tensor:
@@ -169,7 +173,7 @@ def softmax_onchip(x: torch.Tensor) -> torch.Tensor:
 
 
 def softmax_auto_onchip(x: torch.Tensor) -> torch.Tensor:
-    """The reference: v5 while the row fits on chip (up to 90624 columns), v3 beyond. On an
+    """The reference: v5 while the row fits on chip (see onchip_max_cols), v3 beyond. On an
     H100, v5 was as fast as v2 on short rows and faster on long ones (benchmarks/results/h100.md)."""
     if isinstance(x, torch.Tensor) and x.dim() == 2:
         cols = x.shape[-1]
@@ -183,7 +187,7 @@ VERSIONS = OrderedDict(
     v2=("fused: one row per block in registers, warp-shuffle reductions (rows <= 16384)", softmax_fused),
     v3=("online: running max + rescaled sum, then the output pass (any row length)", softmax_online),
     v4=("v2 for rows up to 8192 columns, v3 beyond", softmax_auto),
-    v5=("the row on chip: registers + shared memory, x read once (rows <= 90624)", softmax_onchip),
+    v5=("the row on chip: registers + shared memory, x read once (rows <= 90624 on an H100)", softmax_onchip),
     v6=("v5 while the row fits on chip, v3 beyond (any row length)", softmax_auto_onchip),
 )
 REFERENCE = "v6"

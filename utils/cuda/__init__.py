@@ -33,7 +33,7 @@ from .. import config, paths
 from ._errors import CudaCompileError, KernelFault
 from ._source import Param, adapt_for_emulator, has_marker, parse_params, read_source
 
-__all__ = ["cuda_kernel", "MAX_DYNAMIC_SHARED", "load_inline", "emulation_schedule", "CudaCompileError", "KernelFault",
+__all__ = ["cuda_kernel", "MAX_DYNAMIC_SHARED", "max_dynamic_shared", "load_inline", "emulation_schedule", "CudaCompileError", "KernelFault",
            "cuda_ptx", "CudaKernel"]
 
 # ---------------------------------------------------------------------------------------
@@ -97,9 +97,27 @@ def _dims(v, what: str, kname: str) -> tuple[int, int, int]:
     return d[0], d[1], d[2]
 
 
-#: Dynamic shared memory per block: the most an H100 gives a kernel that opts in (227 KiB;
-#: the launcher opts in above the default 48 KiB). The emulator allows the same.
+#: Dynamic shared memory per block in the emulator: what an H100 gives a kernel that opts in.
 MAX_DYNAMIC_SHARED = 227 * 1024
+_max_shared = None
+
+
+def max_dynamic_shared() -> int:
+    """Bytes of dynamic shared memory one block may have here: this GPU's opt-in limit
+    (227 KiB on an H100, less on many other GPUs), or the emulator's ``MAX_DYNAMIC_SHARED``.
+    Above 48 KiB the launcher opts the kernel in, as ``cudaFuncSetAttribute`` would."""
+    global _max_shared
+    if _max_shared is None:
+        if config.SIMULATE:
+            _max_shared = MAX_DYNAMIC_SHARED
+        else:
+            try:
+                from . import _gpu
+                _max_shared = int(_gpu._device().properties.max_shared_memory_per_block_optin)
+            except Exception:  # noqa: BLE001  an older cuda.core: ask torch, else assume no opt-in
+                props = torch.cuda.get_device_properties(torch.cuda.current_device())
+                _max_shared = int(getattr(props, "shared_memory_per_block_optin", 48 * 1024))
+    return _max_shared
 
 
 class CudaKernel:
@@ -160,9 +178,9 @@ class CudaKernel:
         shared = cfg[2] if len(cfg) > 2 else 0
         if not isinstance(shared, numbers.Integral) or isinstance(shared, bool) or shared < 0:
             raise TypeError(f"{self.name}: shared_bytes must be a non-negative int, got {shared!r}")
-        if shared > MAX_DYNAMIC_SHARED:
+        if shared > 48 * 1024 and shared > max_dynamic_shared():  # any GPU gives a block 48 KiB
             raise ValueError(f"{self.name}: {shared} bytes of dynamic shared memory requested; "
-                             f"at most {MAX_DYNAMIC_SHARED} bytes per block")
+                             f"at most {max_dynamic_shared()} bytes per block here")
         stream = cfg[3] if len(cfg) > 3 else None
 
         def launcher(*args):
