@@ -101,6 +101,12 @@ PROBLEM_SIZES = {
     ),
 }
 
+#: What any CUDA GPU accepts in a launch, checked the same way in simulation: the grid's
+#: (x, y, z) maximum, the block's (x, y, z) maximum and the threads of one block.
+MAX_GRID = (2**31 - 1, 65535, 65535)
+MAX_BLOCK = (1024, 1024, 64)
+MAX_THREADS_PER_BLOCK = 1024
+
 #: The sizes of the current mode, as attributes: ``utils.SIZES.elementwise_n``.
 SIZES = SimpleNamespace(**PROBLEM_SIZES[MODE])
 

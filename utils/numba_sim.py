@@ -70,7 +70,7 @@ import threading
 import warnings
 from collections import deque
 
-from .config import SIMULATE
+from .config import MAX_BLOCK, MAX_GRID, MAX_THREADS_PER_BLOCK, SIMULATE
 
 __all__ = ["NUMBA_SIM_PATCHES", "SimulatorSyncError"]
 
@@ -610,14 +610,14 @@ class _Block:
 
 def _check_launch_limits(name, grid, block):
     """A GPU refuses these launches (CUDA_ERROR_INVALID_VALUE); the simulator would run them."""
-    gx, gy, gz = (tuple(grid) + (1, 1, 1))[:3]
-    bx, by, bz = (tuple(block) + (1, 1, 1))[:3]
-    if gx > 2**31 - 1 or gy > 65535 or gz > 65535:
-        raise RuntimeError(f"kernel `{name}` launched with grid {(gx, gy, gz)}: a GPU refuses it "
+    g = (tuple(grid) + (1, 1, 1))[:3]
+    b = (tuple(block) + (1, 1, 1))[:3]
+    if any(a > m for a, m in zip(g, MAX_GRID)):
+        raise RuntimeError(f"kernel `{name}` launched with grid {g}: a GPU refuses it "
                            "(CUDA_ERROR_INVALID_VALUE). The grid is at most (2**31-1, 65535, 65535): "
                            "put the large dimension on x.")
-    if bx * by * bz > 1024 or bx > 1024 or by > 1024 or bz > 64:
-        raise RuntimeError(f"kernel `{name}` launched with blocks of {(bx, by, bz)} threads: a GPU refuses "
+    if b[0] * b[1] * b[2] > MAX_THREADS_PER_BLOCK or any(a > m for a, m in zip(b, MAX_BLOCK)):
+        raise RuntimeError(f"kernel `{name}` launched with blocks of {b} threads: a GPU refuses "
                            "it. A block has at most 1024 threads (x, y <= 1024, z <= 64).")
 
 

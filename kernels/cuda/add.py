@@ -21,7 +21,7 @@ BLOCK_SIZE = 256
 #: 2-D blocks: 32 threads along a row (one warp: a coalesced access), 8 rows.
 BLOCK_2D = (32, 8)
 INT_MAX = 2**31 - 1
-MAX_GRID_Y = 65535  # CUDA's limit on gridDim.y (and z); gridDim.x may reach 2^31 - 1
+MAX_GRID_Y = utils.config.MAX_GRID[1]  # CUDA's limit on gridDim.y (and z); gridDim.x may reach 2^31 - 1
 
 
 @functools.lru_cache(maxsize=None)

@@ -14,12 +14,12 @@ from collections import OrderedDict
 
 import torch
 
-import utils  # noqa: F401  (before numba: it picks the simulator or the GPU)
+import utils  # (before numba: it picks the simulator or the GPU)
 from numba import cuda
 
 BLOCK_SIZE = 256
 BLOCK_2D = (32, 8)  # 32 threads along a row (a warp: coalesced), 8 rows
-MAX_GRID_Y = 65535  # CUDA's limit on the grid's y dimension
+MAX_GRID_Y = utils.config.MAX_GRID[1]  # CUDA's limit on the grid's y dimension
 
 
 @cuda.jit

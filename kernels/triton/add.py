@@ -14,11 +14,11 @@ from collections import OrderedDict
 
 import torch
 
-import utils  # noqa: F401  (before triton: it switches on the interpreter in simulation)
+import utils  # (before triton: it switches on the interpreter in simulation)
 import triton
 import triton.language as tl
 
-MAX_GRID_Y = 65535  # the limit on the second grid dimension (program_id(1))
+MAX_GRID_Y = utils.config.MAX_GRID[1]  # the limit on the second grid dimension (program_id(1))
 
 
 @triton.jit

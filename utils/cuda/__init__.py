@@ -89,10 +89,10 @@ def _dims(v, what: str, kname: str) -> tuple[int, int, int]:
     if any(x < 0 for x in d) or (what == "block" and any(x == 0 for x in d)):
         raise ValueError(f"{kname}: {what} dimensions must be positive, got {tuple(v)}")
     if what == "block":
-        if d[0] * d[1] * d[2] > 1024 or d[0] > 1024 or d[1] > 1024 or d[2] > 64:
+        if d[0] * d[1] * d[2] > config.MAX_THREADS_PER_BLOCK or any(a > b for a, b in zip(d, config.MAX_BLOCK)):
             raise ValueError(f"{kname}: a block has at most 1024 threads (x, y <= 1024, z <= 64), got {tuple(v)}")
     else:
-        if d[0] > 2**31 - 1 or d[1] > 65535 or d[2] > 65535:
+        if any(a > b for a, b in zip(d, config.MAX_GRID)):
             raise ValueError(f"{kname}: grid is at most (2**31-1, 65535, 65535), got {tuple(v)}")
     return d[0], d[1], d[2]
 
