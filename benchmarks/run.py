@@ -23,7 +23,7 @@ from . import report
 from .harness import Events, read_events, worker_main
 from .topics import TOPICS, copy_bytes, main_shapes
 
-ALL_TOPICS = ("relu", "gelu", "reduction", "softmax")
+ALL_TOPICS = tuple(TOPICS)  # the topics with a spec that has baselines, in lesson order
 EXIT_OK, EXIT_ERROR, EXIT_NO_GPU = 0, 1, 2
 # Seconds kept back, per topic still to run, when deciding whether a size sweep may go on.
 RESERVE_PER_TOPIC = 60.0
