@@ -8,6 +8,8 @@ import json
 import math
 from pathlib import Path
 
+from utils.bench import commit_str
+
 from .topics import TOPICS
 
 # The course's targets on the H100, from each topic's spec (utils/topics/<topic>.py):
@@ -110,8 +112,14 @@ def markdown(data: dict) -> str:
         lines = ["# Simulated dry run: these are simulator timings on a CPU, not GPU results", ""]
     else:
         lines = [f"# Recorded GPU results: {m.get('gpu', '?')}", ""]
-    lines.append(f"Written by `{data.get('command', 'python -m benchmarks')}` on {data.get('date', '?')}. "
+    lines.append(f"Written by `{data.get('command', 'python -m benchmarks')}` on {data.get('date', '?')}, "
+                 f"measured at {commit_str(data)}. "
                  "Notebooks read the numbers from the JSON file beside this one through `utils.bench`.")
+    redone = {t: c for t, c in (data.get("topic_commits") or {}).items()
+              if c.get("commit") != data.get("commit") or c.get("commit_dirty") != data.get("commit_dirty")}
+    if redone:
+        lines.append("Re-measured later: " + "; ".join(f"{t} at {commit_str(c)}" for t, c in sorted(redone.items()))
+                     + ".")
     lines.append("")
     soft = ", ".join(f"{k} {m[k]}" for k in ("driver", "cuda", "torch", "triton", "numba", "numba_cuda",
                                                 "python") if m.get(k))
