@@ -1,11 +1,11 @@
 """Softmax over the last dim of a 2-D tensor in Triton.
 
-    softmax(x)          the reference (v4): v2 for rows up to 16384 columns, v5 beyond
+    softmax(x)          the reference (v5): v2 for rows up to 16384 columns, v4 beyond
     softmax_naive(x)    v1: three kernels (row max, row exp-sum, normalize)
     softmax_fused(x)    v2: one program per row, the whole row in one block
     softmax_online(x)   v3: online softmax, any row length (a persistent grid of programs,
                         each looping over rows)
-    softmax_l2(x)       v5: the online softmax with the row kept in L2 between its two reads:
+    softmax_l2(x)       v4: the online softmax with the row kept in L2 between its two reads:
                         one program per SM, cache hints on every load (the reference on long rows)
 
 The interpreter (simulation) has no libdevice, so only ``tl.exp`` and friends are used.
@@ -28,7 +28,7 @@ FUSED_MAX_COLS = 16384
 #: Columns per loop step of the online version. 8192 with 16 warps: 16 values per thread
 #: and per step, 32 KB in flight per program, one program per SM (see the kernel).
 ONLINE_BLOCK = 8192
-#: v5: columns per step and warps per program (one program per SM).
+#: v4: columns per step and warps per program (one program per SM).
 L2_BLOCK = 8192
 L2_NUM_WARPS = 32
 NAIVE_BLOCK = 1024
@@ -137,7 +137,7 @@ def softmax_online_kernel(x_ptr, y_ptr, rows, cols, BLOCK_SIZE: tl.constexpr):
 
 
 # ---------------------------------------------------------------------------------------
-# v5, L2-resident: Triton's answer to CUDA C++ v5, which keeps a long row on chip (registers
+# v4, L2-resident: Triton's answer to CUDA C++ v5, which keeps a long row on chip (registers
 # and shared memory) so that it is read from DRAM once. A Triton program cannot choose
 # where its values live, but it can say how long a load should stay in the L2 cache:
 # * exactly one program per SM, so exactly one row per SM is in flight: 132 rows of 256 KB
@@ -231,7 +231,7 @@ def softmax_online(x: torch.Tensor) -> torch.Tensor:
 
 
 def softmax_l2(x: torch.Tensor) -> torch.Tensor:
-    """v5: online softmax whose second read of each row comes from L2 (one program per SM)."""
+    """v4: online softmax whose second read of each row comes from L2 (one program per SM)."""
     x = check_input(x, ndim=2, max_numel=INT32_MAX)
     rows, cols = x.shape
     y = torch.empty_like(x)
@@ -245,7 +245,7 @@ def softmax_l2(x: torch.Tensor) -> torch.Tensor:
 
 
 def softmax_auto(x: torch.Tensor) -> torch.Tensor:
-    """The reference: v2 where the row fits one block, v5 beyond."""
+    """The reference: v2 where the row fits one block, v4 beyond."""
     if isinstance(x, torch.Tensor) and x.dim() == 2 and triton.next_power_of_2(x.shape[-1]) > FUSED_MAX_COLS:
         return softmax_l2(x)
     return softmax_fused(x)
@@ -255,9 +255,9 @@ VERSIONS = OrderedDict(
     v1=("naive: three kernels (max, exp-sum, normalize), x read 3 times", softmax_naive),
     v2=("fused: one program per row, the row in one block (rows <= 16384)", softmax_fused),
     v3=("online: per-lane running max + rescaled sum, then the output pass (any row length)", softmax_online),
-    v4=("v2 for rows up to 16384 columns, v5 beyond", softmax_auto),
-    v5=("L2-resident online: one program per SM, evict_last then evict_first loads (any row length)",
+    v4=("L2-resident online: one program per SM, evict_last then evict_first loads (any row length)",
         softmax_l2),
+    v5=("v2 for rows up to 16384 columns, v4 beyond", softmax_auto),
 )
-REFERENCE = "v4"
+REFERENCE = "v5"
 softmax = VERSIONS[REFERENCE][1]
