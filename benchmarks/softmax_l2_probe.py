@@ -2,6 +2,9 @@
 widest benchmark shape: one program per SM against more, 32 warps against 16.
 
     python benchmarks/softmax_l2_probe.py [--out FILE.json]
+
+The recorded run is benchmarks/results/h100-softmax-l2-probe.json (it names its commit);
+lesson 05 reads it.
 """
 from __future__ import annotations
 
