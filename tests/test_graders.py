@@ -390,3 +390,42 @@ def test_a_stub_inside_a_triton_kernel_is_not_solved_yet():
     # (The kernel lives in a module: on a GPU, Triton resolves `tl` from the kernel's globals.)
     with pytest.raises(utils.GradingError, match=r"^not solved yet: write relu_kernel \(about 5 lines\)$"):
         utils.check_relu(K.relu_triton_stub)
+
+
+# --------------------------------------------------------------------------------------
+# In Jupyter a GradingError shows its diagnosis, not the grader's frames
+# --------------------------------------------------------------------------------------
+def _ipython_output(code, capsys):
+    from IPython.core.interactiveshell import InteractiveShell
+    shell = InteractiveShell.instance()
+    shell.user_ns.update(utils=utils, K=K)
+    capsys.readouterr()
+    shell.run_cell(code)
+    return capsys.readouterr().out
+
+
+def test_grading_error_shows_the_diagnosis_alone_in_ipython(capsys, monkeypatch):
+    monkeypatch.delenv("COURSE_FULL_TRACEBACK", raising=False)
+    short = _ipython_output("utils.check_relu(K.relu_nomask, seed=1)", capsys)
+    assert "GradingError: check_relu failed" in short and "Hint:" in short
+    assert "grading.py" not in short and "run_cases" not in short
+    monkeypatch.setenv("COURSE_FULL_TRACEBACK", "1")
+    full = _ipython_output("utils.check_relu(K.relu_nomask, seed=1)", capsys)
+    assert "grading.py" in full and "check_relu failed" in full
+    assert len(short.splitlines()) + 10 < len(full.splitlines())
+
+
+def test_grading_error_keeps_the_learners_own_frames():
+    def launcher(x):
+        return helper(x)
+
+    def helper(x):
+        raise RuntimeError("boom in my code")
+
+    with pytest.raises(utils.GradingError) as info:
+        utils.check_relu(launcher)
+    lines = info.value._render_traceback_()
+    text = "\n".join(lines)
+    assert "RuntimeError raised in your code" in text and "in helper" in text and "in launcher" in text
+    assert "grading.py" not in text
+    assert lines[-1].startswith("GradingError: check_relu failed") or "GradingError: check_relu failed" in text

@@ -30,6 +30,7 @@ import math
 import os
 import re
 import struct
+import traceback
 
 import torch
 
@@ -40,8 +41,49 @@ from .config import DEVICE, SIMULATE, SIZES
 __all__ = ["GradingError", "show_rejection", "POISON_BITS"]
 
 
+#: Set to 1 (in the environment, or ``os.environ`` in a cell) to see a GradingError's full
+#: traceback, grader frames included, instead of the diagnosis alone.
+FULL_TRACEBACK_ENV = "COURSE_FULL_TRACEBACK"
+_HERE = os.path.dirname(os.path.abspath(__file__))
+
+
 class GradingError(AssertionError):
-    """A kernel gave a wrong result; the message says where and what usually causes it."""
+    """A kernel gave a wrong result; the message says where and what usually causes it.
+
+    In Jupyter it shows as its message alone, preceded by the learner's own frames when the
+    learner's code raised (the grader's ~70 lines of frames say nothing about the kernel).
+    The full traceback stays available: ``COURSE_FULL_TRACEBACK=1`` (in the environment, or
+    set with ``os.environ`` in a cell) shows it for every GradingError, and right after one
+    ``import sys, traceback; traceback.print_exception(sys.last_value)`` prints it.
+    """
+
+    @property
+    def _render_traceback_(self):
+        # IPython asks hasattr(err, "_render_traceback_"): raising AttributeError here makes
+        # it print its usual full traceback.
+        if os.environ.get(FULL_TRACEBACK_ENV, "").strip().lower() in ("1", "true", "yes", "on"):
+            raise AttributeError("_render_traceback_")
+        return self._short_traceback
+
+    def _short_traceback(self) -> list[str]:
+        lines = []
+        cause = self.__cause__
+        if cause is not None and cause.__traceback__ is not None:
+            frames = [f for f in traceback.extract_tb(cause.__traceback__) if _learner_frame(f.filename)]
+            if frames:
+                lines.append(f"{type(cause).__name__} raised in your code:")
+                lines += [ln.rstrip("\n") for ln in traceback.format_list(frames)]
+                lines.append("")
+        lines.append(f"{type(self).__name__}: {self}")
+        return lines
+
+
+def _learner_frame(filename: str) -> bool:
+    """A frame of the learner's code (a notebook cell, kernels/, their own files), not of the
+    grader, the emulator or an installed package."""
+    path = os.path.abspath(filename)
+    return not (path.startswith(_HERE + os.sep) or "site-packages" in path
+                or os.sep + "lib" + os.sep + "python" in path or filename.startswith("<frozen"))
 
 
 # --------------------------------------------------------------------------------------
