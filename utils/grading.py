@@ -271,8 +271,9 @@ def _fault_hint(msg: str) -> str:
 class Case:
     """One input set: its label, input values (CPU), the float64 reference and how to build inputs."""
 
-    def __init__(self, label, values, expected, make=None, extra=None):
+    def __init__(self, label, values, expected, make=None, extra=None, resize=None):
         self.label = label
+        self.resize = resize            # optional: n -> a Case of the same kind with n elements (probes)
         self.values = values            # tuple of CPU float32 tensors
         self.expected = expected        # CPU float64 tensor
         self.make = make                # optional: () -> (inputs, guards) for special layouts
@@ -418,19 +419,37 @@ class Grader:
                           f"write the result into a new output tensor, not into {name} "
                           f"(for example out = torch.empty_like({name})).")
 
-    def check_unwritten(self, run: _Run, out: torch.Tensor, hint_fn=None, case=None):
+    @staticmethod
+    def unwritten_mask(run: _Run, out: torch.Tensor) -> torch.Tensor | None:
+        """True where ``out`` still holds the grader's "never written" NaN (None: cannot tell)."""
         g = run.allocs.find(out)
         if g is not None:
-            mask = g.never_written().detach().cpu().reshape(out.shape)
-        elif out.dtype == torch.float32:
+            return g.never_written().detach().cpu().reshape(out.shape)
+        if out.dtype == torch.float32:
             # not one of ours (made in C++, or by torch.zeros): the poison bit pattern can
             # only be there if the allocator reused a poisoned block and no one wrote it
-            mask = (out.detach().contiguous().view(torch.int32) == POISON_BITS).cpu()
-        else:
+            return (out.detach().contiguous().view(torch.int32) == POISON_BITS).cpu()
+        return None
+
+    def probe(self, case: Case, *, scalar=False):
+        """``(run, out)`` of ``fn`` on an extra input that a diagnosis asks about, or None when
+        that run fails (the failure already reported stays the one reported)."""
+        saved = self.case
+        try:
+            run = self.call(case)
+            return run, self.output_tensor(run, case.expected.shape, scalar=scalar)
+        except GradingError:
+            return None
+        finally:
+            self.case = saved
+
+    def check_unwritten(self, run: _Run, out: torch.Tensor, hint_fn=None, case=None):
+        mask = self.unwritten_mask(run, out)
+        if mask is None:
             return
         if bool(mask.any()):
             where = _check.describe_positions(mask) if mask.dim() else "the result"
-            hint = hint_fn(case, mask) if hint_fn else None
+            hint = hint_fn(case, mask, self) if hint_fn else None
             if hint is None:
                 hint = ("is the grid large enough (cdiv(n, BLOCK) blocks), and is the last block launched? "
                         "Does every element get a thread?")
@@ -544,8 +563,9 @@ def grader_shapes():
 # --------------------------------------------------------------------------------------
 # Elementwise graders
 # --------------------------------------------------------------------------------------
-def tail_hint(case, mask):
-    """Hints for never-written elements of a 1-D result."""
+def tail_hint(case, mask, g=None):
+    """Hints for never-written elements of a 1-D result. Only a tail missing looks the same for
+    several mistakes, so the kernel is asked again at a second size (``case.resize``)."""
     if mask.dim() != 1:
         return None
     n = mask.numel()
@@ -555,11 +575,52 @@ def tail_hint(case, mask):
     start = r[0][0]
     if start == 0:
         return "nothing was written: is the kernel launched, with at least one block, on the output tensor?"
+    written2 = _written_prefix_at(g, case, probe_size(n))
+    if written2 is not None:
+        n2, w2 = written2
+        if w2 == start:
+            return (f"only the first {start} elements were written, whatever n is (with {n2} elements too): "
+                    "every block writes the same elements. The index needs the block's offset, "
+                    "blockIdx.x * blockDim.x + threadIdx.x (pid * BLOCK + tl.arange in Triton); or, with a "
+                    "fixed grid, each thread must loop (grid-stride: i += gridDim.x * blockDim.x).")
+        if w2 == n2 and n - start == n % 4:
+            k = n - start
+            return (f"the last {k} element{'s' if k > 1 else ''} (n % 4) {'were' if k > 1 else 'was'} never written, "
+                    f"and with {n2} elements, a multiple of 4, every element was: the float4 loop covers "
+                    "n / 4 vectors, and the n % 4 elements after them need scalar code of their own.")
+        if w2 < n2:
+            return (f"only the last elements are missing ({n - start} of {n}; {n2 - w2} of {n2}): is the grid "
+                    "rounded up (cdiv(n, BLOCK) blocks, not n // BLOCK), so the tail block is launched?")
     if n - start < start:
         return ("only the last elements are missing: is the grid rounded up (cdiv(n, BLOCK) blocks, "
                 "not n // BLOCK), so the tail block is launched?")
     return (f"only the first {start} elements were written: do all blocks work (the index needs "
             "blockIdx.x * blockDim.x + threadIdx.x), and is the grid large enough / is the last block launched?")
+
+
+def probe_size(n: int) -> int:
+    """A second size for a probe: more than twice ``n``, 4 more than a multiple of 8, so a
+    rounded-down grid of any block of 8 or more still leaves a tail, and a float4 loop none."""
+    return 8 * ((2 * n) // 8 + 1) + 4
+
+
+def _written_prefix_at(g, case, n2):
+    """``(n2, k)``: ``fn`` on a fresh input of ``n2`` elements wrote exactly its first ``k``
+    elements (None: no probe possible, or the unwritten ones are not one tail)."""
+    if g is None or case is None or case.resize is None:
+        return None
+    res = g.probe(case.resize(n2))
+    if res is None:
+        return None
+    mask = g.unwritten_mask(*res)
+    if mask is None or mask.dim() != 1:
+        return None
+    r = _check.index_ranges(mask)
+    if not r:
+        return n2, n2
+    if len(r) == 1 and r[0][1] == n2 - 1:
+        return n2, r[0][0]
+    return None
 
 
 def shift_hint(got, expected_fn):
@@ -579,7 +640,7 @@ def shift_hint(got, expected_fn):
     return None
 
 
-def swap_hint_2d(case, mask):
+def swap_hint_2d(case, mask, g=None):
     """Whole trailing columns (or rows) never written, in a non-square matrix: the grid's
     x and y were swapped, so one dimension is covered only up to the other's extent."""
     if mask.dim() != 2:
