@@ -473,3 +473,33 @@ def test_row_max_ok_cuda(capsys):
 def test_row_max_missing_barrier_cuda():
     msg = rejects(utils.check_row_max, K.cu_row_max_no_barrier, r"__syncthreads\(\)")
     assert "row = blockIdx.x" not in msg
+
+
+# --------------------------------------------------------------------------------------
+# A race detector's report (a KernelFault) is the diagnosis, not a barrier hint
+# --------------------------------------------------------------------------------------
+class _RaceReport(utils.KernelFault):
+    pass
+
+
+def test_race_report_is_the_diagnosis():
+    report = ("sum_kernel: data race on `out[0]` (global memory): a write by block 1 thread 0 at line 12 "
+              "and a write by block 0 thread 0 at line 12; fix: use atomicAdd")
+
+    def racy(x):
+        raise _RaceReport(report)
+
+    msg = rejects(utils.check_sum, racy, r"has a race", re.escape(report))
+    assert "Hint:" not in msg and "reached the same __syncthreads" not in msg
+
+
+def test_race_report_wrapped_by_the_interpreter_is_found():
+    report = "data race in kernel `k` on x[3] (shared memory): add a __syncthreads() between line 4 and line 6"
+
+    def racy(x):
+        try:
+            raise _RaceReport(report)
+        except _RaceReport as inner:
+            raise RuntimeError("the interpreter's own wrapper") from inner
+
+    rejects(utils.check_relu, racy, r"has a race", re.escape(report))

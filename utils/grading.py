@@ -268,6 +268,23 @@ def _fault_hint(msg: str) -> str:
     return "read the message above: it names the kernel and what went wrong."
 
 
+def _fault_in(e: BaseException, fault_cls):
+    """The KernelFault (race reports included) that ``e`` is or wraps: Triton's interpreter
+    wraps what a kernel raises in its own error."""
+    seen = set()
+    while e is not None and fault_cls is not None and id(e) not in seen:
+        if isinstance(e, fault_cls):
+            return e
+        seen.add(id(e))
+        e = e.__cause__ or e.__context__
+    return None
+
+
+def _is_race(msg: str) -> bool:
+    low = msg.lower()
+    return "data race" in low or "race on" in low or "hazard" in low
+
+
 class Case:
     """One input set: its label, input values (CPU), the float64 reference and how to build inputs."""
 
@@ -343,8 +360,13 @@ class Grader:
             stub = re.search(r"not solved yet[^'\"\n]*", text)
             if stub:
                 raise GradingError(stub.group(0).rstrip()) from None
-            if fault_cls is not None and isinstance(e, fault_cls):
-                self.fail(f"the kernel faulted: {e}", _fault_hint(str(e)), cause=e)
+            fault = _fault_in(e, fault_cls)
+            if fault is not None and _is_race(str(fault)):
+                # the race detector's report names both accesses and the fix: it is the diagnosis
+                self.fail(f"the kernel has a race (on a GPU its result would depend on timing):\n{fault}",
+                          cause=fault)
+            if fault is not None:
+                self.fail(f"the kernel faulted: {fault}", _fault_hint(str(fault)), cause=fault)
             if isinstance(e, IndexError):
                 self.fail(f"{type(e).__name__}: {e}", _fault_hint("index out of range"), cause=e)
             self.fail(f"your function raised {type(e).__name__}: {e}",
