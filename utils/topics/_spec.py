@@ -35,13 +35,17 @@ class Target:
     """A performance goal of the reference version of ``lang`` on the course's GPU.
 
     ``kind``: "copy" (a fraction of the copy roofline measured in the same run), "torch"
-    (GB/s relative to the topic's first baseline at the same shape) or "gbps" (GB/s).
+    (speed relative to a PyTorch baseline at the same shape), "gbps" (GB/s) or "tflops"
+    (TFLOP/s, for a topic whose spec counts ``flops``).
     ``shape``: the one shape the goal applies to; None means every main benchmark shape.
     """
     lang: str
     kind: str
     threshold: float
     shape: tuple | None = None
+    version: str | None = None          # the course's version measured; None: the reference
+    baseline: str | None = None         # kind "torch": the baseline's version; None: the first
+    baseline_label: str | None = None   # kind "torch": how the goal names it; None: the spec's
 
 
 @dataclass
@@ -110,6 +114,7 @@ class Spec:
     targets: list = field(default_factory=list)
     baseline_label: str = "torch"           # how a "torch" target names the first baseline
     scalar_output: bool = False             # the result is one number (a sum)
+    result_shape: Callable | None = None    # shape -> the result's shape; None: the input's shape
     main_shapes: Callable = lambda sizes: [(int(sizes.bench_n),)]
     sweep_shapes: Callable = lambda sizes: [(int(n),) for n in sizes.bench_sizes]
     check_shapes: Callable = lambda sizes: shapes_1d(sizes, "bench_check_sizes")
@@ -124,6 +129,8 @@ class Spec:
         return tuple(x) if isinstance(x, (tuple, list)) else (x,)
 
     def out_shape(self, shape) -> tuple:
+        if self.result_shape is not None:
+            return tuple(self.result_shape(tuple(shape)))
         return (1,) if self.scalar_output else tuple(shape)
 
     def out_numel(self, shape) -> int:
