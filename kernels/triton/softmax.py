@@ -106,27 +106,34 @@ def softmax_fused_kernel(x_ptr, y_ptr, cols, BLOCK_SIZE: tl.constexpr):
 # num_programs, ... Few rows in flight (132 x 256 KB at 65536 columns) fit in the 50 MB L2
 # of an H100, so the second read of a row comes from the cache, not from memory.
 @triton.jit
+def online_row_stats(x_row, cols, BLOCK_SIZE: tl.constexpr, EVICTION: tl.constexpr):
+    """Pass 1 over one row: its max and 1 / sum(exp(x - max)). ``EVICTION`` is the loads'
+    L2 eviction policy ("" for the default)."""
+    m = tl.full([BLOCK_SIZE], float("-inf"), dtype=tl.float32)
+    s = tl.zeros([BLOCK_SIZE], dtype=tl.float32)
+    for start in range(0, cols, BLOCK_SIZE):
+        offsets = start + tl.arange(0, BLOCK_SIZE)
+        v = tl.load(x_row + offsets, mask=offsets < cols, other=float("-inf"), eviction_policy=EVICTION)
+        m_new = tl.maximum(m, v)
+        # A lane that has only seen -inf keeps m_new = -inf, and -inf - -inf is NaN:
+        # shift by 0 there instead, so both exps below are exp(-inf) = 0.
+        shift = tl.where(m_new == float("-inf"), 0.0, m_new)
+        s = s * tl.exp(m - shift) + tl.exp(v - shift)
+        m = m_new
+    row_max = tl.max(m, axis=0)
+    # Every lane's sum rescaled to the row max; lanes that saw only -inf add nothing (and
+    # must not compute exp(-inf - row_max) * 0 or, worse, exp(0 - row_max) * 0 = inf * 0).
+    row_sum = tl.sum(tl.where(m == float("-inf"), 0.0, s * tl.exp(m - row_max)), axis=0)
+    return row_max, 1.0 / row_sum
+
+
+@triton.jit
 def softmax_online_kernel(x_ptr, y_ptr, rows, cols, BLOCK_SIZE: tl.constexpr):
     for row in range(tl.program_id(axis=0), rows, tl.num_programs(axis=0)):
         start_of_row = tl.cast(row, tl.int64) * cols  # int64: row * cols can pass 2**31
         x_row = x_ptr + start_of_row
         y_row = y_ptr + start_of_row
-        m = tl.full([BLOCK_SIZE], float("-inf"), dtype=tl.float32)
-        s = tl.zeros([BLOCK_SIZE], dtype=tl.float32)
-        for start in range(0, cols, BLOCK_SIZE):
-            offsets = start + tl.arange(0, BLOCK_SIZE)
-            v = tl.load(x_row + offsets, mask=offsets < cols, other=float("-inf"))
-            m_new = tl.maximum(m, v)
-            # A lane that has only seen -inf keeps m_new = -inf, and -inf - -inf is NaN:
-            # shift by 0 there instead, so both exps below are exp(-inf) = 0.
-            shift = tl.where(m_new == float("-inf"), 0.0, m_new)
-            s = s * tl.exp(m - shift) + tl.exp(v - shift)
-            m = m_new
-        row_max = tl.max(m, axis=0)
-        # Every lane's sum rescaled to the row max; lanes that saw only -inf add nothing (and
-        # must not compute exp(-inf - row_max) * 0 or, worse, exp(0 - row_max) * 0 = inf * 0).
-        row_sum = tl.sum(tl.where(m == float("-inf"), 0.0, s * tl.exp(m - row_max)), axis=0)
-        inv = 1.0 / row_sum
+        row_max, inv = online_row_stats(x_row, cols, BLOCK_SIZE, "")
         num_steps = tl.cdiv(cols, BLOCK_SIZE)
         for k in range(0, num_steps):
             start = (num_steps - 1 - k) * BLOCK_SIZE  # backwards
@@ -142,8 +149,8 @@ def softmax_online_kernel(x_ptr, y_ptr, rows, cols, BLOCK_SIZE: tl.constexpr):
 # where its values live, but it can say how long a load should stay in the L2 cache:
 # * exactly one program per SM, so exactly one row per SM is in flight: 132 rows of 256 KB
 #   (at 65536 columns) are 33 MB, inside the H100's 50 MB L2. Twice as many programs would
-#   need 66 MB, and the second read would go back to DRAM;
-# * pass 1 (running max and sum) loads with eviction_policy="evict_last": keep these lines;
+#   need up to 66 MB;
+# * pass 1 (v3's running max and sum) loads with eviction_policy="evict_last": keep these lines;
 # * pass 2 loads the same row with "evict_first" (this is its last use: make room for the
 #   next row's lines) and stores the output.
 # 32 warps of 8192 columns: 8 values per thread and step, many loads in flight per SM.
@@ -153,19 +160,7 @@ def softmax_l2_kernel(x_ptr, y_ptr, rows, cols, BLOCK_SIZE: tl.constexpr):
         start_of_row = tl.cast(row, tl.int64) * cols  # int64: row * cols can pass 2**31
         x_row = x_ptr + start_of_row
         y_row = y_ptr + start_of_row
-        m = tl.full([BLOCK_SIZE], float("-inf"), dtype=tl.float32)
-        s = tl.zeros([BLOCK_SIZE], dtype=tl.float32)
-        for start in range(0, cols, BLOCK_SIZE):
-            offsets = start + tl.arange(0, BLOCK_SIZE)
-            v = tl.load(x_row + offsets, mask=offsets < cols, other=float("-inf"),
-                        eviction_policy="evict_last")
-            m_new = tl.maximum(m, v)
-            shift = tl.where(m_new == float("-inf"), 0.0, m_new)  # as in v3: no -inf - -inf
-            s = s * tl.exp(m - shift) + tl.exp(v - shift)
-            m = m_new
-        row_max = tl.max(m, axis=0)
-        row_sum = tl.sum(tl.where(m == float("-inf"), 0.0, s * tl.exp(m - row_max)), axis=0)
-        inv = 1.0 / row_sum
+        row_max, inv = online_row_stats(x_row, cols, BLOCK_SIZE, "evict_last")
         for start in range(0, cols, BLOCK_SIZE):
             offsets = start + tl.arange(0, BLOCK_SIZE)
             mask = offsets < cols
