@@ -239,7 +239,7 @@ def plot_sweeps(data: dict, outdir: Path, name: str) -> list[Path]:
         if copy_sweep:
             curves["copy (same sizes)"] = [tuple(p) for p in copy_sweep]
         title = f"{TOPIC_TITLES.get(topic, topic)}: bandwidth against size"
-        xlabel = "elements, rows of 4096" if topic == "softmax" else "elements"
+        xlabel = TOPICS[topic].sweep_label if topic in TOPICS else "elements"
         fig = utils.plot_bandwidth(curves, roof, title=title, xlabel=xlabel,
                                    recorded_on=None if simulated else f"{gpu}, {date}",
                                    label_simulated=simulated)

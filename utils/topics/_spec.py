@@ -118,6 +118,7 @@ class Spec:
     main_shapes: Callable = lambda sizes: [(int(sizes.bench_n),)]
     sweep_shapes: Callable = lambda sizes: [(int(n),) for n in sizes.bench_sizes]
     check_shapes: Callable = lambda sizes: shapes_1d(sizes, "bench_check_sizes")
+    sweep_label: str = "elements"           # the x axis of the size sweep's plot
 
     @property
     def benchmarked(self) -> bool:
