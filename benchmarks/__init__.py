@@ -16,8 +16,9 @@ description says "demo only" (or that its module lists in ``DEMO_ONLY``) is not 
 
 It writes, into ``benchmarks/results/``:
 
-* ``h100.json``: the machine, software versions, date, sizes, medians, 20th/80th
-  percentiles, GB/s and the fraction of the copy bandwidth (schema: ``utils/bench.py``);
+* ``h100.json``: the machine, software versions, date, the git commit measured (from git, or
+  ``$COURSE_COMMIT`` in a copy without ``.git``), sizes, medians, 20th/80th percentiles, GB/s
+  and the fraction of the copy bandwidth (schema: ``utils/bench.py``);
 * ``h100.md``: a summary with each of the course's targets met or missed;
 * ``h100-<topic>.png``: GB/s against size, with the copy roofline.
 

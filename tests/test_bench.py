@@ -455,7 +455,7 @@ def test_recorded_commit_is_shown_per_topic(results_file, capsys):
     # A file recorded before results named their commit: unknown, never guessed.
     assert utils.recorded_commit(path=results_file) is None
     assert utils.recorded_label(path=results_file) == (
-        "NVIDIA H100 80GB HBM3, 2026-01-31, commit unknown (not recorded in the file)")
+        "NVIDIA H100 80GB HBM3, 2026-01-31, commit unknown")
     full, redo = "1" * 40, "2" * 40
     data.update(commit=full, commit_dirty=False,
                 topic_commits={"relu": dict(commit=full, commit_dirty=False),

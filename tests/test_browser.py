@@ -1,10 +1,12 @@
 """The course in a real browser: JupyterLab, driven by headless Chromium through Playwright.
 
 A notebook can pass nbval and still fail a learner in JupyterLab (a plot that does not
-render, a cell that expects another working directory). This test starts ``jupyter lab``
-on 127.0.0.1 (a random free port, a token, no browser, a throw-away config so it cannot
-touch the user's), opens the welcome notebook and the first solution notebook, runs all
-cells through the menu (Run > Run All Cells) and checks what a learner would see:
+render, a cell that expects another working directory, a folder the file browser cannot
+reach). This test starts the course the way the README does, ``./course lab`` (on
+127.0.0.1, a random free port, a token, no browser, a throw-away config so it cannot touch
+the user's), opens an exercise from JupyterLab's file browser, opens the welcome notebook
+and the first solution notebook, runs all cells through the menu (Run > Run All Cells) and
+checks what a learner would see:
 
 * every code cell ran and none shows an error;
 * the grader's success line is on the page (solutions);
@@ -19,6 +21,7 @@ work here).
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -30,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -110,13 +114,16 @@ class Lab:
         return f"http://127.0.0.1:{self.port}/lab/tree/{rel}?reset&token={self.token}"
 
     def start(self) -> None:
-        cmd = [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1",
+        # The README's own command, so the test sees the folder it serves and what it opens.
+        cmd = [str(self.root / "course"), "lab", "--no-browser", "--ip=127.0.0.1",
                f"--port={self.port}", "--ServerApp.port_retries=0",
-               f"--IdentityProvider.token={self.token}", f"--ServerApp.root_dir={self.root}",
+               f"--IdentityProvider.token={self.token}",
                "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
-               "--LabApp.news_url=", "--allow-root",
+               "--LabApp.news_url=",
                # Checkpoints JupyterLab makes on opening a notebook stay out of the repository.
                f"--FileCheckpoints.root_dir={self.home / 'checkpoints'}"]
+        # ./course runs jupyter from the virtual environment running these tests.
+        self.env["COURSE_VENV"] = sys.prefix
         self.log = open(self.log_path, "w")
         # A session of its own, so that teardown can stop the server and its kernels at once.
         self.proc = subprocess.Popen(cmd, cwd=self.root, env=self.env, stdout=self.log,
@@ -173,9 +180,24 @@ class Lab:
         self.log.close()
 
 
+def _require_course_venv() -> None:
+    """``./course lab`` reinstalls the packages when the venv was not set up by ``./course``
+    (or requirements.txt changed since): that is a setup step, not something to test here."""
+    want = hashlib.sha256((ROOT / "requirements.txt").read_bytes()).hexdigest()
+    stamp = Path(sys.prefix) / ".requirements.sha256"
+    have = stamp.read_text().strip() if stamp.is_file() else ""
+    if want != have:
+        reason = (f"the tests' virtual environment ({sys.prefix}) was not set up by ./course "
+                  "for this requirements.txt: run the tests with ./course test")
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"The browser test cannot run in CI: {reason}.", pytrace=False)
+        pytest.skip(reason)
+
+
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
     _require_browser()
+    _require_course_venv()
     home = tmp_path_factory.mktemp("jupyter-home")
     server = Lab(ROOT, home)
     try:
@@ -403,6 +425,51 @@ def course_runs(page) -> dict:
             runs[lesson] = run_notebook(page, lesson, "browser-" + lesson.replace("/", "-")[:-6])
             print(f"{lesson} (for its plots): {_timing(runs[lesson])}")
     return runs
+
+
+def _welcome_url(lab) -> str:
+    """The page ``./course lab`` opens in the learner's browser: Jupyter writes it into its
+    runtime folder (``jpserver-file-to-run-<pid>-open.html``) for the browser it starts."""
+    found = sorted((lab.home / "runtime").glob("jpserver-file-to-run-*-open.html"))
+    assert found, f"./course lab names no file to open in the browser:\n{lab.tail()}"
+    m = re.search(r'href="([^"]+)"', found[-1].read_text())
+    assert m, found[-1].read_text()
+    return m.group(1)
+
+
+def _open_in_file_browser(page, *names: str) -> None:
+    """Double-click through JupyterLab's file browser from the served root: what a learner does."""
+    if not page.locator(".jp-FileBrowser .jp-DirListing").first.is_visible():
+        _menu(page, "View", "File Browser")
+    page.locator(".jp-FileBrowser .jp-BreadCrumbs-home").first.click()
+    for name in names:
+        item = page.locator(".jp-FileBrowser .jp-DirListing-item",
+                            has=page.locator(".jp-DirListing-itemText", has_text=re.compile(f"^{re.escape(name)}$")))
+        item.first.wait_for(state="visible", timeout=PAGE_LOAD_S * 1000)
+        item.first.dblclick()
+
+
+def test_course_lab_serves_the_course_and_opens_the_welcome_notebook(lab, page):
+    """``./course lab`` serves the course root, so exercises/ and solutions/ are in the file
+    browser, and opens the welcome notebook, which sends the learner to them."""
+    log = lab.tail(20_000)
+    served = re.findall(r"Serving notebooks from local directory: (.*?)\s*$", log, re.M)
+    assert served == [str(ROOT)], log
+    url = _welcome_url(lab)  # http://127.0.0.1:<port>/lab/tree/...?token=...
+    assert urllib.parse.urlsplit(url).path == "/lab/tree/notebooks/00_welcome.ipynb", url
+    page.goto(url, wait_until="domcontentloaded")
+    page.wait_for_function(_OPENED_JS, arg="00_welcome.ipynb", timeout=PAGE_LOAD_S * 1000, polling=250)
+
+    exercise = next(iter(sorted((ROOT / "exercises").glob("[0-9][0-9]_*.ipynb"))), None)
+    if exercise is None:
+        pytest.skip("no exercise notebook exists yet")
+    _open_in_file_browser(page, "exercises", exercise.name)
+    page.wait_for_function(_OPENED_JS, arg=exercise.name, timeout=PAGE_LOAD_S * 1000, polling=250)
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "browser-exercise-from-file-browser.png"))
+    sources = [c["source"] for c in page.evaluate(_STATE_JS)["cells"]]
+    assert any("# Check your answer" in src for src in sources), (
+        f"{exercise.name} opened from the file browser shows no check cell: {sources[:3]}")
 
 
 def test_notebooks_run_in_jupyterlab_without_errors(course_runs):

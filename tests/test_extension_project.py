@@ -52,3 +52,20 @@ def test_project_tests_pass(built_project):
                        cwd=proj, env=_env(), capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
     assert " passed" in r.stdout and "failed" not in r.stdout, r.stdout[-2000:]
+
+
+def test_project_launches_on_pytorchs_current_stream():
+    """A bare ``<<<blocks, threads>>>`` launches on the legacy default stream, out of order
+    with a caller's ``torch.cuda.stream(s)`` or CUDA graph: every launch in the project must
+    name PyTorch's current stream, as lesson 02 advises."""
+    import re
+
+    launches = []
+    for cu in sorted(PROJECT.glob("*.cu")):
+        text = re.sub(r"//[^\n]*", "", cu.read_text())  # launches, not comments about them
+        launches += [(cu.name, cfg) for cfg in re.findall(r"<<<(.*?)>>>", text, flags=re.S)]
+    assert launches, "no <<<...>>> launch found in the project's .cu files"
+    for name, cfg in launches:
+        args = [a.strip() for a in cfg.split(",")]
+        assert len(args) == 4 and args[3] == "at::cuda::getCurrentCUDAStream()", (
+            f"{name}: <<<{cfg}>>> does not launch on at::cuda::getCurrentCUDAStream()")

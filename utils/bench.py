@@ -364,7 +364,7 @@ def commit_str(info: dict) -> str:
     """``commit 1a2b3c4d5e6f``, ``... plus uncommitted changes``, or ``commit unknown``."""
     sha = info.get("commit")
     if not sha:
-        return "commit unknown (not recorded in the file)"
+        return "commit unknown"
     dirty = " plus uncommitted changes" if info.get("commit_dirty") else ""
     return f"commit {sha[:12]}{dirty}"
 

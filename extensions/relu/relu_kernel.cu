@@ -9,6 +9,7 @@
 // CUDAExtension adds it for the .cpp files too: if it is "not found", the toolkit is
 // missing or CUDA_HOME points at the wrong place.
 #include <cuda_runtime.h>
+#include <ATen/cuda/CUDAContext.h>   // at::cuda::getCurrentCUDAStream
 #include <c10/cuda/CUDAException.h>  // C10_CUDA_KERNEL_LAUNCH_CHECK
 
 // One thread per element. T is float or double: relu.cpp picks it from the tensor's dtype.
@@ -36,11 +37,16 @@ __global__ void relu_backward_kernel(const T* __restrict__ grad_out, const T* __
 // was accepted (a bad grid or block size fails here) and throws a C++ exception that
 // PyTorch turns into a Python RuntimeError. Errors inside the running kernel surface later,
 // at the next synchronising call.
+//
+// Each launch goes on PyTorch's current stream (the 4th <<<>>> argument), not the legacy
+// default stream that `<<<blocks, threads>>>` alone uses: under `with torch.cuda.stream(s)`,
+// in a CUDA graph, or next to other work on a side stream, the op is then ordered with the
+// kernels around it, as every built-in op is.
 template <typename T>
 void relu_cuda_launcher(const T* x, T* y, int n) {
     const int threads = 256;                          // threads per block
     const int blocks = (n + threads - 1) / threads;   // enough blocks to cover n
-    relu_kernel<T><<<blocks, threads>>>(x, y, n);
+    relu_kernel<T><<<blocks, threads, 0, at::cuda::getCurrentCUDAStream()>>>(x, y, n);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
@@ -48,7 +54,8 @@ template <typename T>
 void relu_backward_cuda_launcher(const T* grad_out, const T* x, T* grad_in, int n) {
     const int threads = 256;
     const int blocks = (n + threads - 1) / threads;
-    relu_backward_kernel<T><<<blocks, threads>>>(grad_out, x, grad_in, n);
+    relu_backward_kernel<T><<<blocks, threads, 0, at::cuda::getCurrentCUDAStream()>>>(
+        grad_out, x, grad_in, n);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
