@@ -52,6 +52,12 @@ def build(build_dir, *, emulator: bool = False, course_root=None, verbose: bool 
     """Configure and build into ``build_dir``; returns the path of the shared library.
     A second call only rebuilds what changed."""
     build_dir = Path(build_dir).resolve()
+    cache = build_dir / "CMakeCache.txt"
+    # CMake caches what it found (Torch_DIR, the compilers) on the first configure and keeps
+    # it: a build folder configured for another torch or Python links against that one's
+    # libraries. Start such a folder afresh.
+    if cache.is_file() and f"Torch_DIR:PATH={Path(torch.utils.cmake_prefix_path) / 'Torch'}" not in cache.read_text():
+        shutil.rmtree(build_dir)
     for cmd in cmake_commands(build_dir, emulator=emulator, course_root=course_root):
         t0 = time.perf_counter()
         r = subprocess.run(cmd, capture_output=True, text=True)
