@@ -38,14 +38,20 @@ torch.testing.assert_close(y, f(x, w))
 '''
 
 
+#: what the logging module puts before every line of TORCH_LOGS output
+_LOG_PREFIX = re.compile(r"^[VIWE]\d{4} [\d:.]+ +\d+ \S+\] (\[[^]]*\] )*\[__output_code\] ?", flags=re.M)
+
+
 def generated_module(log: str) -> str:
-    """The output_code log holds the generated module after 'Output code:'; keep it up to the
-    benchmark harness that inductor appends."""
-    start = log.find("Output code:")
-    if start < 0:
-        raise RuntimeError("no 'Output code:' in the log: did TORCH_LOGS=output_code take effect?\n" + log[-3000:])
-    code = log[start:].split("\n", 1)[1]
-    end = re.search(r"^def benchmark_compiled_module", code, flags=re.M)
+    """The output_code log holds the generated module after 'Output code:', each line behind a
+    logging prefix; keep the module up to the benchmark harness that inductor appends."""
+    code = _LOG_PREFIX.sub("", log)
+    start = code.find("Output code:")
+    if start >= 0:
+        code = code[start:].split("\n", 1)[1]
+    elif "async_compile" not in code:
+        raise RuntimeError("no generated code in the log: did TORCH_LOGS=output_code take effect?\n" + log[-3000:])
+    end = re.search(r"^def (get_args|benchmark_compiled_module)\(", code, flags=re.M)
     return code[: end.start()].rstrip() + "\n" if end else code
 
 
