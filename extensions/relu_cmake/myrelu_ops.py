@@ -14,6 +14,7 @@ to compile the CUDA source for the course's CPU emulator instead of with nvcc.
 """
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import subprocess
@@ -43,8 +44,9 @@ def cmake_commands(build_dir, *, emulator: bool, course_root=None) -> list[list[
     ninja = shutil.which("ninja", path=os.pathsep.join([bin_dir, os.environ.get("PATH", "")]))
     if ninja:
         configure += ["-G", "Ninja", f"-DCMAKE_MAKE_PROGRAM={ninja}"]
+    configure.append(f"-DCOURSE_EMULATOR={'ON' if emulator else 'OFF'}")
     if emulator:
-        configure += ["-DCOURSE_EMULATOR=ON", f"-DCOURSE_ROOT={course_root}"]
+        configure.append(f"-DCOURSE_ROOT={course_root}")
     return [configure, [cmake, "--build", str(build_dir)]]
 
 
@@ -52,20 +54,26 @@ def build(build_dir, *, emulator: bool = False, course_root=None, verbose: bool 
     """Configure and build into ``build_dir``; returns the path of the shared library.
     A second call only rebuilds what changed."""
     build_dir = Path(build_dir).resolve()
-    cache = build_dir / "CMakeCache.txt"
-    # CMake caches what it found (Torch_DIR, the compilers) on the first configure and keeps
-    # it: a build folder configured for another torch or Python links against that one's
-    # libraries. Start such a folder afresh.
-    if cache.is_file() and f"Torch_DIR:PATH={Path(torch.utils.cmake_prefix_path) / 'Torch'}" not in cache.read_text():
-        shutil.rmtree(build_dir)
-    for cmd in cmake_commands(build_dir, emulator=emulator, course_root=course_root):
-        t0 = time.perf_counter()
-        r = subprocess.run(cmd, capture_output=True, text=True)
-        if r.returncode != 0:
-            raise RuntimeError(f"`{' '.join(cmd)}` failed:\n{(r.stdout + r.stderr)[-4000:]}")
-        if verbose:
-            print(f"$ {' '.join(os.path.basename(c) if i == 0 else c for i, c in enumerate(cmd))}"
-                  f"   ({time.perf_counter() - t0:.1f} s)")
+    build_dir.parent.mkdir(parents=True, exist_ok=True)
+    # One build at a time in a folder: two processes (a notebook and a test) may share it.
+    with open(build_dir.parent / f".{build_dir.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        cache = build_dir / "CMakeCache.txt"
+        # CMake caches what it found (Torch_DIR, the compilers, the languages) on the first
+        # configure and keeps it: a folder configured for another torch, or for the other
+        # mode (emulator or nvcc), would build the wrong thing. Start such a folder afresh.
+        wanted = [f"Torch_DIR:PATH={Path(torch.utils.cmake_prefix_path) / 'Torch'}",
+                  f"COURSE_EMULATOR:BOOL={'ON' if emulator else 'OFF'}"]
+        if cache.is_file() and not all(line in cache.read_text() for line in wanted):
+            shutil.rmtree(build_dir)
+        for cmd in cmake_commands(build_dir, emulator=emulator, course_root=course_root):
+            t0 = time.perf_counter()
+            r = subprocess.run(cmd, capture_output=True, text=True)
+            if r.returncode != 0:
+                raise RuntimeError(f"`{' '.join(cmd)}` failed:\n{(r.stdout + r.stderr)[-4000:]}")
+            if verbose:
+                print(f"$ {' '.join(os.path.basename(c) if i == 0 else c for i, c in enumerate(cmd))}"
+                      f"   ({time.perf_counter() - t0:.1f} s)")
     return build_dir / LIBRARY_NAME
 
 
