@@ -104,3 +104,34 @@ class BuildExtension(_ce.BuildExtension):
                 ext.sources = srcs
                 ext.include_dirs = list(dict.fromkeys(list(ext.include_dirs) + dirs))
         super().build_extensions()
+
+
+def write_cmake_settings(out_dir: Path, sources) -> Path:
+    """For build systems other than setuptools (CMake): translate ``sources`` as
+    ``BuildExtension`` does and write ``out_dir/course_emulator.cmake``, which sets
+    ``COURSE_EMULATED_SOURCES``, ``COURSE_EMULATOR_INCLUDE_DIRS`` and
+    ``COURSE_EMULATOR_FLAGS``. One place for the emulator's flags, whichever tool builds."""
+    out_dir = Path(out_dir).resolve()
+    srcs = [Path(s).resolve() for s in sources]
+    translated = [translate_source(p, out_dir) for p in srcs]
+    dirs = [str(paths.CUDA_INCLUDE_DIR), str(_EMU_DIR)] + [str(p.parent) for p in srcs]
+
+    def cmake_list(items) -> str:
+        return '"' + ";".join(str(i).replace("\\", "/") for i in dict.fromkeys(items)) + '"'
+
+    settings = out_dir / "course_emulator.cmake"
+    settings.write_text(
+        "# written by `python -m utils.extension cmake`: the CUDA sources translated for the\n"
+        "# course's CPU emulator, and how to compile them\n"
+        f"set(COURSE_EMULATED_SOURCES {cmake_list(translated)})\n"
+        f"set(COURSE_EMULATOR_INCLUDE_DIRS {cmake_list(dirs)})\n"
+        f"set(COURSE_EMULATOR_FLAGS {cmake_list(_EMU_FLAGS)})\n")
+    return settings
+
+
+if __name__ == "__main__":
+    import sys
+
+    if len(sys.argv) < 4 or sys.argv[1] != "cmake":
+        sys.exit("usage: python -m utils.extension cmake OUT_DIR SOURCE...")
+    print(write_cmake_settings(Path(sys.argv[2]), sys.argv[3:]))

@@ -1,0 +1,106 @@
+"""The grader of lesson 07: is an operator first-class in PyTorch?
+
+``check_custom_op(op, ref)`` checks, in this order and with a plain-words message for the
+first thing that is wrong: the fake kernel against the real output, the gradient against the
+reference's, ``torch.library.opcheck``, and ``torch.compile(fullgraph=True)``.
+"""
+from __future__ import annotations
+
+import re
+
+import torch
+
+from .check import assert_close, tolerance
+from .config import DEVICE
+from .graders import GradingError
+
+__all__ = ["check_custom_op"]
+
+
+def _stub_message(e: BaseException) -> str | None:
+    """'not solved yet: ...' when a stub raised anywhere in the chain of exceptions."""
+    seen = set()
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if isinstance(e, NotImplementedError) or "not solved yet" in str(e):
+            found = re.search(r"not solved yet[^'\"\n]*", str(e))
+            return found.group(0).rstrip() if found else f"not solved yet: {e}"
+        e = e.__cause__ or e.__context__
+    return None
+
+
+def _close(actual, expected, what: str) -> None:
+    try:
+        assert_close(actual, expected, what=what)
+    except GradingError:
+        raise
+    except AssertionError as e:
+        raise GradingError(str(e)) from None
+
+
+def _run(what: str, fn, hint: str):
+    try:
+        return fn()
+    except GradingError:
+        raise
+    except Exception as e:  # noqa: BLE001  every failure becomes a diagnosis
+        stub = _stub_message(e)
+        if stub:
+            raise GradingError(stub) from None
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:400]
+        raise GradingError(f"{what} failed: {type(e).__name__}: {first}\n  hint: {hint}") from e
+
+
+def check_custom_op(op, ref, *, seed: int = 0) -> None:
+    """``op``: a one-input operator (``torch.library.custom_op``, or ``torch.ops.ns.name``);
+    ``ref``: the PyTorch function it must equal, with its gradient."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(37, 29, generator=gen).to(DEVICE)
+    x = x + 0.1 * x.sign()            # away from kinks (ReLU at 0), where gradients are ambiguous
+    real = op(x)
+    _close(real, ref(x), "the op's result")
+
+    # 1. the fake kernel: same shape, dtype and device as the real result, without running it
+    def fake_out():
+        with FakeTensorMode() as mode:
+            return op(mode.from_tensor(x))
+    fake = _run("calling the op on a fake tensor", fake_out,
+                "is a fake kernel registered (op.register_fake / torch.library.register_fake)?")
+    for attr in ("shape", "dtype", "device"):
+        if getattr(fake, attr) != getattr(real, attr):
+            raise GradingError(f"the fake kernel says the result's {attr} is {getattr(fake, attr)}, the real "
+                               f"op returns {getattr(real, attr)}\n  hint: torch.empty_like(x) describes "
+                               "an elementwise result")
+
+    # 2. autograd: the op's gradient equals the reference's
+    xa, xr = x.clone().requires_grad_(), x.clone().requires_grad_()
+    grad_out = torch.randn(x.shape, generator=gen).to(DEVICE)
+    ya = _run("calling the op on a tensor that requires grad", lambda: op(xa),
+              "is an autograd formula registered (op.register_autograd)?")
+    if not ya.requires_grad:
+        raise GradingError("the op's result does not require grad: no autograd formula is registered\n"
+                           "  hint: op.register_autograd(backward, setup_context=setup_context)")
+    _run("the backward pass", lambda: ya.backward(grad_out),
+         "backward(ctx, grad_out) returns dL/dx, one tensor of x's shape")
+    ref(xr).backward(grad_out)
+    _close(xa.grad, xr.grad, "the gradient dL/dx")
+
+    # 3. PyTorch's own checks of the registrations
+    _run("torch.library.opcheck", lambda: torch.library.opcheck(op, (x.clone().requires_grad_(),)),
+         "the message names the check that failed (test_faketensor: the fake kernel, "
+         "test_autograd_registration: the autograd formula, test_aot_dispatch_dynamic: the "
+         "backward is traced too, so it must call operators with fake kernels, not launch a kernel)")
+
+    # 4. one graph with torch.compile, and the same numbers
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda t: op(t * 2.0) + 1.0, fullgraph=True, backend="aot_eager")
+    xc = x.clone().requires_grad_()
+    out = _run("torch.compile(fullgraph=True)", lambda: compiled(xc),
+               "fullgraph=True fails on a graph break: an op without a fake kernel is one")
+    _close(out, ref(x * 2.0) + 1.0, "the compiled function's result")
+    torch._dynamo.reset()
+    print(f"check_custom_op: fake kernel, gradient (max error "
+          f"{(xa.grad - xr.grad).abs().max().item():.3g}), opcheck and torch.compile(fullgraph=True) "
+          f"all agree on a {tuple(x.shape)} input, tolerance {tolerance(x.dtype)}")
