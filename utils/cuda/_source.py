@@ -87,7 +87,7 @@ TYPE_CODES = {
 CODE_NAMES = {"f": "float", "d": "double", "i": "int", "I": "unsigned int", "l": "long",
               "L": "unsigned long", "q": "long long", "Q": "unsigned long long", "h": "short",
               "H": "unsigned short", "c": "char", "b": "signed char", "B": "unsigned char",
-              "?": "bool", "v": "void"}
+              "?": "bool", "v": "void", "e": "__half", "E": "__nv_bfloat16"}
 
 
 @dataclass
