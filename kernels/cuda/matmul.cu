@@ -125,7 +125,11 @@ __global__ void __launch_bounds__(256) matmul_regtile_kernel(const float* __rest
 //     thread needs at step k are consecutive: TM / 4 float4 loads instead of TM scalar
 //     loads that each hit another row of the tile;
 //   * a_tile's rows are padded by 4 floats: the transposing stores of a warp (threads
-//     that loaded rows r and r + 16 write the same k) land in different banks.
+//     that loaded rows r and r + 16 write the same k) land in different banks;
+//   * a thread's TN columns are TN / 4 groups of 4, the groups BN * 4 / TN apart (and the
+//     same for its TM rows): the 8 threads of a quarter-warp then read 8 consecutive
+//     float4s of b_tile, all 32 banks once, where 8 consecutive columns per thread would
+//     put threads 0 and 4 on the same banks (a 2-way conflict).
 // The next tile's global loads are issued before the current tile is computed (kept in
 // registers), so their latency hides behind the FMAs.
 template <int BM, int BN, int BK, int TM, int TN>
@@ -133,6 +137,7 @@ __device__ __forceinline__ void matmul_vec4(const float* __restrict__ a_ptr, con
                                             float* __restrict__ c_ptr, int M, int N, int K) {
     constexpr int THREADS = (BM / TM) * (BN / TN);
     constexpr int PAD = 4;
+    constexpr int ROW_STRIDE = BM / TM, COL_STRIDE = BN / TN;  // between groups of 4, in units of 4
     constexpr int A_LOADS = BM * BK / 4 / THREADS;  // float4 loads per thread and tile
     constexpr int B_LOADS = BK * BN / 4 / THREADS;
     static_assert(A_LOADS * 4 * THREADS == BM * BK && B_LOADS * 4 * THREADS == BK * BN,
@@ -176,11 +181,11 @@ __device__ __forceinline__ void matmul_vec4(const float* __restrict__ a_ptr, con
         for (int k = 0; k < BK; ++k) {
             float a_reg[TM], b_reg[TN];
             for (int i = 0; i < TM; i += 4) {
-                float4 v = *reinterpret_cast<const float4*>(&a_tile[k][trow * TM + i]);
+                float4 v = *reinterpret_cast<const float4*>(&a_tile[k][i * ROW_STRIDE + trow * 4]);
                 a_reg[i] = v.x; a_reg[i + 1] = v.y; a_reg[i + 2] = v.z; a_reg[i + 3] = v.w;
             }
             for (int j = 0; j < TN; j += 4) {
-                float4 v = *reinterpret_cast<const float4*>(&b_tile[k][tcol * TN + j]);
+                float4 v = *reinterpret_cast<const float4*>(&b_tile[k][j * COL_STRIDE + tcol * 4]);
                 b_reg[j] = v.x; b_reg[j + 1] = v.y; b_reg[j + 2] = v.z; b_reg[j + 3] = v.w;
             }
             for (int i = 0; i < TM; ++i)
@@ -189,10 +194,10 @@ __device__ __forceinline__ void matmul_vec4(const float* __restrict__ a_ptr, con
         __syncthreads();  // the tiles are read by everyone before the next step overwrites them
     }
     for (int i = 0; i < TM; ++i) {
-        int row = row0 + trow * TM + i;
-        if (row >= M) break;
+        int row = row0 + (i / 4) * 4 * ROW_STRIDE + trow * 4 + i % 4;
+        if (row >= M) continue;
         for (int j = 0; j < TN; j += 4) {
-            int col = col0 + tcol * TN + j;
+            int col = col0 + j * COL_STRIDE + tcol * 4;
             if (col < N)  // N % 4 == 0: the whole float4 is inside
                 *reinterpret_cast<float4*>(c_ptr + (long long)row * N + col) =
                     make_float4(acc[i][j], acc[i][j + 1], acc[i][j + 2], acc[i][j + 3]);
@@ -211,6 +216,10 @@ MATMUL_VEC4_KERNEL(matmul_vec4_kernel, 128, 128, 8, 8, 8)
 MATMUL_VEC4_KERNEL(matmul_vec4_bk16_kernel, 128, 128, 16, 8, 8)
 MATMUL_VEC4_KERNEL(matmul_vec4_128x64_kernel, 128, 64, 16, 8, 8)
 MATMUL_VEC4_KERNEL(matmul_vec4_64x64_kernel, 64, 64, 16, 4, 4)
+MATMUL_VEC4_KERNEL(matmul_vec4_128x64_bk8_kernel, 128, 64, 8, 8, 8)
+MATMUL_VEC4_KERNEL(matmul_vec4_64x128_kernel, 64, 128, 16, 8, 8)
+MATMUL_VEC4_KERNEL(matmul_vec4_128x64_bk32_kernel, 128, 64, 32, 8, 8)
+MATMUL_VEC4_KERNEL(matmul_vec4_128x128_8x4_kernel, 128, 128, 16, 8, 4)
 
 // ---------------------------------------------------------------------------------------
 // v5, tensor cores through nvcuda::wmma: A and B in fp16 (or bf16), C accumulated in fp32.

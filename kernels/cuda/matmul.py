@@ -108,6 +108,10 @@ VEC4_KERNELS = {
     "matmul_vec4_bk16_kernel": (128, 128, 256),
     "matmul_vec4_128x64_kernel": (128, 64, 128),
     "matmul_vec4_64x64_kernel": (64, 64, 256),
+    "matmul_vec4_128x64_bk8_kernel": (128, 64, 128),
+    "matmul_vec4_64x128_kernel": (64, 128, 128),
+    "matmul_vec4_128x64_bk32_kernel": (128, 64, 128),
+    "matmul_vec4_128x128_8x4_kernel": (128, 128, 512),
 }
 VEC4_CONFIG = "matmul_vec4_bk16_kernel"
 

@@ -1,8 +1,9 @@
 """Matrix multiplication C = A @ B in Triton, on tensor cores through ``tl.dot``.
 
     matmul(a, b)          the reference (v2): float16 or bfloat16 inputs, fp32 accumulation
-    matmul_fp32(a, b)     v1: float32 inputs, exact fp32 products (no TF32)
-    matmul_fp16(a, b)     v2: the same kernel with float16/bfloat16 inputs
+    matmul_fp32(a, b)     v1: float32 inputs, exact fp32 products (no TF32), float32 C
+    matmul_fp16(a, b)     v2: the same kernel with float16/bfloat16 inputs; C in the
+                          inputs' dtype, like torch.mm (the sums are fp32, rounded once)
 
 One kernel serves both: a program computes a BLOCK_M x BLOCK_N tile of C, stepping along
 K by BLOCK_K, and Triton turns ``tl.dot`` of two tiles into tensor-core instructions
@@ -37,7 +38,8 @@ def _configs(fp32: bool):
                   (64, 64, 32, 4, 4), (128, 256, 16, 8, 3)]
     else:
         shapes = [(128, 256, 64, 8, 3), (256, 128, 64, 8, 3), (128, 128, 64, 4, 4), (128, 128, 64, 8, 4),
-                  (128, 64, 64, 4, 4), (64, 128, 64, 4, 4), (128, 256, 32, 8, 4), (64, 64, 64, 4, 5)]
+                  (128, 64, 64, 4, 4), (64, 128, 64, 4, 4), (128, 256, 32, 8, 4), (64, 64, 64, 4, 5),
+                  (128, 256, 64, 8, 4), (256, 128, 64, 8, 4), (256, 256, 64, 8, 3), (128, 256, 128, 8, 3)]
     return [triton.Config({"BLOCK_M": m, "BLOCK_N": n, "BLOCK_K": k, "GROUP_M": 8}, num_warps=w, num_stages=s)
             for m, n, k, w, s in shapes] + small
 
@@ -76,7 +78,8 @@ def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
         a_ptrs += BLOCK_K * stride_ak
         b_ptrs += BLOCK_K * stride_bk
     c_ptrs = c_ptr + rm[:, None].to(tl.int64) * stride_cm + rn[None, :] * stride_cn
-    tl.store(c_ptrs, acc, mask=(rm[:, None] < M) & (rn[None, :] < N))
+    # The store converts to C's element type: fp32 stays, fp16/bf16 is rounded once here.
+    tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=(rm[:, None] < M) & (rn[None, :] < N))
 
 
 matmul_fp32_kernel = autotune(configs=_configs(True), key=["M", "N", "K"])(matmul_kernel)
@@ -91,7 +94,7 @@ def _check(a, b, op, dtypes):
     check_operands(a, b, op=op, dtypes=dtypes)  # validates; its contiguous copies are not needed
     M, K = a.shape
     N = b.shape[1]
-    return M, N, K, torch.zeros((M, N), dtype=torch.float32, device=a.device)
+    return M, N, K, torch.zeros((M, N), dtype=a.dtype, device=a.device)
 
 
 def _launch(kern, a, b, c, M, N, K, exact):
@@ -112,7 +115,7 @@ def matmul_fp32(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 
 def matmul_fp16(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """v2: float16 or bfloat16 A and B, float32 C (fp32 accumulation on tensor cores)."""
+    """v2: float16 or bfloat16 A and B, C in the same dtype (fp32 accumulation on tensor cores)."""
     M, N, K, c = _check(a, b, "matmul_fp16", HALF)
     return _launch(matmul_fp16_kernel, a, b, c, M, N, K, False)
 
