@@ -3,6 +3,7 @@
 # and solution notebook under nbval (the same command as `./course test`, without the browser
 # test), and write a summary. Usage:  bash .ci/gpu-validate.sh [OUTDIR]
 # The summary goes to OUTDIR/h100-validation.txt; commit it as benchmarks/results/h100-validation.txt.
+# It names the git commit tested; in a copy without .git, set COURSE_COMMIT to that commit's hash.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-${OUT:-artifacts/gpu}}
@@ -10,6 +11,8 @@ mkdir -p "$out"
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 MPLBACKEND=Agg
 workers=${WORKERS:-8}
 
+# Which code is tested, taken before the run (the tests write caches and artifacts).
+code=$(python3 -c 'import utils; print(utils.commit_str(utils.source_commit()))' 2>/dev/null | tail -1)
 start=$(date +%s)
 python3 -m pytest -n "$workers" --dist loadfile -q -p no:cacheprovider --durations=0 \
     --deselect tests/test_browser.py "${@:2}" 2>&1 | tee "$out/validation.log"
@@ -19,6 +22,7 @@ end=$(date +%s)
 {
   echo "GPU validation run: unit tests + pytest --nbval-lax of notebooks/ and solutions/"
   echo "date: $(date -u +%Y-%m-%dT%H:%MZ)"
+  echo "code: ${code:-commit unknown}"
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | sed 's/^/gpu: /'
   python3 - <<'PY'
 import platform, torch, triton, numba

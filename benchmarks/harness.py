@@ -118,15 +118,26 @@ def baseline_variants(topic: str) -> list[Variant]:
 # Checking
 # --------------------------------------------------------------------------------------
 class CheckCase:
-    """One input shape: the input, its float64 reference and the allowed error."""
+    """One input shape: the inputs, their float64 reference and the allowed error."""
 
     def __init__(self, topic: str, shape, seed: int = 0, device=None):
         t = TOPICS[topic]
         self.topic, self.shape = topic, tuple(int(s) for s in shape)
-        self.x = t.make_input(self.shape, seed=seed, device=device or utils.DEVICE)
-        self.ref = t.reference(self.x)
-        self.tol = t.tolerance(self.x, self.ref)
+        self.inputs = t.inputs(self.shape, seed=seed, device=device or utils.DEVICE)
+        self.x = self.inputs[0]
+        self.ref = t.reference(*self.inputs)
+        self.tol = t.tolerance(self.inputs, self.ref)
+        self.out_shape = t.out_shape(self.shape)
         self.out_numel = t.out_numel(self.shape)
+        self.scalar = t.scalar_output
+
+
+def _flops(spec, shape, median_ms) -> dict:
+    """``flops`` and ``tflops`` for a compute-bound topic (one whose spec counts FLOPs)."""
+    if spec.flops is None:
+        return {}
+    flops = int(spec.flops(shape))
+    return dict(flops=flops, tflops=flops / (median_ms * 1e-3) / 1e12 if median_ms else None)
 
 
 def _poison(numel: int, device) -> None:
@@ -145,12 +156,12 @@ def compare_output(case: CheckCase, out) -> str | None:
         return f"returned {out.dtype}, expected float32"
     if out.device.type != case.x.device.type:
         return f"returned a tensor on {out.device}, expected {case.x.device}"
-    if case.topic == "reduction":
+    if case.scalar:
         if out.numel() != 1:
-            return f"returned {out.numel()} values ({tuple(out.shape)}), expected one sum"
-        out = out.reshape(1)
-    elif tuple(out.shape) != case.shape:
-        return f"returned shape {tuple(out.shape)}, expected {case.shape}"
+            return f"returned {out.numel()} values ({tuple(out.shape)}), expected one number"
+        out = out.reshape(())
+    elif tuple(out.shape) != case.out_shape:
+        return f"returned shape {tuple(out.shape)}, expected {case.out_shape}"
     diff = (out.double() - case.ref).abs()
     bad = ~(diff <= case.tol)  # NaN compares False: unwritten (poisoned) elements are bad
     nbad = int(bad.sum())
@@ -161,7 +172,7 @@ def compare_output(case: CheckCase, out) -> str | None:
     got = float(out.reshape(-1)[first])
     want = float(case.ref.reshape(-1)[first])
     hint = " (never written?)" if math.isnan(got) else ""
-    if case.topic == "reduction" and abs(got) == 2.0 ** 24:
+    if case.scalar and abs(got) == 2.0 ** 24:
         hint = (" (2^24: a single float32 running sum stops growing there, each addend below "
                 "1 is rounded away)")
     return (f"{nbad} of {out.numel()} values wrong; first at flat index {first}: "
@@ -173,11 +184,11 @@ def check(fn, cases: list[CheckCase]) -> tuple[str, str] | None:
     "failed check" (a wrong result), "unsupported" (a launcher's ValueError: it refuses
     this shape, e.g. rows longer than it handles) or "error" (it raised anything else)."""
     for case in cases:
-        before = case.x.clone()
+        before = [x.clone() for x in case.inputs]
         _poison(case.out_numel, case.x.device)
         where = f"at shape {shape_key(case.shape)}"
         try:
-            out = fn(case.x)
+            out = fn(*case.inputs)
             if case.x.device.type == "cuda":
                 torch.cuda.synchronize()  # an asynchronous launch error surfaces here
         except NotImplementedError as e:
@@ -187,12 +198,14 @@ def check(fn, cases: list[CheckCase]) -> tuple[str, str] | None:
         except Exception as e:
             return "error", f"{where}: raised {type(e).__name__}: {_short(e)}"
         reason = compare_output(case, out)
+        changed = False
+        for x, b in zip(case.inputs, before):
+            if not torch.equal(x, b):
+                x.copy_(b)  # the next kernel checked on this case gets the real input
+                changed = True
         if reason:
-            if not torch.equal(case.x, before):
-                case.x.copy_(before)
             return "failed check", f"{where}: {reason}"
-        if not torch.equal(case.x, before):
-            case.x.copy_(before)  # the next kernel checked on this case gets the real input
+        if changed:
             return "failed check", f"{where}: the kernel changed its input"
         del out, before
     return None
@@ -339,7 +352,7 @@ def run_topic(topic: str, events: Events, sizes, *, skip=(), languages=None, swe
             verdict = check(fn, extra + [case])
             if verdict is None:
                 try:
-                    res = utils.bench(fn, case.x, nbytes=t.nbytes(shape), name=v.variant,
+                    res = utils.bench(fn, *case.inputs, nbytes=t.nbytes(shape), name=v.variant,
                                       warmup=warmup, rep=rep)
                 except Exception as e:
                     verdict = ("error", f"while timing: {type(e).__name__}: {_short(e)}")
@@ -359,7 +372,7 @@ def run_topic(topic: str, events: Events, sizes, *, skip=(), languages=None, swe
             events.emit(event="row", key=key, **v.meta(), reference=v.reference,
                         description=v.description, shape=list(shape), bytes=t.nbytes(shape),
                         median_ms=res.median_ms, p20_ms=res.p20_ms, p80_ms=res.p80_ms,
-                        gbps=res.gbps, simulated=res.simulated)
+                        gbps=res.gbps, simulated=res.simulated, **_flops(t, shape, res.median_ms))
             del case
         if ok_any:
             passed.append(v)
@@ -391,7 +404,7 @@ def run_topic(topic: str, events: Events, sizes, *, skip=(), languages=None, swe
             verdict = check(fn, [case])
             if verdict is None:
                 try:
-                    res = utils.bench(fn, case.x, nbytes=t.nbytes(shape), name=v.variant,
+                    res = utils.bench(fn, *case.inputs, nbytes=t.nbytes(shape), name=v.variant,
                                       warmup=warmup, rep=rep)
                 except Exception as e:
                     verdict = ("error", f"while timing: {type(e).__name__}: {_short(e)}")

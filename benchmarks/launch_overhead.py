@@ -102,7 +102,7 @@ def main(argv=None) -> int:
     rows["torch.mul(x, 2.0, out=y)"] = per_launch_us(lambda: torch.mul(x, 2.0, out=y))
     data = dict(
         gpu=torch.cuda.get_device_name(0), torch=torch.__version__, triton=triton.__version__,
-        python=platform.python_version(), direct_launch_available=direct,
+        python=platform.python_version(), **utils.source_commit(), direct_launch_available=direct,
         method=f"wall time of {LAUNCHES} back-to-back launches of a 1-element kernel between two "
                f"synchronisations, divided by {LAUNCHES}; median (min, max) of {BATCHES} batches",
         per_launch=rows,

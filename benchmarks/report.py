@@ -8,21 +8,17 @@ import json
 import math
 from pathlib import Path
 
-# The course's targets on the H100 at 2^28 elements and the four softmax shapes.
-# (topic, lang, kind, threshold): kind "copy" = fraction of the copy roofline measured in
-# the same run; "torch" = GB/s relative to torch.softmax at the same shape; "gbps" = GB/s.
-TARGETS = [
-    ("relu", "cuda", "copy", 0.95), ("relu", "triton", "copy", 0.95), ("relu", "numba", "copy", 0.85),
-    ("gelu", "cuda", "copy", 0.95), ("gelu", "triton", "copy", 0.95), ("gelu", "numba", "copy", 0.85),
-    ("reduction", "cuda", "copy", 0.93), ("reduction", "triton", "copy", 0.93),
-    ("softmax", "cuda", "torch", 1.0), ("softmax", "triton", "torch", 1.0),
-    ("softmax", "cuda", "gbps", 2200.0), ("softmax", "triton", "gbps", 2200.0),
-]
-# The GB/s target of softmax applies to its widest benchmark shape.
-SOFTMAX_GBPS_SHAPE = [1024, 65536]
+from utils.bench import commit_str
 
-TOPIC_TITLES = {"relu": "ReLU", "gelu": "GELU (tanh)", "reduction": "Sum", "softmax": "Row softmax",
-                "copy": "Copy"}
+from .topics import TOPICS
+
+# The course's targets on the H100, from each topic's spec (utils/topics/<topic>.py):
+# (topic, lang, kind, threshold, shape or None for every main shape). kind "copy" = fraction
+# of the copy roofline measured in the same run; "torch" = GB/s relative to the topic's first
+# PyTorch baseline at the same shape; "gbps" = GB/s.
+TARGETS = [(name, t.lang, t.kind, t.threshold, t.shape) for name, spec in TOPICS.items() for t in spec.targets]
+
+TOPIC_TITLES = {**{name: spec.title for name, spec in TOPICS.items()}, "copy": "Copy"}
 
 
 def add_fractions(rows: list[dict], copy_gbps: float | None) -> None:
@@ -39,20 +35,19 @@ def evaluate_targets(rows: list[dict], topics, shapes: dict | None = None) -> li
     measured).
     """
     out = []
-    for topic, lang, kind, thr in TARGETS:
+    for topic, lang, kind, thr, only in TARGETS:
         if topic not in topics:
             continue
         ref_rows = [r for r in rows if r["topic"] == topic and r["lang"] == lang and r.get("reference")]
+        base = TOPICS[topic].baselines[0]
         torch_rows = {tuple(r["shape"]): r for r in rows
-                      if r["topic"] == topic and r["lang"] == "torch" and r["version"] == "eager"}
-        if kind == "gbps":
-            ref_rows = [r for r in ref_rows if list(r["shape"]) == SOFTMAX_GBPS_SHAPE]
+                      if r["topic"] == topic and r["lang"] == "torch" and r["version"] == base.version}
+        if only is not None:
+            shapes_t = [tuple(only)]
         elif shapes and topic in shapes:
             shapes_t = [tuple(s) for s in shapes[topic]]
         else:
             shapes_t = sorted({tuple(r["shape"]) for r in rows if r["topic"] == topic}, key=_size)
-        if kind == "gbps":
-            shapes_t = [SOFTMAX_GBPS_SHAPE]
         by_shape = {tuple(r["shape"]): r for r in ref_rows}
         for shape in shapes_t:
             r = by_shape.get(tuple(shape))
@@ -62,7 +57,7 @@ def evaluate_targets(rows: list[dict], topics, shapes: dict | None = None) -> li
                 value = r.get("fraction_of_copy") if r else None
                 unit = "fraction_of_copy"
             elif kind == "torch":
-                goal = ">= torch.softmax"
+                goal = f">= {TOPICS[topic].baseline_label}"
                 t = torch_rows.get(tuple(shape))
                 value = (r["gbps"] / t["gbps"]) if (r and t and t.get("gbps")) else None
                 unit = "ratio_to_torch"
@@ -99,7 +94,8 @@ def _value_str(t: dict) -> str:
     if t["unit"] == "fraction_of_copy":
         return f"{100 * v:.1f}% of copy"
     if t["unit"] == "ratio_to_torch":
-        return f"{v:.3f}x torch.softmax"
+        spec = TOPICS.get(t.get("topic"))
+        return f"{v:.3f}x {spec.baseline_label if spec else 'torch'}"
     return f"{v:,.0f} GB/s"
 
 
@@ -116,8 +112,14 @@ def markdown(data: dict) -> str:
         lines = ["# Simulated dry run: these are simulator timings on a CPU, not GPU results", ""]
     else:
         lines = [f"# Recorded GPU results: {m.get('gpu', '?')}", ""]
-    lines.append(f"Written by `{data.get('command', 'python -m benchmarks')}` on {data.get('date', '?')}. "
+    lines.append(f"Written by `{data.get('command', 'python -m benchmarks')}` on {data.get('date', '?')}, "
+                 f"measured at {commit_str(data)}. "
                  "Notebooks read the numbers from the JSON file beside this one through `utils.bench`.")
+    redone = {t: c for t, c in (data.get("topic_commits") or {}).items()
+              if c.get("commit") != data.get("commit") or c.get("commit_dirty") != data.get("commit_dirty")}
+    if redone:
+        lines.append("Re-measured later: " + "; ".join(f"{t} at {commit_str(c)}" for t, c in sorted(redone.items()))
+                     + ".")
     lines.append("")
     soft = ", ".join(f"{k} {m[k]}" for k in ("driver", "cuda", "torch", "triton", "numba", "numba_cuda",
                                                 "python") if m.get(k))

@@ -23,7 +23,7 @@ from . import report
 from .harness import Events, read_events, worker_main
 from .topics import TOPICS, copy_bytes, main_shapes
 
-ALL_TOPICS = ("relu", "gelu", "reduction", "softmax")
+ALL_TOPICS = tuple(TOPICS)  # the topics with a spec that has baselines, in lesson order
 EXIT_OK, EXIT_ERROR, EXIT_NO_GPU = 0, 1, 2
 # Seconds kept back, per topic still to run, when deciding whether a size sweep may go on.
 RESERVE_PER_TOPIC = 60.0
@@ -333,10 +333,12 @@ def main(argv=None) -> int:
         name = args.name or gpu_slug(torch.cuda.get_device_name(0)) + ("-quick" if args.quick else "")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    commit = utils.source_commit()  # the code measured; --update keeps each topic's own
     data = dict(
         schema=1,
         machine=machine_info(name),
         date=_dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        **commit,
         command=" ".join(["python -m benchmarks"] + list(sys.argv[1:] if argv is None else argv)),
         timing=(f"triton.testing.do_bench (CUDA events, L2 flushed before each call), "
                 f"warmup {timing['warmup']} ms, rep {timing['rep']} ms; median and 20th/80th "
@@ -345,12 +347,14 @@ def main(argv=None) -> int:
         sizes=dict(n=sizes.bench_n, softmax_shapes=[list(s) for s in sizes.softmax_bench_shapes],
                    sweep=list(sizes.bench_sizes), softmax_sweep_cols=4096),
         copy=None, rows=[], failed=[], sweeps={}, targets=[], notes=[],
+        topic_commits={t: dict(commit) for t in args.topics},
     )
     if utils.SIMULATE:
         data["simulated"] = True
     m = data["machine"]
     print(f"Benchmarking on {m['gpu']} (torch {m['torch']}, triton {m['triton']}, "
-          f"numba-cuda {m['numba_cuda']}, CUDA {m.get('cuda')}, driver {m.get('driver')})", flush=True)
+          f"numba-cuda {m['numba_cuda']}, CUDA {m.get('cuda')}, driver {m.get('driver')}), "
+          f"{utils.commit_str(commit)}", flush=True)
 
     try:
         copy_row, copy_points = measure_copy(sizes.bench_n, sizes.bench_sizes, timing,
@@ -374,9 +378,13 @@ def main(argv=None) -> int:
         else:
             measured_copy = copy_row["gbps"] if copy_row else None
             data["notes"] = kept["notes"] + [
-                f"{', '.join(args.topics)} re-measured on {data['date']} with `{data['command']}`"
+                f"{', '.join(args.topics)} re-measured on {data['date']} at "
+                f"{utils.commit_str(commit)} with `{data['command']}`"
                 + (f" (copy in that run: {measured_copy:,.0f} GB/s)" if measured_copy else "")]
             data["copy"], data["date"], data["command"] = kept["copy"], kept["date"], kept["command"]
+            # The file's own commit is the full run's; each topic keeps the commit it was measured at.
+            data["commit"], data["commit_dirty"] = kept["commit"], kept["commit_dirty"]
+            data["topic_commits"] = {**kept["topic_commits"], **data["topic_commits"]}
             data["rows"] = kept["rows"]
             data["failed"] = kept["failed"]
             data["sweeps"] = kept["sweeps"]
@@ -443,6 +451,8 @@ def load_kept(path: Path, topics: list[str], langs=("cuda", "numba", "triton")) 
     measured = [t for t in ALL_TOPICS if t in drop or any(r.get("topic") == t for r in old.get("rows", []))]
     return dict(
         copy=old.get("copy"), date=old.get("date"), command=old.get("command"), topics=measured,
+        commit=old.get("commit"), commit_dirty=old.get("commit_dirty"),
+        topic_commits={t: c for t, c in old.get("topic_commits", {}).items() if t not in drop},
         rows=[r for r in old.get("rows", []) if stays(r.get("topic"), r.get("lang"))],
         failed=[f for f in old.get("failed", []) if stays(f.get("topic"), f.get("lang"))],
         sweeps={t: {v: p for v, p in vs.items() if stays(t, lang_of(v))} for t, vs in old.get("sweeps", {}).items()},

@@ -367,6 +367,10 @@ def test_simulated_dry_run_end_to_end(tmp_path):
     variants = {r["variant"] for r in data["rows"] if r["topic"] == "relu"}
     assert {"torch", "torch.compile"} <= variants and any(v.startswith("triton") for v in variants)
     assert (tmp_path / "simulated.md").read_text().startswith("# Simulated dry run")
+    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True)
+    if head.returncode == 0:  # a checkout with its history: the file names the code measured
+        assert data["commit"] == head.stdout.strip() and data["topic_commits"]["relu"]["commit"] == data["commit"]
+        assert f"commit {data['commit'][:12]}" in (tmp_path / "simulated.md").read_text()
     assert (tmp_path / "simulated-relu.png").stat().st_size > 1000
 
 
@@ -390,6 +394,7 @@ def test_update_keeps_the_other_topics_and_the_copy_roofline(tmp_path):
     assert [r["variant"] for r in only_cuda["rows"]] == ["copy", "cuda v2", "triton v4"]
     assert set(only_cuda["sweeps"]["softmax"]) == {"triton v4"}
     assert kept["notes"] == ["relu: something"] and kept["copy"] == copy
+    assert kept["commit"] is None and kept["topic_commits"] == {}  # a file from before commits
     assert kept["topics"] == ["relu", "softmax"]
     assert brun.load_kept(tmp_path / "missing.json", ["softmax"]) is None
 
@@ -399,3 +404,70 @@ def test_recorded_launch_overhead_reads_the_file_and_survives_its_absence(tmp_pa
     assert rec and all(us > 0 for us in rec.values())
     assert utils.recorded_launch_overhead(tmp_path / "missing.json") == {}
     assert "No recorded launch overhead" in capsys.readouterr().out
+
+
+# --------------------------------------------------------------------------------------
+# Which commit was measured
+# --------------------------------------------------------------------------------------
+def _git_repo(path: Path) -> Path:
+    def git(*args):
+        subprocess.run(["git", "-C", str(path), *args], check=True, capture_output=True)
+    path.mkdir()
+    git("init", "-q")
+    (path / "kernel.cu").write_text("// v1\n")
+    (path / "benchmarks" / "results").mkdir(parents=True)
+    git("add", "kernel.cu")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "one")
+    return path
+
+
+def test_source_commit_names_head_and_uncommitted_code(tmp_path, monkeypatch):
+    repo = _git_repo(tmp_path / "course")
+    monkeypatch.setattr(ub, "ROOT", repo)
+    monkeypatch.delenv(ub.COMMIT_ENV, raising=False)
+    head = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True,
+                          text=True, check=True).stdout.strip()
+    assert utils.source_commit() == {"commit": head, "commit_dirty": False}
+    # A results file written by the run does not make the measured code differ ...
+    (repo / "benchmarks" / "results" / "h100.json").write_text("{}")
+    assert utils.source_commit()["commit_dirty"] is False
+    # ... an edited kernel does, and the label says so.
+    (repo / "kernel.cu").write_text("// v2\n")
+    info = utils.source_commit()
+    assert info == {"commit": head, "commit_dirty": True}
+    assert utils.commit_str(info) == f"commit {head[:12]} plus uncommitted changes"
+
+
+def test_source_commit_from_the_environment_or_unknown(tmp_path, monkeypatch):
+    monkeypatch.setattr(ub, "ROOT", tmp_path)  # no git history here
+    monkeypatch.delenv(ub.COMMIT_ENV, raising=False)
+    assert utils.source_commit() == {"commit": None, "commit_dirty": None}
+    assert utils.commit_str(utils.source_commit()).startswith("commit unknown")
+    monkeypatch.setenv(ub.COMMIT_ENV, "ABCDEF1234567")
+    assert utils.source_commit() == {"commit": "abcdef1234567", "commit_dirty": None}
+    monkeypatch.setenv(ub.COMMIT_ENV, "main")
+    with pytest.raises(ValueError, match="COURSE_COMMIT must be a git commit hash"):
+        utils.source_commit()
+
+
+def test_recorded_commit_is_shown_per_topic(results_file, capsys):
+    data = json.loads(results_file.read_text())
+    # A file recorded before results named their commit: unknown, never guessed.
+    assert utils.recorded_commit(path=results_file) is None
+    assert utils.recorded_label(path=results_file) == (
+        "NVIDIA H100 80GB HBM3, 2026-01-31, commit unknown (not recorded in the file)")
+    full, redo = "1" * 40, "2" * 40
+    data.update(commit=full, commit_dirty=False,
+                topic_commits={"relu": dict(commit=full, commit_dirty=False),
+                               "softmax": dict(commit=redo, commit_dirty=True)})
+    results_file.write_text(json.dumps(data))
+    assert utils.recorded_commit(path=results_file) == full
+    assert utils.recorded_commit("softmax", path=results_file) == redo
+    assert utils.recorded_machine(path=results_file)["commit"] == full
+    assert utils.recorded_label("softmax", path=results_file).endswith(
+        "commit 222222222222 plus uncommitted changes")
+    utils.show_recorded("relu", path=results_file)
+    assert "commit 111111111111;" in capsys.readouterr().out
+    md = report.markdown(data)
+    assert "measured at commit 111111111111" in md
+    assert "Re-measured later: softmax at commit 222222222222 plus uncommitted changes" in md

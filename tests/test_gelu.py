@@ -1,6 +1,5 @@
 """GELU launchers in every language and version, and the PyTorch baselines: agreement with
 the float64 tanh-GELU reference, awkward sizes, edge cases and input checks."""
-import math
 
 import pytest
 import torch
@@ -18,10 +17,9 @@ SIZES = [1, 3, 4, 5, 255, 257, 1023, 1025, 4099]
 TOL = utils.TOLERANCES[torch.float32]  # the course's one tolerance table
 
 
-def gelu64(x: torch.Tensor) -> torch.Tensor:
-    """The tanh-GELU formula in float64, written out (independent of the code under test)."""
-    x = x.double()
-    return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
+#: The float64 tanh-GELU of the topic's spec (utils/topics/gelu.py), checked against the
+#: formula in tests/test_topics.py.
+gelu64 = utils.topic("gelu").reference
 
 
 def inputs(*shape, scale=3.0):

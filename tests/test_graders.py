@@ -266,7 +266,7 @@ def test_outputs_are_poisoned_while_fn_runs():
         return y
     utils.check_relu(look)
     assert not torch.isnan(torch.empty(100).fill_(1)).any()   # patches removed afterwards
-    assert torch.empty is utils.graders._ORIG["empty"]
+    assert torch.empty is utils.grading._ORIG["empty"]
 
 
 def test_write_before_the_start():

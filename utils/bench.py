@@ -19,6 +19,10 @@ Recorded results
 file through ``recorded``, ``recorded_sweep``, ``copy_roofline``, ``recorded_machine``,
 ``recorded_targets`` and ``show_recorded``, which work on any machine.
 
+Every recorded file names the git commit it was measured at (``source_commit`` writes it,
+``recorded_commit`` and ``recorded_label`` read it), so a number can be traced to the code
+that produced it. A file recorded before that was added shows the commit as unknown.
+
 Schema of ``h100.json`` (``"schema": 1``)::
 
     {
@@ -28,6 +32,11 @@ Schema of ``h100.json`` (``"schema": 1``)::
                   "cuda": "13.0", "torch": "2.11.0", "triton": "3.6.0", "numba": "...",
                   "numba_cuda": "0.30.x", "python": "3.12.x"},
       "date": "2026-01-31T12:00:00Z",          # UTC, when the run started
+      "commit": "0123abcd...",                 # the git commit measured (40 hex), or null
+      "commit_dirty": false,                   # uncommitted changes to the code measured;
+                                               # null when unknown (see source_commit)
+      "topic_commits": {"softmax": {"commit": ..., "commit_dirty": ...}, ...},
+                                               # per topic: --update re-measures some topics
       "command": "python -m benchmarks ...",
       "timing": "how the numbers were taken (do_bench, warmup, rep)",
       "sizes": {"n": 268435456, "softmax_shapes": [[32768, 1024], ...], "sweep": [4096, ...]},
@@ -63,13 +72,15 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import subprocess
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Iterable
 
 from .config import SIMULATE
-from .paths import RESULTS_DIR
+from .paths import RESULTS_DIR, ROOT
 
 __all__ = [
     "BenchResult",
@@ -82,6 +93,10 @@ __all__ = [
     "recorded_targets",
     "copy_roofline",
     "recorded_machine",
+    "recorded_commit",
+    "recorded_label",
+    "source_commit",
+    "commit_str",
     "recorded_launch_overhead",
     "show_recorded",
     "show_targets",
@@ -292,7 +307,8 @@ def copy_roofline(path=None) -> float | None:
 
 
 def recorded_machine(path=None) -> dict:
-    """The GPU and software versions of the recorded run, with its ``date`` and ``command``."""
+    """The GPU and software versions of the recorded run, with its ``date``, ``command``,
+    ``timing`` and ``commit`` (None when the file does not name one)."""
     data = load_recorded(path)
     if data is None:
         return {}
@@ -300,7 +316,80 @@ def recorded_machine(path=None) -> dict:
     for key in ("date", "command", "timing"):
         if key in data:
             info[key] = data[key]
+    info["commit"] = data.get("commit")
     return info
+
+
+# --------------------------------------------------------------------------------------
+# Which code was measured
+# --------------------------------------------------------------------------------------
+#: A copy of the course without its git history (files sent to a GPU machine, an unpacked
+#: archive) cannot ask git; set this variable to the commit's hash before measuring there.
+COMMIT_ENV = "COURSE_COMMIT"
+
+# Outputs of a measuring run: their changes do not make the measured code differ from the commit.
+_NOT_CODE = ("benchmarks/results", "artifacts")
+
+
+def _git(*args: str) -> str | None:
+    try:
+        out = subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True,
+                             timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout if out.returncode == 0 else None
+
+
+def source_commit() -> dict:
+    """The git commit of the code about to be measured, for a results file:
+    ``{"commit": 40 hex digits or None, "commit_dirty": bool or None}``.
+
+    ``$COURSE_COMMIT`` wins (then whether files changed since is unknown: None); otherwise
+    git's ``HEAD`` of the course, dirty when tracked or new files outside the results differ
+    from it. Without either the commit is None, written as ``null``: unknown, never guessed.
+    """
+    given = os.environ.get(COMMIT_ENV, "").strip()
+    if given:
+        if not all(c in "0123456789abcdefABCDEF" for c in given) or not 7 <= len(given) <= 40:
+            raise ValueError(f"${COMMIT_ENV} must be a git commit hash (7 to 40 hex digits), got {given!r}")
+        return {"commit": given.lower(), "commit_dirty": None}
+    head = _git("rev-parse", "--verify", "HEAD")
+    if not head:
+        return {"commit": None, "commit_dirty": None}
+    status = _git("status", "--porcelain", "--", ".", *(f":!{p}" for p in _NOT_CODE))
+    return {"commit": head.strip(), "commit_dirty": None if status is None else bool(status.strip())}
+
+
+def commit_str(info: dict) -> str:
+    """``commit 1a2b3c4d5e6f``, ``... plus uncommitted changes``, or ``commit unknown``."""
+    sha = info.get("commit")
+    if not sha:
+        return "commit unknown (not recorded in the file)"
+    dirty = " plus uncommitted changes" if info.get("commit_dirty") else ""
+    return f"commit {sha[:12]}{dirty}"
+
+
+def _commit_info(data: dict, topic: str | None) -> dict:
+    """A topic re-measured with ``--update`` has a commit of its own; else the file's."""
+    return (data.get("topic_commits") or {}).get(topic) or data
+
+
+def recorded_commit(topic: str | None = None, path=None) -> str | None:
+    """The git commit the recorded GPU numbers (of ``topic``, if given) were measured at,
+    or None when the file does not say (recorded before results named their commit)."""
+    data = load_recorded(path, quiet=True)
+    return _commit_info(data, topic).get("commit") or None if data else None
+
+
+def recorded_label(topic: str | None = None, path=None) -> str | None:
+    """Where the recorded numbers come from, for a plot title or a table:
+    ``"NVIDIA H100 80GB HBM3, 2026-11-22, commit 1a2b3c4d5e6f"``; None without a file."""
+    data = load_recorded(path, quiet=True)
+    if data is None:
+        return None
+    gpu = data.get("machine", {}).get("gpu", "a GPU")
+    date = str(data.get("date", ""))[:10]
+    return ", ".join(p for p in (gpu, date, commit_str(_commit_info(data, topic))) if p)
 
 
 #: Per-launch host cost recorded by ``python benchmarks/launch_overhead.py`` on the GPU machine.
@@ -320,12 +409,13 @@ def recorded_launch_overhead(path=None) -> dict[str, float]:
         return {}
 
 
-def _machine_line(data: dict) -> str:
+def _machine_line(data: dict, topic: str | None = None) -> str:
     m = data.get("machine", {})
     parts = [m.get("gpu", "unknown GPU")]
     date = str(data.get("date", ""))[:10]
     if date:
         parts.append(f"recorded {date}")
+    parts.append(commit_str(_commit_info(data, topic)))
     versions = ", ".join(f"{k} {m[k]}" for k in ("torch", "triton", "numba_cuda", "cuda") if m.get(k))
     if versions:
         parts.append(versions)
@@ -358,7 +448,7 @@ def show_recorded(topic: str, path=None) -> None:
     if not rows and not failed:
         print(f"No recorded GPU results for {topic!r} in {_path(path).name}.")
         return
-    print(f"Recorded on {_machine_line(data)}")
+    print(f"Recorded on {_machine_line(data, topic)}")
     roof = (data.get("copy") or {}).get("gbps")
     if roof:
         print(f"copy roofline: {roof:,.0f} GB/s (device-to-device copy, bytes read + written)")
@@ -413,7 +503,7 @@ def compare(results: BenchResult | Iterable[BenchResult], topic: str, path=None)
     elif not rows:
         print(f"No recorded GPU results for {topic!r}: showing the live timings only.")
     else:
-        print(f"Recorded on {_machine_line(data)}")
+        print(f"Recorded on {_machine_line(data, topic)}")
     header = f"{'kernel':<22} {'here':>34} | {'recorded GB/s':>13} {'% of copy':>9} {'shape':>11}"
     print(header)
     print("-" * len(header))

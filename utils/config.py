@@ -85,6 +85,9 @@ PROBLEM_SIZES = {
         # rows of at most 8193 columns: a one-row-per-program Triton softmax (BLOCK =
         # next_power_of_2(cols) <= 16384) must still fit.
         grader_shapes=[(1, 1), (7, 3), (1823, 781), (33, 4097), (65, 8193)],
+        # benchmarks: awkward sizes every kernel must get right before it is timed
+        bench_check_sizes=[1, 7, 1025, (1 << 20) + 3],
+        bench_check_shapes=[(1, 1), (7, 3), (33, 4097)],
     ),
     "simulation": dict(
         elementwise_n=4099,
@@ -98,6 +101,8 @@ PROBLEM_SIZES = {
         grader_sizes=[1, 7, 1023, 1025, (1 << 11) + 1],
         # a wide and a tall matrix (a row/column swap leaves a band unwritten in one of them)
         grader_shapes=[(1, 1), (7, 3), (19, 37), (23, 13), (5, 257)],
+        bench_check_sizes=[1, 7, 1025],
+        bench_check_shapes=[(1, 1), (7, 3), (5, 257)],
     ),
 }
 

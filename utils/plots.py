@@ -337,19 +337,16 @@ def plot_bandwidth(results: dict, roofline_gbps: float | None = None, *,
 
 def plot_recorded_bandwidth(topic: str, path=None, *, variants=None, ax=None):
     """The recorded size sweep of a topic (``benchmarks/results/h100.json``) with its copy
-    roofline, labelled with the GPU it was recorded on. Returns None if nothing is
-    recorded (a one-line note says why)."""
-    from .bench import copy_roofline, recorded_machine, recorded_sweep
+    roofline, labelled with the GPU, the date and the commit it was recorded at. Returns
+    None if nothing is recorded (a one-line note says why)."""
+    from .bench import copy_roofline, recorded_label, recorded_sweep
     sweep = recorded_sweep(topic, path)
     if variants is not None:
         sweep = {k: v for k, v in sweep.items() if k in variants}
     if not sweep:
         return None
-    machine = recorded_machine(path)
-    gpu = machine.get("gpu", "a GPU")
-    date = str(machine.get("date", ""))[:10]
     return plot_bandwidth(sweep, copy_roofline(path), title=f"{topic}: bandwidth against size",
-                          recorded_on=f"{gpu}{', ' + date if date else ''}", ax=ax)
+                          recorded_on=recorded_label(topic, path), ax=ax)
 
 
 def plot_bars(values: dict, roofline_gbps: float | None = None, *, title: str = "Bandwidth by variant",

@@ -1,10 +1,12 @@
 """Softmax over the last dim of a 2-D tensor in Triton.
 
-    softmax(x)          the reference (v4): v2 for rows up to 16384 columns, v3 beyond
+    softmax(x)          the reference (v4): v2 for rows up to 16384 columns, v5 beyond
     softmax_naive(x)    v1: three kernels (row max, row exp-sum, normalize)
     softmax_fused(x)    v2: one program per row, the whole row in one block
     softmax_online(x)   v3: online softmax, any row length (a persistent grid of programs,
                         each looping over rows)
+    softmax_l2(x)       v5: the online softmax with the row kept in L2 between its two reads:
+                        one program per SM, cache hints on every load (the reference on long rows)
 
 The interpreter (simulation) has no libdevice, so only ``tl.exp`` and friends are used.
 """
@@ -26,6 +28,9 @@ FUSED_MAX_COLS = 16384
 #: Columns per loop step of the online version. 8192 with 16 warps: 16 values per thread
 #: and per step, 32 KB in flight per program, one program per SM (see the kernel).
 ONLINE_BLOCK = 8192
+#: v5: columns per step and warps per program (one program per SM).
+L2_BLOCK = 8192
+L2_NUM_WARPS = 32
 NAIVE_BLOCK = 1024
 INT_MAX = 2**31 - 1
 
@@ -132,6 +137,43 @@ def softmax_online_kernel(x_ptr, y_ptr, rows, cols, BLOCK_SIZE: tl.constexpr):
 
 
 # ---------------------------------------------------------------------------------------
+# v5, L2-resident: Triton's answer to CUDA C++ v5, which keeps a long row on chip (registers
+# and shared memory) so that it is read from DRAM once. A Triton program cannot choose
+# where its values live, but it can say how long a load should stay in the L2 cache:
+# * exactly one program per SM, so exactly one row per SM is in flight: 132 rows of 256 KB
+#   (at 65536 columns) are 33 MB, inside the H100's 50 MB L2. Twice as many programs would
+#   need 66 MB, and the second read would go back to DRAM;
+# * pass 1 (running max and sum) loads with eviction_policy="evict_last": keep these lines;
+# * pass 2 loads the same row with "evict_first" (this is its last use: make room for the
+#   next row's lines) and stores the output.
+# 32 warps of 8192 columns: 8 values per thread and step, many loads in flight per SM.
+@triton.jit
+def softmax_l2_kernel(x_ptr, y_ptr, rows, cols, BLOCK_SIZE: tl.constexpr):
+    for row in range(tl.program_id(axis=0), rows, tl.num_programs(axis=0)):
+        start_of_row = tl.cast(row, tl.int64) * cols  # int64: row * cols can pass 2**31
+        x_row = x_ptr + start_of_row
+        y_row = y_ptr + start_of_row
+        m = tl.full([BLOCK_SIZE], float("-inf"), dtype=tl.float32)
+        s = tl.zeros([BLOCK_SIZE], dtype=tl.float32)
+        for start in range(0, cols, BLOCK_SIZE):
+            offsets = start + tl.arange(0, BLOCK_SIZE)
+            v = tl.load(x_row + offsets, mask=offsets < cols, other=float("-inf"),
+                        eviction_policy="evict_last")
+            m_new = tl.maximum(m, v)
+            shift = tl.where(m_new == float("-inf"), 0.0, m_new)  # as in v3: no -inf - -inf
+            s = s * tl.exp(m - shift) + tl.exp(v - shift)
+            m = m_new
+        row_max = tl.max(m, axis=0)
+        row_sum = tl.sum(tl.where(m == float("-inf"), 0.0, s * tl.exp(m - row_max)), axis=0)
+        inv = 1.0 / row_sum
+        for start in range(0, cols, BLOCK_SIZE):
+            offsets = start + tl.arange(0, BLOCK_SIZE)
+            mask = offsets < cols
+            v = tl.load(x_row + offsets, mask=mask, eviction_policy="evict_first")
+            tl.store(y_row + offsets, tl.exp(v - row_max) * inv, mask=mask)
+
+
+# ---------------------------------------------------------------------------------------
 def softmax_naive(x: torch.Tensor) -> torch.Tensor:
     """v1: three kernels."""
     x = check_input(x, ndim=2, max_numel=INT32_MAX)
@@ -188,10 +230,24 @@ def softmax_online(x: torch.Tensor) -> torch.Tensor:
     return y
 
 
+def softmax_l2(x: torch.Tensor) -> torch.Tensor:
+    """v5: online softmax whose second read of each row comes from L2 (one program per SM)."""
+    x = check_input(x, ndim=2, max_numel=INT32_MAX)
+    rows, cols = x.shape
+    y = torch.empty_like(x)
+    if x.numel() == 0:
+        return y
+    block = min(L2_BLOCK, triton.next_power_of_2(cols))
+    # One program per SM and no more: the rows in flight must fit in L2 (see the kernel).
+    softmax_l2_kernel[(min(rows, sm_count()),)](x, y, rows, cols, BLOCK_SIZE=block,
+                                                num_warps=L2_NUM_WARPS if block >= 8192 else 8)
+    return y
+
+
 def softmax_auto(x: torch.Tensor) -> torch.Tensor:
-    """The reference: v2 where the row fits one block, v3 beyond."""
+    """The reference: v2 where the row fits one block, v5 beyond."""
     if isinstance(x, torch.Tensor) and x.dim() == 2 and triton.next_power_of_2(x.shape[-1]) > FUSED_MAX_COLS:
-        return softmax_online(x)
+        return softmax_l2(x)
     return softmax_fused(x)
 
 
@@ -199,7 +255,9 @@ VERSIONS = OrderedDict(
     v1=("naive: three kernels (max, exp-sum, normalize), x read 3 times", softmax_naive),
     v2=("fused: one program per row, the row in one block (rows <= 16384)", softmax_fused),
     v3=("online: per-lane running max + rescaled sum, then the output pass (any row length)", softmax_online),
-    v4=("v2 for rows up to 16384 columns, v3 beyond", softmax_auto),
+    v4=("v2 for rows up to 16384 columns, v5 beyond", softmax_auto),
+    v5=("L2-resident online: one program per SM, evict_last then evict_first loads (any row length)",
+        softmax_l2),
 )
 REFERENCE = "v4"
 softmax = VERSIONS[REFERENCE][1]

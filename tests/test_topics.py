@@ -1,0 +1,99 @@
+"""Every topic's spec (utils/topics/<topic>.py) is complete and agrees with the kernels,
+the graders and the benchmarks that read it. A new topic is checked here as soon as its
+module is listed in utils/topics/__init__.py."""
+import math
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+import kernels
+import utils
+from utils.config import PROBLEM_SIZES
+from utils.topics import TOPICS, benchmarked
+
+NAMES = list(TOPICS)
+BENCHED = benchmarked()
+MODES = list(PROBLEM_SIZES)
+
+
+def sizes_of(mode):
+    return SimpleNamespace(**PROBLEM_SIZES[mode])
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_spec_is_complete(name):
+    spec = utils.topic(name)
+    assert spec.name == name and spec.title and spec.checks
+    assert (utils.ROOT / "notebooks" / f"{spec.lesson}.ipynb").exists(), spec.lesson
+    for lang in kernels.LANGUAGES:
+        mod = kernels.module(name, lang)
+        assert mod.REFERENCE in mod.VERSIONS
+    for target in spec.targets:
+        assert target.lang in kernels.LANGUAGES and target.kind in ("copy", "torch", "gbps")
+        assert target.threshold > 0
+        assert target.kind != "gbps" or target.shape is not None, "a GB/s goal names its shape"
+    if spec.targets:
+        assert spec.baselines, "targets are measured by the benchmarks, which need a baseline"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_graders_are_exported_from_utils(name):
+    for check_name, fn in utils.topic(name).checks.items():
+        assert getattr(utils, check_name) is fn
+        assert check_name in utils.graders.__all__
+
+
+def test_unknown_topic_is_named():
+    with pytest.raises(KeyError, match="the course has add, relu"):
+        utils.topic("matmull")
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_inputs_are_seeded_and_the_reference_is_float64(name):
+    spec = utils.topic(name)
+    shape = spec.check_shapes(sizes_of("simulation"))[-1]
+    a, b = spec.inputs(shape, seed=3), spec.inputs(shape, seed=3)
+    assert all(torch.equal(x, y) for x, y in zip(a, b))
+    assert not torch.equal(a[0], spec.inputs(shape, seed=4)[0])
+    assert all(x.dtype == torch.float32 and x.device.type == utils.DEVICE.type for x in a)
+    ref = spec.reference(*a)
+    assert ref.dtype == torch.float64
+    assert ref.numel() == spec.out_numel(shape)
+    # The allowed error accepts the reference rounded to float32 and rejects a clear miss.
+    tol = spec.tolerance(a, ref)
+    assert bool(((ref.float().double() - ref).abs() <= tol).all())
+    miss = ref + 1e-3 * (1 + ref.abs())
+    assert bool(((miss - ref).abs() > tol).all())
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_reference_agrees_with_the_pytorch_reference(name):
+    """The float64 reference of the spec is the op the kernels' ``<op>_ref`` computes."""
+    spec = utils.topic(name)
+    inputs = spec.inputs((7, 3) if name == "softmax" else (37,), seed=1)
+    ref_name = {"reduction": "sum_ref"}.get(name, f"{name}_ref")
+    torch_ref = getattr(kernels.module(name, "cuda"), ref_name)
+    torch.testing.assert_close(spec.reference(*inputs), torch_ref(*(x.double() for x in inputs)).reshape(
+        spec.reference(*inputs).shape), rtol=1e-12, atol=1e-12)
+
+
+def test_gelu_reference_is_the_tanh_formula():
+    x = torch.linspace(-9, 9, 1001, dtype=torch.float64)
+    formula = 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
+    torch.testing.assert_close(utils.topic("gelu").reference(x), formula, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("name", BENCHED)
+def test_benchmark_shapes_and_bytes(name, mode):
+    spec, sizes = utils.topic(name), sizes_of(mode)
+    for shapes in (spec.main_shapes(sizes), spec.sweep_shapes(sizes), spec.check_shapes(sizes)):
+        assert shapes and all(isinstance(s, tuple) and all(int(d) >= 1 for d in s) for s in shapes)
+    for shape in spec.main_shapes(sizes):
+        n = math.prod(shape)
+        # at least every input read once and the result written once
+        assert spec.nbytes(shape) >= 4 * (n + spec.out_numel(shape))
+    for target in spec.targets:
+        if target.shape is not None and mode == "gpu":
+            assert tuple(target.shape) in spec.main_shapes(sizes), "a target's shape is measured"

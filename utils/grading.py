@@ -1,0 +1,601 @@
+"""The grading harness shared by every topic: poisoned and guarded memory, running the
+learner's function, comparing with the float64 reference, and the hints common to several
+topics. Each topic's own inputs and diagnoses live in ``utils/topics/<topic>.py``.
+
+    utils.check_relu(relu_triton)          # prints one line, or raises GradingError
+
+Each grader takes ``fn``, a launcher that takes contiguous float32 tensors on
+``utils.DEVICE`` and returns its result, and on every call:
+
+* draws fresh random inputs (a new seed each call; a failure names it, and
+  ``check_xxx(fn, seed=...)`` repeats the same inputs) of awkward sizes from
+  ``utils.SIZES.grader_sizes`` / ``grader_shapes``: 1, 7, 1023, 1025, 2^k+1, ...;
+* puts every input inside a larger buffer whose extra elements hold NaN, so a read
+  past the end turns the result into NaN instead of a plausible number;
+* while ``fn`` runs, makes ``torch.empty``, ``torch.empty_like``, ``torch.empty_strided``
+  and ``Tensor.new_empty`` hand out tensors filled with a recognisable NaN and
+  surrounded by guard elements: afterwards, elements still holding that NaN were
+  never written, and changed guard elements were written past an end;
+* runs ``fn`` a second time (in simulation, CUDA C++ kernels under the emulator's random
+  thread order) and compares: a result that changes between runs is a race;
+* compares with the topic's float64 reference using ``utils.TOLERANCES``, and names the
+  wrong elements as index ranges, with a hint about the usual cause.
+
+A stub that raises ``NotImplementedError`` is reported as "not solved yet".
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import re
+import struct
+
+import torch
+
+from . import check as _check
+from .config import DEVICE, SIMULATE, SIZES
+
+# What ``utils`` exports; topic modules import the rest of the harness by name.
+__all__ = ["GradingError", "show_rejection", "POISON_BITS"]
+
+
+class GradingError(AssertionError):
+    """A kernel gave a wrong result; the message says where and what usually causes it."""
+
+
+# --------------------------------------------------------------------------------------
+# Poisoned, guarded memory
+# --------------------------------------------------------------------------------------
+#: float32 bit pattern of the NaN that fresh outputs are filled with ("never written").
+POISON_BITS = 0x7FF0DEAD
+#: float32 bit pattern of the NaN around the grader's inputs ("read past the end").
+INPUT_GUARD_BITS = 0x7FF1BAD0
+#: Guard elements before and after each buffer: wider than any sensible block, so an
+#: unmasked tail block writes into the guard, never into someone else's memory.
+GUARD = 16384
+
+_ORIG = dict(
+    empty=torch.empty,
+    empty_like=torch.empty_like,
+    empty_strided=torch.empty_strided,
+    new_empty=torch.Tensor.new_empty,
+)
+
+
+def _poison_fill(t: torch.Tensor, bits: int) -> None:
+    """Fill ``t`` with a NaN of the given float32 bit pattern (any NaN for other floats)."""
+    if t.numel() == 0:
+        return
+    if t.dtype == torch.float32:
+        t.view(torch.int32).fill_(bits)
+    elif t.dtype.is_floating_point:
+        t.fill_(float("nan"))
+    elif t.dtype in (torch.int32, torch.int64, torch.int16):
+        t.fill_(0x5A5A)  # a recognisable garbage value: uninitialised counters are a bug
+    # bool / uint8: left as they are
+
+
+def _is_poison(t: torch.Tensor, bits: int) -> torch.Tensor:
+    if t.dtype == torch.float32:
+        return t.view(torch.int32) == bits
+    if t.dtype.is_floating_point:
+        return torch.isnan(t)
+    if t.dtype in (torch.int32, torch.int64, torch.int16):
+        return t == 0x5A5A
+    return torch.zeros(t.shape, dtype=torch.bool, device=t.device)
+
+
+class _Guarded:
+    """A tensor that is a view into the middle of a larger, poisoned buffer."""
+
+    def __init__(self, shape, dtype, device, bits, how):
+        shape = tuple(int(s) for s in shape)
+        self.numel = math.prod(shape)
+        self.buf = _ORIG["empty"](self.numel + 2 * GUARD, dtype=dtype, device=device)
+        _poison_fill(self.buf, bits)
+        self.bits = bits
+        self.how = how
+        self.view = self.buf[GUARD:GUARD + self.numel].view(shape)
+
+    def written_before(self) -> int:
+        return int((~_is_poison(self.buf[:GUARD], self.bits)).sum())
+
+    def written_after(self) -> int:
+        return int((~_is_poison(self.buf[GUARD + self.numel:], self.bits)).sum())
+
+    def first_written_after(self) -> int:
+        m = ~_is_poison(self.buf[GUARD + self.numel:], self.bits)
+        idx = torch.nonzero(m)
+        return int(idx[-1]) + 1 if idx.numel() else 0
+
+    def never_written(self) -> torch.Tensor:
+        return _is_poison(self.view, self.bits)
+
+
+_SUPPORTED = (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32, torch.int64)
+
+
+class _Allocations:
+    """While active, fresh torch tensors are poisoned and guarded; all are remembered."""
+
+    def __init__(self):
+        self.records: list[_Guarded] = []
+
+    def _wrap(self, t: torch.Tensor, how: str) -> torch.Tensor:
+        if (not isinstance(t, torch.Tensor) or t.layout != torch.strided or t.requires_grad
+                or t.device.type == "meta" or t.numel() == 0):
+            return t
+        if t.dtype in _SUPPORTED and t.is_contiguous():
+            g = _Guarded(t.shape, t.dtype, t.device, POISON_BITS, how)
+            self.records.append(g)
+            return g.view
+        _poison_fill(t, POISON_BITS)
+        return t
+
+    @contextlib.contextmanager
+    def active(self):
+        def empty(*args, **kwargs):
+            if kwargs.get("out") is not None:
+                return _ORIG["empty"](*args, **kwargs)
+            return self._wrap(_ORIG["empty"](*args, **kwargs), "torch.empty")
+
+        def empty_like(*args, **kwargs):
+            return self._wrap(_ORIG["empty_like"](*args, **kwargs), "torch.empty_like")
+
+        def empty_strided(*args, **kwargs):
+            return self._wrap(_ORIG["empty_strided"](*args, **kwargs), "torch.empty_strided")
+
+        def new_empty(self_t, *args, **kwargs):
+            return self._wrap(_ORIG["new_empty"](self_t, *args, **kwargs), "Tensor.new_empty")
+
+        torch.empty, torch.empty_like, torch.empty_strided = empty, empty_like, empty_strided
+        torch.Tensor.new_empty = new_empty
+        try:
+            yield self
+        finally:
+            torch.empty = _ORIG["empty"]
+            torch.empty_like = _ORIG["empty_like"]
+            torch.empty_strided = _ORIG["empty_strided"]
+            torch.Tensor.new_empty = _ORIG["new_empty"]
+
+    def find(self, t) -> _Guarded | None:
+        if not isinstance(t, torch.Tensor) or t.numel() == 0:
+            return None
+        for g in self.records:
+            if (g.view.data_ptr() == t.data_ptr() and g.numel == t.numel() and g.view.dtype == t.dtype
+                    and t.is_contiguous()):
+                return g
+        return None
+
+
+def _poison_allocator(numel: int) -> None:
+    """Best effort for outputs allocated in C++ (``torch::empty`` in an extension), which
+    the Python-level patches cannot reach: fill a block of the output's size with the
+    poison and free it. Allocators (torch's CUDA caching allocator above all) tend to hand
+    the same block to the next request of that size, so unwritten elements show the poison."""
+    if numel <= 0:
+        return
+    block = _ORIG["empty"](numel, dtype=torch.float32, device=DEVICE)
+    _poison_fill(block, POISON_BITS)
+    del block
+
+
+def guarded_input(values: torch.Tensor) -> tuple[torch.Tensor, _Guarded]:
+    """``values`` copied to ``DEVICE`` into the middle of a NaN-guarded buffer."""
+    g = _Guarded(values.shape, torch.float32, DEVICE, INPUT_GUARD_BITS, "input")
+    g.view.copy_(values.to(torch.float32))
+    g.orig = values.to(torch.float32).contiguous()
+    return g.view, g
+
+
+# --------------------------------------------------------------------------------------
+# Running fn
+# --------------------------------------------------------------------------------------
+def _fresh_seed() -> int:
+    return struct.unpack("<I", os.urandom(4))[0] % 1_000_000
+
+
+def _sync():
+    if DEVICE.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def _utils_attr(name):
+    import utils  # the package is fully imported by the time a grader runs
+    return getattr(utils, name, None)
+
+
+def _fault_hint(msg: str) -> str:
+    low = msg.lower()
+    if "third launch parameter" in low:
+        return ("extern __shared__ memory is as large as the launch says, in bytes: "
+                "k[grid, block, n_elements * 4](...) for n_elements floats.")
+    if "__shared__ array" in low:
+        return ("a thread wrote outside a __shared__ array: its size is fixed when the kernel is compiled "
+                "(BLOCK), so every index into it (threadIdx.x, t + stride) must stay below BLOCK, and the "
+                "kernel must be launched with at most BLOCK threads per block.")
+    if any(w in low for w in ("out of bounds", "out-of-bounds", "past the end", "before the start",
+                              "out of range", "index")):
+        return "a thread read or wrote outside a tensor: is every access guarded by the bounds check (idx < n)?"
+    if any(w in low for w in ("syncthreads", "barrier", "diverg", "deadlock")):
+        return ("not every thread of the block reached the same __syncthreads(): keep barriers outside "
+                "`if (idx < n)` and make every thread run the same number of loop iterations around them.")
+    if "segmentation" in low or "crash" in low or "signal" in low:
+        return "the kernel crashed: usually a pointer used past the end of its tensor."
+    return "read the message above: it names the kernel and what went wrong."
+
+
+class Case:
+    """One input set: its label, input values (CPU), the float64 reference and how to build inputs."""
+
+    def __init__(self, label, values, expected, make=None, extra=None):
+        self.label = label
+        self.values = values            # tuple of CPU float32 tensors
+        self.expected = expected        # CPU float64 tensor
+        self.make = make                # optional: () -> (inputs, guards) for special layouts
+        self.extra = extra or {}
+        self.numel = expected.numel() if expected.dim() else values[0].numel()
+
+
+class _Run:
+    def __init__(self, out, inputs, in_guards, allocs):
+        self.out = out
+        self.inputs = inputs
+        self.in_guards = in_guards
+        self.allocs = allocs
+
+
+class Grader:
+    def __init__(self, name, fn, seed):
+        if not callable(fn):
+            raise TypeError(f"{name} expects a function (your launcher), got {type(fn).__name__}")
+        self.name = name
+        self.fn = fn
+        self.user_seed = seed
+        self.seed = _fresh_seed() if seed is None else int(seed)
+        self.gen = torch.Generator().manual_seed(self.seed)
+        self.case = None
+
+    # -- failure -----------------------------------------------------------------------
+    def fail(self, what: str, hint: str | None = None, cause=None):
+        where = f" on {self.case.label}" if self.case is not None else ""
+        text = f"{self.name} failed{where}:\n{what}"
+        if hint:
+            text += f"\nHint: {hint}"
+        text += f"\n(Inputs came from seed {self.seed}: {self.name}(fn, seed={self.seed}) repeats them.)"
+        err = GradingError(text)
+        if cause is not None:
+            raise err from cause
+        raise err
+
+    # -- one call of fn ------------------------------------------------------------------
+    def call(self, case: Case, schedule_seed=None) -> _Run:
+        if case.make is not None:
+            inputs, in_guards = case.make()
+        else:
+            pairs = [guarded_input(v) for v in case.values]
+            inputs = tuple(p[0] for p in pairs)
+            in_guards = [p[1] for p in pairs]
+        allocs = _Allocations()
+        _poison_allocator(case.expected.numel())
+        sched = _utils_attr("emulation_schedule") if schedule_seed is not None else None
+        ctx = sched("random", seed=schedule_seed) if sched is not None else contextlib.nullcontext()
+        fault_cls = _utils_attr("KernelFault")
+        try:
+            with ctx, allocs.active():
+                out = self.fn(*inputs)
+                _sync()
+        except NotImplementedError as e:
+            msg = str(e) or "the function raises NotImplementedError"
+            if "not solved yet" not in msg:
+                msg = f"not solved yet: {msg}"
+            raise GradingError(msg) from None
+        except GradingError:
+            raise
+        except Exception as e:  # noqa: BLE001  every failure of fn becomes a diagnosis
+            # A stub raised inside a kernel reaches us wrapped: Triton's interpreter wraps it in
+            # an InterpreterError, a GPU compile turns it into a CompilationError.
+            text = f"{e}\n{e.__cause__ or ''}"
+            stub = re.search(r"not solved yet[^'\"\n]*", text)
+            if stub:
+                raise GradingError(stub.group(0).rstrip()) from None
+            if fault_cls is not None and isinstance(e, fault_cls):
+                self.fail(f"the kernel faulted: {e}", _fault_hint(str(e)), cause=e)
+            if isinstance(e, IndexError):
+                self.fail(f"{type(e).__name__}: {e}", _fault_hint("index out of range"), cause=e)
+            self.fail(f"your function raised {type(e).__name__}: {e}",
+                      "the inputs are float32 tensors on utils.DEVICE; the traceback above "
+                      "shows where it failed.", cause=e)
+        return _Run(out, inputs, in_guards, allocs)
+
+    # -- checks on one run -----------------------------------------------------------------
+    def output_tensor(self, run: _Run, shape, *, scalar=False, dtypes=(torch.float32,)) -> torch.Tensor:
+        out = run.out
+        if out is None:
+            self.fail("your function returned None: return the output tensor.")
+        if isinstance(out, (tuple, list)) and len(out) == 1:
+            out = out[0]
+        if not isinstance(out, torch.Tensor):
+            if scalar and isinstance(out, (int, float)):
+                out = torch.tensor(float(out), dtype=torch.float64, device=DEVICE)
+            elif hasattr(out, "__array__") or hasattr(out, "__cuda_array_interface__") or hasattr(out, "copy_to_host"):
+                try:
+                    out = torch.as_tensor(out.copy_to_host() if SIMULATE and hasattr(out, "copy_to_host") else out,
+                                          device=DEVICE)
+                except Exception:  # noqa: BLE001
+                    self.fail(f"your function returned a {type(out).__name__}: return a torch tensor "
+                              "(utils.from_numba turns a Numba array into one).")
+            else:
+                self.fail(f"your function returned a {type(out).__name__}, not a torch tensor.")
+        if out.device.type != DEVICE.type:
+            self.fail(f"the result is on {out.device}, but the course runs on {DEVICE}: "
+                      "create the output on the input's device (torch.empty_like(x)).")
+        if scalar:
+            if out.numel() != 1:
+                self.fail(f"the result has shape {tuple(out.shape)}: a sum is one number "
+                          "(a 0-d tensor or a tensor of shape (1,)).")
+            dtypes = dtypes + (torch.float64,)
+        elif tuple(out.shape) != tuple(shape):
+            hint = None
+            if out.numel() == math.prod(shape):
+                hint = f"the number of elements is right: reshape the output to {tuple(shape)} (out.view(x.shape))."
+            self.fail(f"the result has shape {tuple(out.shape)}, expected {tuple(shape)}.", hint)
+        if out.dtype not in dtypes:
+            self.fail(f"the result has dtype {out.dtype}, expected {dtypes[0]}.",
+                      "allocate the output with the input's dtype (torch.empty_like(x)).")
+        return out
+
+    def check_guards(self, run: _Run, out: torch.Tensor, *, out_noun="output"):
+        for g in run.allocs.records:
+            is_out = g.view.data_ptr() == out.data_ptr()
+            noun = f"the {out_noun}" if is_out else f"a temporary of shape {tuple(g.view.shape)} made with {g.how}"
+            after, before = g.written_after(), g.written_before()
+            if after:
+                far = g.first_written_after()
+                self.fail(f"wrote {after} element{'s' if after > 1 else ''} past the end of {noun} "
+                          f"(up to {far} element{'s' if far > 1 else ''} beyond it).",
+                          "is the last block masked (idx < n)? Threads of the tail block past n must not store.")
+            if before:
+                self.fail(f"wrote {before} element{'s' if before > 1 else ''} before the start of {noun}.",
+                          "an index went negative: look for an off-by-one (i - 1) in the store's index.")
+    def check_input_guards(self, run: _Run, names):
+        for i, g in enumerate(run.in_guards):
+            if g.written_after() or g.written_before():
+                name = names[i] if i < len(names) else f"input {i}"
+                self.fail(f"wrote outside input {name} (past its end or before its start).",
+                          "is every store masked, and does it go to the output, not the input?")
+
+    def check_inputs_unchanged(self, run: _Run, names):
+        for i, g in enumerate(run.in_guards):
+            now = g.view.detach().cpu().contiguous().view(torch.int32)
+            if not torch.equal(now, g.orig.view(torch.int32)):
+                name = names[i] if i < len(names) else f"input {i}"
+                changed = int((now != g.orig.view(torch.int32)).sum())
+                self.fail(f"your kernel changed its input {name} ({changed} element{'s' if changed > 1 else ''}).",
+                          f"write the result into a new output tensor, not into {name} "
+                          f"(for example out = torch.empty_like({name})).")
+
+    def check_unwritten(self, run: _Run, out: torch.Tensor, hint_fn=None, case=None):
+        g = run.allocs.find(out)
+        if g is not None:
+            mask = g.never_written().detach().cpu().reshape(out.shape)
+        elif out.dtype == torch.float32:
+            # not one of ours (made in C++, or by torch.zeros): the poison bit pattern can
+            # only be there if the allocator reused a poisoned block and no one wrote it
+            mask = (out.detach().contiguous().view(torch.int32) == POISON_BITS).cpu()
+        else:
+            return
+        if bool(mask.any()):
+            where = _check.describe_positions(mask) if mask.dim() else "the result"
+            hint = hint_fn(case, mask) if hint_fn else None
+            if hint is None:
+                hint = ("is the grid large enough (cdiv(n, BLOCK) blocks), and is the last block launched? "
+                        "Does every element get a thread?")
+            one = int(mask.sum()) == 1
+            self.fail(f"{where} {'was' if one else 'were'} never written "
+                      f"({'it still holds' if one else 'they still hold'} the grader's NaN marker).", hint)
+
+
+def label_n(n):
+    return f"an input of {n} element{'s' if n != 1 else ''}"
+
+
+def label_shape(shape):
+    return f"a {shape[0]}x{shape[1]} input"
+
+
+def _race_indices(cases) -> set[int]:
+    """Which cases are run twice. On a GPU every one (cheap); in simulation one mid-size
+    case with several blocks, since simulated threads are slow."""
+    if not SIMULATE:
+        return set(range(len(cases)))
+    best = min(range(len(cases)), key=lambda i: (abs(cases[i].numel - 1024), -cases[i].numel))
+    return {best}
+
+
+def same(a: torch.Tensor, b: torch.Tensor, atol, rtol) -> bool:
+    return not bool(_check.mismatch_mask(a, b, atol=atol, rtol=rtol).any())
+
+
+def run_cases(g: Grader, cases, *, names, shape_of, scalar=False, tol_of=None,
+               unwritten_hint=None, diagnose=None, dtypes=(torch.float32,)):
+    """The common loop: run, check structure, guards, races, unwritten, inputs, values."""
+    race = _race_indices(cases)
+    # a mid-size case first: several blocks and a tail, so the first failure has a telling pattern
+    first = min(range(len(cases)), key=lambda i: (abs(cases[i].numel - 1024), -cases[i].numel))
+    order = [first] + [i for i in range(len(cases)) if i != first]
+    worst = 0.0
+    for i in order:
+        case = cases[i]
+        g.case = case
+        run = g.call(case)
+        out = g.output_tensor(run, shape_of(case), scalar=scalar, dtypes=dtypes)
+        g.check_guards(run, out)
+        g.check_input_guards(run, names)
+        tol = tol_of(case) if tol_of else _check.tolerance(torch.float32)
+        got = out.detach().to("cpu", torch.float64).reshape(case.expected.shape)
+        g.check_unwritten(run, out, unwritten_hint or tail_hint, case)
+        if i in race:
+            run2 = g.call(case, schedule_seed=g.seed + i)
+            out2 = g.output_tensor(run2, shape_of(case), scalar=scalar, dtypes=dtypes)
+            got2 = out2.detach().to("cpu", torch.float64).reshape(case.expected.shape)
+            if not same(got, got2, tol["atol"], tol["rtol"]):
+                diff = _check.mismatch_mask(got, got2, atol=tol["atol"], rtol=tol["rtol"])
+                where = f"{_check.describe_positions(diff)} differ" if diff.dim() else "the result differs"
+                first = torch.nonzero(diff)[0].tolist() if diff.dim() else []
+                pos = tuple(first)
+                g.fail(f"the result changes between runs: a race? {where} between two runs on the "
+                       f"same input (first run {float(got[pos]):.7g}, second run {float(got2[pos]):.7g}; "
+                       f"expected {float(case.expected[pos]):.7g}).",
+                       "threads read shared memory that other threads write: is a __syncthreads() "
+                       "(cuda.syncthreads()) missing between writing and reading it? Or several threads "
+                       "update the same element without an atomic. (Elements that no thread writes also "
+                       "change between runs: they hold whatever memory held before.)")
+        g.check_inputs_unchanged(run, names)
+        bad = _check.mismatch_mask(got, case.expected, **tol)
+        if bool(bad.any()):
+            hint = diagnose(case, got, bad) if diagnose else None
+            msg = _check.describe_mismatch(got, case.expected, mask=bad, what="result", **tol)
+            g.fail(msg, hint)
+        worst = max(worst, _check.max_abs_err(got, case.expected))
+    return worst
+
+
+def success(name, cases, worst, sizes_text):
+    print(f"{name}: correct on {len(cases)} inputs ({sizes_text}), max error {worst:.3g}")
+
+
+def sizes_text(sizes):
+    return f"sizes {min(sizes)} .. {max(sizes)}"
+
+
+def shapes_text(shapes):
+    return "shapes " + ", ".join(f"{r}x{c}" for r, c in shapes)
+
+
+# --------------------------------------------------------------------------------------
+# Inputs
+# --------------------------------------------------------------------------------------
+def randn(gen, *shape):
+    return torch.randn(*shape, generator=gen, dtype=torch.float32)
+
+
+def with_zeros(gen, x, frac=0.1):
+    """Exact zeros (and negative zeros) in about ``frac`` of the places: the edge of ReLU."""
+    m = torch.rand(x.shape, generator=gen) < frac
+    x = x.clone()
+    x[m] = 0.0
+    neg = m & (torch.rand(x.shape, generator=gen) < 0.5)
+    x[neg] = -0.0
+    return x
+
+
+def grader_sizes():
+    return list(SIZES.grader_sizes)
+
+
+def grader_shapes():
+    return [tuple(s) for s in SIZES.grader_shapes]
+
+
+# --------------------------------------------------------------------------------------
+# Elementwise graders
+# --------------------------------------------------------------------------------------
+def tail_hint(case, mask):
+    """Hints for never-written elements of a 1-D result."""
+    if mask.dim() != 1:
+        return None
+    n = mask.numel()
+    r = _check.index_ranges(mask)
+    if len(r) != 1 or r[0][1] != n - 1:
+        return None
+    start = r[0][0]
+    if start == 0:
+        return "nothing was written: is the kernel launched, with at least one block, on the output tensor?"
+    if n - start < start:
+        return ("only the last elements are missing: is the grid rounded up (cdiv(n, BLOCK) blocks, "
+                "not n // BLOCK), so the tail block is launched?")
+    return (f"only the first {start} elements were written: do all blocks work (the index needs "
+            "blockIdx.x * blockDim.x + threadIdx.x), and is the grid large enough / is the last block launched?")
+
+
+def shift_hint(got, expected_fn):
+    """A hint when the result looks like the right answer shifted by one element."""
+    flat, exp = got.reshape(-1), expected_fn().reshape(-1)
+    tol = _check.tolerance(torch.float32)
+    bad = _check.mismatch_mask(flat, exp, **tol)
+    if bool(bad[-1]) and int(bad.sum()) == 1:
+        return ("only the last element is wrong: does it read one past the end (x[i + 1])? "
+                "Past the end of the input the grader puts NaN.")
+    if flat.numel() < 3:
+        return None
+    tol = _check.tolerance(torch.float32)
+    inner = slice(1, -1)
+    if same(flat[:-1][inner], exp[1:][inner], **tol) or same(flat[1:][inner], exp[:-1][inner], **tol):
+        return "the result is the right answer shifted by one element: an off-by-one in the index (i + 1 or i - 1)?"
+    return None
+
+
+def swap_hint_2d(case, mask):
+    """Whole trailing columns (or rows) never written, in a non-square matrix: the grid's
+    x and y were swapped, so one dimension is covered only up to the other's extent."""
+    if mask.dim() != 2:
+        return None
+    rows, cols = mask.shape
+    full_cols = mask.all(dim=0)
+    full_rows = mask.all(dim=1)
+    band_cols = bool(full_cols.any()) and bool((mask == full_cols.unsqueeze(0)).all())
+    band_rows = bool(full_rows.any()) and bool((mask == full_rows.unsqueeze(1)).all())
+    if rows != cols and (band_cols or band_rows):
+        return ("whole columns (or rows) at the end were never written: rows and columns look swapped: "
+                "did you use blockIdx.x for the row? x is the fastest-varying index and should give the "
+                "column, with the grid sized (cdiv(cols, BLOCK_X), cdiv(rows, BLOCK_Y)).")
+    return None
+
+
+def transposed_hint(got, expected):
+    if expected.dim() != 2 or expected.shape[0] == expected.shape[1] or expected.numel() < 2:
+        return None
+    tol = _check.tolerance(torch.float32)
+    if same(got.reshape(-1), expected.t().reshape(-1), **tol):
+        return ("rows and columns look swapped: did you use blockIdx.x for the row? The element at "
+                "(row, col) lives at row * cols + col.")
+    return None
+
+
+
+def first_row_hint(bad):
+    if bad.dim() != 2 or bad.shape[0] < 2:
+        return None
+    if not bool(bad[0].any()) and float(bad[1:].any(dim=1).float().mean()) > 0.5:
+        return "the first row is right but the others are not: is the row stride used?"
+    return None
+
+
+def row_cases(g, shapes, kinds):
+    """2-D inputs whose rows cycle through ``kinds``: (label, scale, offset) per row."""
+    cases = []
+    for rows, cols in shapes:
+        x = randn(g.gen, rows, cols)
+        labels = []
+        for r in range(rows):
+            label, scale, offset = kinds[r % len(kinds)]
+            x[r] = x[r] * scale + offset
+            labels.append(label)
+        cases.append((x, labels))
+    return cases
+
+
+def show_rejection(check, *args, **kwargs) -> GradingError:
+    """Run a grader on a kernel that is wrong on purpose and print its diagnosis.
+
+    For lessons that show what a grader says about a typical mistake. If the grader accepts
+    the kernel, this raises, so a lesson can never silently show nothing.
+    """
+    try:
+        check(*args, **kwargs)
+    except GradingError as e:
+        print("REJECTED:", e)
+        return e
+    raise AssertionError(f"{check.__name__} accepted a kernel that is wrong on purpose")

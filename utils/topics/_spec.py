@@ -1,0 +1,130 @@
+"""What a topic is: the one record that graders, benchmarks, tests and lessons read.
+
+A topic (relu, gelu, reduction, softmax, ...) is one operation taught in one lesson and
+written in each language under ``kernels/<lang>/<topic>.py``. Its facts live in
+``utils/topics/<topic>.py`` as a ``Spec``; nothing else restates them:
+
+* the inputs the benchmarks and tests draw (``make_input``), and the shapes they use in
+  each mode, read from ``utils.SIZES`` (the tables of ``utils/config.py``);
+* the float64 ``reference`` every result is compared with;
+* the allowed error of a benchmark check (``tolerance``), built from ``utils.TOLERANCES``;
+* the bytes (and FLOPs) one call must move at the least, for GB/s (and TFLOP/s);
+* the performance ``targets`` on the course's GPU and the PyTorch ``baselines``;
+* the graders (``checks``) with the topic's own diagnoses.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from ..check import tolerance as _tolerance
+
+FLOAT = 4  # bytes per float32
+EPS32 = 2.0 ** -24  # unit roundoff of float32
+
+
+def numel(shape) -> int:
+    return int(math.prod(shape))
+
+
+@dataclass(frozen=True)
+class Target:
+    """A performance goal of the reference version of ``lang`` on the course's GPU.
+
+    ``kind``: "copy" (a fraction of the copy roofline measured in the same run), "torch"
+    (GB/s relative to the topic's first baseline at the same shape) or "gbps" (GB/s).
+    ``shape``: the one shape the goal applies to; None means every main benchmark shape.
+    """
+    lang: str
+    kind: str
+    threshold: float
+    shape: tuple | None = None
+
+
+@dataclass
+class Baseline:
+    """A PyTorch version measured beside the course's kernels."""
+    variant: str            # "torch", "torch.compile", "torch op-by-op"
+    version: str            # "eager", "compile", "unfused"
+    description: str
+    factory: Callable[[bool], Callable]   # factory(dynamic) -> fn(*inputs)
+
+
+def eager(fn):
+    return lambda dynamic=False: fn
+
+
+def compiled(fn):
+    # Static shapes: one compilation per shape measured (see benchmarks.harness.configure_torch_compile).
+    return lambda dynamic=False: torch.compile(fn, dynamic=False)
+
+
+def generator(seed: int, device) -> torch.Generator:
+    g = torch.Generator(device=device)
+    g.manual_seed(seed)
+    return g
+
+
+# ----------------------------------------------------------------------------------------
+# The usual answers for a topic whose inputs are one float32 tensor of ``shape``.
+# ----------------------------------------------------------------------------------------
+def float32_tol() -> tuple[float, float]:
+    t = _tolerance(torch.float32)
+    return float(t["atol"]), float(t["rtol"])
+
+
+def elementwise_tol(inputs, ref):
+    """``atol + rtol * |ref|`` of ``utils.TOLERANCES[float32]``, element by element."""
+    atol, rtol = float32_tol()
+    return atol + rtol * ref.abs()
+
+
+def exact_tol(inputs, ref):
+    return torch.zeros((), dtype=ref.dtype, device=ref.device)
+
+
+def elementwise_bytes(shape) -> int:
+    """One float read and one written per element."""
+    return 2 * FLOAT * numel(shape)
+
+
+def shapes_1d(sizes, key):
+    return [(int(n),) for n in getattr(sizes, key)]
+
+
+@dataclass
+class Spec:
+    name: str                     # kernels/<lang>/<name>.py
+    title: str                    # for tables and plots
+    lesson: str                   # notebooks/<lesson>.ipynb teaches it
+    reference: Callable           # (*inputs) -> float64 result
+    make_input: Callable          # (shape, seed=0, device=None) -> tensor or tuple of tensors
+    nbytes: Callable              # shape -> bytes one call must read + write at the least
+    tolerance: Callable = elementwise_tol   # (inputs, ref) -> allowed |out - ref|, broadcastable
+    flops: Callable | None = None           # shape -> floating-point operations (compute-bound topics)
+    checks: dict = field(default_factory=dict)      # grader name -> grader, exported from utils
+    baselines: list = field(default_factory=list)   # measured by `python -m benchmarks`
+    targets: list = field(default_factory=list)
+    baseline_label: str = "torch"           # how a "torch" target names the first baseline
+    scalar_output: bool = False             # the result is one number (a sum)
+    main_shapes: Callable = lambda sizes: [(int(sizes.bench_n),)]
+    sweep_shapes: Callable = lambda sizes: [(int(n),) for n in sizes.bench_sizes]
+    check_shapes: Callable = lambda sizes: shapes_1d(sizes, "bench_check_sizes")
+
+    @property
+    def benchmarked(self) -> bool:
+        return bool(self.baselines)
+
+    def inputs(self, shape, seed=0, device=None) -> tuple:
+        """The benchmark's (and tests') inputs of ``shape``, always as a tuple."""
+        x = self.make_input(tuple(shape), seed=seed, device=device)
+        return tuple(x) if isinstance(x, (tuple, list)) else (x,)
+
+    def out_shape(self, shape) -> tuple:
+        return (1,) if self.scalar_output else tuple(shape)
+
+    def out_numel(self, shape) -> int:
+        return numel(self.out_shape(shape))
