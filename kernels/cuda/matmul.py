@@ -1,6 +1,6 @@
 """Matrix multiplication C = A @ B in CUDA C++: launchers for ``matmul.cu``.
 
-    matmul(a, b)          the reference (v4): the fastest SIMT version, fp32
+    matmul(a, b)          the reference (v4): the fastest SIMT (CUDA-core) version, fp32
     matmul_naive(a, b)    v1, one thread per output
     matmul_tiled(a, b)    v2, 32 x 32 shared-memory tiles
     matmul_regtile(a, b)  v3, 128 x 128 tiles, 8 x 8 outputs per thread in registers
@@ -8,7 +8,8 @@
     matmul_wmma(a, b)     v5, tensor cores (nvcuda::wmma): fp16 or bf16 in, fp32 out
 
 A launcher takes A (M, K) and B (K, N) on ``utils.DEVICE`` and returns a new float32 C
-(M, N). Versions v1-v4 take float32 inputs; v5 takes float16 or bfloat16 (``INPUT_DTYPES``).
+(M, N). Versions v1-v4 take float32 inputs; v5 takes float16 or bfloat16 and is also the
+topic ``matmul_fp16`` (kernels/cuda/matmul_fp16.py), measured against torch.mm in fp16.
 Non-contiguous inputs (a transposed view, a slice) are copied to contiguous ones.
 """
 from __future__ import annotations
@@ -157,12 +158,10 @@ VERSIONS = OrderedDict(
     v2=("shared-memory tiles: 32 x 32 tiles of A and B, each loaded once per block", matmul_tiled),
     v3=("register blocking: 128 x 128 tiles, 8 x 8 outputs per thread", matmul_regtile),
     v4=("v3 + float4 loads, A transposed and padded in shared memory (v3 if K or N % 4 != 0)", matmul_vec4),
-    v5=("tensor cores (wmma): fp16/bf16 inputs, fp32 accumulation, 64 x 64 tiles", matmul_wmma),
 )
-#: The dtypes each version takes (float32 unless listed).
-INPUT_DTYPES = {"v5": HALF}
 REFERENCE = "v4"
 matmul = VERSIONS[REFERENCE][1]
+#: v5 (tensor cores, float16/bfloat16 inputs) is the topic matmul_fp16: kernels/cuda/matmul_fp16.py.
 
 
 def matmul_ref(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
