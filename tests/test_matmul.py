@@ -14,7 +14,7 @@ import kernels
 from utils.topics.matmul import make_inputs, tolerance_for
 
 CASES = [("cuda", "matmul", v) for v in ("v1", "v2", "v3", "v4")] + [
-    ("cuda", "matmul_fp16", "v5"), ("numba", "matmul", "v1"), ("numba", "matmul", "v2"),
+    ("cuda", "matmul_fp16", "v5"), ("numba", "matmul", "v1"), ("numba", "matmul", "v2"), ("numba", "matmul_fp16", "v1"),
     ("triton", "matmul", "v1"), ("triton", "matmul_fp16", "v2")]
 SHAPES = [(37, 45, 29), (1, 1, 1), (20, 7, 1), (130, 132, 36), (5, 3, 0), (0, 4, 3), (4, 0, 3)]
 
@@ -342,7 +342,7 @@ def _rejects(fn, pattern, **kw):
 
 
 def test_check_matmul_transposed_index():
-    _rejects(_launcher(GRADER_SRC, "naive_b_transposed_kernel", "2d"), r"B is read transposed|faulted|bounds")
+    _rejects(_launcher(GRADER_SRC, "naive_b_transposed_kernel", "2d"), r"B is read transposed")
 
 
 def test_check_matmul_transposed_index_square_probe():
@@ -359,17 +359,17 @@ def test_check_matmul_transposed_index_square_probe():
 @pytest.mark.skipif(not utils.SIMULATE, reason="the emulator's NaN-filled shared memory makes this deterministic")
 def test_check_matmul_missing_barrier_after_load():
     _rejects(_launcher(GRADER_SRC, "tiled_no_load_barrier_kernel", "stride"),
-             r"between loading a tile and using it|race")
+             r"between loading a tile and using it")
 
 
 @pytest.mark.skipif(not utils.SIMULATE, reason="deterministic only under the emulator")
 def test_check_matmul_missing_barrier_before_overwrite():
     _rejects(_launcher(GRADER_SRC, "tiled_no_overwrite_barrier_kernel", "stride"),
-             r"overwrites the shared tiles|race")
+             r"before the next tile overwrites")
 
 
 def test_check_matmul_unmasked_tile_edges():
-    _rejects(_launcher(GRADER_SRC, "tiled_unmasked_k_kernel", "stride"), r"edges masked|bounds|past the end")
+    _rejects(_launcher(GRADER_SRC, "tiled_unmasked_k_kernel", "stride"), r"edges masked")
 
 
 def test_check_matmul_unmasked_edges_without_fault():

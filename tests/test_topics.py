@@ -56,7 +56,7 @@ def test_inputs_are_seeded_and_the_reference_is_float64(name):
     a, b = spec.inputs(shape, seed=3), spec.inputs(shape, seed=3)
     assert all(torch.equal(x, y) for x, y in zip(a, b))
     assert not torch.equal(a[0], spec.inputs(shape, seed=4)[0])
-    assert all(x.dtype == torch.float32 and x.device.type == utils.DEVICE.type for x in a)
+    assert all(x.dtype in (torch.float32, torch.float16) and x.device.type == utils.DEVICE.type for x in a)
     ref = spec.reference(*a)
     assert ref.dtype == torch.float64
     assert ref.numel() == spec.out_numel(shape)
@@ -71,7 +71,7 @@ def test_inputs_are_seeded_and_the_reference_is_float64(name):
 def test_reference_agrees_with_the_pytorch_reference(name):
     """The float64 reference of the spec is the op the kernels' ``<op>_ref`` computes."""
     spec = utils.topic(name)
-    inputs = spec.inputs((7, 3) if name == "softmax" else (37,), seed=1)
+    inputs = spec.inputs({"softmax": (7, 3), "matmul": (7, 5, 3), "matmul_fp16": (7, 5, 3)}.get(name, (37,)), seed=1)
     ref_name = {"reduction": "sum_ref"}.get(name, f"{name}_ref")
     torch_ref = getattr(kernels.module(name, "cuda"), ref_name)
     torch.testing.assert_close(spec.reference(*inputs), torch_ref(*(x.double() for x in inputs)).reshape(
@@ -92,6 +92,10 @@ def test_benchmark_shapes_and_bytes(name, mode):
         assert shapes and all(isinstance(s, tuple) and all(int(d) >= 1 for d in s) for s in shapes)
     for shape in spec.main_shapes(sizes):
         n = math.prod(shape)
+        if spec.flops is not None:  # (M, N, K): A, B read once and C written once, 2 FLOPs per product term
+            M, N, K = shape
+            assert spec.nbytes(shape) >= 2 * (M * K + K * N + M * N) and spec.flops(shape) == 2 * n
+            continue
         # at least every input read once and the result written once
         assert spec.nbytes(shape) >= 4 * (n + spec.out_numel(shape))
     for target in spec.targets:

@@ -97,7 +97,7 @@ PROBLEM_SIZES = {
         matmul_grader_shapes=[(127, 255, 63), (256, 256, 256), (1, 1, 1), (300, 7, 1), (64, 512, 300),
                               (5, 3, 0), (0, 4, 3), (4, 0, 3)],
         matmul_probe_shape=(256, 256, 256),
-        matmul_bench_check_shapes=[(127, 255, 63), (1, 1, 1), (5, 3, 0)],
+        matmul_bench_check_shapes=[(1, 1, 1), (300, 7, 1), (127, 255, 63)],
     ),
     "simulation": dict(
         elementwise_n=4099,
@@ -118,7 +118,7 @@ PROBLEM_SIZES = {
         matmul_sweep=[16, 32, 64],
         matmul_grader_shapes=[(37, 45, 29), (1, 1, 1), (20, 7, 1), (9, 33, 70), (5, 3, 0), (0, 4, 3), (4, 0, 3)],
         matmul_probe_shape=(64, 64, 64),
-        matmul_bench_check_shapes=[(37, 45, 29), (1, 1, 1), (5, 3, 0)],
+        matmul_bench_check_shapes=[(1, 1, 1), (20, 7, 1), (37, 45, 29)],
     ),
 }
 

@@ -4,7 +4,7 @@
     matmul_naive(a, b)    v1, one thread per output
     matmul_tiled(a, b)    v2, 32 x 32 shared-memory tiles
     matmul_regtile(a, b)  v3, 128 x 128 tiles, 8 x 8 outputs per thread in registers
-    matmul_vec4(a, b)     v4, v3 with float4 loads and a transposed, padded tile of A
+    matmul_vec4(a, b)     v4, float4 loads, a transposed and padded tile of A, 128 x 64 tiles
     matmul_wmma(a, b)     v5, tensor cores (nvcuda::wmma): fp16 or bf16 in, fp32 out
 
 A launcher takes A (M, K) and B (K, N) on ``utils.DEVICE`` and returns a new float32 C
@@ -103,18 +103,15 @@ def matmul_regtile(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return c
 
 
-#: v4's kernels: name -> (BM, BN, threads). The launcher uses VEC4_CONFIG (tuned on an H100).
+#: v4's kernels: name -> (BM, BN, threads). The first is the one the launcher uses (the
+#: fastest on an H100; benchmarks/matmul_tune.py compares them).
 VEC4_KERNELS = {
-    "matmul_vec4_kernel": (128, 128, 256),
-    "matmul_vec4_bk16_kernel": (128, 128, 256),
-    "matmul_vec4_128x64_kernel": (128, 64, 128),
+    "matmul_vec4_kernel": (128, 64, 128),
+    "matmul_vec4_128x128_kernel": (128, 128, 256),
+    "matmul_vec4_bk16_kernel": (128, 64, 128),
     "matmul_vec4_64x64_kernel": (64, 64, 256),
-    "matmul_vec4_128x64_bk8_kernel": (128, 64, 128),
-    "matmul_vec4_64x128_kernel": (64, 128, 128),
-    "matmul_vec4_128x64_bk32_kernel": (128, 64, 128),
-    "matmul_vec4_128x128_8x4_kernel": (128, 128, 512),
 }
-VEC4_CONFIG = "matmul_vec4_bk16_kernel"
+VEC4_CONFIG = "matmul_vec4_kernel"
 
 
 def vec4_ok(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> bool:
@@ -157,7 +154,8 @@ VERSIONS = OrderedDict(
     v1=("naive: one thread per output, A and B read from global memory for every FMA", matmul_naive),
     v2=("shared-memory tiles: 32 x 32 tiles of A and B, each loaded once per block", matmul_tiled),
     v3=("register blocking: 128 x 128 tiles, 8 x 8 outputs per thread", matmul_regtile),
-    v4=("v3 + float4 loads, A transposed and padded in shared memory (v3 if K or N % 4 != 0)", matmul_vec4),
+    v4=("float4 loads, A transposed and padded in shared memory, 128 x 64 tiles (v3 if K or N % 4 != 0)",
+        matmul_vec4),
 )
 REFERENCE = "v4"
 matmul = VERSIONS[REFERENCE][1]
@@ -165,5 +163,8 @@ matmul = VERSIONS[REFERENCE][1]
 
 
 def matmul_ref(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """C = A @ B in float32 (from float32, float16 or bfloat16 inputs)."""
-    return (a.float() @ b.float())
+    """C = A @ B: in float32 for float16/bfloat16 inputs (as the kernels return it), else in
+    the inputs' dtype."""
+    if a.dtype in HALF:
+        return a.float() @ b.float()
+    return a @ b

@@ -15,3 +15,4 @@ VERSIONS = OrderedDict(
 )
 REFERENCE = "v5"
 matmul_fp16 = VERSIONS[REFERENCE][1]
+matmul_fp16_ref = matmul_ref

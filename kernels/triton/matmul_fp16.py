@@ -15,3 +15,4 @@ VERSIONS = OrderedDict(
     v2=("fp16/bf16 in, fp32 accumulate: tl.dot on tensor cores, autotuned tiles, grouped ordering", matmul_fp16),
 )
 REFERENCE = "v2"
+matmul_fp16_ref = matmul_ref

@@ -111,6 +111,7 @@ class Spec:
     baseline_label: str = "torch"           # how a "torch" target names the first baseline
     scalar_output: bool = False             # the result is one number (a sum)
     out_dtypes: tuple = (torch.float32,)    # the result dtypes accepted (matmul_fp16: also float16)
+    result_shape: Callable | None = None    # shape -> the result's shape, if not the input's (matmul)
     main_shapes: Callable = lambda sizes: [(int(sizes.bench_n),)]
     sweep_shapes: Callable = lambda sizes: [(int(n),) for n in sizes.bench_sizes]
     check_shapes: Callable = lambda sizes: shapes_1d(sizes, "bench_check_sizes")
@@ -125,6 +126,8 @@ class Spec:
         return tuple(x) if isinstance(x, (tuple, list)) else (x,)
 
     def out_shape(self, shape) -> tuple:
+        if self.result_shape is not None:
+            return tuple(self.result_shape(tuple(shape)))
         return (1,) if self.scalar_output else tuple(shape)
 
     def out_numel(self, shape) -> int:
