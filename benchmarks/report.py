@@ -57,7 +57,7 @@ def evaluate_targets(rows: list[dict], topics, shapes: dict | None = None) -> li
                 value = r.get("fraction_of_copy") if r else None
                 unit = "fraction_of_copy"
             elif kind == "torch":
-                goal = f">= {TOPICS[topic].baseline_label}"
+                goal = f">= {TOPICS[topic].baseline_label}" if thr == 1 else f">= {thr:.0%} of {TOPICS[topic].baseline_label}"
                 t = torch_rows.get(tuple(shape))
                 value = (r["gbps"] / t["gbps"]) if (r and t and t.get("gbps")) else None
                 unit = "ratio_to_torch"
