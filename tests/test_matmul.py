@@ -58,15 +58,19 @@ def test_transposed_and_sliced_inputs(lang, topic, version):
 def test_bad_inputs_are_refused_clearly(lang, topic, version):
     fn = kernels.get(topic, lang, version)
     dtype = _dtype(topic)
-    a = torch.zeros(4, 3, dtype=dtype)
+    dev = utils.DEVICE
+    a = torch.zeros(4, 3, dtype=dtype, device=dev)
     with pytest.raises(ValueError, match="cannot be multiplied"):
-        fn(a, torch.zeros(4, 2, dtype=dtype))
+        fn(a, torch.zeros(4, 2, dtype=dtype, device=dev))
     with pytest.raises(TypeError, match="must be"):
-        fn(a.double(), torch.zeros(3, 2).double())
+        fn(a.double(), torch.zeros(3, 2, device=dev).double())
     with pytest.raises(ValueError, match="2-D"):
-        fn(a.reshape(-1), torch.zeros(3, 2, dtype=dtype))
+        fn(a.reshape(-1), torch.zeros(3, 2, dtype=dtype, device=dev))
     with pytest.raises(TypeError, match="torch.Tensor"):
-        fn([[1.0]], torch.zeros(1, 1, dtype=dtype))
+        fn([[1.0]], torch.zeros(1, 1, dtype=dtype, device=dev))
+    if dev.type == "cuda":
+        with pytest.raises(ValueError, match="move it"):
+            fn(a.cpu(), torch.zeros(3, 2, dtype=dtype))
 
 
 def test_vec4_shapes_and_fallback():
