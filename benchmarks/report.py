@@ -12,11 +12,11 @@ from utils.bench import commit_str
 
 from .topics import TOPICS
 
-# The course's targets on the H100, from each topic's spec (utils/topics/<topic>.py):
-# (topic, lang, kind, threshold, shape or None for every main shape). kind "copy" = fraction
-# of the copy roofline measured in the same run; "torch" = GB/s relative to the topic's first
-# PyTorch baseline at the same shape; "gbps" = GB/s.
-TARGETS = [(name, t.lang, t.kind, t.threshold, t.shape) for name, spec in TOPICS.items() for t in spec.targets]
+# The course's targets on the H100, from each topic's spec (utils/topics/<topic>.py), as
+# (topic, Target). Target.kind "copy" = fraction of the copy roofline measured in the same run;
+# "torch" = speed relative to a PyTorch baseline at the same shape; "gbps" = GB/s; "tflops" =
+# TFLOP/s. Target.version names the course's version measured (default: the reference).
+TARGETS = [(name, t) for name, spec in TOPICS.items() for t in spec.targets]
 
 TOPIC_TITLES = {**{name: spec.title for name, spec in TOPICS.items()}, "copy": "Copy"}
 
@@ -35,39 +35,50 @@ def evaluate_targets(rows: list[dict], topics, shapes: dict | None = None) -> li
     measured).
     """
     out = []
-    for topic, lang, kind, thr, only in TARGETS:
+    for topic, target in TARGETS:
         if topic not in topics:
             continue
-        ref_rows = [r for r in rows if r["topic"] == topic and r["lang"] == lang and r.get("reference")]
-        base = TOPICS[topic].baselines[0]
+        spec = TOPICS[topic]
+        lang, kind, thr = target.lang, target.kind, target.threshold
+        mine = [r for r in rows if r["topic"] == topic and r["lang"] == lang
+                and (r.get("version") == target.version if target.version else r.get("reference"))]
+        base = next((b for b in spec.baselines if b.version == target.baseline), spec.baselines[0])
         torch_rows = {tuple(r["shape"]): r for r in rows
                       if r["topic"] == topic and r["lang"] == "torch" and r["version"] == base.version}
-        if only is not None:
-            shapes_t = [tuple(only)]
+        if target.shape is not None:
+            shapes_t = [tuple(target.shape)]
         elif shapes and topic in shapes:
             shapes_t = [tuple(s) for s in shapes[topic]]
         else:
             shapes_t = sorted({tuple(r["shape"]) for r in rows if r["topic"] == topic}, key=_size)
-        by_shape = {tuple(r["shape"]): r for r in ref_rows}
+        by_shape = {tuple(r["shape"]): r for r in mine}
         for shape in shapes_t:
             r = by_shape.get(tuple(shape))
-            variant = r["variant"] if r else f"{lang} (reference)"
+            variant = r["variant"] if r else f"{lang} {target.version or '(reference)'}"
             if kind == "copy":
                 goal = f">= {thr:.0%} of copy"
                 value = r.get("fraction_of_copy") if r else None
                 unit = "fraction_of_copy"
             elif kind == "torch":
-                goal = f">= {TOPICS[topic].baseline_label}" if thr == 1 else f">= {thr:.0%} of {TOPICS[topic].baseline_label}"
+                label = target.baseline_label or spec.baseline_label
+                goal = f">= {label}" if thr == 1 else f">= {thr:.0%} of {label}"
                 t = torch_rows.get(tuple(shape))
+                # same shape, same bytes: the ratio of GB/s is the ratio of speeds
                 value = (r["gbps"] / t["gbps"]) if (r and t and t.get("gbps")) else None
                 unit = "ratio_to_torch"
+            elif kind == "tflops":
+                goal = f">= {thr:,.0f} TFLOP/s"
+                value = r.get("tflops") if r else None
+                unit = "tflops"
             else:
                 goal = f">= {thr:,.0f} GB/s"
                 value = r.get("gbps") if r else None
                 unit = "gbps"
-            out.append(dict(topic=topic, lang=lang, variant=variant, shape=list(shape), goal=goal,
-                            value=value, threshold=thr, unit=unit,
-                            met=None if value is None else bool(value >= thr)))
+            row = dict(topic=topic, lang=lang, variant=variant, shape=list(shape), goal=goal,
+                       value=value, threshold=thr, unit=unit, met=None if value is None else bool(value >= thr))
+            if kind == "torch":
+                row["versus"] = label
+            out.append(row)
     return out
 
 
@@ -94,8 +105,9 @@ def _value_str(t: dict) -> str:
     if t["unit"] == "fraction_of_copy":
         return f"{100 * v:.1f}% of copy"
     if t["unit"] == "ratio_to_torch":
-        spec = TOPICS.get(t.get("topic"))
-        return f"{v:.3f}x {spec.baseline_label if spec else 'torch'}"
+        return f"{v:.3f}x {t.get('versus', 'torch')}"
+    if t["unit"] == "tflops":
+        return f"{v:,.1f} TFLOP/s"
     return f"{v:,.0f} GB/s"
 
 
@@ -230,7 +242,7 @@ def plot_sweeps(data: dict, outdir: Path, name: str) -> list[Path]:
         if copy_sweep:
             curves["copy (same sizes)"] = [tuple(p) for p in copy_sweep]
         title = f"{TOPIC_TITLES.get(topic, topic)}: bandwidth against size"
-        xlabel = "elements, rows of 4096" if topic == "softmax" else "elements"
+        xlabel = TOPICS[topic].sweep_label if topic in TOPICS else "elements"
         fig = utils.plot_bandwidth(curves, roof, title=title, xlabel=xlabel,
                                    recorded_on=None if simulated else f"{gpu}, {date}",
                                    label_simulated=simulated)

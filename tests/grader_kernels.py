@@ -108,6 +108,13 @@ def relu_first_block_only(x):
     return y
 
 
+def relu_no_pid_big_block(x):
+    """Forgot pid * BLOCK, with a block of 1024: at n = 1025 only the last element is missing."""
+    y = torch.empty_like(x)
+    _relu_first_block_kernel[(triton.cdiv(x.numel(), 1024),)](x, y, x.numel(), BLOCK=1024)
+    return y
+
+
 def relu_grid_rounded_down(x):
     """Grid n // BLOCK: the tail block is never launched."""
     y = torch.empty_like(x)
@@ -362,6 +369,34 @@ def sum_two_pass_ok(x):
         _partial_sums_kernel[(nxt.numel(),)](parts, nxt, parts.numel(), BLOCK=64)
         parts = nxt
     return parts.reshape(())
+
+
+@triton.jit
+def _sum_nomask_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs)        # wrong: no mask, the tail block reads past the end of x
+    tl.atomic_add(out_ptr, tl.sum(x, axis=0))
+
+
+def sum_nomask(x):
+    out = torch.zeros(1, dtype=torch.float32, device=x.device)
+    _sum_nomask_kernel[(triton.cdiv(x.numel(), BLOCK),)](x, out, x.numel(), BLOCK=BLOCK)
+    return out
+
+
+def sum_fixed_grid(x):
+    """Wrong: 4 programs of 256 elements, one element per lane and no grid-stride loop, so
+    elements past the first 1024 are never read (every block's sum is added, atomically)."""
+    out = torch.zeros(1, dtype=torch.float32, device=x.device)
+    _sum_atomic_kernel[(4,)](x, out, x.numel(), FIRST_ONLY=False, BLOCK=256)
+    return out
+
+
+def sum_one_pass(x):
+    """Wrong: one program sums one block of 1024 elements, whatever n is."""
+    out = torch.zeros(1, dtype=torch.float32, device=x.device)
+    _sum_atomic_kernel[(1,)](x, out, x.numel(), FIRST_ONLY=False, BLOCK=1024)
+    return out
 
 
 # -- row max ----------------------------------------------------------------------------
@@ -623,6 +658,25 @@ __global__ void sum_dynamic_kernel(const float* x, float* out, int n) {
     if (t == 0) atomicAdd(out, dyn[0]);
 }
 
+template <bool BARRIER>
+__device__ void block_row_max(const float* x, float* out, int cols) {
+    __shared__ float sh[128];
+    int t = threadIdx.x;
+    const float* row = x + (long)blockIdx.x * cols;
+    float m = -INFINITY;
+    for (int c = t; c < cols; c += blockDim.x) m = fmaxf(m, row[c]);
+    sh[t] = m;
+    if (BARRIER) __syncthreads();
+    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+        if (t < s) sh[t] = fmaxf(sh[t], sh[t + s]);
+        if (BARRIER) __syncthreads();
+    }
+    if (t == 0) out[blockIdx.x] = sh[0];
+}
+
+__global__ void row_max_kernel(const float* x, float* out, int cols) { block_row_max<true>(x, out, cols); }
+__global__ void row_max_nobarrier_kernel(const float* x, float* out, int cols) { block_row_max<false>(x, out, cols); }
+
 __global__ void sum_kernel(const float* x, float* out, int n) { block_sum<true>(x, out, n); }
 __global__ void sum_nobarrier_kernel(const float* x, float* out, int n) { block_sum<false>(x, out, n); }
 """
@@ -683,6 +737,18 @@ def cu_sum_ok(x):
 def cu_sum_no_barrier(x):
     out = torch.zeros(1, dtype=torch.float32, device=x.device)
     _cu("sum_nobarrier_kernel")[4, 256](x, out, x.numel())
+    return out
+
+
+def cu_row_max_ok(x):
+    out = torch.empty(x.shape[0], dtype=torch.float32, device=x.device)
+    _cu("row_max_kernel")[x.shape[0], 128](x, out, x.shape[1])
+    return out
+
+
+def cu_row_max_no_barrier(x):
+    out = torch.empty(x.shape[0], dtype=torch.float32, device=x.device)
+    _cu("row_max_nobarrier_kernel")[x.shape[0], 128](x, out, x.shape[1])
     return out
 
 

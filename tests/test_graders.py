@@ -320,8 +320,9 @@ def test_cuda_tree_sum_accepted(capsys):
 
 @needs_cuda_kernel
 def test_cuda_float4_without_scalar_tail():
-    rejects(utils.check_relu, K.cu_relu_float4_no_tail, r"element 1024 was never written",
-            r"only the last elements are missing")
+    msg = rejects(utils.check_relu, K.cu_relu_float4_no_tail, r"element 1024 was never written",
+                  r"n % 4", r"scalar code")
+    assert "rounded up" not in msg
 
 
 @needs_cuda_kernel
@@ -390,3 +391,115 @@ def test_a_stub_inside_a_triton_kernel_is_not_solved_yet():
     # (The kernel lives in a module: on a GPU, Triton resolves `tl` from the kernel's globals.)
     with pytest.raises(utils.GradingError, match=r"^not solved yet: write relu_kernel \(about 5 lines\)$"):
         utils.check_relu(K.relu_triton_stub)
+
+
+# --------------------------------------------------------------------------------------
+# In Jupyter a GradingError shows its diagnosis, not the grader's frames
+# --------------------------------------------------------------------------------------
+def _ipython_output(code, capsys):
+    from IPython.core.interactiveshell import InteractiveShell
+    shell = InteractiveShell.instance()
+    shell.user_ns.update(utils=utils, K=K)
+    capsys.readouterr()
+    shell.run_cell(code)
+    return capsys.readouterr().out
+
+
+def test_grading_error_shows_the_diagnosis_alone_in_ipython(capsys, monkeypatch):
+    monkeypatch.delenv("COURSE_FULL_TRACEBACK", raising=False)
+    short = _ipython_output("utils.check_relu(K.relu_nomask, seed=1)", capsys)
+    assert "GradingError: check_relu failed" in short and "Hint:" in short
+    assert "grading.py" not in short and "run_cases" not in short
+    monkeypatch.setenv("COURSE_FULL_TRACEBACK", "1")
+    full = _ipython_output("utils.check_relu(K.relu_nomask, seed=1)", capsys)
+    assert "grading.py" in full and "check_relu failed" in full
+    assert len(short.splitlines()) + 10 < len(full.splitlines())
+
+
+def test_grading_error_keeps_the_learners_own_frames():
+    def launcher(x):
+        return helper(x)
+
+    def helper(x):
+        raise RuntimeError("boom in my code")
+
+    with pytest.raises(utils.GradingError) as info:
+        utils.check_relu(launcher)
+    lines = info.value._render_traceback_()
+    text = "\n".join(lines)
+    assert "RuntimeError raised in your code" in text and "in helper" in text and "in launcher" in text
+    assert "grading.py" not in text
+    assert lines[-1].startswith("GradingError: check_relu failed") or "GradingError: check_relu failed" in text
+
+
+# --------------------------------------------------------------------------------------
+# Mistakes that look alike at one size: the grader asks the kernel again to tell them apart
+# --------------------------------------------------------------------------------------
+def test_forgotten_block_offset_with_a_large_block():
+    # BLOCK = 1024: at n = 1025 only the last element is missing, as with a rounded-down grid
+    msg = rejects(utils.check_relu, K.relu_no_pid_big_block, r"element 1024 was never written",
+                  r"whatever n is", r"pid \* BLOCK")
+    assert "rounded up" not in msg
+
+
+def test_sum_without_mask_is_told_to_mask():
+    msg = rejects(utils.check_sum, K.sum_nomask, r"reads past the end of x", r"mask=offs < n")
+    assert "torch.zeros" not in msg and "never written" not in msg
+
+
+@pytest.mark.parametrize("kernel", ["sum_fixed_grid", "sum_one_pass"])
+def test_sum_over_a_fixed_number_of_elements(kernel):
+    # 4 x 256 or 1 x 1024 elements whatever n is: not a rounded-down grid, not a lost atomicAdd
+    msg = rejects(utils.check_sum, getattr(K, kernel), r"first 1024 elements only, whatever n is",
+                  r"grid-stride")
+    assert "misses the last" not in msg
+
+
+def test_row_max_losing_partial_maxima_is_told_about_barriers():
+    # what a tree without __syncthreads() often returns: a value of the row, not its maximum
+    def lost_steps(x):
+        return x[:, ::2].amax(dim=1)
+    msg = rejects(utils.check_row_max, lost_steps, r"one of its own values", r"__syncthreads\(\)")
+    assert "blockIdx" not in msg
+
+
+@needs_cuda_kernel
+def test_row_max_ok_cuda(capsys):
+    accepts(utils.check_row_max, K.cu_row_max_ok, capsys)
+
+
+@needs_cuda_kernel
+@simulation_only
+def test_row_max_missing_barrier_cuda():
+    msg = rejects(utils.check_row_max, K.cu_row_max_no_barrier, r"__syncthreads\(\)")
+    assert "row = blockIdx.x" not in msg
+
+
+# --------------------------------------------------------------------------------------
+# A race detector's report (a KernelFault) is the diagnosis, not a barrier hint
+# --------------------------------------------------------------------------------------
+class _RaceReport(utils.KernelFault):
+    pass
+
+
+def test_race_report_is_the_diagnosis():
+    report = ("sum_kernel: data race on `out[0]` (global memory): a write by block 1 thread 0 at line 12 "
+              "and a write by block 0 thread 0 at line 12; fix: use atomicAdd")
+
+    def racy(x):
+        raise _RaceReport(report)
+
+    msg = rejects(utils.check_sum, racy, r"has a race", re.escape(report))
+    assert "Hint:" not in msg and "reached the same __syncthreads" not in msg
+
+
+def test_race_report_wrapped_by_the_interpreter_is_found():
+    report = "data race in kernel `k` on x[3] (shared memory): add a __syncthreads() between line 4 and line 6"
+
+    def racy(x):
+        try:
+            raise _RaceReport(report)
+        except _RaceReport as inner:
+            raise RuntimeError("the interpreter's own wrapper") from inner
+
+    rejects(utils.check_relu, racy, r"has a race", re.escape(report))

@@ -71,7 +71,7 @@ def test_inputs_are_seeded_and_the_reference_is_float64(name):
 def test_reference_agrees_with_the_pytorch_reference(name):
     """The float64 reference of the spec is the op the kernels' ``<op>_ref`` computes."""
     spec = utils.topic(name)
-    inputs = spec.inputs({"softmax": (7, 3), "matmul": (7, 5, 3), "matmul_fp16": (7, 5, 3)}.get(name, (37,)), seed=1)
+    inputs = spec.inputs(spec.check_shapes(sizes_of("simulation"))[-1], seed=1)
     ref_name = {"reduction": "sum_ref"}.get(name, f"{name}_ref")
     torch_ref = getattr(kernels.module(name, "cuda"), ref_name)
     torch.testing.assert_close(spec.reference(*inputs), torch_ref(*(x.double() for x in inputs)).reshape(
@@ -101,3 +101,33 @@ def test_benchmark_shapes_and_bytes(name, mode):
     for target in spec.targets:
         if target.shape is not None and mode == "gpu":
             assert tuple(target.shape) in spec.main_shapes(sizes), "a target's shape is measured"
+
+
+def test_targets_of_a_named_version_against_a_named_baseline(monkeypatch):
+    """What a compute-bound topic needs: a target for one version (not the reference) against
+    one of several baselines, at a fraction of its speed, and TFLOP/s."""
+    from benchmarks import report
+    from utils.topics import Target
+    extra = [("softmax", Target("triton", "torch", 0.9, version="v3", baseline="compile",
+                                baseline_label="torch.compile")),
+             ("softmax", Target("triton", "tflops", 5.0, shape=(4, 8), version="v3"))]
+    monkeypatch.setattr(report, "TARGETS", extra)
+    rows = [dict(topic="softmax", lang="triton", version="v3", variant="triton v3", reference=False,
+                 shape=[4, 8], gbps=950.0, tflops=6.0),
+            dict(topic="softmax", lang="triton", version="v5", variant="triton v5", reference=True,
+                 shape=[4, 8], gbps=2000.0, tflops=9.0),
+            dict(topic="softmax", lang="torch", version="compile", variant="torch.compile", shape=[4, 8], gbps=1000.0),
+            dict(topic="softmax", lang="torch", version="eager", variant="torch", shape=[4, 8], gbps=100.0)]
+    ratio, tflops = report.evaluate_targets(rows, ["softmax"], {"softmax": [(4, 8)]})
+    assert ratio["variant"] == "triton v3" and ratio["value"] == pytest.approx(0.95) and ratio["met"] is True
+    assert ratio["goal"] == ">= 90% of torch.compile" and report._value_str(ratio) == "0.950x torch.compile"
+    assert tflops["value"] == 6.0 and tflops["met"] is True and tflops["goal"] == ">= 5 TFLOP/s"
+
+
+def test_result_shape_of_a_spec():
+    spec = utils.topic("softmax")
+    assert spec.out_shape((3, 5)) == (3, 5)
+    assert utils.topic("reduction").out_shape((1000,)) == (1,)
+    from dataclasses import replace
+    mm = replace(spec, result_shape=lambda s: (s[0], s[1]))
+    assert mm.out_shape((4, 6, 8)) == (4, 6) and mm.out_numel((4, 6, 8)) == 24

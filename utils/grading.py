@@ -30,6 +30,7 @@ import math
 import os
 import re
 import struct
+import traceback
 
 import torch
 
@@ -40,8 +41,49 @@ from .config import DEVICE, SIMULATE, SIZES
 __all__ = ["GradingError", "show_rejection", "POISON_BITS"]
 
 
+#: Set to 1 (in the environment, or ``os.environ`` in a cell) to see a GradingError's full
+#: traceback, grader frames included, instead of the diagnosis alone.
+FULL_TRACEBACK_ENV = "COURSE_FULL_TRACEBACK"
+_HERE = os.path.dirname(os.path.abspath(__file__))
+
+
 class GradingError(AssertionError):
-    """A kernel gave a wrong result; the message says where and what usually causes it."""
+    """A kernel gave a wrong result; the message says where and what usually causes it.
+
+    In Jupyter it shows as its message alone, preceded by the learner's own frames when the
+    learner's code raised (the grader's ~70 lines of frames say nothing about the kernel).
+    The full traceback stays available: ``COURSE_FULL_TRACEBACK=1`` (in the environment, or
+    set with ``os.environ`` in a cell) shows it for every GradingError, and right after one
+    ``import sys, traceback; traceback.print_exception(sys.last_value)`` prints it.
+    """
+
+    @property
+    def _render_traceback_(self):
+        # IPython asks hasattr(err, "_render_traceback_"): raising AttributeError here makes
+        # it print its usual full traceback.
+        if os.environ.get(FULL_TRACEBACK_ENV, "").strip().lower() in ("1", "true", "yes", "on"):
+            raise AttributeError("_render_traceback_")
+        return self._short_traceback
+
+    def _short_traceback(self) -> list[str]:
+        lines = []
+        cause = self.__cause__
+        if cause is not None and cause.__traceback__ is not None:
+            frames = [f for f in traceback.extract_tb(cause.__traceback__) if _learner_frame(f.filename)]
+            if frames:
+                lines.append(f"{type(cause).__name__} raised in your code:")
+                lines += [ln.rstrip("\n") for ln in traceback.format_list(frames)]
+                lines.append("")
+        lines.append(f"{type(self).__name__}: {self}")
+        return lines
+
+
+def _learner_frame(filename: str) -> bool:
+    """A frame of the learner's code (a notebook cell, kernels/, their own files), not of the
+    grader, the emulator or an installed package."""
+    path = os.path.abspath(filename)
+    return not (path.startswith(_HERE + os.sep) or "site-packages" in path
+                or os.sep + "lib" + os.sep + "python" in path or filename.startswith("<frozen"))
 
 
 # --------------------------------------------------------------------------------------
@@ -226,11 +268,29 @@ def _fault_hint(msg: str) -> str:
     return "read the message above: it names the kernel and what went wrong."
 
 
+def _fault_in(e: BaseException, fault_cls):
+    """The KernelFault (race reports included) that ``e`` is or wraps: Triton's interpreter
+    wraps what a kernel raises in its own error."""
+    seen = set()
+    while e is not None and fault_cls is not None and id(e) not in seen:
+        if isinstance(e, fault_cls):
+            return e
+        seen.add(id(e))
+        e = e.__cause__ or e.__context__
+    return None
+
+
+def _is_race(msg: str) -> bool:
+    low = msg.lower()
+    return "data race" in low or "race on" in low or "hazard" in low
+
+
 class Case:
     """One input set: its label, input values (CPU), the float64 reference and how to build inputs."""
 
-    def __init__(self, label, values, expected, make=None, extra=None):
+    def __init__(self, label, values, expected, make=None, extra=None, resize=None):
         self.label = label
+        self.resize = resize            # optional: n -> a Case of the same kind with n elements (probes)
         self.values = values            # tuple of CPU float32 tensors
         self.expected = expected        # CPU float64 tensor
         self.make = make                # optional: () -> (inputs, guards) for special layouts
@@ -300,8 +360,13 @@ class Grader:
             stub = re.search(r"not solved yet[^'\"\n]*", text)
             if stub:
                 raise GradingError(stub.group(0).rstrip()) from None
-            if fault_cls is not None and isinstance(e, fault_cls):
-                self.fail(f"the kernel faulted: {e}", _fault_hint(str(e)), cause=e)
+            fault = _fault_in(e, fault_cls)
+            if fault is not None and _is_race(str(fault)):
+                # the race detector's report names both accesses and the fix: it is the diagnosis
+                self.fail(f"the kernel has a race (on a GPU its result would depend on timing):\n{fault}",
+                          cause=fault)
+            if fault is not None:
+                self.fail(f"the kernel faulted: {fault}", _fault_hint(str(fault)), cause=fault)
             if isinstance(e, IndexError):
                 self.fail(f"{type(e).__name__}: {e}", _fault_hint("index out of range"), cause=e)
             self.fail(f"your function raised {type(e).__name__}: {e}",
@@ -376,19 +441,37 @@ class Grader:
                           f"write the result into a new output tensor, not into {name} "
                           f"(for example out = torch.empty_like({name})).")
 
-    def check_unwritten(self, run: _Run, out: torch.Tensor, hint_fn=None, case=None):
+    @staticmethod
+    def unwritten_mask(run: _Run, out: torch.Tensor) -> torch.Tensor | None:
+        """True where ``out`` still holds the grader's "never written" NaN (None: cannot tell)."""
         g = run.allocs.find(out)
         if g is not None:
-            mask = g.never_written().detach().cpu().reshape(out.shape)
-        elif out.dtype == torch.float32:
+            return g.never_written().detach().cpu().reshape(out.shape)
+        if out.dtype == torch.float32:
             # not one of ours (made in C++, or by torch.zeros): the poison bit pattern can
             # only be there if the allocator reused a poisoned block and no one wrote it
-            mask = (out.detach().contiguous().view(torch.int32) == POISON_BITS).cpu()
-        else:
+            return (out.detach().contiguous().view(torch.int32) == POISON_BITS).cpu()
+        return None
+
+    def probe(self, case: Case, *, scalar=False):
+        """``(run, out)`` of ``fn`` on an extra input that a diagnosis asks about, or None when
+        that run fails (the failure already reported stays the one reported)."""
+        saved = self.case
+        try:
+            run = self.call(case)
+            return run, self.output_tensor(run, case.expected.shape, scalar=scalar)
+        except GradingError:
+            return None
+        finally:
+            self.case = saved
+
+    def check_unwritten(self, run: _Run, out: torch.Tensor, hint_fn=None, case=None):
+        mask = self.unwritten_mask(run, out)
+        if mask is None:
             return
         if bool(mask.any()):
             where = _check.describe_positions(mask) if mask.dim() else "the result"
-            hint = hint_fn(case, mask) if hint_fn else None
+            hint = hint_fn(case, mask, self) if hint_fn else None
             if hint is None:
                 hint = ("is the grid large enough (cdiv(n, BLOCK) blocks), and is the last block launched? "
                         "Does every element get a thread?")
@@ -502,8 +585,9 @@ def grader_shapes():
 # --------------------------------------------------------------------------------------
 # Elementwise graders
 # --------------------------------------------------------------------------------------
-def tail_hint(case, mask):
-    """Hints for never-written elements of a 1-D result."""
+def tail_hint(case, mask, g=None):
+    """Hints for never-written elements of a 1-D result. Only a tail missing looks the same for
+    several mistakes, so the kernel is asked again at a second size (``case.resize``)."""
     if mask.dim() != 1:
         return None
     n = mask.numel()
@@ -513,11 +597,52 @@ def tail_hint(case, mask):
     start = r[0][0]
     if start == 0:
         return "nothing was written: is the kernel launched, with at least one block, on the output tensor?"
+    written2 = _written_prefix_at(g, case, probe_size(n))
+    if written2 is not None:
+        n2, w2 = written2
+        if w2 == start:
+            return (f"only the first {start} elements were written, whatever n is (with {n2} elements too): "
+                    "every block writes the same elements. The index needs the block's offset, "
+                    "blockIdx.x * blockDim.x + threadIdx.x (pid * BLOCK + tl.arange in Triton); or, with a "
+                    "fixed grid, each thread must loop (grid-stride: i += gridDim.x * blockDim.x).")
+        if w2 == n2 and n - start == n % 4:
+            k = n - start
+            return (f"the last {k} element{'s' if k > 1 else ''} (n % 4) {'were' if k > 1 else 'was'} never written, "
+                    f"and with {n2} elements, a multiple of 4, every element was: the float4 loop covers "
+                    "n / 4 vectors, and the n % 4 elements after them need scalar code of their own.")
+        if w2 < n2:
+            return (f"only the last elements are missing ({n - start} of {n}; {n2 - w2} of {n2}): is the grid "
+                    "rounded up (cdiv(n, BLOCK) blocks, not n // BLOCK), so the tail block is launched?")
     if n - start < start:
         return ("only the last elements are missing: is the grid rounded up (cdiv(n, BLOCK) blocks, "
                 "not n // BLOCK), so the tail block is launched?")
     return (f"only the first {start} elements were written: do all blocks work (the index needs "
             "blockIdx.x * blockDim.x + threadIdx.x), and is the grid large enough / is the last block launched?")
+
+
+def probe_size(n: int) -> int:
+    """A second size for a probe: more than twice ``n``, 4 more than a multiple of 8, so a
+    rounded-down grid of any block of 8 or more still leaves a tail, and a float4 loop none."""
+    return 8 * ((2 * n) // 8 + 1) + 4
+
+
+def _written_prefix_at(g, case, n2):
+    """``(n2, k)``: ``fn`` on a fresh input of ``n2`` elements wrote exactly its first ``k``
+    elements (None: no probe possible, or the unwritten ones are not one tail)."""
+    if g is None or case is None or case.resize is None:
+        return None
+    res = g.probe(case.resize(n2))
+    if res is None:
+        return None
+    mask = g.unwritten_mask(*res)
+    if mask is None or mask.dim() != 1:
+        return None
+    r = _check.index_ranges(mask)
+    if not r:
+        return n2, n2
+    if len(r) == 1 and r[0][1] == n2 - 1:
+        return n2, r[0][0]
+    return None
 
 
 def shift_hint(got, expected_fn):
@@ -537,7 +662,7 @@ def shift_hint(got, expected_fn):
     return None
 
 
-def swap_hint_2d(case, mask):
+def swap_hint_2d(case, mask, g=None):
     """Whole trailing columns (or rows) never written, in a non-square matrix: the grid's
     x and y were swapped, so one dimension is covered only up to the other's extent."""
     if mask.dim() != 2:

@@ -1,11 +1,11 @@
 """Softmax over the last dim of a 2-D tensor in Triton.
 
-    softmax(x)          the reference (v4): v2 for rows up to 16384 columns, v5 beyond
+    softmax(x)          the reference (v5): v2 for rows up to 16384 columns, v4 beyond
     softmax_naive(x)    v1: three kernels (row max, row exp-sum, normalize)
     softmax_fused(x)    v2: one program per row, the whole row in one block
     softmax_online(x)   v3: online softmax, any row length (a persistent grid of programs,
                         each looping over rows)
-    softmax_l2(x)       v5: the online softmax with the row kept in L2 between its two reads:
+    softmax_l2(x)       v4: the online softmax with the row kept in L2 between its two reads:
                         one program per SM, cache hints on every load (the reference on long rows)
 
 The interpreter (simulation) has no libdevice, so only ``tl.exp`` and friends are used.
@@ -28,7 +28,7 @@ FUSED_MAX_COLS = 16384
 #: Columns per loop step of the online version. 8192 with 16 warps: 16 values per thread
 #: and per step, 32 KB in flight per program, one program per SM (see the kernel).
 ONLINE_BLOCK = 8192
-#: v5: columns per step and warps per program (one program per SM).
+#: v4: columns per step and warps per program (one program per SM).
 L2_BLOCK = 8192
 L2_NUM_WARPS = 32
 NAIVE_BLOCK = 1024
@@ -106,27 +106,34 @@ def softmax_fused_kernel(x_ptr, y_ptr, cols, BLOCK_SIZE: tl.constexpr):
 # num_programs, ... Few rows in flight (132 x 256 KB at 65536 columns) fit in the 50 MB L2
 # of an H100, so the second read of a row comes from the cache, not from memory.
 @triton.jit
+def online_row_stats(x_row, cols, BLOCK_SIZE: tl.constexpr, EVICTION: tl.constexpr):
+    """Pass 1 over one row: its max and 1 / sum(exp(x - max)). ``EVICTION`` is the loads'
+    L2 eviction policy ("" for the default)."""
+    m = tl.full([BLOCK_SIZE], float("-inf"), dtype=tl.float32)
+    s = tl.zeros([BLOCK_SIZE], dtype=tl.float32)
+    for start in range(0, cols, BLOCK_SIZE):
+        offsets = start + tl.arange(0, BLOCK_SIZE)
+        v = tl.load(x_row + offsets, mask=offsets < cols, other=float("-inf"), eviction_policy=EVICTION)
+        m_new = tl.maximum(m, v)
+        # A lane that has only seen -inf keeps m_new = -inf, and -inf - -inf is NaN:
+        # shift by 0 there instead, so both exps below are exp(-inf) = 0.
+        shift = tl.where(m_new == float("-inf"), 0.0, m_new)
+        s = s * tl.exp(m - shift) + tl.exp(v - shift)
+        m = m_new
+    row_max = tl.max(m, axis=0)
+    # Every lane's sum rescaled to the row max; lanes that saw only -inf add nothing (and
+    # must not compute exp(-inf - row_max) * 0 or, worse, exp(0 - row_max) * 0 = inf * 0).
+    row_sum = tl.sum(tl.where(m == float("-inf"), 0.0, s * tl.exp(m - row_max)), axis=0)
+    return row_max, 1.0 / row_sum
+
+
+@triton.jit
 def softmax_online_kernel(x_ptr, y_ptr, rows, cols, BLOCK_SIZE: tl.constexpr):
     for row in range(tl.program_id(axis=0), rows, tl.num_programs(axis=0)):
         start_of_row = tl.cast(row, tl.int64) * cols  # int64: row * cols can pass 2**31
         x_row = x_ptr + start_of_row
         y_row = y_ptr + start_of_row
-        m = tl.full([BLOCK_SIZE], float("-inf"), dtype=tl.float32)
-        s = tl.zeros([BLOCK_SIZE], dtype=tl.float32)
-        for start in range(0, cols, BLOCK_SIZE):
-            offsets = start + tl.arange(0, BLOCK_SIZE)
-            v = tl.load(x_row + offsets, mask=offsets < cols, other=float("-inf"))
-            m_new = tl.maximum(m, v)
-            # A lane that has only seen -inf keeps m_new = -inf, and -inf - -inf is NaN:
-            # shift by 0 there instead, so both exps below are exp(-inf) = 0.
-            shift = tl.where(m_new == float("-inf"), 0.0, m_new)
-            s = s * tl.exp(m - shift) + tl.exp(v - shift)
-            m = m_new
-        row_max = tl.max(m, axis=0)
-        # Every lane's sum rescaled to the row max; lanes that saw only -inf add nothing (and
-        # must not compute exp(-inf - row_max) * 0 or, worse, exp(0 - row_max) * 0 = inf * 0).
-        row_sum = tl.sum(tl.where(m == float("-inf"), 0.0, s * tl.exp(m - row_max)), axis=0)
-        inv = 1.0 / row_sum
+        row_max, inv = online_row_stats(x_row, cols, BLOCK_SIZE, "")
         num_steps = tl.cdiv(cols, BLOCK_SIZE)
         for k in range(0, num_steps):
             start = (num_steps - 1 - k) * BLOCK_SIZE  # backwards
@@ -137,13 +144,13 @@ def softmax_online_kernel(x_ptr, y_ptr, rows, cols, BLOCK_SIZE: tl.constexpr):
 
 
 # ---------------------------------------------------------------------------------------
-# v5, L2-resident: Triton's answer to CUDA C++ v5, which keeps a long row on chip (registers
+# v4, L2-resident: Triton's answer to CUDA C++ v5, which keeps a long row on chip (registers
 # and shared memory) so that it is read from DRAM once. A Triton program cannot choose
 # where its values live, but it can say how long a load should stay in the L2 cache:
 # * exactly one program per SM, so exactly one row per SM is in flight: 132 rows of 256 KB
 #   (at 65536 columns) are 33 MB, inside the H100's 50 MB L2. Twice as many programs would
-#   need 66 MB, and the second read would go back to DRAM;
-# * pass 1 (running max and sum) loads with eviction_policy="evict_last": keep these lines;
+#   need up to 66 MB;
+# * pass 1 (v3's running max and sum) loads with eviction_policy="evict_last": keep these lines;
 # * pass 2 loads the same row with "evict_first" (this is its last use: make room for the
 #   next row's lines) and stores the output.
 # 32 warps of 8192 columns: 8 values per thread and step, many loads in flight per SM.
@@ -153,19 +160,7 @@ def softmax_l2_kernel(x_ptr, y_ptr, rows, cols, BLOCK_SIZE: tl.constexpr):
         start_of_row = tl.cast(row, tl.int64) * cols  # int64: row * cols can pass 2**31
         x_row = x_ptr + start_of_row
         y_row = y_ptr + start_of_row
-        m = tl.full([BLOCK_SIZE], float("-inf"), dtype=tl.float32)
-        s = tl.zeros([BLOCK_SIZE], dtype=tl.float32)
-        for start in range(0, cols, BLOCK_SIZE):
-            offsets = start + tl.arange(0, BLOCK_SIZE)
-            v = tl.load(x_row + offsets, mask=offsets < cols, other=float("-inf"),
-                        eviction_policy="evict_last")
-            m_new = tl.maximum(m, v)
-            shift = tl.where(m_new == float("-inf"), 0.0, m_new)  # as in v3: no -inf - -inf
-            s = s * tl.exp(m - shift) + tl.exp(v - shift)
-            m = m_new
-        row_max = tl.max(m, axis=0)
-        row_sum = tl.sum(tl.where(m == float("-inf"), 0.0, s * tl.exp(m - row_max)), axis=0)
-        inv = 1.0 / row_sum
+        row_max, inv = online_row_stats(x_row, cols, BLOCK_SIZE, "evict_last")
         for start in range(0, cols, BLOCK_SIZE):
             offsets = start + tl.arange(0, BLOCK_SIZE)
             mask = offsets < cols
@@ -231,7 +226,7 @@ def softmax_online(x: torch.Tensor) -> torch.Tensor:
 
 
 def softmax_l2(x: torch.Tensor) -> torch.Tensor:
-    """v5: online softmax whose second read of each row comes from L2 (one program per SM)."""
+    """v4: online softmax whose second read of each row comes from L2 (one program per SM)."""
     x = check_input(x, ndim=2, max_numel=INT32_MAX)
     rows, cols = x.shape
     y = torch.empty_like(x)
@@ -245,7 +240,7 @@ def softmax_l2(x: torch.Tensor) -> torch.Tensor:
 
 
 def softmax_auto(x: torch.Tensor) -> torch.Tensor:
-    """The reference: v2 where the row fits one block, v5 beyond."""
+    """The reference: v2 where the row fits one block, v4 beyond."""
     if isinstance(x, torch.Tensor) and x.dim() == 2 and triton.next_power_of_2(x.shape[-1]) > FUSED_MAX_COLS:
         return softmax_l2(x)
     return softmax_fused(x)
@@ -255,9 +250,9 @@ VERSIONS = OrderedDict(
     v1=("naive: three kernels (max, exp-sum, normalize), x read 3 times", softmax_naive),
     v2=("fused: one program per row, the row in one block (rows <= 16384)", softmax_fused),
     v3=("online: per-lane running max + rescaled sum, then the output pass (any row length)", softmax_online),
-    v4=("v2 for rows up to 16384 columns, v5 beyond", softmax_auto),
-    v5=("L2-resident online: one program per SM, evict_last then evict_first loads (any row length)",
+    v4=("L2-resident online: one program per SM, evict_last then evict_first loads (any row length)",
         softmax_l2),
+    v5=("v2 for rows up to 16384 columns, v4 beyond", softmax_auto),
 )
-REFERENCE = "v4"
+REFERENCE = "v5"
 softmax = VERSIONS[REFERENCE][1]

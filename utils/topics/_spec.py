@@ -35,13 +35,17 @@ class Target:
     """A performance goal of the reference version of ``lang`` on the course's GPU.
 
     ``kind``: "copy" (a fraction of the copy roofline measured in the same run), "torch"
-    (GB/s relative to the topic's first baseline at the same shape) or "gbps" (GB/s).
+    (speed relative to a PyTorch baseline at the same shape), "gbps" (GB/s) or "tflops"
+    (TFLOP/s, for a topic whose spec counts ``flops``).
     ``shape``: the one shape the goal applies to; None means every main benchmark shape.
     """
     lang: str
     kind: str
     threshold: float
     shape: tuple | None = None
+    version: str | None = None          # the course's version measured; None: the reference
+    baseline: str | None = None         # kind "torch": the baseline's version; None: the first
+    baseline_label: str | None = None   # kind "torch": how the goal names it; None: the spec's
 
 
 @dataclass
@@ -111,10 +115,11 @@ class Spec:
     baseline_label: str = "torch"           # how a "torch" target names the first baseline
     scalar_output: bool = False             # the result is one number (a sum)
     out_dtypes: tuple = (torch.float32,)    # the result dtypes accepted (matmul_fp16: also float16)
-    result_shape: Callable | None = None    # shape -> the result's shape, if not the input's (matmul)
+    result_shape: Callable | None = None    # shape -> the result's shape; None: the input's shape
     main_shapes: Callable = lambda sizes: [(int(sizes.bench_n),)]
     sweep_shapes: Callable = lambda sizes: [(int(n),) for n in sizes.bench_sizes]
     check_shapes: Callable = lambda sizes: shapes_1d(sizes, "bench_check_sizes")
+    sweep_label: str = "elements"           # the x axis of the size sweep's plot
 
     @property
     def benchmarked(self) -> bool:

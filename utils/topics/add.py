@@ -26,10 +26,12 @@ def check_add(fn, *, seed=None):
     """``fn(x, y)`` must return ``x + y`` for 1-D float32 tensors."""
     g = Grader("check_add", fn, seed)
     sizes = grader_sizes()
-    cases = []
-    for n in sizes:
+
+    def case_of(n):
         x, y = randn(g.gen, n), randn(g.gen, n)
-        cases.append(Case(label_n(n), (x, y), add_ref64(x, y)))
+        return Case(label_n(n), (x, y), add_ref64(x, y), resize=case_of)
+
+    cases = [case_of(n) for n in sizes]
 
     def diagnose(case, got, bad):
         x, y = (v.double() for v in case.values)

@@ -6,8 +6,8 @@ import math
 import torch
 
 from .. import check as _check
-from ..grading import (Case, Grader, GradingError, grader_shapes, grader_sizes, label_n, label_shape,
-                       row_cases, run_cases, same, shapes_text, sizes_text, success)
+from ..grading import (Case, Grader, grader_shapes, grader_sizes, label_n, label_shape, probe_size, row_cases,
+                       run_cases, same, shapes_text, sizes_text, success)
 from ._spec import FLOAT, EPS32, Baseline, Spec, Target, compiled, eager, float32_tol, generator, numel
 
 
@@ -52,6 +52,10 @@ def _exact_sum_values(gen, n):
     return (k * sign).to(torch.float32) * scale, scale
 
 
+#: A size that no block size up to 4096 overhangs: a kernel without a mask is right there.
+_NO_TAIL = 4096
+
+
 def check_sum(fn, *, seed=None):
     """``fn(x)`` must return the sum of a 1-D float32 tensor: a 0-d or 1-element tensor.
 
@@ -76,14 +80,19 @@ def check_sum(fn, *, seed=None):
 
     def probe(values):
         """The learner's result on a diagnostic input, or None when that run fails."""
-        c = Case("probe", (values.to(torch.float32),), sum_ref64(values))
-        try:
-            run = g.call(c)
-            return float(g.output_tensor(run, (), scalar=True).reshape(-1)[0])
-        except GradingError:
-            return None
+        res = g.probe(Case("probe", (values.to(torch.float32),), sum_ref64(values)), scalar=True)
+        return None if res is None else float(res[1].reshape(-1)[0])
 
     def cut_hint(n, k):
+        # The same cut at a second, larger size means a fixed number of elements is summed.
+        n2 = probe_size(n)
+        if probe(torch.ones(n2)) == k:
+            return (f"the result is the sum of the first {k} elements only, whatever n is ({n2} ones also sum "
+                    f"to {k}): the elements past the first {k} never reach the result. Either only the first "
+                    "block's partial sum is kept (add every block's partial sum: atomicAdd, or a second pass "
+                    f"over the partial sums), or the grid is a fixed {k} threads (programs x BLOCK) with one "
+                    "element each: loop over the rest (grid-stride: i += gridDim.x * blockDim.x) or launch "
+                    "cdiv(n, BLOCK) blocks.")
         if n - k < k:
             return (f"the result misses the last {n - k} element{'s' if n - k > 1 else ''}: is the grid "
                     "rounded up (cdiv(n, BLOCK)), and does the tail block load with a mask (0 past the end)?")
@@ -91,15 +100,25 @@ def check_sum(fn, *, seed=None):
                 "sum reaches the result. Add every block's partial sum (atomicAdd, or a second pass over "
                 "the partial sums).")
 
+    def nan_hint(case):
+        # NaN at the graded size but not at a size no block overhangs: the tail reads past x.
+        n, m = case.numel, _NO_TAIL
+        at_n = probe(torch.ones(n))
+        if n % m and probe(torch.ones(m)) == m and (at_n is None or math.isnan(at_n)):
+            return (f"the sum of {n} ones is NaN, but {m} ones (a multiple of any block) sum right: the last "
+                    "block reads past the end of x, where the grader puts NaN. Mask its loads: "
+                    "tl.load(x_ptr + offs, mask=offs < n, other=0.0) in Triton, if (i < n) in CUDA and Numba.")
+        return ("the sum is NaN, so the kernel used memory that nobody wrote: an accumulator made with "
+                "torch.empty (use torch.zeros for an atomicAdd target); x past its end (the grader puts "
+                "NaN there: is every load masked, idx < n?); or shared memory read before another thread "
+                "wrote it (is a __syncthreads() missing after filling it and after each tree step?).")
+
     def diagnose(case, got, bad):
         x = case.values[0].double()
         n = x.numel()
         v = float(got.reshape(-1)[0])
         if math.isnan(v):
-            return ("the sum is NaN, so the kernel used memory that nobody wrote: an accumulator made with "
-                    "torch.empty (use torch.zeros for an atomicAdd target); x past its end (the grader puts "
-                    "NaN there: is every load masked, idx < n?); or shared memory read before another thread "
-                    "wrote it (is a __syncthreads() missing after filling it and after each tree step?).")
+            return nan_hint(case)
         near = case.extra["scale"] / 4
         if abs(v) <= near:
             return "the result is 0: nothing was added. Is the kernel launched with at least one block (cdiv(n, BLOCK))?"
@@ -137,10 +156,16 @@ def check_sum(fn, *, seed=None):
                 "(a missing barrier lets a thread read a partial sum before it is written)? Is shared "
                 "memory filled with 0 for threads past n? Are the block partial sums all added?")
 
+    def unwritten_hint(case, mask, g):
+        # The marker NaN can also arrive through a load past the end of x: ask which.
+        hint = nan_hint(case)
+        if "reads past the end" in hint:
+            return hint
+        return ("the result was never written (or an accumulator made with torch.empty was added to: "
+                "use torch.zeros for an atomicAdd target).")
+
     worst = run_cases(g, cases, names=("x",), shape_of=lambda c: (), scalar=True, tol_of=tol_of,
-                       unwritten_hint=lambda c, m: ("the result was never written (or an accumulator made with "
-                                                 "torch.empty was added to: use torch.zeros for an "
-                                                 "atomicAdd target)."),
+                       unwritten_hint=unwritten_hint,
                        diagnose=diagnose)
     success("check_sum", cases, worst, sizes_text(sizes))
 
@@ -181,11 +206,17 @@ def check_row_max(fn, *, seed=None):
             col = x.amax(dim=0)
             if col.numel() >= got.numel() and same(got, col[:got.numel()], atol=0, rtol=0):
                 return "this looks like the maximum over dim 0 (down the columns): take it along each row."
+        if bad_rows and all(bool((x[r] == got[r]).any()) and float(got[r]) < float(x[r].max()) for r in bad_rows):
+            # each wrong row holds one of its own values: its elements were read, not all compared
+            return ("each wrong row came out as one of its own values, but not the largest: some partial "
+                    "maxima were lost. In a shared-memory tree, is there a __syncthreads() after filling "
+                    "shared memory and after each step (without it a thread reads a slot before another "
+                    "thread has written it)? Does every thread's loop cover its share of the columns?")
         return ("is every row handled by its own block/program (row = blockIdx.x), and does each row start at "
                 "x + row * n_cols?")
 
     worst = run_cases(g, cases, names=("x",), shape_of=lambda c: c.expected.shape,
-                       unwritten_hint=lambda c, m: ("these rows' results were never written: is there one block "
+                       unwritten_hint=lambda c, m, g: ("these rows' results were never written: is there one block "
                                                  "(or program) per row, and does the grid have rows blocks?"),
                        diagnose=diagnose)
     success("check_row_max", cases, worst, shapes_text(shapes))

@@ -26,10 +26,12 @@ def check_relu(fn, *, seed=None):
     """``fn(x)`` must return ``relu(x)`` (``max(x, 0)``) for a 1-D float32 tensor."""
     g = Grader("check_relu", fn, seed)
     sizes = grader_sizes()
-    cases = []
-    for n in sizes:
+
+    def case_of(n):
         x = with_zeros(g.gen, randn(g.gen, n))
-        cases.append(Case(label_n(n) + " (with negatives and exact zeros)", (x,), relu_ref64(x)))
+        return Case(label_n(n) + " (with negatives and exact zeros)", (x,), relu_ref64(x), resize=case_of)
+
+    cases = [case_of(n) for n in sizes]
 
     def diagnose(case, got, bad):
         x = case.values[0].double()
@@ -84,12 +86,14 @@ def check_relu_backward(fn, *, seed=None):
     """``fn(grad_out, x)`` must return ``grad_out * (x > 0)`` (the gradient is 0 at x == 0)."""
     g = Grader("check_relu_backward", fn, seed)
     sizes = grader_sizes()
-    cases = []
-    for n in sizes:
+
+    def case_of(n):
         go = randn(g.gen, n)
         x = with_zeros(g.gen, randn(g.gen, n), frac=0.2)
-        cases.append(Case(label_n(n) + " (x with exact zeros)", (go, x),
-                           go.double() * (x.double() > 0).double()))
+        return Case(label_n(n) + " (x with exact zeros)", (go, x), go.double() * (x.double() > 0).double(),
+                    resize=case_of)
+
+    cases = [case_of(n) for n in sizes]
 
     def diagnose(case, got, bad):
         go, x = (v.double() for v in case.values)

@@ -94,6 +94,6 @@ SPEC = Spec(
              Target("cuda", "gbps", 2200.0, shape=(1024, 65536)),
              Target("triton", "gbps", 2200.0, shape=(1024, 65536))],
     main_shapes=lambda sizes: [tuple(s) for s in sizes.softmax_bench_shapes],
-    sweep_shapes=_row_sweep,
+    sweep_shapes=_row_sweep, sweep_label="elements, rows of 4096",
     check_shapes=lambda sizes: [tuple(s) for s in sizes.bench_check_shapes],
 )
