@@ -274,6 +274,7 @@ SPEC = Spec(
     targets=[Target("cuda", "torch", 0.7, shape=(4096, 4096, 4096))],
     main_shapes=lambda sizes: [tuple(s) for s in sizes.matmul_bench_shapes],
     sweep_shapes=lambda sizes: [(n, n, n) for n in sizes.matmul_sweep],
+    sweep_label="M N K (square matrices, n = M = N = K)",
     check_shapes=lambda sizes: [tuple(s) for s in sizes.matmul_bench_check_shapes],
 )
 
