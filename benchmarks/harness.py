@@ -152,8 +152,8 @@ def compare_output(case: CheckCase, out) -> str | None:
     """None if ``out`` is right, else what is wrong, in words."""
     if not isinstance(out, torch.Tensor):
         return f"returned {type(out).__name__}, not a torch.Tensor"
-    if out.dtype != torch.float32:
-        return f"returned {out.dtype}, expected float32"
+    if out.dtype not in TOPICS[case.topic].out_dtypes:
+        return f"returned {out.dtype}, expected {TOPICS[case.topic].out_dtypes[0]}"
     if out.device.type != case.x.device.type:
         return f"returned a tensor on {out.device}, expected {case.x.device}"
     if case.scalar:

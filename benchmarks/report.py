@@ -164,17 +164,20 @@ def markdown(data: dict) -> str:
         if r["topic"] != "copy" and r["topic"] not in topics:
             topics.append(r["topic"])
     for topic in topics:
+        # A compute-bound topic (its rows count FLOPs) shows TFLOP/s where others show % of copy.
+        compute = any(r.get("tflops") for r in rows if r["topic"] == topic)
         lines += [f"## {TOPIC_TITLES.get(topic, topic)}", "",
-                  "| kernel | shape | median ms | p20 ms | p80 ms | GB/s | % of copy |",
+                  f"| kernel | shape | median ms | p20 ms | p80 ms | GB/s | {'TFLOP/s' if compute else '% of copy'} |",
                   "|---|---|---|---|---|---|---|"]
         for r in rows:
             if r["topic"] != topic:
                 continue
             name = r["variant"] + (" (reference)" if r.get("reference") else "")
             frac = r.get("fraction_of_copy")
+            last = (f"{r['tflops']:.1f}" if r.get("tflops") else "-") if compute else (
+                "-" if frac is None else f"{100 * frac:.1f}%")
             lines.append(f"| {name} | {shape_str(r['shape'])} | {r['median_ms']:.4f} | {r['p20_ms']:.4f} | "
-                         f"{r['p80_ms']:.4f} | {r['gbps']:,.0f} | "
-                         f"{'-' if frac is None else f'{100 * frac:.1f}%'} |")
+                         f"{r['p80_ms']:.4f} | {r['gbps']:,.0f} | {last} |")
         lines.append("")
         img = Path(f"{data.get('machine', {}).get('name', 'h100')}-{topic}.png")
         if topic in data.get("sweeps", {}):

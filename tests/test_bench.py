@@ -202,7 +202,7 @@ def test_dry_run_needs_its_own_output_folder():
     with pytest.raises(SystemExit):
         brun.parse_args(["--simulated-dry-run"])
     with pytest.raises(SystemExit):
-        brun.parse_args(["--topics", "matmul"])
+        brun.parse_args(["--topics", "conv2d"])
 
 
 # --------------------------------------------------------------------------------------

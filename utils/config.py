@@ -88,6 +88,16 @@ PROBLEM_SIZES = {
         # benchmarks: awkward sizes every kernel must get right before it is timed
         bench_check_sizes=[1, 7, 1025, (1 << 20) + 3],
         bench_check_shapes=[(1, 1), (7, 3), (33, 4097)],
+        # lesson 06: matmul (M, N, K). The demo, the benchmark shapes (4096^3 and an odd
+        # shape), the sweep (n^3), the grader's awkward shapes (K = 1, K = 0, empty, not
+        # multiples of any tile) and the probes its diagnoses run on a wrong kernel.
+        matmul_shape=(1000, 1000, 1000),
+        matmul_bench_shapes=[(4096, 4096, 4096), (4095, 4097, 4093)],
+        matmul_sweep=[256, 512, 1024, 2048, 4096],
+        matmul_grader_shapes=[(127, 255, 63), (256, 256, 256), (1, 1, 1), (300, 7, 1), (64, 512, 300),
+                              (5, 3, 0), (0, 4, 3), (4, 0, 3)],
+        matmul_probe_shape=(256, 256, 256),
+        matmul_bench_check_shapes=[(1, 1, 1), (300, 7, 1), (127, 255, 63)],
     ),
     "simulation": dict(
         elementwise_n=4099,
@@ -103,6 +113,12 @@ PROBLEM_SIZES = {
         grader_shapes=[(1, 1), (7, 3), (19, 37), (23, 13), (5, 257)],
         bench_check_sizes=[1, 7, 1025],
         bench_check_shapes=[(1, 1), (7, 3), (5, 257)],
+        matmul_shape=(70, 50, 40),
+        matmul_bench_shapes=[(64, 64, 64), (33, 65, 31)],
+        matmul_sweep=[16, 32, 64],
+        matmul_grader_shapes=[(37, 45, 29), (1, 1, 1), (20, 7, 1), (9, 33, 70), (5, 3, 0), (0, 4, 3), (4, 0, 3)],
+        matmul_probe_shape=(64, 64, 64),
+        matmul_bench_check_shapes=[(1, 1, 1), (20, 7, 1), (37, 45, 29)],
     ),
 }
 

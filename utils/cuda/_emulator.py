@@ -243,6 +243,7 @@ POINTEE_DTYPES = {
     "l": {torch.int64}, "q": {torch.int64}, "L": {torch.int64, torch.uint64}, "Q": {torch.int64, torch.uint64},
     "h": {torch.int16}, "H": {torch.int16, torch.uint16}, "c": {torch.int8, torch.uint8, torch.bool},
     "b": {torch.int8}, "B": {torch.uint8, torch.bool}, "?": {torch.bool},
+    "e": {torch.float16}, "E": {torch.bfloat16},  # __half, __nv_bfloat16 (emu/cuda_fp16.h, cuda_bf16.h)
 }
 _DTYPE_C = {torch.float32: "float", torch.float64: "double", torch.int32: "int", torch.int64: "long long",
             torch.int16: "short", torch.int8: "signed char", torch.uint8: "unsigned char", torch.bool: "bool",

@@ -87,7 +87,7 @@ TYPE_CODES = {
 CODE_NAMES = {"f": "float", "d": "double", "i": "int", "I": "unsigned int", "l": "long",
               "L": "unsigned long", "q": "long long", "Q": "unsigned long long", "h": "short",
               "H": "unsigned short", "c": "char", "b": "signed char", "B": "unsigned char",
-              "?": "bool", "v": "void"}
+              "?": "bool", "v": "void", "e": "__half", "E": "__nv_bfloat16"}
 
 
 @dataclass
@@ -222,7 +222,7 @@ def parse_params(text: str, name: str) -> list[Param] | None:
 CUDA_ONLY_HEADERS = re.compile(
     r"^[ \t]*#[ \t]*include[ \t]*[<\"]("
     r"cuda_runtime(_api)?\.h|cuda\.h|device_launch_parameters\.h|device_functions\.h|"
-    r"cuda_fp16\.h|cuda_bf16\.h|math_constants\.h|"
+    r"math_constants\.h|"  # (cuda_fp16.h, cuda_bf16.h, mma.h: the emulator's own, in emu/)
     r"c10/cuda/[^>\"]*|ATen/cuda/[^>\"]*|ATen/cuda/CUDAContext\.h|torch/cuda\.h)[>\"][^\n]*$",
     re.M)
 

@@ -114,6 +114,7 @@ class Spec:
     targets: list = field(default_factory=list)
     baseline_label: str = "torch"           # how a "torch" target names the first baseline
     scalar_output: bool = False             # the result is one number (a sum)
+    out_dtypes: tuple = (torch.float32,)    # the result dtypes accepted (matmul_fp16: also float16)
     result_shape: Callable | None = None    # shape -> the result's shape; None: the input's shape
     main_shapes: Callable = lambda sizes: [(int(sizes.bench_n),)]
     sweep_shapes: Callable = lambda sizes: [(int(n),) for n in sizes.bench_sizes]

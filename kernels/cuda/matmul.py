@@ -1,0 +1,170 @@
+"""Matrix multiplication C = A @ B in CUDA C++: launchers for ``matmul.cu``.
+
+    matmul(a, b)          the reference (v4): the fastest SIMT (CUDA-core) version, fp32
+    matmul_naive(a, b)    v1, one thread per output
+    matmul_tiled(a, b)    v2, 32 x 32 shared-memory tiles
+    matmul_regtile(a, b)  v3, 128 x 128 tiles, 8 x 8 outputs per thread in registers
+    matmul_vec4(a, b)     v4, float4 loads, a transposed and padded tile of A, 128 x 64 tiles
+    matmul_wmma(a, b)     v5, tensor cores (nvcuda::wmma): fp16 or bf16 in, fp32 out
+
+A launcher takes A (M, K) and B (K, N) on ``utils.DEVICE`` and returns a new float32 C
+(M, N). Versions v1-v4 take float32 inputs; v5 takes float16 or bfloat16 and is also the
+topic ``matmul_fp16`` (kernels/cuda/matmul_fp16.py), measured against torch.mm in fp16.
+Non-contiguous inputs (a transposed view, a slice) are copied to contiguous ones.
+"""
+from __future__ import annotations
+
+import functools
+from collections import OrderedDict
+
+import torch
+
+import utils
+
+SOURCE = utils.KERNELS_DIR / "cuda" / "matmul.cu"
+INT_MAX = 2**31 - 1
+FP32 = (torch.float32,)
+HALF = (torch.float16, torch.bfloat16)
+
+
+@functools.lru_cache(maxsize=None)
+def kernel(name: str):
+    """A kernel of matmul.cu, compiled once."""
+    return utils.cuda_kernel(SOURCE, name)
+
+
+def source(name: str) -> str:
+    """The text of one kernel or helper of matmul.cu (its comment block and body)."""
+    from kernels.cuda.reduction import source as _source
+    return _source(name, SOURCE)
+
+
+def cdiv(a: int, b: int) -> int:
+    return (a + b - 1) // b
+
+
+def check_operands(a, b, *, op: str, dtypes=FP32) -> tuple[torch.Tensor, torch.Tensor]:
+    """A (M, K) and B (K, N) as contiguous tensors on the course's device, or a clear error."""
+    for name, t in (("a", a), ("b", b)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{op}: {name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dtype not in dtypes:
+            want = " or ".join(str(d).replace("torch.", "") for d in dtypes)
+            raise TypeError(f"{op}: {name} must be {want}, got {t.dtype}: convert it with "
+                            f"{name}.to(torch.{str(dtypes[0]).replace('torch.', '')})")
+        if t.device.type != utils.DEVICE.type:
+            raise ValueError(f"{op}: {name} is on {t.device}, but the kernels run on {utils.DEVICE}: "
+                             f"move it with {name}.to(utils.DEVICE)")
+        if t.dim() != 2:
+            raise ValueError(f"{op}: {name} must be 2-D, got shape {tuple(t.shape)}")
+    if a.shape[1] != b.shape[0]:
+        raise ValueError(f"{op}: shapes {tuple(a.shape)} and {tuple(b.shape)} cannot be multiplied "
+                         f"(a has {a.shape[1]} columns, b has {b.shape[0]} rows)")
+    if a.dtype != b.dtype:
+        raise TypeError(f"{op}: a is {a.dtype} but b is {b.dtype}: give both the same dtype")
+    if max(a.numel(), b.numel(), a.shape[0] * b.shape[1]) > INT_MAX:
+        raise ValueError(f"{op}: a matrix of more than {INT_MAX} elements: split the product")
+    return a.contiguous(), b.contiguous()
+
+
+def _prepare(a, b, op, dtypes=FP32):
+    """Checked operands and a zeroed output (zero is the right answer when K == 0)."""
+    a, b = check_operands(a, b, op=op, dtypes=dtypes)
+    M, K = a.shape
+    N = b.shape[1]
+    c = (torch.zeros if K == 0 else torch.empty)((M, N), dtype=torch.float32, device=a.device)
+    return a, b, c, M, N, K
+
+
+def matmul_naive(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """v1: one thread per element of C, blocks of 32 x 8 threads."""
+    a, b, c, M, N, K = _prepare(a, b, "matmul_naive")
+    if c.numel() and K:
+        kernel("matmul_naive_kernel")[(cdiv(N, 32), cdiv(M, 8)), (32, 8)](a, b, c, M, N, K)
+    return c
+
+
+TILE = 32
+
+
+def matmul_tiled(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """v2: TILE x TILE threads per block, tiles of A and B staged in shared memory."""
+    a, b, c, M, N, K = _prepare(a, b, "matmul_tiled")
+    if c.numel() and K:
+        kernel("matmul_tiled_kernel")[(cdiv(N, TILE), cdiv(M, TILE)), (TILE, TILE)](a, b, c, M, N, K)
+    return c
+
+
+def matmul_regtile(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """v3: 128 x 128 tiles of C, 256 threads computing 8 x 8 outputs each."""
+    a, b, c, M, N, K = _prepare(a, b, "matmul_regtile")
+    if c.numel() and K:
+        kernel("matmul_regtile_kernel")[(cdiv(N, 128), cdiv(M, 128)), 256](a, b, c, M, N, K)
+    return c
+
+
+#: v4's kernels: name -> (BM, BN, threads). The first is the one the launcher uses (the
+#: fastest on an H100; benchmarks/matmul_tune.py compares them).
+VEC4_KERNELS = {
+    "matmul_vec4_kernel": (128, 64, 128),
+    "matmul_vec4_128x128_kernel": (128, 128, 256),
+    "matmul_vec4_bk16_kernel": (128, 64, 128),
+    "matmul_vec4_64x64_kernel": (64, 64, 256),
+}
+VEC4_CONFIG = "matmul_vec4_kernel"
+
+
+def vec4_ok(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> bool:
+    """float4 access needs every row of A, B and C to start on a 16-byte boundary."""
+    K, N = a.shape[1], b.shape[1]
+    return K % 4 == 0 and N % 4 == 0 and all(t.data_ptr() % 16 == 0 for t in (a, b, c))
+
+
+def matmul_vec4(a: torch.Tensor, b: torch.Tensor, config: str | None = None) -> torch.Tensor:
+    """v4: float4 loads, A transposed in shared memory. Shapes with K or N not a multiple
+    of 4 cannot use float4 rows: they run v3 instead."""
+    a, b, c, M, N, K = _prepare(a, b, "matmul_vec4")
+    if not (c.numel() and K):
+        return c
+    if not vec4_ok(a, b, c):
+        kernel("matmul_regtile_kernel")[(cdiv(N, 128), cdiv(M, 128)), 256](a, b, c, M, N, K)
+        return c
+    name = config or VEC4_CONFIG
+    bm, bn, threads = VEC4_KERNELS[name]
+    kernel(name)[(cdiv(N, bn), cdiv(M, bm)), threads](a, b, c, M, N, K)
+    return c
+
+
+WMMA_TILE = 64
+
+
+def matmul_wmma(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """v5: tensor cores through nvcuda::wmma. A and B in float16 or bfloat16, C in float32
+    (fp32 accumulation). 64 x 64 tiles of C, 4 warps per block."""
+    a, b, c, M, N, K = _prepare(a, b, "matmul_wmma", HALF)
+    if not (c.numel() and K):
+        return c
+    vec8 = int(K % 8 == 0 and N % 8 == 0 and a.data_ptr() % 16 == 0 and b.data_ptr() % 16 == 0)
+    name = "matmul_wmma_kernel" if a.dtype == torch.float16 else "matmul_wmma_bf16_kernel"
+    kernel(name)[(cdiv(N, WMMA_TILE), cdiv(M, WMMA_TILE)), 128](a, b, c, M, N, K, vec8)
+    return c
+
+
+VERSIONS = OrderedDict(
+    v1=("naive: one thread per output, A and B read from global memory for every FMA", matmul_naive),
+    v2=("shared-memory tiles: 32 x 32 tiles of A and B, each loaded once per block", matmul_tiled),
+    v3=("register blocking: 128 x 128 tiles, 8 x 8 outputs per thread", matmul_regtile),
+    v4=("float4 loads, A transposed and padded in shared memory, 128 x 64 tiles (v3 if K or N % 4 != 0)",
+        matmul_vec4),
+)
+REFERENCE = "v4"
+matmul = VERSIONS[REFERENCE][1]
+#: v5 (tensor cores, float16/bfloat16 inputs) is the topic matmul_fp16: kernels/cuda/matmul_fp16.py.
+
+
+def matmul_ref(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """C = A @ B: in float32 for float16/bfloat16 inputs (as the kernels return it), else in
+    the inputs' dtype."""
+    if a.dtype in HALF:
+        return a.float() @ b.float()
+    return a @ b
