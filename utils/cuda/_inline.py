@@ -17,6 +17,7 @@ import re
 import types
 
 from .. import config, paths
+from . import _toolchain as _tc
 from ._errors import KernelFault
 from ._source import adapt_for_emulator, adapt_torch_host_code, has_marker
 
@@ -75,7 +76,7 @@ def load_inline(name, cpp_sources, cuda_sources=None, functions=None, extra_cfla
                               with_cuda=with_cuda, is_python_module=is_python_module,
                               with_pytorch_error_handling=with_pytorch_error_handling,
                               keep_intermediates=keep_intermediates, use_pch=use_pch, **kwargs)
-    from ._emulator import EMU_DIR
+    EMU_DIR = _tc.EMU_DIR
     sources = [adapt_torch_host_code(s) for s in cpp]
     for k, s in enumerate(cuda):
         fname = "cuda.cu" if len(cuda) == 1 else f"cuda_{k}.cu"
@@ -83,8 +84,7 @@ def load_inline(name, cpp_sources, cuda_sources=None, functions=None, extra_cfla
                        f'#line 1 "{fname}"\n' + adapt_torch_host_code(adapt_for_emulator(s)))
     # COURSE_CUDA_EMULATOR on the command line: cpp_sources come before cuda_emu.h in the
     # translation unit, and common.h's CHECK_INPUT must see it there too.
-    cflags = list(extra_cflags or []) + ["-O2", "-U_FORTIFY_SOURCE", "-D_FORTIFY_SOURCE=0", "-fno-strict-aliasing",
-                                         "-DCOURSE_CUDA_EMULATOR=1"]
+    cflags = list(extra_cflags or []) + _tc.extension_flags()
     mod = ce.load_inline(name, sources, None, functions=functions, extra_cflags=cflags,
                          extra_ldflags=extra_ldflags, extra_include_paths=[str(EMU_DIR)] + include,
                          build_directory=build_directory, verbose=verbose, with_cuda=False,
