@@ -132,6 +132,32 @@ def include_dirs() -> list[str]:
     return []
 
 
+SYSTEM_CUDA_VARIABLES = ("CUDA_HOME", "CUDA_PATH", "CUDA_ROOT", "CUDAToolkit_ROOT")
+#: The variables hide_system_cuda removed, with their values (the tests check nothing uses them).
+HIDDEN: dict[str, str] = {}
+
+
+def hide_system_cuda():
+    """With COURSE_NO_SYSTEM_CUDA=1, make this process (and what it starts) see no system
+    toolkit: no CUDA_HOME/CUDA_PATH, no nvcc on PATH. numba-cuda and cuda.bindings then load
+    libcudart and NVRTC from the wheels, as on a laptop. Runs at ``import utils``, before numba."""
+    if not no_system_cuda():
+        return
+    for v in SYSTEM_CUDA_VARIABLES:
+        if v in os.environ:
+            HIDDEN[v] = os.environ.pop(v)
+    keep = [d for d in os.environ.get("PATH", "").split(os.pathsep)
+            if d and not Path(d, "nvcc").exists() and not d.startswith("/usr/local/cuda")]
+    os.environ["PATH"] = os.pathsep.join(keep)
+    lib = [d for d in os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep)
+           if d and ("cuda" not in d.lower() or "site-packages" in d)]
+    if "LD_LIBRARY_PATH" in os.environ:
+        os.environ["LD_LIBRARY_PATH"] = os.pathsep.join(lib)
+
+
+hide_system_cuda()
+
+
 # ---------------------------------------------------------------------------------------
 # The host compiler and cache keys
 # ---------------------------------------------------------------------------------------
