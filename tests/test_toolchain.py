@@ -211,3 +211,24 @@ def test_laptop_mode_uses_no_system_toolkit():
         assert not any(real.startswith(r + os.sep) or path.startswith(r + os.sep) for r in roots), \
             f"{path} comes from a system CUDA toolkit"
     assert tc.system_roots() == []
+
+
+@pytest.mark.skipif(not utils.SIMULATE, reason="on a GPU, nvcc itself rejects the source")
+def test_load_inline_rejects_a_torch_cuda_check_without_its_header(tmp_path):
+    cuda = r"""
+#include <torch/extension.h>
+__global__ void fill_kernel(float* y_ptr) { y_ptr[threadIdx.x] = 1.0f; }
+torch::Tensor fill(torch::Tensor y) {
+    fill_kernel<<<1, 32>>>(y.data_ptr<float>());
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    return y;
+}
+"""
+    with pytest.raises(utils.CudaCompileError, match=r"(?s)cuda\.cu\(6\).*C10_CUDA_KERNEL_LAUNCH_CHECK.*CUDAException\.h"):
+        utils.load_inline("fill_no_header", "torch::Tensor fill(torch::Tensor y);", cuda, functions=["fill"],
+                          build_directory=str(tmp_path))
+    from utils.extension import translate_source
+    src = tmp_path / "fill.cu"
+    src.write_text(cuda)
+    with pytest.raises(utils.CudaCompileError, match=r"fill\.cu\(6\)"):
+        translate_source(src, tmp_path / "out")

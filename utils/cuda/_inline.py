@@ -77,6 +77,10 @@ def load_inline(name, cpp_sources, cuda_sources=None, functions=None, extra_cfla
                               with_pytorch_error_handling=with_pytorch_error_handling,
                               keep_intermediates=keep_intermediates, use_pch=use_pch, **kwargs)
     EMU_DIR = _tc.EMU_DIR
+    for s in cpp:  # what nvcc would reject on a GPU (torch writes cpp_sources to main.cpp)
+        _tc.check_torch_cuda_includes(s, "main.cpp")
+    for k, s in enumerate(cuda):
+        _tc.check_torch_cuda_includes(s, "cuda.cu" if len(cuda) == 1 else f"cuda_{k}.cu")
     sources = [adapt_torch_host_code(s) for s in cpp]
     for k, s in enumerate(cuda):
         fname = "cuda.cu" if len(cuda) == 1 else f"cuda_{k}.cu"

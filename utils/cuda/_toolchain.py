@@ -414,6 +414,26 @@ def _clean_log(log: str, name: str) -> str:
     return "\n".join(lines)
 
 
+#: Macros of torch's CUDA headers that the emulator provides everywhere, but that nvcc only
+#: knows when the source includes one of torch's c10/cuda or ATen/cuda headers (all of them
+#: include c10/cuda/CUDAException.h).
+_TORCH_CUDA_MACROS = re.compile(r"\b(C10_CUDA_KERNEL_LAUNCH_CHECK|C10_CUDA_CHECK|C10_CUDA_CHECK_WARN)\b")
+_TORCH_CUDA_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"](c10/cuda/|ATen/cuda/)', re.M)
+
+
+def check_torch_cuda_includes(text: str, filename: str):
+    """Reject, as nvcc would, a load_inline or setup.py source that uses torch's CUDA checks
+    without including their header."""
+    from ._source import strip_comments
+    code = strip_comments(text)
+    m = _TORCH_CUDA_MACROS.search(code)
+    if m and not _TORCH_CUDA_INCLUDE.search(code):
+        line = code.count("\n", 0, m.start()) + 1
+        raise CudaCompileError(
+            f"{filename}({line}): error: identifier \"{m.group(1)}\" is undefined\n"
+            f"(nvcc on a GPU stops here: add `#include <c10/cuda/CUDAException.h>` to this source)")
+
+
 # ---------------------------------------------------------------------------------------
 # PTX, SASS, resources
 # ---------------------------------------------------------------------------------------
