@@ -443,11 +443,36 @@ def compile_for_gpu(text: str, name: str, filename: str, include_dir: Path | Non
     nv = nvrtc(required=what)
     arch = _check_arch(arch)
     sm = arch.replace("compute_", "sm_")
-    res = nv.compile(nvrtc_source(text, filename), filename,
-                     nvrtc_options(sm, include_dir, ["-Xptxas=-v"]), name_expressions=(name,), cubin=True)
+    # On a machine with a GPU driver, NVRTC keeps compiled code in the driver's compute cache,
+    # and a cached compile prints no ptxas report: the cache is off for this compile.
+    before = os.environ.get("CUDA_CACHE_DISABLE")
+    os.environ["CUDA_CACHE_DISABLE"] = "1"
+    try:
+        res = nv.compile(nvrtc_source(text, filename), filename,
+                         nvrtc_options(sm, include_dir, ["-Xptxas=-v"]), name_expressions=(name,), cubin=True)
+    finally:
+        if before is None:
+            os.environ.pop("CUDA_CACHE_DISABLE", None)
+        else:
+            os.environ["CUDA_CACHE_DISABLE"] = before
+    if res.ok and "Used " not in res.log:
+        res.log += _ptxas_report(res.ptx, sm)
     if not res.ok:
         raise CudaCompileError(f"CUDA C++ compilation of `{name}` failed (NVRTC):\n{_clean_log(res.log, name)}")
     return res, res.lowered.get(name, name)
+
+
+def _ptxas_report(ptx: str, sm: str) -> str:
+    """ptxas's -v report, from ptxas itself (when NVRTC gave none)."""
+    tool = find_tool("ptxas")
+    if tool is None:
+        return ""
+    with tempfile.TemporaryDirectory(prefix="course-ptxas-") as d:
+        f = Path(d, "kernel.ptx")
+        f.write_text(ptx)
+        proc = subprocess.run([str(tool), "-v", f"-arch={sm}", str(f), "-o", str(Path(d, "kernel.cubin"))],
+                              capture_output=True, text=True, timeout=120)
+    return proc.stdout + proc.stderr
 
 
 def sass(cubin: bytes, mangled: str) -> str:
