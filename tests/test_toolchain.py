@@ -111,8 +111,8 @@ def test_without_the_wheels_toolkit_features_say_what_to_install(monkeypatch):
         tc.sass(b"", "k")
     # ... and emulated kernels still build and run (the GPU-compiler check needs NVRTC)
     k = utils.cuda_kernel(RELU.replace("relu_kernel", "relu_nonvrtc_kernel"), "relu_nonvrtc_kernel")
-    x = torch.randn(300)
-    y = torch.empty(300)
+    x = torch.randn(300, device=utils.DEVICE)
+    y = torch.empty(300, device=utils.DEVICE)
     k[2, 256](x, y, 300)
     torch.testing.assert_close(y, x.relu())
 
