@@ -224,9 +224,14 @@ torch::Tensor fill(torch::Tensor y) {
     return y;
 }
 """
+    decl = "torch::Tensor fill(torch::Tensor y);"
+    good = cuda.replace("#include <torch/extension.h>", "#include <torch/extension.h>\n#include <c10/cuda/CUDAException.h>")
+    mod = utils.load_inline("fill_ext", decl, good, functions=["fill"], build_directory=str(tmp_path))
+    assert torch.equal(mod.fill(torch.zeros(32)), torch.ones(32))
     with pytest.raises(utils.CudaCompileError, match=r"(?s)cuda\.cu\(6\).*C10_CUDA_KERNEL_LAUNCH_CHECK.*CUDAException\.h"):
-        utils.load_inline("fill_no_header", "torch::Tensor fill(torch::Tensor y);", cuda, functions=["fill"],
-                          build_directory=str(tmp_path))
+        utils.load_inline("fill_ext", decl, cuda, functions=["fill"], build_directory=str(tmp_path))
+    with pytest.raises(utils.CudaCompileError, match="the last build of extension `fill_ext` failed"):
+        mod.fill(torch.zeros(32))  # the older build must not be graded
     from utils.extension import translate_source
     src = tmp_path / "fill.cu"
     src.write_text(cuda)
