@@ -179,10 +179,10 @@ def compiler_version(cxx: str) -> str:
         return cxx
 
 
-def _dir_digest(h, d: Path | None):
+def _dir_digest(h, d: Path | None, recursive: bool = True):
     if d is None or not Path(d).is_dir():
         return
-    for p in sorted(Path(d).rglob("*")):
+    for p in sorted(Path(d).rglob("*") if recursive else Path(d).glob("*")):
         if p.suffix in (".h", ".cuh", ".hpp", ".inc") and p.is_file():
             h.update(str(p.relative_to(d)).encode() + b"\0" + p.read_bytes())
 
@@ -191,8 +191,9 @@ def headers_digest(include_dir: Path | None = None) -> str:
     """A digest of every header a kernel may include (the emulator's, the course's prelude,
     and the kernel's own directory): a change to any of them rebuilds the kernels."""
     h = hashlib.sha256()
-    for d in (EMU_DIR, paths.CUDA_INCLUDE_DIR, include_dir):
+    for d in (EMU_DIR, paths.CUDA_INCLUDE_DIR):
         _dir_digest(h, d)
+    _dir_digest(h, include_dir, recursive=False)  # a kernel's folder may be large: its own headers only
     return h.hexdigest()
 
 
