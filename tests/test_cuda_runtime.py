@@ -572,8 +572,8 @@ __global__ void blocks_needed(long long* out, long long n) {
 def test_cuda_ptx():
     try:
         ptx = utils.cuda_ptx(SCALE, "scale_kernel")
-    except RuntimeError as e:
-        if "neither" in str(e):
-            pytest.skip("no GPU and no nvcc here")
-        raise
+    except utils.ToolkitMissing:
+        if sys.platform == "linux":
+            raise  # requirements.txt installs NVRTC's wheel on Linux
+        pytest.skip("no NVRTC wheel for this platform")
     assert ".entry" in ptx and "scale_kernel" in ptx

@@ -156,7 +156,7 @@ __global__ void wild(float* out) { float* p = (float*)0x100000000000ULL; out[0] 
 """
 
 
-def test_crashes_become_exceptions_and_the_process_survives():
+def test_crashes_become_exceptions_and_the_process_survives(emulator_only):
     with pytest.raises(utils.KernelFault, match="null pointer"):
         k(CRASHES, "null_write")[1, 4](None)
     with pytest.raises(utils.KernelFault, match="division"):
@@ -264,7 +264,7 @@ def test_portable_ucontext_fallback(monkeypatch):
         k(EARLY_RETURN + "\n// ucontext build\n", "early_return")[2, 128](x, y, 200)
 
 
-def test_host_api_symbols_and_events():
+def test_host_api_symbols_and_events(emulator_only):
     """Host-side helpers used by load_inline code: constant memory and events. Emulated
     code is plain C++, so a host helper can be called from a kernel to test it cheaply."""
     src = r"""

@@ -32,6 +32,7 @@ from pathlib import Path
 from torch.utils import cpp_extension as _ce
 
 from . import config, paths
+from .cuda import _toolchain as _tc
 from .cuda._source import adapt_for_emulator, adapt_torch_host_code
 
 __all__ = ["CUDAExtension", "BuildExtension", "CppExtension", "EMULATED"]
@@ -39,9 +40,7 @@ __all__ = ["CUDAExtension", "BuildExtension", "CppExtension", "EMULATED"]
 #: True when extensions are built against the CPU emulator.
 EMULATED = config.SIMULATE
 CppExtension = _ce.CppExtension
-_EMU_DIR = Path(__file__).resolve().parent / "cuda" / "emu"
-_EMU_FLAGS = ["-O2", "-U_FORTIFY_SOURCE", "-D_FORTIFY_SOURCE=0", "-fno-strict-aliasing",
-              "-DCOURSE_CUDA_EMULATOR=1"]
+_EMU_DIR = _tc.EMU_DIR
 
 
 def _cxx_flags(extra) -> list[str]:
@@ -62,7 +61,7 @@ def CUDAExtension(name: str, sources, *args, **kwargs):
     kwargs.pop("dlink_libraries", None)
     ext = _ce.CppExtension(name, [str(s) for s in sources], *args,
                            include_dirs=include_dirs + [str(_EMU_DIR)],
-                           extra_compile_args={"cxx": _cxx_flags(extra) + _EMU_FLAGS}, **kwargs)
+                           extra_compile_args={"cxx": _cxx_flags(extra) + _tc.extension_flags()}, **kwargs)
     ext.course_emulated = True
     return ext
 
@@ -71,6 +70,7 @@ def translate_source(src: Path, out_dir: Path) -> Path:
     """The source to compile in emulation: ``.cu`` files always get a translated copy in
     ``out_dir``; other files only when their host code needs adapting."""
     text = src.read_text()
+    _tc.check_torch_cuda_includes(text, str(src))
     if src.suffix in (".cu", ".cuh"):
         new = ('#include "cuda_emu.h"\n'
                f'#line 1 "{src}"\n' + adapt_torch_host_code(adapt_for_emulator(text)))
@@ -81,9 +81,8 @@ def translate_source(src: Path, out_dir: Path) -> Path:
             return src
         new = f'#line 1 "{src}"\n' + adapted
         out = out_dir / src.name
-    out_dir.mkdir(parents=True, exist_ok=True)
     if not out.exists() or out.read_text() != new:  # unchanged files keep ninja's incremental build
-        out.write_text(new)
+        _tc.write_atomic(out, new.encode())
     return out
 
 

@@ -20,21 +20,18 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import numbers
-import os
-import shutil
-import subprocess
-import tempfile
 import threading
-from pathlib import Path
 
 import torch
 
-from .. import config, paths
+from .. import config
+from . import _toolchain as _tc
 from ._errors import CudaCompileError, KernelFault
+from ._toolchain import ToolkitMissing
 from ._source import Param, adapt_for_emulator, has_marker, parse_params, read_source
 
 __all__ = ["cuda_kernel", "MAX_DYNAMIC_SHARED", "max_dynamic_shared", "load_inline", "emulation_schedule", "CudaCompileError", "KernelFault",
-           "cuda_ptx", "CudaKernel"]
+           "cuda_ptx", "cuda_sass", "cuda_resources", "CudaKernel", "ToolkitMissing"]
 
 # ---------------------------------------------------------------------------------------
 # Scheduling of emulated threads
@@ -137,12 +134,26 @@ class CudaKernel:
         self._launchers: dict = {}
         self._plan = None
         if not self.not_solved:
-            self._build()
+            key = (self.name, self.filename)
+            try:
+                self._build()
+            except CudaCompileError:
+                _FAILED_COMPILES.add(key)
+                raise
+            _FAILED_COMPILES.discard(key)
+
+    def _check_not_stale(self):
+        if (self.name, self.filename) in _FAILED_COMPILES:
+            raise CudaCompileError(
+                f"the last compile of `{self.name}` failed, so this kernel is an older one that no longer "
+                "matches your source: fix the compiler error above and run that cell again")
 
     def _build(self):
         if self.simulated:
             from . import _emulator
             self._lib = _emulator.build(adapt_for_emulator(self.text), self.name, self.filename, self.include_dir)
+            # A GPU compiles with NVRTC: code it rejects must not pass in simulation either.
+            _tc.nvrtc_check(self.text, self.name, self.filename, self.include_dir)
             sig = self._lib.signature
             if self.params is None or len(self.params) != len(sig):
                 self.params = [Param(f"argument {k + 1}", "", c) for k, c in enumerate(sig)]
@@ -195,6 +206,7 @@ class CudaKernel:
     def _launch(self, grid, block, shared, stream, args):
         if self.not_solved:
             raise NotImplementedError(f"not solved yet: {self.name} still has a TODO")
+        self._check_not_stale()
         if self.simulated:
             from . import _emulator
             mode, seed = _current_schedule()
@@ -272,6 +284,9 @@ class CudaKernel:
         return None
 
 
+#: (kernel name, source file) of the compiles that failed last: an older kernel of that name
+#: must not run (a check cell would grade the previous version of the learner's code).
+_FAILED_COMPILES: set[tuple[str, str]] = set()
 _Tensor = torch.Tensor
 _c_uint64 = ctypes.c_uint64
 
@@ -306,42 +321,38 @@ def cuda_kernel(source, name: str) -> CudaKernel:
 
 
 # ---------------------------------------------------------------------------------------
-# PTX
+# PTX, SASS and resources: what the GPU's compiler makes of a kernel (NVRTC + nvdisasm,
+# from NVIDIA's pip wheels, so they work on a laptop without a GPU too)
 # ---------------------------------------------------------------------------------------
-def _find_nvcc() -> str | None:
-    for root in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
-        if root and Path(root, "bin", "nvcc").exists():
-            return str(Path(root, "bin", "nvcc"))
-    return shutil.which("nvcc")
-
-
-def cuda_ptx(source, name: str, arch: str = "sm_90") -> str:
-    """The PTX (the GPU's assembly-like intermediate language) of kernel ``name``: from
-    NVRTC on a GPU (for that GPU), from ``nvcc --ptx`` (for ``arch``) on a machine without one."""
+def _gpu_compile(source, name: str, arch, what: str):
     text, filename, include_dir = read_source(source, name)
-    if not config.SIMULATE:
-        from . import _gpu
-        return _gpu.ptx(text, name, filename, include_dir)
-    nvcc = _find_nvcc()
-    if nvcc is None:
-        raise RuntimeError("cuda_ptx needs a GPU (NVRTC) or the CUDA toolkit's nvcc, and neither is here. "
-                           "The PTX of the course's reference kernels is shown in the notebooks' recorded outputs.")
-    with tempfile.TemporaryDirectory() as d:
-        src = Path(d, Path(filename).name if filename.endswith(".cu") else "kernel.cu")
-        src.write_text(text)
-        out = Path(d, "kernel.ptx")
-        cmd = [nvcc, "--ptx", f"-arch={arch}", "-std=c++17", "-I", str(paths.CUDA_INCLUDE_DIR)]
-        if include_dir:
-            cmd += ["-I", str(include_dir)]
-        proc = subprocess.run(cmd + [str(src), "-o", str(out)], capture_output=True, text=True)
-        if proc.returncode != 0:
-            raise CudaCompileError(f"nvcc --ptx of `{name}` failed:\n{proc.stderr.replace(str(src), filename)}")
-        ptx = out.read_text()
-    base = name.split("<")[0].strip()
-    if base not in ptx:
-        raise CudaCompileError(f"the source has no kernel named `{name}` in its PTX (a template kernel must be "
-                               "instantiated, e.g. `template __global__ void k<float>(const float*, int);`)")
-    return ptx
+    return _tc.compile_for_gpu(text, name.strip(), filename, include_dir, arch or _tc.default_arch(), what)
+
+
+def cuda_ptx(source, name: str, arch: str | None = None) -> str:
+    """The PTX (the GPU's portable assembly language) of kernel ``name`` in ``source`` (CUDA C++
+    text or a .cu path), as NVRTC makes it for ``arch`` (default: this machine's GPU, else
+    ``"sm_90"``, an H100). Works without a GPU."""
+    res, _ = _gpu_compile(source, name, arch, "cuda_ptx")
+    return res.ptx
+
+
+def cuda_sass(source, name: str, arch: str | None = None) -> str:
+    """The SASS (the machine code the GPU runs) of kernel ``name``, compiled for ``arch``
+    (default: this machine's GPU, else ``"sm_90"``) and disassembled by ``nvdisasm``."""
+    res, mangled = _gpu_compile(source, name, arch, "cuda_sass")
+    return _tc.sass(res.cubin, mangled)
+
+
+def cuda_resources(source, name: str, arch: str | None = None) -> dict:
+    """What one thread of kernel ``name`` uses, as ``ptxas`` reports it for ``arch``:
+    ``registers``, ``spill_stores`` and ``spill_loads`` (bytes moved to local memory because
+    the registers ran out), ``shared_bytes`` (static shared memory per block), ``local_bytes``
+    (the stack frame per thread), ``constant_bytes`` and ``max_threads_per_block`` (1024, or
+    fewer when ``__launch_bounds__`` or the registers limit it), plus ``arch``."""
+    arch = arch or _tc.default_arch()
+    res, mangled = _gpu_compile(source, name, arch, "cuda_resources")
+    return {**_tc.resources(res.log, res.ptx, mangled), "arch": arch}
 
 
 from ._inline import load_inline  # noqa: E402

@@ -10,7 +10,6 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -22,11 +21,12 @@ import torch
 from .. import paths
 from ._errors import KernelFault
 from ._source import CODE_NAMES, CudaCompileError, Param
+from ._toolchain import headers_digest, write_atomic
 
-EMU_DIR = Path(__file__).resolve().parent / "emu"
+from ._toolchain import EMU_DIR, EMU_FLAGS, KERNEL_LIB_FLAGS, emulator_key, host_compiler
+
 EMU_HEADER = EMU_DIR / "cuda_emu.h"
-CXX_FLAGS = ["-std=c++17", "-O2", "-fstack-clash-protection", "-shared", "-fPIC", "-U_FORTIFY_SOURCE", "-D_FORTIFY_SOURCE=0",
-             "-fno-strict-aliasing", "-fvisibility=hidden", "-w"]
+CXX_FLAGS = EMU_FLAGS + KERNEL_LIB_FLAGS
 _CACHE: dict[str, "EmuLibrary"] = {}
 _LAUNCH_LOCK = threading.RLock()  # one launch at a time: the emulator's state is global
 
@@ -44,21 +44,7 @@ class FaultInfo(ctypes.Structure):
 
 
 def compiler() -> str:
-    cxx = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++") or shutil.which("clang++")
-    if not cxx:
-        raise CudaCompileError(
-            "the CUDA C++ emulator needs a C++ compiler (g++ or clang++) and none was found. "
-            "Install one (Debian/Ubuntu: `sudo apt install g++`; macOS: `xcode-select --install`).")
-    return cxx
-
-
-def _headers_digest() -> str:
-    """A digest of every header a kernel may include: a change rebuilds the kernels."""
-    h = hashlib.sha256()
-    for d in (EMU_DIR, paths.CUDA_INCLUDE_DIR):
-        for p in sorted(d.glob("*.h")) + sorted(d.glob("*.cuh")):
-            h.update(p.name.encode() + b"\0" + p.read_bytes())
-    return h.hexdigest()
+    return host_compiler()
 
 
 def entry_code(name: str) -> str:
@@ -114,15 +100,17 @@ def build(text: str, name: str, filename: str, include_dir: Path | None, _retry:
     flags = list(CXX_FLAGS)
     if os.environ.get("COURSE_EMU_UCONTEXT", "") not in ("", "0"):
         flags.append("-DEMU_FORCE_UCONTEXT")  # the portable fiber switch, also on x86-64
-    key_src = "\0".join([full, _headers_digest(), cxx, " ".join(flags), str(include_dir), sys.platform])
-    key = hashlib.sha256(key_src.encode()).hexdigest()[:24]
+    key = hashlib.sha256("\0".join([full, emulator_key(cxx, flags), str(include_dir),
+                                    headers_digest(include_dir)]).encode()).hexdigest()[:24]
     if key in _CACHE:
+        _show_warnings(_CACHE[key].path)
         return _CACHE[key]
     cache_dir = Path(paths.CACHE_DIR) / "cuda-emu"
     cache_dir.mkdir(parents=True, exist_ok=True)
     out = cache_dir / f"{key}.so"
     if not out.exists() or out.stat().st_size == 0:
-        incs = ["-I", str(EMU_DIR), "-I", str(paths.CUDA_INCLUDE_DIR)]
+        # -isystem: the emulator's and the prelude's own warnings stay silent, the learner's show
+        incs = ["-isystem", str(EMU_DIR), "-isystem", str(paths.CUDA_INCLUDE_DIR)]
         if include_dir is not None:
             incs = ["-I", str(include_dir)] + incs
         fd, tmp = tempfile.mkstemp(suffix=".so", dir=cache_dir)
@@ -132,7 +120,10 @@ def build(text: str, name: str, filename: str, include_dir: Path | None, _retry:
         if proc.returncode != 0:
             os.unlink(tmp)
             raise CudaCompileError(_compile_message(name, filename, proc.stderr))
+        warn = _warnings_of(proc.stderr)
+        write_atomic(out.with_suffix(".warnings"), warn.encode())
         os.replace(tmp, out)  # atomic: a parallel process never loads half a file
+    _show_warnings(out)
     try:
         lib = EmuLibrary(out)
     except (OSError, AttributeError):  # a damaged cache entry: build it again, once
@@ -142,6 +133,20 @@ def build(text: str, name: str, filename: str, include_dir: Path | None, _retry:
         return build(text, name, filename, include_dir, _retry=False)
     _CACHE[key] = lib
     return lib
+
+
+def _warnings_of(stderr: str) -> str:
+    """The compiler's warnings about the learner's code, paths of the emulator removed."""
+    lines = [line.replace(str(EMU_DIR) + os.sep, "") for line in stderr.splitlines() if "<course-entry>" not in line]
+    return "\n".join(lines).strip()
+
+
+def _show_warnings(lib_path: Path):
+    """Print the warnings of a build in the cell, at every build (also a cached one)."""
+    w = lib_path.with_suffix(".warnings")
+    text = w.read_text() if w.exists() else ""
+    if text:
+        print(f"CUDA C++ compiler warnings:\n{text}", file=sys.stderr)
 
 
 def _compile_message(name: str, filename: str, stderr: str) -> str:

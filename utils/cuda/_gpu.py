@@ -4,57 +4,20 @@ of seconds), and compiled code is cached in memory and on disk."""
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import io
 import json
 import os
-import re
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from .. import paths
+from . import _toolchain as _tc
 from ._source import CudaCompileError
 
 _MEM: dict[str, object] = {}
 _STREAMS: dict[int, object] = {}
-
-#: What NVRTC lacks compared with nvcc: the C headers of the host compiler. Their lines
-#: are blanked (NVRTC has its own math functions and printf) and the few macros they
-#: would define come from this prelude instead.
-_NVRTC_PRELUDE = r"""
-#ifndef INFINITY
-#define INFINITY __int_as_float(0x7f800000)
-#endif
-#ifndef NAN
-#define NAN __int_as_float(0x7fffffff)
-#endif
-#ifndef FLT_MAX
-#define FLT_MAX 3.402823466e+38f
-#endif
-#ifndef FLT_MIN
-#define FLT_MIN 1.175494351e-38f
-#endif
-#ifndef INT_MAX
-#define INT_MAX 2147483647
-#endif
-#ifndef INT_MIN
-#define INT_MIN (-2147483647 - 1)
-#endif
-#ifndef M_PI
-#define M_PI 3.14159265358979323846
-#endif
-typedef signed char int8_t; typedef unsigned char uint8_t;
-typedef short int16_t; typedef unsigned short uint16_t;
-typedef int int32_t; typedef unsigned int uint32_t;
-typedef long int64_t; typedef unsigned long uint64_t;  /* as in glibc on 64-bit Linux */
-"""
-_HOST_HEADERS = re.compile(
-    r"^[ \t]*#[ \t]*include[ \t]*<(cstdio|stdio\.h|cmath|math\.h|cstdint|stdint\.h|cfloat|float\.h|climits|"
-    r"limits\.h|cstdlib|stdlib\.h|cassert|assert\.h|cuda_runtime\.h|cuda\.h|device_launch_parameters\.h)>[^\n]*$",
-    re.M)
-
 
 _CORE = None
 _CONFIGS: dict[tuple, object] = {}
@@ -79,22 +42,12 @@ def _device():
     return dev
 
 
-def _cuda_include_dirs() -> list[str]:
-    out = []
-    for root in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
-        if root and Path(root, "include", "cuda_fp16.h").exists():
-            out.append(str(Path(root, "include")))
-            break
-    return out
-
-
 def prepare(text: str, filename: str) -> str:
-    text = _HOST_HEADERS.sub("", text)
-    return _NVRTC_PRELUDE + f'#line 1 "{filename}"\n' + text
+    return _tc.nvrtc_source(text, filename)
 
 
 def _options(core, arch: str, filename: str, include_dir: Path | None):
-    incs = [str(paths.CUDA_INCLUDE_DIR)] + ([str(include_dir)] if include_dir else []) + _cuda_include_dirs()
+    incs = [str(paths.CUDA_INCLUDE_DIR)] + ([str(include_dir)] if include_dir else []) + _tc.include_dirs()
     return core.ProgramOptions(arch=arch, std="c++17", include_path=incs, name=filename)
 
 
@@ -125,10 +78,9 @@ def build(text: str, name: str, filename: str, include_dir: Path | None):
     core = _core()
     dev = _device()
     arch = "sm_" + "".join(map(str, dev.compute_capability))
-    hdr = hashlib.sha256()
-    for p in sorted(Path(paths.CUDA_INCLUDE_DIR).glob("*.h")):
-        hdr.update(p.read_bytes())
-    key = hashlib.sha256("\0".join([text, name, arch, hdr.hexdigest(), str(include_dir)]).encode()).hexdigest()[:24]
+    nv = _tc.nvrtc()
+    key = _tc.cache_key(prepare(text, filename), name, arch, _tc.headers_digest(include_dir), str(include_dir),
+                        _tc.include_dirs(), nv.version if nv else getattr(core, "__version__", ""))
     if key in _MEM:
         return _MEM[key]
     cache = Path(paths.CACHE_DIR) / "cuda-nvrtc"
@@ -147,11 +99,9 @@ def build(text: str, name: str, filename: str, include_dir: Path | None):
         try:
             mangled = getattr(obj, "_sym_map", {}).get(name)
             if mangled:
-                cache.mkdir(parents=True, exist_ok=True)
-                tmp = cubin.with_suffix(".tmp")
-                tmp.write_bytes(obj.code)
-                os.replace(tmp, cubin)
-                meta.write_text(json.dumps({"mangled": mangled.decode() if isinstance(mangled, bytes) else mangled}))
+                _tc.write_atomic(cubin, obj.code)
+                _tc.write_atomic(meta, json.dumps({"mangled": mangled.decode() if isinstance(mangled, bytes)
+                                                   else mangled}).encode())
         except Exception:
             pass  # the disk cache is an optimisation only
     _MEM[key] = kernel

@@ -17,8 +17,13 @@ import re
 import types
 
 from .. import config, paths
-from ._errors import KernelFault
+from . import _toolchain as _tc
+from ._errors import CudaCompileError, KernelFault
 from ._source import adapt_for_emulator, adapt_torch_host_code, has_marker
+
+
+#: Names of the extensions whose last emulated build failed.
+_FAILED_BUILDS: set[str] = set()
 
 
 def _as_list(src) -> list[str]:
@@ -75,22 +80,30 @@ def load_inline(name, cpp_sources, cuda_sources=None, functions=None, extra_cfla
                               with_cuda=with_cuda, is_python_module=is_python_module,
                               with_pytorch_error_handling=with_pytorch_error_handling,
                               keep_intermediates=keep_intermediates, use_pch=use_pch, **kwargs)
-    from ._emulator import EMU_DIR
-    sources = [adapt_torch_host_code(s) for s in cpp]
-    for k, s in enumerate(cuda):
-        fname = "cuda.cu" if len(cuda) == 1 else f"cuda_{k}.cu"
-        sources.append('#include "cuda_emu.h"\n'
-                       f'#line 1 "{fname}"\n' + adapt_torch_host_code(adapt_for_emulator(s)))
-    # COURSE_CUDA_EMULATOR on the command line: cpp_sources come before cuda_emu.h in the
-    # translation unit, and common.h's CHECK_INPUT must see it there too.
-    cflags = list(extra_cflags or []) + ["-O2", "-U_FORTIFY_SOURCE", "-D_FORTIFY_SOURCE=0", "-fno-strict-aliasing",
-                                         "-DCOURSE_CUDA_EMULATOR=1"]
-    mod = ce.load_inline(name, sources, None, functions=functions, extra_cflags=cflags,
-                         extra_ldflags=extra_ldflags, extra_include_paths=[str(EMU_DIR)] + include,
-                         build_directory=build_directory, verbose=verbose, with_cuda=False,
-                         is_python_module=is_python_module,
-                         with_pytorch_error_handling=with_pytorch_error_handling,
-                         keep_intermediates=keep_intermediates, use_pch=use_pch, **kwargs)
+    EMU_DIR = _tc.EMU_DIR
+    try:
+        for s in cpp:  # what nvcc would reject on a GPU (torch writes cpp_sources to main.cpp)
+            _tc.check_torch_cuda_includes(s, "main.cpp")
+        for k, s in enumerate(cuda):
+            _tc.check_torch_cuda_includes(s, "cuda.cu" if len(cuda) == 1 else f"cuda_{k}.cu")
+        sources = [adapt_torch_host_code(s) for s in cpp]
+        for k, s in enumerate(cuda):
+            fname = "cuda.cu" if len(cuda) == 1 else f"cuda_{k}.cu"
+            sources.append('#include "cuda_emu.h"\n'
+                           f'#line 1 "{fname}"\n' + adapt_torch_host_code(adapt_for_emulator(s)))
+        # COURSE_CUDA_EMULATOR on the command line: cpp_sources come before cuda_emu.h in the
+        # translation unit, and common.h's CHECK_INPUT must see it there too.
+        cflags = list(extra_cflags or []) + _tc.extension_flags()
+        mod = ce.load_inline(name, sources, None, functions=functions, extra_cflags=cflags,
+                             extra_ldflags=extra_ldflags, extra_include_paths=[str(EMU_DIR)] + include,
+                             build_directory=build_directory, verbose=verbose, with_cuda=False,
+                             is_python_module=is_python_module,
+                             with_pytorch_error_handling=with_pytorch_error_handling,
+                             keep_intermediates=keep_intermediates, use_pch=use_pch, **kwargs)
+    except Exception:
+        _FAILED_BUILDS.add(name)  # the module of an older, successful build must not run
+        raise
+    _FAILED_BUILDS.discard(name)
     if not is_python_module or not cuda:
         return mod
     return wrap_emulated_module(mod, uses_printf=any("printf" in s for s in cpp + cuda))
@@ -112,6 +125,10 @@ def wrap_emulated_module(mod, uses_printf: bool):
     def wrap(fn):
         @functools.wraps(fn)
         def call(*args, **kwargs):
+            if mod.__name__ in _FAILED_BUILDS:
+                raise CudaCompileError(f"the last build of extension `{mod.__name__}` failed, so this is an older "
+                                       "build that no longer matches your source: fix the error and run that "
+                                       "cell again")
             mode, seed = _current_schedule()
             with _LAUNCH_LOCK:
                 lib.emu_set_schedule(mode, seed)

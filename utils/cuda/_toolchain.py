@@ -1,0 +1,547 @@
+"""The course's compilers in one place: where they are, their flags, and the cache keys of
+what they build.
+
+* The host C++ compiler (g++ or clang++) builds kernels against the CPU emulator:
+  ``cuda_kernel`` (``_emulator.py``), ``load_inline`` (``_inline.py``) and the ``setup.py``
+  project (``utils/extension.py``) share ``EMU_FLAGS``.
+* NVIDIA's tools come from the pip wheels in ``requirements.txt`` (``nvidia-cuda-nvrtc``,
+  ``nvidia-cuda-runtime``, ``nvidia-cuda-nvdisasm``), so a laptop without a CUDA toolkit has
+  them. A system toolkit (``CUDA_HOME``, ``CUDA_PATH``, ``/usr/local/cuda``, ``PATH``) is
+  used only when the wheels are missing, and never with ``COURSE_NO_SYSTEM_CUDA=1``: then
+  the course behaves exactly as on a machine without one (the test suite runs that way).
+* NVRTC, the GPU's own compiler, gives PTX, the cubin (``ptxas`` runs inside it) and the
+  resource use of a kernel; ``nvdisasm`` turns the cubin into SASS. In simulation every
+  ``cuda_kernel`` source is also compiled by NVRTC, so code a GPU would reject is rejected
+  here too (``nvrtc_check``).
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+import glob
+import hashlib
+import os
+import re
+import shutil
+import site
+import subprocess
+import sys
+import sysconfig
+import tempfile
+from pathlib import Path
+
+from .. import paths
+from ._source import CudaCompileError
+
+#: Set to 1 to ignore any CUDA toolkit installed on the system (only the pip wheels count).
+ENV_NO_SYSTEM_CUDA = "COURSE_NO_SYSTEM_CUDA"
+EMU_DIR = Path(__file__).resolve().parent / "emu"
+
+#: Flags of every emulator build (cuda_kernel, load_inline, setup.py). The fibers of the
+#: emulator switch stacks by hand: stack-clash probes catch a thread that overflows its stack,
+#: and _FORTIFY_SOURCE's checks would misread the switched stacks.
+EMU_FLAGS = ["-std=c++17", "-O2", "-fstack-clash-protection", "-U_FORTIFY_SOURCE", "-D_FORTIFY_SOURCE=0",
+             "-fno-strict-aliasing", "-DCOURSE_CUDA_EMULATOR=1"]
+#: Extra flags of a cuda_kernel library. Warnings are on (a learner needs "control reaches end
+#: of non-void function" and signed/unsigned comparisons); the emulator's own headers are
+#: included as system headers, so their warnings stay silent.
+KERNEL_LIB_FLAGS = ["-shared", "-fPIC", "-fvisibility=hidden", "-Wall", "-Wno-unused-function",
+                    "-Wno-unknown-pragmas"]
+
+#: What to tell a learner whose machine lacks NVIDIA's wheels.
+INSTALL_HINT = (
+    "On Linux (x86-64 or arm64) `./course test` installs them from requirements.txt; by hand: "
+    "`pip install -r requirements.txt` (or `pip install \"cuda-toolkit[cudart,nvrtc]==13.0.3\" "
+    "nvidia-cuda-nvdisasm==13.2.86`). NVIDIA publishes no such wheels for macOS: there, run this "
+    "part on a Linux machine or a free cloud notebook with a GPU; everything else works without it.")
+
+
+class ToolkitMissing(RuntimeError):
+    """A feature needs a piece of NVIDIA's CUDA toolkit that is not installed."""
+
+
+def no_system_cuda() -> bool:
+    return os.environ.get(ENV_NO_SYSTEM_CUDA, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+# ---------------------------------------------------------------------------------------
+# Where NVIDIA's pieces are
+# ---------------------------------------------------------------------------------------
+def _site_dirs() -> list[Path]:
+    dirs = []
+    for d in [sysconfig.get_paths().get("purelib"), sysconfig.get_paths().get("platlib"),
+              *getattr(site, "getsitepackages", lambda: [])(), site.getusersitepackages(), *sys.path]:
+        if d and Path(d, "nvidia").is_dir() and Path(d) not in dirs:
+            dirs.append(Path(d))
+    return dirs
+
+
+@functools.lru_cache(maxsize=None)
+def wheel_roots() -> tuple[Path, ...]:
+    """The roots of NVIDIA's wheels: ``site-packages/nvidia/cu13`` (CUDA 13 wheels put every
+    piece there) and, for CUDA 12 wheels, one directory per piece (``nvidia/cuda_nvrtc``)."""
+    roots = []
+    for d in _site_dirs():
+        for sub in ["cu13", "cu12", *sorted(p.name for p in Path(d, "nvidia").glob("cuda_*"))]:
+            r = Path(d, "nvidia", sub)
+            if r.is_dir() and r not in roots:
+                roots.append(r)
+    return tuple(roots)
+
+
+def system_roots() -> list[Path]:
+    """The system toolkit's roots, which the lookups may use (none with COURSE_NO_SYSTEM_CUDA=1)."""
+    if no_system_cuda():
+        return []
+    out = []
+    for r in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
+        if r and Path(r).is_dir() and Path(r) not in out:
+            out.append(Path(r))
+    return out
+
+
+def find_tool(name: str) -> Path | None:
+    """``nvdisasm``, ``ptxas``, ``nvcc``...: from the wheels, else the system toolkit."""
+    for r in wheel_roots() + tuple(system_roots()):
+        p = r / "bin" / name
+        if p.is_file() and os.access(p, os.X_OK):
+            return p
+    if not no_system_cuda():
+        w = shutil.which(name)
+        if w:
+            return Path(w)
+    return None
+
+
+def find_library(stem: str) -> Path | None:
+    """A shared library such as ``libnvrtc.so``: from the wheels, else the system toolkit."""
+    for r in wheel_roots() + tuple(system_roots()):
+        for sub in ("lib", "lib64", "lib/x64"):
+            hits = sorted(glob.glob(str(r / sub / f"{stem}*")))
+            hits = [h for h in hits if re.search(rf"{re.escape(stem)}(\.\d+)*$", h) or h.endswith(".dylib")]
+            if hits:  # the most specific versioned name: libnvrtc.so.13 before libnvrtc.so
+                return Path(max(hits, key=len))
+    return None
+
+
+def include_dirs() -> list[str]:
+    """CUDA's own headers (``cuda_fp16.h``...) for NVRTC: the runtime wheel's, else the system's."""
+    for r in wheel_roots() + tuple(system_roots()):
+        if (r / "include" / "cuda_fp16.h").is_file():
+            return [str(r / "include")]
+    return []
+
+
+SYSTEM_CUDA_VARIABLES = ("CUDA_HOME", "CUDA_PATH", "CUDA_ROOT", "CUDAToolkit_ROOT")
+#: The variables hide_system_cuda removed, with their values (the tests check nothing uses them).
+HIDDEN: dict[str, str] = {}
+
+
+def hide_system_cuda():
+    """With COURSE_NO_SYSTEM_CUDA=1, make this process (and what it starts) see no system
+    toolkit: no CUDA_HOME/CUDA_PATH, no nvcc on PATH. numba-cuda and cuda.bindings then load
+    libcudart and NVRTC from the wheels, as on a laptop. Runs at ``import utils``, before numba."""
+    if not no_system_cuda():
+        return
+    for v in SYSTEM_CUDA_VARIABLES:
+        if v in os.environ:
+            HIDDEN[v] = os.environ.pop(v)
+    keep = [d for d in os.environ.get("PATH", "").split(os.pathsep)
+            if d and not Path(d, "nvcc").exists() and not d.startswith("/usr/local/cuda")]
+    os.environ["PATH"] = os.pathsep.join(keep)
+    lib = [d for d in os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep)
+           if d and ("cuda" not in d.lower() or "site-packages" in d)]
+    if "LD_LIBRARY_PATH" in os.environ:
+        os.environ["LD_LIBRARY_PATH"] = os.pathsep.join(lib)
+
+
+hide_system_cuda()
+
+
+# ---------------------------------------------------------------------------------------
+# The host compiler and cache keys
+# ---------------------------------------------------------------------------------------
+def host_compiler() -> str:
+    cxx = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++") or shutil.which("clang++")
+    if not cxx:
+        raise CudaCompileError(
+            "the CUDA C++ emulator needs a C++ compiler (g++ or clang++) and none was found. "
+            "Install one (Debian/Ubuntu: `sudo apt install g++`; macOS: `xcode-select --install`).")
+    return cxx
+
+
+@functools.lru_cache(maxsize=None)
+def compiler_version(cxx: str) -> str:
+    """The compiler's own description of itself: a new compiler rebuilds the cache."""
+    try:
+        return subprocess.run([cxx, "--version"], capture_output=True, text=True, timeout=30).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return cxx
+
+
+def _dir_digest(h, d: Path | None, recursive: bool = True):
+    if d is None or not Path(d).is_dir():
+        return
+    for p in sorted(Path(d).rglob("*") if recursive else Path(d).glob("*")):
+        if p.suffix in (".h", ".cuh", ".hpp", ".inc") and p.is_file():
+            h.update(str(p.relative_to(d)).encode() + b"\0" + p.read_bytes())
+
+
+def headers_digest(include_dir: Path | None = None) -> str:
+    """A digest of every header a kernel may include (the emulator's, the course's prelude,
+    and the kernel's own directory): a change to any of them rebuilds the kernels."""
+    h = hashlib.sha256()
+    for d in (EMU_DIR, paths.CUDA_INCLUDE_DIR):
+        _dir_digest(h, d)
+    _dir_digest(h, include_dir, recursive=False)  # a kernel's folder may be large: its own headers only
+    return h.hexdigest()
+
+
+def cache_key(*parts) -> str:
+    h = hashlib.sha256()
+    for p in parts:
+        h.update(str(p).encode() + b"\0")
+    return h.hexdigest()[:24]
+
+
+def emulator_key(cxx: str, flags) -> str:
+    """What every emulator build depends on besides its source: compiler, flags, headers."""
+    return cache_key(compiler_version(cxx), " ".join(flags), headers_digest(), sys.platform)
+
+
+def extension_flags() -> list[str]:
+    """Flags of a load_inline or setup.py build against the emulator. The key makes torch's
+    build cache see a new compiler or a changed emulator header (it hashes the flags)."""
+    return EMU_FLAGS + [f"-DCOURSE_TOOLCHAIN_KEY={emulator_key(host_compiler(), EMU_FLAGS)}"]
+
+
+def write_atomic(path: Path, data: bytes):
+    """Write ``path`` through a unique temporary file: parallel workers never see half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+# ---------------------------------------------------------------------------------------
+# NVRTC
+# ---------------------------------------------------------------------------------------
+#: What NVRTC lacks compared with nvcc: the C headers of the host compiler. Their lines
+#: are blanked (NVRTC has its own math functions and printf) and the few macros they
+#: would define come from this prelude instead.
+NVRTC_PRELUDE = r"""
+#ifndef INFINITY
+#define INFINITY __int_as_float(0x7f800000)
+#endif
+#ifndef NAN
+#define NAN __int_as_float(0x7fffffff)
+#endif
+#ifndef FLT_MAX
+#define FLT_MAX 3.402823466e+38f
+#endif
+#ifndef FLT_MIN
+#define FLT_MIN 1.175494351e-38f
+#endif
+#ifndef INT_MAX
+#define INT_MAX 2147483647
+#endif
+#ifndef INT_MIN
+#define INT_MIN (-2147483647 - 1)
+#endif
+#ifndef M_PI
+#define M_PI 3.14159265358979323846
+#endif
+typedef signed char int8_t; typedef unsigned char uint8_t;
+typedef short int16_t; typedef unsigned short uint16_t;
+typedef int int32_t; typedef unsigned int uint32_t;
+typedef long int64_t; typedef unsigned long uint64_t;  /* as in glibc on 64-bit Linux */
+"""
+_HOST_HEADERS = re.compile(
+    r"^[ \t]*#[ \t]*include[ \t]*<(cstdio|stdio\.h|cmath|math\.h|cstdint|stdint\.h|cfloat|float\.h|climits|"
+    r"limits\.h|cstdlib|stdlib\.h|cassert|assert\.h|cuda_runtime\.h|cuda\.h|device_launch_parameters\.h)>[^\n]*$",
+    re.M)
+
+
+def nvrtc_source(text: str, filename: str) -> str:
+    """The source as NVRTC compiles it: the prelude, then the learner's lines unchanged."""
+    return NVRTC_PRELUDE + f'#line 1 "{filename}"\n' + _HOST_HEADERS.sub("", text)
+
+
+class NvrtcResult:
+    def __init__(self, ok: bool, log: str, ptx: str = "", cubin: bytes = b"", lowered: dict | None = None):
+        self.ok, self.log, self.ptx, self.cubin, self.lowered = ok, log, ptx, cubin, lowered or {}
+
+
+class Nvrtc:
+    """libnvrtc through ctypes: nothing but the library itself is needed."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        # libnvrtc opens its builtins library by name at compile time; loading it first from
+        # the same directory makes that work without LD_LIBRARY_PATH.
+        for b in sorted(path.parent.glob("libnvrtc-builtins.so*")) + sorted(path.parent.glob("libnvrtc-builtins*.dylib")):
+            if ".alt." not in b.name:
+                ctypes.CDLL(str(b), mode=ctypes.RTLD_GLOBAL)
+                break
+        self.lib = ctypes.CDLL(str(path))
+        major, minor = ctypes.c_int(), ctypes.c_int()
+        self.lib.nvrtcVersion(ctypes.byref(major), ctypes.byref(minor))
+        self.version = (major.value, minor.value)
+        self.lib.nvrtcGetErrorString.restype = ctypes.c_char_p
+
+    def _bytes(self, prog, size_fn, get_fn) -> bytes:
+        n = ctypes.c_size_t()
+        if getattr(self.lib, size_fn)(prog, ctypes.byref(n)) != 0 or n.value == 0:
+            return b""
+        buf = ctypes.create_string_buffer(n.value)
+        getattr(self.lib, get_fn)(prog, buf)
+        return buf.raw[:n.value]
+
+    def compile(self, source: str, filename: str, options, name_expressions=(), cubin: bool = False) -> NvrtcResult:
+        lib = self.lib
+        prog = ctypes.c_void_p()
+        rc = lib.nvrtcCreateProgram(ctypes.byref(prog), source.encode(), filename.encode(), 0, None, None)
+        if rc != 0:
+            return NvrtcResult(False, lib.nvrtcGetErrorString(rc).decode())
+        try:
+            for e in name_expressions:
+                lib.nvrtcAddNameExpression(prog, e.encode())
+            opts = [o.encode() for o in options]
+            rc = lib.nvrtcCompileProgram(prog, len(opts), (ctypes.c_char_p * len(opts))(*opts))
+            log = self._bytes(prog, "nvrtcGetProgramLogSize", "nvrtcGetProgramLog").rstrip(b"\0").decode(errors="replace")
+            if rc != 0:
+                return NvrtcResult(False, log or lib.nvrtcGetErrorString(rc).decode())
+            lowered = {}
+            for e in name_expressions:
+                out = ctypes.c_char_p()
+                if lib.nvrtcGetLoweredName(prog, e.encode(), ctypes.byref(out)) == 0 and out.value:
+                    lowered[e] = out.value.decode()
+            ptx = self._bytes(prog, "nvrtcGetPTXSize", "nvrtcGetPTX").rstrip(b"\0").decode(errors="replace")
+            code = self._bytes(prog, "nvrtcGetCUBINSize", "nvrtcGetCUBIN") if cubin else b""
+            return NvrtcResult(True, log, ptx, code, lowered)
+        finally:
+            lib.nvrtcDestroyProgram(ctypes.byref(prog))
+
+
+_NVRTC: list = []
+
+
+def nvrtc(required: str | None = None) -> Nvrtc | None:
+    """The NVRTC library, or None when it is not installed (then ``required``, if given,
+    names the feature in a ``ToolkitMissing`` error)."""
+    if not _NVRTC:
+        path = find_library("libnvrtc.so") or find_library("libnvrtc")
+        try:
+            _NVRTC.append(Nvrtc(path) if path else None)
+        except OSError:
+            _NVRTC.append(None)
+    if _NVRTC[0] is None and required:
+        raise ToolkitMissing(f"{required} needs NVRTC, NVIDIA's CUDA C++ compiler library "
+                             f"(pip package nvidia-cuda-nvrtc), and it is not installed. {INSTALL_HINT}")
+    return _NVRTC[0]
+
+
+def nvrtc_options(arch: str, include_dir: Path | None = None, extra=()) -> list[str]:
+    incs = [str(paths.CUDA_INCLUDE_DIR)] + ([str(include_dir)] if include_dir else []) + include_dirs()
+    return [f"-arch={arch}", "-std=c++17", *[f"-I{d}" for d in incs], *extra]
+
+
+def default_arch() -> str:
+    """``sm_XY`` of this machine's GPU when there is one, else ``sm_90`` (an H100)."""
+    try:
+        import torch
+        if torch.cuda.is_available():
+            major, minor = torch.cuda.get_device_capability()
+            return f"sm_{major}{minor}"
+    except Exception:  # noqa: BLE001  a broken driver: fall back to the course's reference GPU
+        pass
+    return "sm_90"
+
+
+def _check_arch(arch: str) -> str:
+    if not isinstance(arch, str) or not re.fullmatch(r"(sm|compute)_\d+[a-z]?", arch.strip()):
+        raise ValueError(f"arch must look like 'sm_90' (an H100) or 'sm_80' (an A100), got {arch!r}")
+    return arch.strip()
+
+
+def _cache_dir(what: str) -> Path:
+    return Path(paths.CACHE_DIR) / what
+
+
+#: False only in tests of the emulator itself, which call host code from kernels on purpose.
+NVRTC_PARITY = True
+
+
+def nvrtc_check(text: str, name: str, filename: str, include_dir: Path | None):
+    """Compile ``text`` with NVRTC as a GPU would (to PTX for sm_90), and raise
+    ``CudaCompileError`` with NVRTC's message if it fails. Results are cached on disk; without
+    NVRTC (no wheels, e.g. on macOS) this checks nothing."""
+    nv = nvrtc()
+    if nv is None or not NVRTC_PARITY:
+        return
+    src = nvrtc_source(text, filename)
+    opts = nvrtc_options("compute_90", include_dir)
+    key = cache_key("check", src, name, " ".join(opts), nv.version, headers_digest(include_dir))
+    ok, bad = _cache_dir("nvrtc-check") / f"{key}.ok", _cache_dir("nvrtc-check") / f"{key}.err"
+    if ok.exists():
+        return
+    if bad.exists():
+        raise CudaCompileError(bad.read_text())
+    res = nv.compile(src, filename, opts, name_expressions=(name,))
+    if res.ok:
+        write_atomic(ok, b"")
+        return
+    msg = (f"CUDA C++ compilation of `{name}` failed (NVRTC, the compiler a GPU uses; the CPU emulator "
+           f"would accept this code, but a GPU would not):\n{_clean_log(res.log, name)}")
+    write_atomic(bad, msg.encode())
+    raise CudaCompileError(msg)
+
+
+def _clean_log(log: str, name: str) -> str:
+    lines = []
+    for line in log.strip().splitlines():
+        if "name expression" in line and name in line:  # NVRTC's wording for a missing kernel
+            line = (f"error: the source has no __global__ function named `{name}` (or it cannot be "
+                    "instantiated with these template arguments)")
+        lines.append(line)
+    if "host functions are not allowed" in log:
+        lines.append("hint: a kernel can only call device functions: mark the helper `__device__` "
+                     "(or `__host__ __device__` to use it on both sides)")
+    return "\n".join(lines)
+
+
+#: Macros of torch's CUDA headers that the emulator provides everywhere, but that nvcc only
+#: knows when the source includes one of torch's c10/cuda or ATen/cuda headers (all of them
+#: include c10/cuda/CUDAException.h).
+_TORCH_CUDA_MACROS = re.compile(r"\b(C10_CUDA_KERNEL_LAUNCH_CHECK|C10_CUDA_CHECK|C10_CUDA_CHECK_WARN)\b")
+_TORCH_CUDA_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"](c10/cuda/|ATen/cuda/)', re.M)
+
+
+def check_torch_cuda_includes(text: str, filename: str):
+    """Reject, as nvcc would, a load_inline or setup.py source that uses torch's CUDA checks
+    without including their header."""
+    from ._source import strip_comments
+    code = strip_comments(text)
+    m = _TORCH_CUDA_MACROS.search(code)
+    if m and not _TORCH_CUDA_INCLUDE.search(code):
+        line = code.count("\n", 0, m.start()) + 1
+        raise CudaCompileError(
+            f"{filename}({line}): error: identifier \"{m.group(1)}\" is undefined\n"
+            f"(nvcc on a GPU stops here: add `#include <c10/cuda/CUDAException.h>` to this source)")
+
+
+# ---------------------------------------------------------------------------------------
+# PTX, SASS, resources
+# ---------------------------------------------------------------------------------------
+def compile_for_gpu(text: str, name: str, filename: str, include_dir: Path | None, arch: str,
+                    what: str) -> tuple[NvrtcResult, str]:
+    """(NVRTC's result with the PTX, the cubin and ptxas's report, the kernel's mangled name)."""
+    nv = nvrtc(required=what)
+    arch = _check_arch(arch)
+    sm = arch.replace("compute_", "sm_")
+    # On a machine with a GPU driver, NVRTC keeps compiled code in the driver's compute cache,
+    # and a cached compile prints no ptxas report: the cache is off for this compile.
+    before = os.environ.get("CUDA_CACHE_DISABLE")
+    os.environ["CUDA_CACHE_DISABLE"] = "1"
+    try:
+        res = nv.compile(nvrtc_source(text, filename), filename,
+                         nvrtc_options(sm, include_dir, ["-Xptxas=-v"]), name_expressions=(name,), cubin=True)
+    finally:
+        if before is None:
+            os.environ.pop("CUDA_CACHE_DISABLE", None)
+        else:
+            os.environ["CUDA_CACHE_DISABLE"] = before
+    if res.ok and "Used " not in res.log:
+        res.log += _ptxas_report(res.ptx, sm)
+    if not res.ok:
+        raise CudaCompileError(f"CUDA C++ compilation of `{name}` failed (NVRTC):\n{_clean_log(res.log, name)}")
+    return res, res.lowered.get(name, name)
+
+
+def _ptxas_report(ptx: str, sm: str) -> str:
+    """ptxas's -v report, from ptxas itself (when NVRTC gave none)."""
+    tool = find_tool("ptxas")
+    if tool is None:
+        return ""
+    with tempfile.TemporaryDirectory(prefix="course-ptxas-") as d:
+        f = Path(d, "kernel.ptx")
+        f.write_text(ptx)
+        proc = subprocess.run([str(tool), "-v", f"-arch={sm}", str(f), "-o", str(Path(d, "kernel.cubin"))],
+                              capture_output=True, text=True, timeout=120)
+    return proc.stdout + proc.stderr
+
+
+def sass(cubin: bytes, mangled: str) -> str:
+    """The SASS of one kernel of a cubin, from ``nvdisasm``."""
+    tool = find_tool("nvdisasm")
+    if tool is None:
+        raise ToolkitMissing("cuda_sass needs nvdisasm, NVIDIA's disassembler (pip package "
+                             f"nvidia-cuda-nvdisasm), and it is not installed. {INSTALL_HINT}")
+    with tempfile.TemporaryDirectory(prefix="course-sass-") as d:
+        f = Path(d, "kernel.cubin")
+        f.write_bytes(cubin)
+        proc = subprocess.run([str(tool), "-c", str(f)], capture_output=True, text=True, timeout=120)
+    if proc.returncode != 0:
+        raise RuntimeError(f"nvdisasm failed:\n{proc.stderr}")
+    out, keep = [], False
+    for line in proc.stdout.splitlines():
+        head = re.match(r"//-+ (\S+)\s+-+", line)
+        if head:  # "//------ .text.<kernel> ------": a new section starts
+            keep = head.group(1) == f".text.{mangled}"
+        if keep:
+            out.append(line)
+    while out and re.search(r"\bNOP\b|^\s*$|^\.L_x_\d+:$", out[-1]):
+        out.pop()  # padding to the section's alignment
+    return "\n".join(out) if out else proc.stdout
+
+
+_PTXAS = {
+    "registers": r"Used (\d+) registers",
+    "spill_stores": r"(\d+) bytes spill stores",
+    "spill_loads": r"(\d+) bytes spill loads",
+    "shared_bytes": r"(\d+) bytes smem",
+    "local_bytes": r"(\d+) bytes stack frame",
+    "constant_bytes": r"(\d+) bytes cmem\[0\]",
+}
+
+
+def resources(log: str, ptx: str, mangled: str) -> dict:
+    """The resources of one kernel from ptxas's ``-v`` report (and ``__launch_bounds__``)."""
+    block = log
+    m = re.search(rf"Compiling entry function '{re.escape(mangled)}'.*?(?=Compiling entry function|\Z)", log, re.S)
+    if m:
+        block = m.group(0)
+    out = {}
+    for k, pat in _PTXAS.items():
+        hit = re.search(pat, block)
+        out[k] = int(hit.group(1)) if hit else 0
+    # The most threads a block may have: 1024, fewer with __launch_bounds__, and fewer when the
+    # registers of a full block do not fit in one SM's 65536 (allocated per warp, 256 at a time).
+    limit = 1024
+    ent = re.search(rf"\.entry {re.escape(mangled)}\b.*?\{{", ptx, re.S)
+    ntid = re.search(r"\.maxntid\s+(\d+)(?:,\s*(\d+))?(?:,\s*(\d+))?", ent.group(0)) if ent else None
+    if ntid:
+        limit = 1
+        for g in ntid.groups():
+            limit *= int(g or 1)
+    if out["registers"]:
+        per_warp = -(-out["registers"] * 32 // 256) * 256
+        limit = min(limit, 65536 // per_warp * 32)
+    out["max_threads_per_block"] = limit
+    return out
+
+
+def toolchain_report() -> dict:
+    """Where each piece was found (for the environment report and the tests)."""
+    nv = nvrtc()
+    return {"nvrtc": str(nv.path) if nv else None,
+            "nvrtc_version": ".".join(map(str, nv.version)) if nv else None,
+            "nvdisasm": str(find_tool("nvdisasm") or "") or None,
+            "ptxas": str(find_tool("ptxas") or "") or None,
+            "cuda_include": (include_dirs() or [None])[0],
+            "system_cuda_ignored": no_system_cuda()}
