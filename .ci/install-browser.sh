@@ -12,15 +12,18 @@ VENV=${COURSE_VENV:-.venv}
 if [ -x "$CHROMIUM" ] || command -v chromium >/dev/null 2>&1; then
   echo "browser: $("${CHROMIUM}" --version 2>/dev/null || chromium --version 2>/dev/null) is installed"
 else
-  if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null 2>&1; then
-    echo "browser: Chromium is missing and cannot be installed here (needs root and apt-get)." >&2
+  # root, or a user with password-less sudo (a GitHub runner) may install it
+  SUDO=()
+  if [ "$(id -u)" -ne 0 ] && sudo -n true 2>/dev/null; then SUDO=(sudo -n); fi
+  if { [ "$(id -u)" -ne 0 ] && [ ${#SUDO[@]} -eq 0 ]; } || ! command -v apt-get >/dev/null 2>&1; then
+    echo "browser: Chromium is missing and cannot be installed here (needs root or sudo, and apt-get)." >&2
     echo "browser: install Debian's chromium package, or set COURSE_CHROMIUM to a Chromium binary." >&2
     exit 1
   fi
   echo "browser: installing Debian's chromium ..."
   export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
-  apt-get install -y -qq --no-install-recommends chromium >/dev/null
+  "${SUDO[@]}" apt-get update -qq
+  "${SUDO[@]}" apt-get install -y -qq --no-install-recommends chromium >/dev/null
   echo "browser: $(chromium --version 2>/dev/null) installed"
 fi
 
