@@ -124,7 +124,7 @@ def write_cmake_settings(out_dir: Path, sources) -> Path:
         "# course's CPU emulator, and how to compile them\n"
         f"set(COURSE_EMULATED_SOURCES {cmake_list(translated)})\n"
         f"set(COURSE_EMULATOR_INCLUDE_DIRS {cmake_list(dirs)})\n"
-        f"set(COURSE_EMULATOR_FLAGS {cmake_list(_EMU_FLAGS)})\n")
+        f"set(COURSE_EMULATOR_FLAGS {cmake_list(_tc.extension_flags())})\n")
     return settings
 
 

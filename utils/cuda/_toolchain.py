@@ -379,7 +379,8 @@ NVRTC_PARITY = True
 
 def nvrtc_check(text: str, name: str, filename: str, include_dir: Path | None):
     """Compile ``text`` with NVRTC as a GPU would (to PTX for sm_90), and raise
-    ``CudaCompileError`` with NVRTC's message if it fails. Results are cached on disk; without
+    ``CudaCompileError`` with NVRTC's message if it fails. A success is cached on disk; a failure
+    is not (a header installed later, or a fixed include path, must be seen at once). Without
     NVRTC (no wheels, e.g. on macOS) this checks nothing."""
     nv = nvrtc()
     if nv is None or not NVRTC_PARITY:
@@ -387,18 +388,15 @@ def nvrtc_check(text: str, name: str, filename: str, include_dir: Path | None):
     src = nvrtc_source(text, filename)
     opts = nvrtc_options("compute_90", include_dir)
     key = cache_key("check", src, name, " ".join(opts), nv.version, headers_digest(include_dir))
-    ok, bad = _cache_dir("nvrtc-check") / f"{key}.ok", _cache_dir("nvrtc-check") / f"{key}.err"
+    ok = _cache_dir("nvrtc-check") / f"{key}.ok"
     if ok.exists():
         return
-    if bad.exists():
-        raise CudaCompileError(bad.read_text())
     res = nv.compile(src, filename, opts, name_expressions=(name,))
     if res.ok:
         write_atomic(ok, b"")
         return
     msg = (f"CUDA C++ compilation of `{name}` failed (NVRTC, the compiler a GPU uses; the CPU emulator "
            f"would accept this code, but a GPU would not):\n{_clean_log(res.log, name)}")
-    write_atomic(bad, msg.encode())
     raise CudaCompileError(msg)
 
 
