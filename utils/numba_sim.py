@@ -70,9 +70,11 @@ import threading
 import warnings
 from collections import deque
 
+from . import sim_race
 from .config import MAX_BLOCK, MAX_GRID, MAX_THREADS_PER_BLOCK, SIMULATE
+from .sim_race import SimulatorRaceError
 
-__all__ = ["NUMBA_SIM_PATCHES", "SimulatorSyncError"]
+__all__ = ["NUMBA_SIM_PATCHES", "SimulatorSyncError", "SimulatorRaceError"]
 
 #: What the course changes in Numba's CUDA simulator, one line each (empty on a GPU).
 NUMBA_SIM_PATCHES: list[str] = []
@@ -335,6 +337,9 @@ class _Block:
         self.error = None       # (exception, traceback) that ends the launch
         self.abort = False
         self.running = None     # the worker holding the baton
+        self.interval = 0       # barriers completed so far (race detection's clock)
+        self.warp_intervals = [0] * ((self.n + 31) // 32)  # warp collectives completed
+        self.key = tuple(grid_point)
         self.done = threading.Lock()
         self.done.acquire()
 
@@ -343,6 +348,7 @@ class _Block:
         """Run the whole block; called by the launching thread."""
         if self.n == 0:
             return
+        sim_race.begin_block()
         first = _idle_worker()
         first.block = self
         first.wake.release()
@@ -383,6 +389,7 @@ class _Block:
             w.threadIdx = self.indices[tid]
             w.blockIdx = self.blockIdx
             self.running = w
+            sim_race.set_thread(self.key, tid, self.interval, self.warp_intervals[tid >> 5])
             w.in_kernel = True
             try:
                 if self.debug:
@@ -393,7 +400,7 @@ class _Block:
                     fn(*args)
             except _Abort:
                 pass
-            except SimulatorSyncError as e:
+            except (SimulatorSyncError, SimulatorRaceError) as e:
                 self.fail(e, e.__traceback__)
             except Exception as e:  # name the thread and block, as the simulator does
                 msg = f"tid={list(w.threadIdx)} ctaid={list(self.blockIdx)}"
@@ -449,6 +456,10 @@ class _Block:
                 self.ready.extend(lanes.values())
             waiting.clear()
 
+    def resume(self, w: _Worker):
+        """Thread ``w`` runs again (after a barrier or warp collective)."""
+        sim_race.set_thread(self.key, w.tid, self.interval, self.warp_intervals[w.tid >> 5])
+
     def fail(self, exc, tb):
         if self.error is None:
             self.error = (exc, tb)
@@ -461,6 +472,7 @@ class _Block:
         self.running = w
         if self.abort:
             raise _Abort()
+        self.resume(w)
         result, w.result, w.waiting_for = w.result, None, None
         return result
 
@@ -488,6 +500,7 @@ class _Block:
                 "meet at different barriers:\n" + "\n".join(lines) + "\n"
                 "Every thread of a block must reach the same cuda.syncthreads() (a "
                 "barrier inside an `if` that not all threads take is a bug on a GPU).")
+        self.interval += 1
         result = None
         if kind != "syncthreads":
             values = [bool(other.result) for other in waiting.values()]
@@ -501,6 +514,7 @@ class _Block:
                 self.ready.append(other)
         waiting.clear()
         w.result = w.waiting_for = None
+        self.resume(w)
         return result
 
     # -- warp collectives ----------------------------------------------------------------
@@ -535,6 +549,7 @@ class _Block:
         group = {i: lanes.pop(i) for i in members}
         if not lanes:
             del self.warp_waiting[warp]
+        self.warp_intervals[warp] += 1
         results = _WARP_OPS[kind]({i: o.result for i, o in group.items()})
         for i in members:
             other = group[i]
@@ -543,6 +558,7 @@ class _Block:
                 self.ready.append(other)
         result = w.result
         w.result = w.waiting_for = None
+        self.resume(w)
         return result
 
     # -- activemask -------------------------------------------------------------------
@@ -630,6 +646,7 @@ class _BlockManager:
         self._f, self._grid_dim, self._block_dim, self._debug = f, grid_dim, block_dim, debug
 
     def run(self, grid_point, *args):
+        args = sim_race.launch_arguments(self._f, args)
         _Block(self._f, args, grid_point, self._block_dim, self._debug).run()
 
 
@@ -678,11 +695,14 @@ def _shared_array(self, shape, dtype, alignment=None):
     if shape == 0:  # dynamic shared memory: one buffer sized by the launch
         dtype = np.dtype(dtype)
         count = self._dynshared_size // dtype.itemsize
-        return np.frombuffer(self._dynshared.data, dtype=dtype, count=count)
+        res = np.frombuffer(self._dynshared.data, dtype=dtype, count=count)
+        return sim_race.wrap_shared(res, _site_of(sys._getframe(1))) if sim_race._T.on else res
     caller = _site_of(sys._getframe(1))
     res = self._allocations.get(caller)
     if res is None:
         res = np.empty(shape, dtype)
+        if sim_race._T.on:
+            res = sim_race.wrap_shared(res, caller)
         self._allocations[caller] = res
     return res
 
@@ -720,6 +740,16 @@ def apply() -> bool:
         NUMBA_SIM_PATCHES.append("warp primitives: cuda." + ", cuda.".join(added))
 
     kernelapi.FakeCUDAShared.array = _shared_array
+    for name in ("add", "sub", "and_", "or_", "xor", "inc", "dec", "exch", "max", "min",
+                 "nanmax", "nanmin", "cas", "compare_and_swap"):
+        original = getattr(kernelapi.FakeCUDAAtomic, name, None)
+        if original is not None:
+            setattr(kernelapi.FakeCUDAAtomic, name,
+                    sim_race.atomic_method(original, has_index=name != "compare_and_swap"))
+    NUMBA_SIM_PATCHES.append(
+        "race detection: accesses to array arguments and shared arrays are checked; two "
+        "threads of a block in one barrier interval, or two blocks, touching one element "
+        "with a plain write raise SimulatorRaceError (COURSE_RACECHECK=0 turns it off)")
     NUMBA_SIM_PATCHES.append("cuda.shared.array: call site found with sys._getframe")
 
     original_call = kernel.FakeCUDAKernel.__call__
@@ -729,9 +759,14 @@ def apply() -> bool:
         # to the launching thread's core for its duration. The GIL switch interval is
         # left alone: with one runnable thread at a time a shorter one only adds forced
         # GIL hand-offs (measured in benchmarks/numba_sim_speed.py).
-        if not self._device and kernel._kernel_context is None:
-            _choose_cpu()
-        return original_call(self, *args)
+        if self._device or kernel._kernel_context is not None:
+            return original_call(self, *args)
+        _choose_cpu()
+        sim_race.begin_launch(getattr(self.fn, "__name__", "kernel"))
+        try:
+            return original_call(self, *args)
+        finally:
+            sim_race.end_launch()
 
     __call__.__wrapped__ = original_call
     kernel.FakeCUDAKernel.__call__ = __call__
