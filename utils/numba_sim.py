@@ -348,7 +348,7 @@ class _Block:
         """Run the whole block; called by the launching thread."""
         if self.n == 0:
             return
-        sim_race.begin_block()
+        sim_race.begin_block(self.n)
         first = _idle_worker()
         first.block = self
         first.wake.release()

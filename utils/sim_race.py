@@ -55,7 +55,7 @@ READ, WRITE, ATOMIC = "read", "write", "atomic"
 class _Context:
     """The state of the running launch: one simulated thread runs at a time."""
 
-    __slots__ = ("on", "kernel", "gshadow", "sshadow", "cur", "args")
+    __slots__ = ("on", "kernel", "gshadow", "sshadow", "cur", "args", "threads")
 
     def __init__(self):
         self.on = False       # inside a launch with detection on
@@ -65,6 +65,7 @@ class _Context:
         # (block, tid, barrier interval, warp interval) of the running thread
         self.cur = None
         self.args = None      # the launch's arguments as kernel code sees them
+        self.threads = 0      # threads per block
 
 
 _T = _Context()
@@ -102,8 +103,9 @@ def launch_arguments(fn, args):
     return _T.args
 
 
-def begin_block() -> None:
+def begin_block(threads: int) -> None:
     _T.sshadow = {}  # shared memory is the block's own
+    _T.threads = threads
 
 
 def set_thread(block, tid: int, interval: int, warp_interval: int) -> None:
@@ -313,8 +315,10 @@ def _report(arr: _Tracked, idx, first, second):
         lines.append("The two threads are lanes of one warp with no warp barrier between the "
                      "accesses. Since Volta the lanes of a warp are scheduled independently, "
                      "so relying on them running in lockstep is a race (a hazard within the warp).")
-        lines.append(f"Fix: a cuda.syncwarp() (or a cuda.syncthreads()) {between}"
-                     + (f", or use {atomic}." if both_write else "."))
+        fix = (f"a cuda.syncwarp() (or a cuda.syncthreads()) {between}" if _T.threads <= 32 else
+               f"a cuda.syncthreads() {between} (a cuda.syncwarp() is enough if only the "
+               "lanes of one warp exchange data there)")
+        lines.append(f"Fix: {fix}" + (f", or use {atomic}." if both_write else "."))
     else:
         lines.append("The two threads of one block reach these accesses in the same barrier "
                      "interval, so on a GPU they happen in either order.")

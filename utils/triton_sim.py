@@ -266,6 +266,32 @@ class _SimDriver:
         return _autotune_bench
 
 
+class _WarmedUp:
+    """What ``kernel.warmup(...)`` gives in simulation. The interpreter compiles nothing,
+    so the compiled kernel's figures are placeholders of a typical small H100 kernel:
+    enough for the occupancy arithmetic of published code (fused-softmax tutorial)."""
+
+    n_regs = 32
+    n_spills = 0
+
+    class metadata:  # noqa: N801  (mirrors CompiledKernel.metadata)
+        shared = 1024
+        num_warps = 4
+
+    def __init__(self, fn):
+        self.fn = fn
+
+    def _init_handles(self):
+        pass
+
+    def __getitem__(self, grid):
+        return self.fn[grid]
+
+
+def _warmup(self, *args, grid=None, **kwargs):
+    return _WarmedUp(self)
+
+
 def _autotune_bench(kernel_call, quantiles=None, **kwargs):
     """What ``@triton.autotune`` times each config with in simulation: one run (so every
     config is checked), and the same time for all, so the first config wins."""
@@ -345,6 +371,8 @@ def apply() -> bool:
 
     __call__.__wrapped__ = original_call
     interp.GridExecutor.__call__ = __call__
+    # The interpreter's own warmup() (inherited) compiles nothing and returns None.
+    interp.InterpretedFunction.warmup = _warmup
     if RACECHECK:
         TRITON_SIM_PATCHES.append(
             "race detection: two programs of one launch touching one element, one of them "
@@ -356,7 +384,8 @@ def apply() -> bool:
     TRITON_SIM_PATCHES.append(
             "triton.runtime.driver.active: get_active_torch_device() is utils.DEVICE, "
         "device properties are an H100's, triton.autotune runs each config once and "
-        "uses the first")
+        "uses the first; kernel.warmup(...) gives placeholder register and shared-memory "
+        "figures")
     _applied = True
     return True
 
