@@ -147,11 +147,22 @@ class _Tracked:
         if type(v) is _ndarray:  # a row or a slice: a view, not an access
             return _Tracked(v, f"{self._name}[{_fmt_index(idx)}]", self._shared)
         if _T.on:
-            _access(self, idx, READ, sys._getframe(1))
+            if type(idx) is int and self._nd == 1:  # the common case, kept short
+                _check(self, idx, self._base + (idx if idx >= 0 else idx + self._shape[0])
+                       * self._strides[0], READ, sys._getframe(1))
+            else:
+                _access(self, idx, READ, sys._getframe(1))
         return v
 
     def __setitem__(self, idx, value):
         if _T.on:
+            if type(idx) is int and self._nd == 1:
+                # An index past the end raises IndexError below, before anything is recorded
+                # for it: check that first.
+                self._a[idx] = value
+                _check(self, idx, self._base + (idx if idx >= 0 else idx + self._shape[0])
+                       * self._strides[0], WRITE, sys._getframe(1))
+                return
             _access(self, idx, WRITE, sys._getframe(1))
         self._a[idx] = value
 
@@ -229,40 +240,45 @@ def _conflicts(p, c) -> bool:
 
 
 def _access(arr: _Tracked, idx, kind, frame):
+    for addr in arr._addresses(idx):
+        _check(arr, idx, addr, kind, frame)
+
+
+def _check(arr: _Tracked, idx, addr, kind, frame):
+    """Record one access to ``addr`` and raise if it races with a recorded one."""
     c = _T.cur
     if c is None:
         return
     shadow = _T.sshadow if arr._shared else _T.gshadow
     rec = (c, frame.f_code, frame.f_lineno, kind)
-    for addr in arr._addresses(idx):
-        e = shadow.get(addr)
-        if e is None:
-            shadow[addr] = [rec, None, None, None] if kind is WRITE else [None, None, rec, None]
-            continue
-        w = e[0]
-        if w is not None and w[0] is not c and _conflicts(w[0], c):
-            _report(arr, idx, w, rec)
-        if kind is WRITE:
-            for r in (e[1], e[2], e[3]):
-                if r is not None and r[0] is not c and _conflicts(r[0], c):
-                    _report(arr, idx, r, rec)
-            e[0] = rec
-            continue
-        # A read or an atomic: keep a read of an earlier block (any later write from
-        # another block races with it) and the last two readers of this interval.
-        ra = e[2]
-        if ra is None or ra[0] is c:
-            e[2] = rec
-        else:
-            p = ra[0]
-            if p[0] != c[0]:
-                e[1], e[2], e[3] = ra, rec, None
-            elif p[2] != c[2] or p[1] == c[1]:
-                e[2] = rec
-                if p[2] != c[2]:
-                    e[3] = None
-            else:
-                e[2], e[3] = rec, ra
+    e = shadow.get(addr)
+    if e is None:
+        shadow[addr] = [rec, None, None, None] if kind is WRITE else [None, None, rec, None]
+        return
+    w = e[0]
+    if w is not None and w[0] is not c and _conflicts(w[0], c):
+        _report(arr, idx, w, rec)
+    if kind is WRITE:
+        for r in (e[1], e[2], e[3]):
+            if r is not None and r[0] is not c and _conflicts(r[0], c):
+                _report(arr, idx, r, rec)
+        e[0] = rec
+        return
+    # A read or an atomic: keep a read of an earlier block (any later write from
+    # another block races with it) and the last two readers of this interval.
+    ra = e[2]
+    if ra is None or ra[0] is c:
+        e[2] = rec
+        return
+    p = ra[0]
+    if p[0] != c[0]:
+        e[1], e[2], e[3] = ra, rec, None
+    elif p[2] != c[2] or p[1] == c[1]:
+        e[2] = rec
+        if p[2] != c[2]:
+            e[3] = None
+    else:
+        e[2], e[3] = rec, ra
 
 
 # ---------------------------------------------------------------------------------------
