@@ -21,9 +21,8 @@ nothing. ``TRITON_SIM_PATCHES`` lists what was changed.
   ``get_active_torch_device()`` (``utils.DEVICE``), ``get_current_device()``,
   ``get_current_target()``, ``utils.get_device_properties(...)`` (an H100's numbers:
   see ``H100_PROPERTIES``), ``get_benchmarker()`` and what ``triton.testing.do_bench``
-  needs. An unchanged ``@triton.autotune`` then works: each config runs once (so each is
-  checked) and all report the same time, so the first config is used, as
-  ``utils.triton_compat.autotune`` does. Timings in simulation are CPU times and say
+  needs. An unchanged ``@triton.autotune`` then works: no config is timed, all report the
+  same time, so the first config is used, as ``utils.triton_compat.autotune`` does. Timings in simulation are CPU times and say
   nothing about a GPU.
 """
 from __future__ import annotations
@@ -293,9 +292,10 @@ def _warmup(self, *args, grid=None, **kwargs):
 
 
 def _autotune_bench(kernel_call, quantiles=None, **kwargs):
-    """What ``@triton.autotune`` times each config with in simulation: one run (so every
-    config is checked), and the same time for all, so the first config wins."""
-    kernel_call()
+    """What ``@triton.autotune`` times each config with in simulation: nothing. CPU times
+    of the interpreter say nothing about a GPU, and running every config of a published
+    matmul takes minutes; every config gets the same time, so the first one is used
+    (the launch itself then runs it)."""
     return [1.0, 1.0, 1.0] if quantiles is not None else 1.0
 
 
@@ -383,8 +383,8 @@ def apply() -> bool:
     driver.set_active(_SimDriver())
     TRITON_SIM_PATCHES.append(
             "triton.runtime.driver.active: get_active_torch_device() is utils.DEVICE, "
-        "device properties are an H100's, triton.autotune runs each config once and "
-        "uses the first; kernel.warmup(...) gives placeholder register and shared-memory "
+        "device properties are an H100's, triton.autotune uses the first config "
+        "untimed; kernel.warmup(...) gives placeholder register and shared-memory "
         "figures")
     _applied = True
     return True
