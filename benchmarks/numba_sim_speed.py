@@ -179,6 +179,8 @@ def main(argv=None) -> int:
                 "(utils/numba_sim.py); each variant in a fresh process, best of the "
                 "repeats (1 for stock, 3 for patched)",
         "date": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                                 text=True, cwd=ROOT).stdout.strip(),
         "machine": {"cpus": os.cpu_count(), "processor": platform.processor() or platform.machine(),
                     "python": platform.python_version(), "numba": numba.__version__,
                     "numba_cuda": numba_cuda},

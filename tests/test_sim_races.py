@@ -266,3 +266,18 @@ def test_unchanged_triton_autotune_runs():
     autotuned_double_kernel[lambda meta: (triton.cdiv(1000, meta["BLOCK"]),)](x, y, 1000)
     torch.testing.assert_close(y, 2 * x)
     assert autotuned_double_kernel.best_config.kwargs["BLOCK"] == 128  # the first config
+
+
+@cuda.jit
+def block_accumulate_kernel(x, out):
+    i = cuda.grid(1)
+    if i < x.size:
+        out[0] += x[i]
+
+
+def test_numba_threads_of_one_block_accumulating_need_atomics():
+    x = utils.to_numba(torch.ones(THREADS))
+    out = utils.to_numba(torch.zeros(1))
+    msg = _race(lambda: block_accumulate_kernel[1, THREADS](x, out))
+    assert "write by thread 0" in msg and "read by thread 1" in msg
+    assert "Fix: use cuda.atomic.add" in msg and "between" not in msg

@@ -321,12 +321,20 @@ def _report(arr: _Tracked, idx, first, second):
     lo, hi = sorted((a_line, b_line))
     between = (f"between line {lo} and line {hi}" if lo != hi else
                f"between two passes through line {lo} (at the end of the loop body)")
+    # A write, then another thread's access on the same line: threads updating one element
+    # in turn (`out[0] += v`), which a barrier cannot fix.
+    accumulate = first[3] is WRITE and a_line == b_line and first[1] is second[1]
     if p[0] != c[0]:
         lines.append("Blocks of one launch run in no fixed order and cannot wait for each other: "
                      "on a GPU these accesses happen in either order or at once, so a read sees "
                      "the value before or after the write, and of two updates (`+=`) one is lost.")
         lines.append(f"Fix: use {atomic} to combine the blocks' results in {arr._name}, or let "
                      "each block write its own element and combine them in a second step.")
+    elif accumulate:
+        lines.append("Several threads of the block update this one element in turn; on a GPU "
+                     "their loads, adds and stores interleave and updates are lost.")
+        lines.append(f"Fix: use {atomic}, or let one thread combine the values after a "
+                     "cuda.syncthreads().")
     elif (p[1] >> 5) == (c[1] >> 5):
         lines.append("The two threads are lanes of one warp with no warp barrier between the "
                      "accesses. Since Volta the lanes of a warp are scheduled independently, "
