@@ -281,3 +281,37 @@ def test_numba_threads_of_one_block_accumulating_need_atomics():
     msg = _race(lambda: block_accumulate_kernel[1, THREADS](x, out))
     assert "write by thread 0" in msg and "read by thread 1" in msg
     assert "Fix: use cuda.atomic.add" in msg and "between" not in msg
+
+
+def _half_warp_kernel(mask):
+    @cuda.jit
+    def half_warp_shuffle_kernel(x, out):
+        t = cuda.threadIdx.x
+        v = x[t]
+        if t < 16:
+            v += cuda.shfl_down_sync(mask, v, 8)
+        out[t] = v
+    return half_warp_shuffle_kernel
+
+
+def test_numba_shuffle_from_a_lane_outside_the_mask_is_reported():
+    x = utils.to_numba(torch.arange(32, dtype=torch.float32))
+    out = utils.to_numba(torch.zeros(32))
+    with pytest.raises(utils.SimulatorSyncError) as info:
+        _half_warp_kernel(0x0000FFFF)[1, 32](x, out)
+    msg = str(info.value)
+    assert "undefined warp shuffle" in msg and "lane 8 reads lane 16" in msg
+    assert "mask 0x0000ffff" in msg and "cuda.shfl_down_sync(mask, v, 8)" in msg  # the line
+
+
+def test_numba_shuffle_within_the_mask_or_past_the_edge_is_defined():
+    @cuda.jit
+    def edge_kernel(x, out):
+        t = cuda.threadIdx.x
+        out[t] = cuda.shfl_down_sync(0xFFFFFFFF, x[t], 8)  # lanes 24-31: past the edge, own value
+
+    x = utils.to_numba(torch.arange(32, dtype=torch.float32))
+    out = utils.to_numba(torch.zeros(32))
+    edge_kernel[1, 32](x, out)
+    expected = np.concatenate([np.arange(8, 32), np.arange(24, 32)]).astype(np.float32)
+    np.testing.assert_array_equal(out.copy_to_host(), expected)

@@ -40,7 +40,8 @@ the block: the last warp of a 48-thread block has 16 lanes) has reached a collec
 the same kind with the same mask; each lane then reads the others' values from the
 warp's buffer. Shuffles follow the PTX rules: the lane operand is taken modulo 32, and a
 lane whose source is outside the warp (``shfl_up``/``shfl_down`` past the edge) gets its
-own value back.
+own value back. A source lane inside the warp but outside the mask is undefined on a GPU,
+so it raises :class:`SimulatorSyncError` instead of being given a meaning.
 
 ``activemask()`` is rebuilt the same way: a lane waits until the other lanes of its warp
 that have not returned reach an ``activemask()`` too, and learns which lanes reached the
@@ -178,12 +179,17 @@ def _match_all(arrivals):
     return dict.fromkeys(arrivals, (mask, same))
 
 
+# The lane each shuffle reads from (itself past the edge of the warp, as in PTX).
+_SHFL_SOURCE = {
+    "shfl_sync": lambda lane, src: src,
+    "shfl_up_sync": lambda lane, d: lane - d if lane - d >= 0 else lane,
+    "shfl_down_sync": lambda lane, d: lane + d if lane + d < 32 else lane,
+    "shfl_xor_sync": lambda lane, m: lane ^ m,
+}
+
 _WARP_OPS = {
     "syncwarp": _vote(lambda a: None),
-    "shfl_sync": _shfl(lambda lane, src: src),
-    "shfl_up_sync": _shfl(lambda lane, d: lane - d if lane - d >= 0 else lane),
-    "shfl_down_sync": _shfl(lambda lane, d: lane + d if lane + d < 32 else lane),
-    "shfl_xor_sync": _shfl(lambda lane, m: lane ^ m),
+    **{kind: _shfl(select) for kind, select in _SHFL_SOURCE.items()},
     "ballot_sync": _vote(lambda a: _to_i32(_ballot_bits(a))),
     "all_sync": _vote(lambda a: all(bool(v) for v, _ in a.values())),
     "any_sync": _vote(lambda a: any(bool(v) for v, _ in a.values())),
@@ -546,6 +552,8 @@ class _Block:
                 f"lanes of warp {warp} in block {tuple(self.blockIdx)} of kernel "
                 f"`{self.fn.__name__}` meet at different warp operations with mask "
                 f"{mask:#010x}:\n" + "\n".join(lines))
+        if kind in _SHFL_SOURCE:
+            self._check_shuffle_sources(w, kind, mask, members, lanes, present, site)
         group = {i: lanes.pop(i) for i in members}
         if not lanes:
             del self.warp_waiting[warp]
@@ -560,6 +568,30 @@ class _Block:
         w.result = w.waiting_for = None
         self.resume(w)
         return result
+
+    def _check_shuffle_sources(self, w, kind, mask, members, lanes, present, site):
+        """A lane reading a lane of its warp that is not in the mask gets an undefined
+        value on a GPU: report it instead of giving it a meaning."""
+        select, named = _SHFL_SOURCE[kind], set(members)
+        bad = []
+        for i in members:
+            src = select(i, int(lanes[i].result[1]) & 31)
+            if src != i and src not in named and (present >> src) & 1:
+                bad.append((i, src))
+        if not bad:
+            return
+        warp = w.tid // 32
+        del lanes[w.tid % 32]  # this lane leaves by the exception; the others unwind
+        w.waiting_for = None
+        pairs = ", ".join(f"lane {i} reads lane {src}" for i, src in bad[:8])
+        more = f" (and {len(bad) - 8} more)" if len(bad) > 8 else ""
+        raise SimulatorSyncError(
+            f"undefined warp shuffle in kernel `{self.fn.__name__}`, block "
+            f"{tuple(self.blockIdx)}, warp {warp}: cuda.{kind}() with mask {mask:#010x} at "
+            f"{_describe_site(site)}: {pairs}{more}, outside the mask. On a GPU the value a "
+            "lane reads from a lane outside the mask is undefined.\n"
+            "Fix: name every lane the shuffle reads in the mask (0xffffffff when the whole "
+            "warp takes part), or do not use the values of the lanes whose source is outside it.")
 
     # -- activemask -------------------------------------------------------------------
     def arrive_active(self, w: _Worker, site):
