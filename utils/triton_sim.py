@@ -56,13 +56,36 @@ H100_PROPERTIES = {
 # ---------------------------------------------------------------------------------------
 # Race detection.
 # ---------------------------------------------------------------------------------------
-class _Launch:
-    """What one launch has touched: address -> (program, site) per kind of access."""
+class _Shadow:
+    """For one storage of the launch's tensors: per element, the last program that
+    stored, loaded or updated it atomically, and the line it did so at (NumPy arrays, so
+    a whole block of a program is checked at once)."""
 
-    def __init__(self, name, tensors):
+    def __init__(self, start, nbytes, granule):
+        import numpy as np
+        self.start, self.end, self.g = start, start + nbytes, granule
+        self.n = nbytes // granule + 1
+        self.pid, self.site = {}, {}
+        self.np = np
+
+    def table(self, kind):
+        if kind not in self.pid:
+            self.pid[kind] = self.np.full(self.n, -1, dtype=self.np.int64)
+            self.site[kind] = self.np.zeros(self.n, dtype=self.np.int32)
+        return self.pid[kind], self.site[kind]
+
+
+class _Launch:
+    """What one launch has touched, by storage."""
+
+    def __init__(self, name, tensors, storages):
+        import numpy as np
         self.name = name
         self.tensors = tensors   # [(argument name, first address, itemsize, numel, shape)]
-        self.stores, self.loads, self.atomics = {}, {}, {}
+        self.shadows = [_Shadow(*st) for st in sorted(storages)]
+        self.starts = np.array([sh.start for sh in self.shadows], dtype=np.int64)
+        self.sites: list = []    # (file, line) of each recorded access, by site id
+        self.site_ids: dict = {}
         self.locked = set()      # programs that took a lock with atomic_cas
 
 
@@ -121,54 +144,72 @@ def _report(builder, launch, addr, first, first_kind, second, second_kind):
     raise SimulatorRaceError("\n".join(lines))
 
 
-def _addresses(ptrs, mask):
-    import numpy as np
-    addrs = np.asarray(ptrs.data)
-    if mask is not None:
-        addrs = addrs[np.broadcast_to(np.asarray(mask.data, dtype=bool), addrs.shape)]
-    return addrs.ravel().tolist()
-
-
 def _record(builder, ptrs, mask, kind):
     launch = _launch[0]
-    if launch is None:
+    if launch is None or not launch.shadows:
         return
+    import numpy as np
     p = _program(builder)
     if kind == "atomic_cas":
         launch.locked.add(p)
         kind = "atomic"
-    keys = _addresses(ptrs, mask)
-    if not keys:
+    addrs = np.asarray(ptrs.data).astype(np.int64, copy=False)
+    if mask is not None:
+        addrs = addrs[np.broadcast_to(np.asarray(mask.data, dtype=bool), addrs.shape)]
+    addrs = addrs.ravel()
+    if addrs.size == 0:
         return
-    here = (p, _site())
-    locked = launch.locked
+    site = _site()
+    sid = launch.site_ids.get(site)
+    if sid is None:
+        sid = launch.site_ids[site] = len(launch.sites)
+        launch.sites.append(site)
     # What this access conflicts with: plain stores of other programs always; loads and
     # atomics of other programs only if this is a plain store.
-    against = [("store", launch.stores)]
-    if kind == "store":
-        against += [("load", launch.loads), ("atomic", launch.atomics)]
-    for other_kind, table in against:
-        if not table:
-            continue
-        for a in keys:
-            prev = table.get(a)
-            if prev is not None and prev[0] != p and not (p in locked and prev[0] in locked):
-                _report(builder, launch, a, prev, other_kind, here, kind)
-    table = {"store": launch.stores, "load": launch.loads, "atomic": launch.atomics}[kind]
-    table.update(dict.fromkeys(keys, here))
+    against = ("store", "load", "atomic") if kind == "store" else ("store",)
+    which = np.searchsorted(launch.starts, addrs, side="right") - 1
+    for k in np.unique(which):
+        if k < 0:
+            continue  # not a tensor argument's memory: nothing to compare with
+        sh = launch.shadows[k]
+        sel = addrs if len(launch.shadows) == 1 else addrs[which == k]
+        sel = sel[sel < sh.end]
+        idx = (sel - sh.start) // sh.g
+        for other in against:
+            if other not in sh.pid:
+                continue
+            prev = sh.pid[other][idx]
+            bad = (prev >= 0) & (prev != p)
+            if p in launch.locked and bad.any():  # both under a lock: ordered by it
+                bad &= ~np.isin(prev, list(launch.locked))
+            if bad.any():
+                j = int(np.argmax(bad))
+                first = (int(prev[j]), launch.sites[int(sh.site[other][idx[j]])])
+                _report(builder, launch, int(sel[j]), first, other, (p, site), kind)
+        pid, sites = sh.table(kind)
+        pid[idx] = p
+        sites[idx] = sid
 
 
 def _tensor_args(fn, args, kwargs):
-    """(name, address, itemsize, numel, shape) of each tensor argument of a launch."""
+    """The tensor arguments of a launch: [(name, address, itemsize, numel, shape)], and
+    their storages: [(first address, bytes, smallest itemsize on it)]."""
     try:
         bound = inspect.signature(fn).bind_partial(*args, **kwargs)
     except (TypeError, ValueError):
-        return []
-    out = []
+        return [], []
+    out, storages = [], {}
     for name, v in bound.arguments.items():
         if hasattr(v, "data_ptr") and hasattr(v, "element_size"):
             out.append((name, v.data_ptr(), v.element_size(), v.numel(), tuple(v.shape)))
-    return out
+            try:
+                st = v.untyped_storage()
+                start, nbytes = st.data_ptr(), st.nbytes()
+            except (AttributeError, RuntimeError):
+                start, nbytes = v.data_ptr(), v.element_size() * v.numel()
+            g = min(storages.get(start, (0, v.element_size()))[1], v.element_size())
+            storages[start] = (nbytes, g)
+    return out, [(start, nbytes, g) for start, (nbytes, g) in storages.items()]
 
 
 # ---------------------------------------------------------------------------------------
@@ -358,7 +399,7 @@ def apply() -> bool:
         if not RACECHECK or _launch[0] is not None:
             return original_call(self, *args_dev, **kwargs)
         _launch[0] = _Launch(getattr(self.fn, "__name__", "kernel"),
-                             _tensor_args(self.fn, args_dev, kwargs))
+                             *_tensor_args(self.fn, args_dev, kwargs))
         try:
             return original_call(self, *args_dev, **kwargs)
         except interp.InterpreterError as e:
