@@ -315,3 +315,9 @@ def test_numba_shuffle_within_the_mask_or_past_the_edge_is_defined():
     edge_kernel[1, 32](x, out)
     expected = np.concatenate([np.arange(8, 32), np.arange(24, 32)]).astype(np.float32)
     np.testing.assert_array_equal(out.copy_to_host(), expected)
+
+
+def test_tutorials_survey_without_a_path_runs_nothing(capsys, tmp_path):
+    from benchmarks import triton_tutorials
+    assert triton_tutorials.main([str(tmp_path / "missing"), "--no-write"]) == 0
+    assert "nothing run" in capsys.readouterr().out
