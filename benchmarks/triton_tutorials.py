@@ -32,6 +32,19 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 RESULT = ROOT / "benchmarks" / "results" / "triton-tutorials-simulation.json"
 
+# What was found out about a failure by hand, written next to the automatic outcome.
+NOTES = {
+    "04-low-memory-dropout.py": "needs the `tabulate` package (not a course requirement) to "
+                                "print its tables; installed for the recorded run",
+    "05-layer-norm.py": "the failing assert compares dw (float16 partial sums) with atol 1e-2; "
+                        "Triton's interpreter without the course's patches gives the same dw "
+                        "(checked at 151x1024: max error 0.0084 in both), so the difference is "
+                        "the interpreter's float16 arithmetic, not the race checks or poison",
+    "07-extern-functions.py": "asserts x.is_cuda on the tutorial's own tensors; its kernel calls "
+                              "libdevice.asin, which the interpreter cannot run either "
+                              "(utils.triton_compat offers interpreter-safe math instead)",
+}
+
 # Runs in the child process: the course first, then the tutorial as its own __main__.
 _CHILD = r"""
 import json, runpy, sys, traceback
@@ -104,6 +117,8 @@ def main(argv=None) -> int:
     for p in files:
         r = run_one(p.resolve(), args.timeout)
         r["sha256"] = hashlib.sha256(p.read_bytes()).hexdigest()[:16]
+        if p.name in NOTES and r["outcome"] != "ok":
+            r["note"] = NOTES[p.name]
         results[p.name] = r
         reason = "" if r["outcome"] == "ok" else \
             f": {r.get('error', '')} {r.get('message', '')} (line {r.get('line', '?')})"
