@@ -321,3 +321,22 @@ def test_tutorials_survey_without_a_path_runs_nothing(capsys, tmp_path):
     from benchmarks import triton_tutorials
     assert triton_tutorials.main([str(tmp_path / "missing"), "--no-write"]) == 0
     assert "nothing run" in capsys.readouterr().out
+
+
+@cuda.jit
+def mismatched_syncwarp_kernel(out):
+    t = cuda.threadIdx.x
+    if t < 16:
+        cuda.syncwarp(0x0000FFFF)
+    else:
+        cuda.syncwarp(0xFFFFFFFF)  # names lanes 0-15, which sync with another mask
+    out[t] = t
+
+
+def test_numba_syncwarp_with_mismatched_masks_is_reported():
+    out = utils.to_numba(torch.zeros(32))
+    with pytest.raises(utils.SimulatorSyncError) as info:
+        mismatched_syncwarp_kernel[1, 32](out)
+    msg = str(info.value)
+    assert "threads 16-31 wait at cuda.syncwarp(mask=0xffffffff)" in msg
+    assert "threads 0-15 returned without reaching it" in msg
