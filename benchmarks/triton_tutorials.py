@@ -103,6 +103,7 @@ def main(argv=None) -> int:
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds per tutorial")
     ap.add_argument("--only", nargs="*", help="run only tutorials whose name contains one of these")
     ap.add_argument("--no-write", action="store_true", help="print only")
+    ap.add_argument("--source", default="", help="where the tutorials came from (recorded)")
     args = ap.parse_args(argv)
     folder = Path(args.path) if args.path else None
     if folder is not None and (folder / "python" / "tutorials").is_dir():
@@ -142,6 +143,7 @@ def main(argv=None) -> int:
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                     "triton": triton.__version__},
         "command": "python -m benchmarks.triton_tutorials PATH",
+        "tutorials_source": args.source,
         "counts": counts,
         "results": results,
     }
