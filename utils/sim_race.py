@@ -32,6 +32,7 @@ pair of accesses that conflicts). ``COURSE_RACECHECK=0`` turns detection off.
 """
 from __future__ import annotations
 
+import gc
 import operator
 import os
 import re
@@ -55,7 +56,7 @@ READ, WRITE, ATOMIC = "read", "write", "atomic"
 class _Context:
     """The state of the running launch: one simulated thread runs at a time."""
 
-    __slots__ = ("on", "kernel", "gshadow", "sshadow", "cur", "args", "threads")
+    __slots__ = ("on", "kernel", "gshadow", "sshadow", "cur", "args", "threads", "gc_was_on")
 
     def __init__(self):
         self.on = False       # inside a launch with detection on
@@ -66,6 +67,7 @@ class _Context:
         self.cur = None
         self.args = None      # the launch's arguments as kernel code sees them
         self.threads = 0      # threads per block
+        self.gc_was_on = False
 
 
 _T = _Context()
@@ -73,6 +75,12 @@ _T = _Context()
 
 def begin_launch(kernel_name: str) -> None:
     _T.on = RACECHECK
+    if RACECHECK:
+        # The shadow tables hold millions of small lists and tuples on a large launch,
+        # none in a cycle; the garbage collector would scan them again and again (it made
+        # a 2^20-thread launch several times slower). It runs again after the launch.
+        _T.gc_was_on = gc.isenabled()
+        gc.disable()
     _T.kernel = kernel_name
     _T.gshadow = {}
     _T.sshadow = {}
@@ -80,6 +88,9 @@ def begin_launch(kernel_name: str) -> None:
 
 
 def end_launch() -> None:
+    if _T.gc_was_on:
+        gc.enable()
+        _T.gc_was_on = False
     _T.on = False
     _T.gshadow = {}
     _T.sshadow = {}
