@@ -155,9 +155,10 @@ def main(argv=None) -> int:
         print(variant, {k: f"{v['seconds']:.3f}s ({v['threads_per_s']:,.0f} threads/s)"
                         for k, v in results[variant].items()}, flush=True)
     if not args.quick:
-        big = _run_variant("patched", 1 << 20, 1 << 14, 1)
-        results["patched_large"] = big
-        print("patched_large", {k: f"{v['seconds']:.3f}s" for k, v in big.items()})
+        for variant in ("patched", "patched_norace"):
+            big = _run_variant(variant, 1 << 20, 1 << 14, 1)
+            results[f"{variant}_large"] = big
+            print(f"{variant}_large", {k: f"{v['seconds']:.3f}s" for k, v in big.items()})
 
     speedup = {k: round(results["stock"][k]["seconds"] / results["patched"][k]["seconds"], 1)
                for k in results["stock"]}
@@ -197,12 +198,16 @@ def main(argv=None) -> int:
             "patched_unpinned": "patched, with COURSE_NUMBA_SIM_PIN=0 (OS threads not pinned)",
             "patched_switchinterval": "patched, with sys.setswitchinterval(1e-4)",
             "patched_large": "patched, 2^20 elements elementwise and 2^14 reduced",
+            "patched_norace_large": "patched_norace, 2^20 elements elementwise and 2^14 reduced",
         },
         "results": results,
         "speedup_patched_over_stock": speedup,
         "race_detection_cost": {
-            k: round(results["patched"][k]["seconds"] / results["patched_norace"][k]["seconds"], 2)
-            for k in results["patched"]},
+            **{k: round(results["patched"][k]["seconds"] / results["patched_norace"][k]["seconds"], 2)
+               for k in results["patched"]},
+            **{f"{k}_large": round(results["patched_large"][k]["seconds"]
+                                   / results["patched_norace_large"][k]["seconds"], 2)
+               for k in results["patched_large"]}},
         "speedup_stock_switchinterval_over_stock": {
             k: round(results["stock"][k]["seconds"] / results["stock_switchinterval"][k]["seconds"], 1)
             for k in results["stock"]},
