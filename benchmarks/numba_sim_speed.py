@@ -16,7 +16,9 @@ Variants:
 * ``stock_switchinterval``: the same with ``sys.setswitchinterval(1e-4)``, the cheap fix
   that speeds up the stock scheduler's polling loop;
 * ``patched``: the course's simulator (``utils/numba_sim.py``), as ``import utils``
-  sets it up in simulation;
+  sets it up in simulation, race detection (``utils/sim_race.py``) included;
+* ``patched_norace``: the same with race detection off (``COURSE_RACECHECK=0``), to
+  show what detection costs (at most 3x is the budget);
 * ``patched_unpinned``: the patched simulator without pinning its OS threads to one core
   (``COURSE_NUMBA_SIM_PIN=0``);
 * ``patched_switchinterval``: the patched simulator with the short switch interval, to
@@ -38,7 +40,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULT = ROOT / "benchmarks" / "results" / "numba-simulator-speed.json"
-VARIANTS = ("stock", "stock_switchinterval", "patched", "patched_unpinned",
+VARIANTS = ("stock", "stock_switchinterval", "patched", "patched_norace", "patched_unpinned",
             "patched_switchinterval")
 THREADS = 256
 
@@ -50,6 +52,8 @@ def _child(variant: str, n_elementwise: int, n_reduction: int, repeats: int) -> 
         os.environ["COURSE_SIMULATE"] = "1"
         if variant == "patched_unpinned":
             os.environ["COURSE_NUMBA_SIM_PIN"] = "0"
+        if variant == "patched_norace":
+            os.environ["COURSE_RACECHECK"] = "0"
         sys.path.insert(0, str(ROOT))
         import utils
         assert utils.numba_sim.is_applied()
@@ -127,7 +131,7 @@ def _run_variant(variant: str, n_elementwise: int, n_reduction: int, repeats: in
             "from benchmarks.numba_sim_speed import _child; import json; "
             f"print(json.dumps(_child({variant!r}, {n_elementwise}, {n_reduction}, {repeats})))")
     env = {k: v for k, v in os.environ.items()
-           if k not in ("COURSE_SIMULATE", "COURSE_NUMBA_SIM_PIN")}
+           if k not in ("COURSE_SIMULATE", "COURSE_NUMBA_SIM_PIN", "COURSE_RACECHECK")}
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           env=env, cwd=ROOT, timeout=900)
     if proc.returncode != 0:
@@ -151,13 +155,17 @@ def main(argv=None) -> int:
         print(variant, {k: f"{v['seconds']:.3f}s ({v['threads_per_s']:,.0f} threads/s)"
                         for k, v in results[variant].items()}, flush=True)
     if not args.quick:
-        big = _run_variant("patched", 1 << 20, 1 << 14, 1)
-        results["patched_large"] = big
-        print("patched_large", {k: f"{v['seconds']:.3f}s" for k, v in big.items()})
+        for variant in ("patched", "patched_norace"):
+            big = _run_variant(variant, 1 << 20, 1 << 14, 1)
+            results[f"{variant}_large"] = big
+            print(f"{variant}_large", {k: f"{v['seconds']:.3f}s" for k, v in big.items()})
 
     speedup = {k: round(results["stock"][k]["seconds"] / results["patched"][k]["seconds"], 1)
                for k in results["stock"]}
     print("speed-up of patched over stock:", speedup)
+    print("race detection cost (patched / patched_norace):",
+          {k: round(results["patched"][k]["seconds"] / results["patched_norace"][k]["seconds"], 2)
+           for k in results["patched"]})
     if args.quick:
         return 0
 
@@ -172,6 +180,8 @@ def main(argv=None) -> int:
                 "(utils/numba_sim.py); each variant in a fresh process, best of the "
                 "repeats (1 for stock, 3 for patched)",
         "date": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                                 text=True, cwd=ROOT).stdout.strip(),
         "machine": {"cpus": os.cpu_count(), "processor": platform.processor() or platform.machine(),
                     "python": platform.python_version(), "numba": numba.__version__,
                     "numba_cuda": numba_cuda},
@@ -183,13 +193,21 @@ def main(argv=None) -> int:
         "variants": {
             "stock": "numba-cuda simulator as installed",
             "stock_switchinterval": "stock, with sys.setswitchinterval(1e-4)",
-            "patched": "the course's scheduler (import utils in simulation)",
+            "patched": "the course's scheduler (import utils in simulation), race detection on",
+            "patched_norace": "patched, with race detection off (COURSE_RACECHECK=0)",
             "patched_unpinned": "patched, with COURSE_NUMBA_SIM_PIN=0 (OS threads not pinned)",
             "patched_switchinterval": "patched, with sys.setswitchinterval(1e-4)",
             "patched_large": "patched, 2^20 elements elementwise and 2^14 reduced",
+            "patched_norace_large": "patched_norace, 2^20 elements elementwise and 2^14 reduced",
         },
         "results": results,
         "speedup_patched_over_stock": speedup,
+        "race_detection_cost": {
+            **{k: round(results["patched"][k]["seconds"] / results["patched_norace"][k]["seconds"], 2)
+               for k in results["patched"]},
+            **{f"{k}_large": round(results["patched_large"][k]["seconds"]
+                                   / results["patched_norace_large"][k]["seconds"], 2)
+               for k in results["patched_large"]}},
         "speedup_stock_switchinterval_over_stock": {
             k: round(results["stock"][k]["seconds"] / results["stock_switchinterval"][k]["seconds"], 1)
             for k in results["stock"]},

@@ -24,3 +24,5 @@ from .report import *  # noqa: F401,F403  environment report
 from .inputs import *  # noqa: F401,F403  check_input: the input rules of every launcher
 from . import triton_compat  # noqa: F401,E402  tanh, do_bench, autotune that work in both modes
 from .ship import *  # noqa: F401,F403  check_custom_op: lesson 07's grader
+from . import triton_sim  # noqa: F401,E402  races and poison in Triton's interpreter, its driver
+from .sim_race import SimulatorRaceError  # noqa: F401,E402

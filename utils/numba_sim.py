@@ -40,7 +40,8 @@ the block: the last warp of a 48-thread block has 16 lanes) has reached a collec
 the same kind with the same mask; each lane then reads the others' values from the
 warp's buffer. Shuffles follow the PTX rules: the lane operand is taken modulo 32, and a
 lane whose source is outside the warp (``shfl_up``/``shfl_down`` past the edge) gets its
-own value back.
+own value back. A source lane inside the warp but outside the mask is undefined on a GPU,
+so it raises :class:`SimulatorSyncError` instead of being given a meaning.
 
 ``activemask()`` is rebuilt the same way: a lane waits until the other lanes of its warp
 that have not returned reach an ``activemask()`` too, and learns which lanes reached the
@@ -70,9 +71,11 @@ import threading
 import warnings
 from collections import deque
 
+from . import sim_race
 from .config import MAX_BLOCK, MAX_GRID, MAX_THREADS_PER_BLOCK, SIMULATE
+from .sim_race import SimulatorRaceError
 
-__all__ = ["NUMBA_SIM_PATCHES", "SimulatorSyncError"]
+__all__ = ["NUMBA_SIM_PATCHES", "SimulatorSyncError", "SimulatorRaceError"]
 
 #: What the course changes in Numba's CUDA simulator, one line each (empty on a GPU).
 NUMBA_SIM_PATCHES: list[str] = []
@@ -176,12 +179,17 @@ def _match_all(arrivals):
     return dict.fromkeys(arrivals, (mask, same))
 
 
+# The lane each shuffle reads from (itself past the edge of the warp, as in PTX).
+_SHFL_SOURCE = {
+    "shfl_sync": lambda lane, src: src,
+    "shfl_up_sync": lambda lane, d: lane - d if lane - d >= 0 else lane,
+    "shfl_down_sync": lambda lane, d: lane + d if lane + d < 32 else lane,
+    "shfl_xor_sync": lambda lane, m: lane ^ m,
+}
+
 _WARP_OPS = {
     "syncwarp": _vote(lambda a: None),
-    "shfl_sync": _shfl(lambda lane, src: src),
-    "shfl_up_sync": _shfl(lambda lane, d: lane - d if lane - d >= 0 else lane),
-    "shfl_down_sync": _shfl(lambda lane, d: lane + d if lane + d < 32 else lane),
-    "shfl_xor_sync": _shfl(lambda lane, m: lane ^ m),
+    **{kind: _shfl(select) for kind, select in _SHFL_SOURCE.items()},
     "ballot_sync": _vote(lambda a: _to_i32(_ballot_bits(a))),
     "all_sync": _vote(lambda a: all(bool(v) for v, _ in a.values())),
     "any_sync": _vote(lambda a: any(bool(v) for v, _ in a.values())),
@@ -335,6 +343,9 @@ class _Block:
         self.error = None       # (exception, traceback) that ends the launch
         self.abort = False
         self.running = None     # the worker holding the baton
+        self.interval = 0       # barriers completed so far (race detection's clock)
+        self.warp_intervals = [0] * ((self.n + 31) // 32)  # warp collectives completed
+        self.key = tuple(grid_point)
         self.done = threading.Lock()
         self.done.acquire()
 
@@ -343,6 +354,7 @@ class _Block:
         """Run the whole block; called by the launching thread."""
         if self.n == 0:
             return
+        sim_race.begin_block(self.n)
         first = _idle_worker()
         first.block = self
         first.wake.release()
@@ -383,6 +395,7 @@ class _Block:
             w.threadIdx = self.indices[tid]
             w.blockIdx = self.blockIdx
             self.running = w
+            sim_race.set_thread(self.key, tid, self.interval, self.warp_intervals[tid >> 5])
             w.in_kernel = True
             try:
                 if self.debug:
@@ -393,7 +406,7 @@ class _Block:
                     fn(*args)
             except _Abort:
                 pass
-            except SimulatorSyncError as e:
+            except (SimulatorSyncError, SimulatorRaceError) as e:
                 self.fail(e, e.__traceback__)
             except Exception as e:  # name the thread and block, as the simulator does
                 msg = f"tid={list(w.threadIdx)} ctaid={list(self.blockIdx)}"
@@ -449,6 +462,10 @@ class _Block:
                 self.ready.extend(lanes.values())
             waiting.clear()
 
+    def resume(self, w: _Worker):
+        """Thread ``w`` runs again (after a barrier or warp collective)."""
+        sim_race.set_thread(self.key, w.tid, self.interval, self.warp_intervals[w.tid >> 5])
+
     def fail(self, exc, tb):
         if self.error is None:
             self.error = (exc, tb)
@@ -461,6 +478,7 @@ class _Block:
         self.running = w
         if self.abort:
             raise _Abort()
+        self.resume(w)
         result, w.result, w.waiting_for = w.result, None, None
         return result
 
@@ -488,6 +506,7 @@ class _Block:
                 "meet at different barriers:\n" + "\n".join(lines) + "\n"
                 "Every thread of a block must reach the same cuda.syncthreads() (a "
                 "barrier inside an `if` that not all threads take is a bug on a GPU).")
+        self.interval += 1
         result = None
         if kind != "syncthreads":
             values = [bool(other.result) for other in waiting.values()]
@@ -501,6 +520,7 @@ class _Block:
                 self.ready.append(other)
         waiting.clear()
         w.result = w.waiting_for = None
+        self.resume(w)
         return result
 
     # -- warp collectives ----------------------------------------------------------------
@@ -532,9 +552,12 @@ class _Block:
                 f"lanes of warp {warp} in block {tuple(self.blockIdx)} of kernel "
                 f"`{self.fn.__name__}` meet at different warp operations with mask "
                 f"{mask:#010x}:\n" + "\n".join(lines))
+        if kind in _SHFL_SOURCE:
+            self._check_shuffle_sources(w, kind, mask, members, lanes, present, site)
         group = {i: lanes.pop(i) for i in members}
         if not lanes:
             del self.warp_waiting[warp]
+        self.warp_intervals[warp] += 1
         results = _WARP_OPS[kind]({i: o.result for i, o in group.items()})
         for i in members:
             other = group[i]
@@ -543,7 +566,32 @@ class _Block:
                 self.ready.append(other)
         result = w.result
         w.result = w.waiting_for = None
+        self.resume(w)
         return result
+
+    def _check_shuffle_sources(self, w, kind, mask, members, lanes, present, site):
+        """A lane reading a lane of its warp that is not in the mask gets an undefined
+        value on a GPU: report it instead of giving it a meaning."""
+        select, named = _SHFL_SOURCE[kind], set(members)
+        bad = []
+        for i in members:
+            src = select(i, int(lanes[i].result[1]) & 31)
+            if src != i and src not in named and (present >> src) & 1:
+                bad.append((i, src))
+        if not bad:
+            return
+        warp = w.tid // 32
+        del lanes[w.tid % 32]  # this lane leaves by the exception; the others unwind
+        w.waiting_for = None
+        pairs = ", ".join(f"lane {i} reads lane {src}" for i, src in bad[:8])
+        more = f" (and {len(bad) - 8} more)" if len(bad) > 8 else ""
+        raise SimulatorSyncError(
+            f"undefined warp shuffle in kernel `{self.fn.__name__}`, block "
+            f"{tuple(self.blockIdx)}, warp {warp}: cuda.{kind}() with mask {mask:#010x} at "
+            f"{_describe_site(site)}: {pairs}{more}, outside the mask. On a GPU the value a "
+            "lane reads from a lane outside the mask is undefined.\n"
+            "Fix: name every lane the shuffle reads in the mask (0xffffffff when the whole "
+            "warp takes part), or do not use the values of the lanes whose source is outside it.")
 
     # -- activemask -------------------------------------------------------------------
     def arrive_active(self, w: _Worker, site):
@@ -630,6 +678,7 @@ class _BlockManager:
         self._f, self._grid_dim, self._block_dim, self._debug = f, grid_dim, block_dim, debug
 
     def run(self, grid_point, *args):
+        args = sim_race.launch_arguments(self._f, args)
         _Block(self._f, args, grid_point, self._block_dim, self._debug).run()
 
 
@@ -678,11 +727,14 @@ def _shared_array(self, shape, dtype, alignment=None):
     if shape == 0:  # dynamic shared memory: one buffer sized by the launch
         dtype = np.dtype(dtype)
         count = self._dynshared_size // dtype.itemsize
-        return np.frombuffer(self._dynshared.data, dtype=dtype, count=count)
+        res = np.frombuffer(self._dynshared.data, dtype=dtype, count=count)
+        return sim_race.wrap_shared(res, _site_of(sys._getframe(1))) if sim_race._T.on else res
     caller = _site_of(sys._getframe(1))
     res = self._allocations.get(caller)
     if res is None:
         res = np.empty(shape, dtype)
+        if sim_race._T.on:
+            res = sim_race.wrap_shared(res, caller)
         self._allocations[caller] = res
     return res
 
@@ -720,6 +772,16 @@ def apply() -> bool:
         NUMBA_SIM_PATCHES.append("warp primitives: cuda." + ", cuda.".join(added))
 
     kernelapi.FakeCUDAShared.array = _shared_array
+    for name in ("add", "sub", "and_", "or_", "xor", "inc", "dec", "exch", "max", "min",
+                 "nanmax", "nanmin", "cas", "compare_and_swap"):
+        original = getattr(kernelapi.FakeCUDAAtomic, name, None)
+        if original is not None:
+            setattr(kernelapi.FakeCUDAAtomic, name,
+                    sim_race.atomic_method(original, has_index=name != "compare_and_swap"))
+    NUMBA_SIM_PATCHES.append(
+        "race detection: accesses to array arguments and shared arrays are checked; two "
+        "threads of a block in one barrier interval, or two blocks, touching one element "
+        "with a plain write raise SimulatorRaceError (COURSE_RACECHECK=0 turns it off)")
     NUMBA_SIM_PATCHES.append("cuda.shared.array: call site found with sys._getframe")
 
     original_call = kernel.FakeCUDAKernel.__call__
@@ -729,9 +791,14 @@ def apply() -> bool:
         # to the launching thread's core for its duration. The GIL switch interval is
         # left alone: with one runnable thread at a time a shorter one only adds forced
         # GIL hand-offs (measured in benchmarks/numba_sim_speed.py).
-        if not self._device and kernel._kernel_context is None:
-            _choose_cpu()
-        return original_call(self, *args)
+        if self._device or kernel._kernel_context is not None:
+            return original_call(self, *args)
+        _choose_cpu()
+        sim_race.begin_launch(getattr(self.fn, "__name__", "kernel"))
+        try:
+            return original_call(self, *args)
+        finally:
+            sim_race.end_launch()
 
     __call__.__wrapped__ = original_call
     kernel.FakeCUDAKernel.__call__ = __call__
