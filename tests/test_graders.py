@@ -84,9 +84,13 @@ def test_missing_bounds_check_numba():
 
 
 def test_only_first_block_works():
-    # Every program stores the first block: simulation reports the race between programs.
-    rejects(utils.check_relu, K.relu_first_block_only, r"data race", r"program \(0, 0, 0\)",
-            r"program \(1, 0, 0\)", r"pid \* BLOCK")
+    # Every program stores the first block: simulation reports the race between programs; on a
+    # GPU the grader sees the unwritten elements and names the same fix.
+    if utils.SIMULATE:
+        rejects(utils.check_relu, K.relu_first_block_only, r"data race", r"program \(0, 0, 0\)",
+                r"program \(1, 0, 0\)", r"pid \* BLOCK")
+    else:
+        rejects(utils.check_relu, K.relu_first_block_only, r"never written", r"pid \* BLOCK")
 
 
 def test_grid_rounded_down_misses_tail():

@@ -125,11 +125,13 @@ def find_library(stem: str) -> Path | None:
 
 
 def include_dirs() -> list[str]:
-    """CUDA's own headers (``cuda_fp16.h``...) for NVRTC: the runtime wheel's, else the system's."""
-    for r in wheel_roots() + tuple(system_roots()):
-        if (r / "include" / "cuda_fp16.h").is_file():
-            return [str(r / "include")]
-    return []
+    """CUDA's own headers (``cuda_fp16.h``...) for NVRTC: the runtime wheel's, else the system's.
+    A folder that also has the ``crt`` headers (``<mma.h>`` includes ``crt/mma.h``) comes first:
+    torch's own CUDA wheels bring the runtime's headers without them."""
+    found = [r / "include" for r in wheel_roots() + tuple(system_roots())
+             if (r / "include" / "cuda_fp16.h").is_file()]
+    complete = [d for d in found if (d / "crt" / "mma.h").is_file()]
+    return [str((complete or found)[0])] if found else []
 
 
 SYSTEM_CUDA_VARIABLES = ("CUDA_HOME", "CUDA_PATH", "CUDA_ROOT", "CUDAToolkit_ROOT")
