@@ -31,9 +31,12 @@ import torch
 
 from .. import config, paths
 from ._errors import CudaCompileError, KernelFault
+from ._racecheck import KernelRace, race_detection
+from . import _racecheck
 from ._source import Param, adapt_for_emulator, has_marker, parse_params, read_source
 
 __all__ = ["cuda_kernel", "MAX_DYNAMIC_SHARED", "max_dynamic_shared", "load_inline", "emulation_schedule", "CudaCompileError", "KernelFault",
+           "KernelRace", "race_detection",
            "cuda_ptx", "CudaKernel"]
 
 # ---------------------------------------------------------------------------------------
@@ -142,7 +145,8 @@ class CudaKernel:
     def _build(self):
         if self.simulated:
             from . import _emulator
-            self._lib = _emulator.build(adapt_for_emulator(self.text), self.name, self.filename, self.include_dir)
+            self._lib = _emulator.build(adapt_for_emulator(self.text), self.name, self.filename, self.include_dir,
+                                        racecheck=_racecheck.enabled())
             sig = self._lib.signature
             if self.params is None or len(self.params) != len(sig):
                 self.params = [Param(f"argument {k + 1}", "", c) for k, c in enumerate(sig)]
@@ -197,6 +201,8 @@ class CudaKernel:
             raise NotImplementedError(f"not solved yet: {self.name} still has a TODO")
         if self.simulated:
             from . import _emulator
+            if self._lib.racecheck != _racecheck.enabled():  # race_detection() switched: the other build
+                self._build()
             mode, seed = _current_schedule()
             _emulator.launch(self._lib, self.name, self.params, grid, block, shared, args, mode, seed,
                              self.uses_printf)

@@ -235,29 +235,68 @@ def _rewrite_extern_shared(text: str) -> str:
     # All `extern __shared__` arrays of a kernel alias the one dynamic buffer sized by the
     # launch, as on a GPU.
     return _EXTERN_SHARED.sub(
-        lambda m: f"{m.group(1)}* const {m.group(2)} = ({m.group(1)}*)::emu::dynamic_shared;", text)
+        lambda m: f"{m.group(1)}* const {m.group(2)} = ({m.group(1)}*)::emu::dyn_shared();", text)
 
 
-_SHARED_DECL = re.compile(
-    r"\b__shared__\s+(?:__align__\s*\([^)]*\)\s*|alignas\s*\([^)]*\)\s*)?"
-    r"((?:volatile\s+|const\s+)?[A-Za-z_][\w:<>]*(?:\s+[A-Za-z_]\w*)?)\s*\b([A-Za-z_]\w*)\s*((?:\[[^\];]*\]\s*)*);")
+_SHARED_KEYWORD = re.compile(r"\b__shared__\b")
+_SHARED_QUALIFIER = re.compile(r"^\s*(?:(?:__align__|alignas)\s*\([^)]*\)\s*)+")
+_DECLARATOR = re.compile(r"^\s*([*&\s]*)\s*([A-Za-z_]\w*)\s*((?:\[[^\]]*\]\s*)*)$")
+
+
+def _shared_decl(type_: str, name: str, dims: str) -> str:
+    """One static __shared__ variable, placed in the emulator's shared-memory arena and
+    registered there: poisoned at every block start and, for an array, between guard zones."""
+    if not dims:
+        return (f"__shared__ {type_}& {name} = ::emu::shared_new<{type_}>(); "
+                f"static ::emu::SharedReg emu_shared_reg_{name}((void*)&{name}, sizeof({name}));")
+    g = f"emu_guarded_{name}"
+    return (f"__shared__ ::emu::Guarded<{type_} {dims}>& {g} = ::emu::shared_new<::emu::Guarded<{type_} {dims}>>(); "
+            f"auto& {name} = {g}.v; "
+            f"static ::emu::SharedReg emu_shared_reg_{name}((void*)&{name}, sizeof({name}), {g}.pre, "
+            f"{g}.post, \"{name}\", sizeof(std::remove_all_extents_t<std::remove_reference_t<"
+            f"decltype({name})>>));")
 
 
 def _register_shared(text: str) -> str:
-    # Each static __shared__ variable is registered with the emulator, which poisons it
-    # at the start of every block (a GPU block finds garbage there, not the last block's data).
-    # An array also gets guard zones on both sides, so a write past its end is reported.
-    def sub(m):
-        type_, name, dims = m.group(1), m.group(2), m.group(3).strip()
-        if not dims:
-            return (f"{m.group(0)} static ::emu::SharedReg emu_shared_reg_{name}"
-                    f"((void*)&{name}, sizeof({name}));")
-        guarded = f"emu_guarded_{name}"
-        return (f"__shared__ ::emu::Guarded<{type_} {dims}> {guarded}; auto& {name} = {guarded}.v; "
-                f"static ::emu::SharedReg emu_shared_reg_{name}((void*)&{name}, sizeof({name}), {guarded}.pre, "
-                f"{guarded}.post, \"{name}\", sizeof(std::remove_all_extents_t<std::remove_reference_t<"
-                f"decltype({name})>>));")
-    return _SHARED_DECL.sub(sub, text)
+    # Each static __shared__ variable (every declarator of `__shared__ float a[N], b[N];`)
+    # lives in the emulator's shared-memory arena, away from its own state, and is
+    # registered there: poisoned at the start of every block (a GPU block finds garbage
+    # there, not the last block's data), an array between guard zones so that a write past
+    # its end is reported. Line numbers are kept.
+    out, pos = [], 0
+    for m in _SHARED_KEYWORD.finditer(text):
+        if m.start() < pos:
+            continue
+        end = text.find(";", m.end())
+        if end < 0:
+            break
+        body = text[m.end():end]
+        if any(c in body for c in "{}=") or re.search(r"\bextern\s*$", text[max(0, m.start() - 20):m.start()]):
+            continue  # not a plain declaration: leave it to g++
+        body = _SHARED_QUALIFIER.sub("", body)
+        parts = _split_top(body)
+        first = re.match(r"^\s*((?:(?:volatile|const|unsigned|signed|long|short|struct)\s+)*"
+                         r"[A-Za-z_][\w:]*(?:\s*<[^;]*>)?(?:\s+(?:int|long|char|short|double))*)\s*(.*)$",
+                         parts[0], re.S)
+        if not first:
+            continue
+        type_ = first.group(1).strip()
+        decls = [first.group(2)] + parts[1:]
+        pieces = []
+        for d in decls:
+            dm = _DECLARATOR.match(d)
+            if not dm:
+                pieces = None
+                break
+            stars = dm.group(1).replace(" ", "").replace("\n", "")
+            pieces.append(_shared_decl(type_ + stars, dm.group(2), dm.group(3).strip()))
+        if not pieces:
+            continue
+        out.append(text[pos:m.start()])
+        out.append(" ".join(pieces) + "\n" * text.count("\n", m.start(), end))
+        pos = end + 1
+    out.append(text[pos:])
+    return "".join(out)
 
 
 def _callee_start(text: str, end: int) -> int:
