@@ -71,7 +71,7 @@
 // __tsan_* function defined below. The emulator's own functions that touch shared memory
 // or arguments opt out of the instrumentation.
 #if defined(EMU_RACECHECK)
-#define EMU_NOTSAN __attribute__((no_sanitize("thread"), noinline))
+#define EMU_NOTSAN __attribute__((no_sanitize("thread")))
 #else
 #define EMU_NOTSAN
 #endif
@@ -451,8 +451,10 @@ inline dim3 blockDim, gridDim;
 
 // ---------------------------------- race detection -------------------------------------
 // Every access of kernel code to shared memory or to a tensor argument is checked against
-// a shadow of that memory: per 4-byte word, the last plain write and two of the reads (or
-// atomics) since, each with its thread, the barrier interval it ran in and its code address.
+// a shadow of that memory: per 4-byte word, the last plain write and one read (or atomic),
+// each with its thread, the barrier interval it ran in and its code address. The read kept
+// is the first one that may still race; since a thread runs without interruption between
+// its barriers, a later write by another thread then always meets a racing access.
 // Two accesses race when they touch the same bytes, one of them is a plain write, and
 //   * shared memory or same block: different threads and no barrier between them (no
 //     __syncthreads(), and for two lanes of one warp no warp collective of both);
@@ -464,7 +466,7 @@ inline dim3 blockDim, gridDim;
 // race stops the launch; the Python side turns the addresses into source lines.
 constexpr uint32_t kRaceSeqMax = (1u << 28) - 1;
 struct RaceCell { uint64_t seq : 28, tid : 10, mask : 4, atomic : 1, pc : 21; };
-struct RaceShadow { RaceCell w, r0, r1; };
+struct RaceShadow { RaceCell w, r; };
 struct RaceRegion { uintptr_t lo, len; RaceShadow* shadow; size_t shadow_bytes; };
 constexpr int kMaxRaceRegions = 64;
 struct RaceInfo {
@@ -496,8 +498,11 @@ struct Race {
 };
 inline Race R;
 
+// The shadows of argument buffers are kept from launch to launch (no page faults and no
+// zeroing again): a cell written before the current launch started is ignored anyway.
 EMU_NOTSAN inline void race_free_regions() {
-    for (int i = 0; i < R.n; ++i) if (R.g[i].shadow) munmap(R.g[i].shadow, R.g[i].shadow_bytes);
+    for (int i = 0; i < kMaxRaceRegions; ++i)
+        if (R.g[i].shadow) { munmap(R.g[i].shadow, R.g[i].shadow_bytes); R.g[i].shadow = nullptr; R.g[i].shadow_bytes = 0; }
     R.n = 0;
 }
 EMU_NOTSAN inline RaceShadow* race_map_shadow(size_t bytes, size_t* out) {
@@ -525,6 +530,8 @@ EMU_NOTSAN inline void race_launch_start() {
     }
     if (R.seq > kRaceSeqMax / 2) {  // start the clock again: forget every old access
         madvise(R.sh_shadow, ((kArenaBytes / 4 + 1) * sizeof(RaceShadow) + 4095) & ~(size_t)4095, MADV_DONTNEED);
+        for (int i = 0; i < kMaxRaceRegions; ++i)
+            if (R.g[i].shadow) madvise(R.g[i].shadow, R.g[i].shadow_bytes, MADV_DONTNEED);
         R.seq = 0;
     }
     R.launch_start = ++R.seq;
@@ -669,18 +676,12 @@ EMU_NOTSAN inline void race_check(RaceShadow* sh, uintptr_t off, unsigned n, int
         if (c.w.seq >= valid && (c.w.mask & mask) && race_conflict(c.w, true, write))
             race_report(c.w, 1, kind, region, addr, n, pc);
         if (write) {
-            if (c.r0.seq >= valid && (c.r0.mask & mask) && race_conflict(c.r0, false, true))
-                race_report(c.r0, c.r0.atomic ? 2 : 0, kind, region, addr, n, pc);
-            if (c.r1.seq >= valid && (c.r1.mask & mask) && race_conflict(c.r1, false, true))
-                race_report(c.r1, c.r1.atomic ? 2 : 0, kind, region, addr, n, pc);
+            if (c.r.seq >= valid && (c.r.mask & mask) && race_conflict(c.r, false, true))
+                race_report(c.r, c.r.atomic ? 2 : 0, kind, region, addr, n, pc);
             c.w.seq = now; c.w.tid = (unsigned)S.cur; c.w.mask = mask; c.w.atomic = 0; c.w.pc = pco;
-        } else {
-            RaceCell* slot;
-            if (c.r0.seq >= valid && c.r0.tid == (unsigned)S.cur && c.r0.seq >= R.block_start) slot = &c.r0;
-            else if (c.r1.seq >= valid && c.r1.tid == (unsigned)S.cur && c.r1.seq >= R.block_start) slot = &c.r1;
-            else if (c.r0.seq < valid || (c.r0.seq >= R.block_start && R.bar_seq > c.r0.seq)) slot = &c.r0;
-            else slot = &c.r1;
-            slot->seq = now; slot->tid = (unsigned)S.cur; slot->mask = mask; slot->atomic = kind == 2; slot->pc = pco;
+        } else if (c.r.seq < valid || c.r.tid == (unsigned)S.cur ||
+                   (c.r.seq >= R.block_start && R.bar_seq > c.r.seq) || !(c.r.mask & mask)) {
+            c.r.seq = now; c.r.tid = (unsigned)S.cur; c.r.mask = mask; c.r.atomic = kind == 2; c.r.pc = pco;
         }
     }
 }
@@ -732,9 +733,9 @@ emu_switch_ctx:
 
 void fiber_entry();
 
-inline char* stack_base(int i) { return S.stack_pool + (size_t)i * (kStackSize + kStackGuard) + kStackGuard; }
+EMU_NOTSAN inline char* stack_base(int i) { return S.stack_pool + (size_t)i * (kStackSize + kStackGuard) + kStackGuard; }
 
-inline void ensure_stacks() {
+EMU_NOTSAN inline void ensure_stacks() {
     if (S.stack_pool) return;
     size_t total = (size_t)kMaxThreads * (kStackSize + kStackGuard);
     void* p = mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -744,12 +745,12 @@ inline void ensure_stacks() {
     for (int i = 0; i < kMaxThreads; ++i) mprotect(S.stack_pool + (size_t)i * (kStackSize + kStackGuard), kStackGuard, PROT_NONE);
 }
 
-inline void reset_stacks() {
+EMU_NOTSAN inline void reset_stacks() {
     S.n_free = kMaxThreads;
     for (int i = 0; i < kMaxThreads; ++i) S.free_stacks[i] = kMaxThreads - 1 - i;  // pop gives 0 first
 }
 
-inline void switch_to_scheduler() {
+EMU_NOTSAN inline void switch_to_scheduler() {
     Thread& t = S.th[S.cur];
 #ifdef EMU_UCONTEXT
     if (!_setjmp(t.jb)) _longjmp(S.main_jb, 1);
@@ -758,17 +759,17 @@ inline void switch_to_scheduler() {
 #endif
 }
 
-inline unsigned long long rng_next() {
+EMU_NOTSAN inline unsigned long long rng_next() {
     unsigned long long x = S.rng;
     x ^= x >> 12; x ^= x << 25; x ^= x >> 27;
     S.rng = x;
     return x * 0x2545F4914F6CDD1DULL;
 }
 
-inline void push_ready(int t) { S.queue[S.qtail++ & (2 * kMaxThreads - 1)] = t; S.th[t].state = ST_READY; }
+EMU_NOTSAN inline void push_ready(int t) { S.queue[S.qtail++ & (2 * kMaxThreads - 1)] = t; S.th[t].state = ST_READY; }
 
 // Push threads in ascending order, or shuffled in random mode.
-inline void push_many(int* ids, int n) {
+EMU_NOTSAN inline void push_many(int* ids, int n) {
     if (S.random) {
         for (int i = n - 1; i > 0; --i) {
             int j = (int)(rng_next() % (unsigned long long)(i + 1));
@@ -778,7 +779,7 @@ inline void push_many(int* ids, int n) {
     for (int i = 0; i < n; ++i) push_ready(ids[i]);
 }
 
-inline void resume(int t) {
+EMU_NOTSAN inline void resume(int t) {
     Thread& T = S.th[t];
     S.cur = t;
     threadIdx = T.tid;
@@ -827,7 +828,7 @@ inline void resume(int t) {
 // the next thread in the queue has not started yet, that thread runs right here, on the
 // same stack, without a switch: a kernel without barriers costs one switch per fiber,
 // not two per thread.
-inline void fiber_entry() {
+EMU_NOTSAN inline void fiber_entry() {
     for (;;) {
         S.thunk(S.ctx);
         Thread& t = S.th[S.cur];
@@ -860,7 +861,7 @@ inline void fiber_entry() {
 
 // ------------------------------- fault descriptions ------------------------------------
 inline int appendf(char* buf, int pos, int cap, const char* fmt, ...) __attribute__((format(printf, 4, 5)));
-inline int appendf(char* buf, int pos, int cap, const char* fmt, ...) {
+EMU_NOTSAN inline int appendf(char* buf, int pos, int cap, const char* fmt, ...) {
     if (pos >= cap - 1) return pos;
     va_list ap;
     va_start(ap, fmt);
@@ -870,7 +871,7 @@ inline int appendf(char* buf, int pos, int cap, const char* fmt, ...) {
     return pos + n < cap ? pos + n : cap - 1;
 }
 
-inline int describe_thread_range(char* buf, int pos, int cap, int a, int b) {
+EMU_NOTSAN inline int describe_thread_range(char* buf, int pos, int cap, int a, int b) {
     if (S.bdim.y == 1 && S.bdim.z == 1) {
         if (a == b) return appendf(buf, pos, cap, "thread %d", a);
         return appendf(buf, pos, cap, "threads %d-%d", a, b);
@@ -881,7 +882,7 @@ inline int describe_thread_range(char* buf, int pos, int cap, int a, int b) {
 }
 
 // What every thread of the block is doing, grouped into runs of consecutive threads.
-inline int describe_block(char* buf, int pos, int cap) {
+EMU_NOTSAN inline int describe_block(char* buf, int pos, int cap) {
     int n = (int)S.nthreads;
     int start = 0, groups = 0;
     for (int i = 1; i <= n; ++i) {
@@ -907,7 +908,7 @@ inline int describe_block(char* buf, int pos, int cap) {
     return pos;
 }
 
-[[noreturn]] inline void fault_deadlock(const char* why) {
+[[noreturn]] EMU_NOTSAN inline void fault_deadlock(const char* why) {
     emu_fault_info& f = S.fault;
     f.kind = 1;
     f.block[0] = (int)blockIdx.x; f.block[1] = (int)blockIdx.y; f.block[2] = (int)blockIdx.z;
@@ -916,7 +917,7 @@ inline int describe_block(char* buf, int pos, int cap) {
     siglongjmp(S.jmp, 1);
 }
 
-[[noreturn]] inline void fault_trap(const char* fmt, ...) {
+[[noreturn]] EMU_NOTSAN inline void fault_trap(const char* fmt, ...) {
     emu_fault_info& f = S.fault;
     f.kind = 5;
     f.thread[0] = (int)threadIdx.x; f.thread[1] = (int)threadIdx.y; f.thread[2] = (int)threadIdx.z;
@@ -930,7 +931,7 @@ inline int describe_block(char* buf, int pos, int cap) {
 
 // ---------------------------------- barriers -------------------------------------------
 // `site` is unique to each __syncthreads() in the source (two on one line differ too).
-inline int syncthreads_impl(int line, int pred, const void* site) {
+EMU_NOTSAN inline int syncthreads_impl(int line, int pred, const void* site) {
     Thread& me = S.th[S.cur];
     me.state = ST_WAIT_BLOCK;
     me.line = line;
@@ -942,7 +943,7 @@ inline int syncthreads_impl(int line, int pred, const void* site) {
     return S.bar_result;
 }
 
-inline unsigned long long warp_collective(int op, unsigned mask, unsigned long long value, int arg, int width, int line) {
+EMU_NOTSAN inline unsigned long long warp_collective(int op, unsigned mask, unsigned long long value, int arg, int width, int line) {
     int cur = S.cur;
     Thread& me = S.th[cur];
     int lane = cur & 31, warp = cur >> 5, base = warp << 5;
@@ -1037,7 +1038,7 @@ EMU_NOTSAN inline void check_shared_guards(const char* when) {
     siglongjmp(S.jmp, 1);
 }
 
-inline void run_block() {
+EMU_NOTSAN inline void run_block() {
     int n = (int)S.nthreads;
     S.n_done = 0; S.n_wait_block = 0; S.block_mixed = 0; S.qhead = S.qtail = 0;
     for (int w = 0; w < (n + 31) / 32; ++w) S.warp_arrived[w] = 0;
@@ -1083,7 +1084,7 @@ inline struct sigaction old_actions[32];
 inline const int fault_signals[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGINT};
 alignas(16) inline char alt_stack[64 * 1024];
 
-inline void on_signal(int sig, siginfo_t* si, void* uctx) {
+EMU_NOTSAN inline void on_signal(int sig, siginfo_t* si, void* uctx) {
     if (!S.in_launch) {  // not ours: hand it to whoever had it before
         struct sigaction& o = old_actions[sig];
         if (o.sa_flags & SA_SIGINFO) { if (o.sa_sigaction) o.sa_sigaction(sig, si, uctx); return; }
@@ -1133,7 +1134,7 @@ struct SignalGuard {
 
 // ---------------------------------- launch ---------------------------------------------
 // Returns 0, or the kind of fault (details in S.fault).
-inline int launch(const emu_launch_params& p, void (*thunk)(void*), void* ctx) {
+EMU_NOTSAN inline int launch(const emu_launch_params& p, void (*thunk)(void*), void* ctx) {
     memset(&S.fault, 0, sizeof S.fault);
     unsigned nthreads = p.block[0] * p.block[1] * p.block[2];
     if (nthreads == 0 || nthreads > (unsigned)kMaxThreads || p.block[2] > 64 || p.grid[1] > 65535 || p.grid[2] > 65535) {
@@ -1261,13 +1262,13 @@ template <class... P> inline const char* signature(void (*)(P...)) {
 template <class... P> struct ArgCall {
     void (*k)(P...);
     void** args;
-    template <size_t... I> void call(std::index_sequence<I...>) {
+    template <size_t... I> EMU_NOTSAN void call(std::index_sequence<I...>) {
         k(*(typename std::remove_cv<typename std::remove_reference<P>::type>::type*)args[I]...);
     }
-    static void thunk(void* self) { ((ArgCall*)self)->call(std::index_sequence_for<P...>{}); }
+    EMU_NOTSAN static void thunk(void* self) { ((ArgCall*)self)->call(std::index_sequence_for<P...>{}); }
 };
 
-template <class... P> inline int launch_from_python(void (*k)(P...), const emu_launch_params* p, void** args) {
+template <class... P> EMU_NOTSAN inline int launch_from_python(void (*k)(P...), const emu_launch_params* p, void** args) {
     ArgCall<P...> c{k, args};
     return launch(*p, &ArgCall<P...>::thunk, &c);
 }
@@ -1377,7 +1378,7 @@ inline unsigned syncwarp_mask(unsigned m) { return m; }
 template <class T> inline T shfl(int op, unsigned mask, T v, int line, int arg, int width = 32) {
     return from_bits<T>(warp_collective(op, mask, to_bits(v), arg, width, line));
 }
-inline unsigned __activemask_impl() {
+EMU_NOTSAN inline unsigned __activemask_impl() {
     int base = S.cur & ~31; unsigned m = 0;
     for (int l = 0; l < 32 && base + l < (int)S.nthreads; ++l) if (S.th[base + l].state != ST_DONE) m |= 1u << l;
     return m;
@@ -1516,17 +1517,29 @@ EMU_TSAN_ATOMIC(64, unsigned long long)
 EMU_API inline const emu::RaceInfo* emu_race_info() { return &emu::R.info; }
 // The tensor arguments' buffers for the next launch: shadows are made here, freed by emu_race_end.
 EMU_API inline int emu_race_begin(int n, const unsigned long long* lo, const unsigned long long* len) {
-    emu::race_free_regions();
-    for (int i = 0; i < n && i < emu::kMaxRaceRegions; ++i) {
-        size_t sz = 0;
-        emu::RaceShadow* sh = emu::race_map_shadow(len[i], &sz);
-        if (!sh) { emu::race_free_regions(); return -1; }
-        emu::R.g[i] = {(uintptr_t)lo[i], (uintptr_t)len[i], sh, sz};
-        emu::R.n = i + 1;
+    using namespace emu;
+    R.n = 0;
+    for (int i = 0; i < n && i < kMaxRaceRegions; ++i) {
+        RaceRegion& g = R.g[i];
+        size_t need = ((len[i] + 3) / 4 + 1) * sizeof(RaceShadow);
+        if (g.shadow_bytes < need) {
+            if (g.shadow) munmap(g.shadow, g.shadow_bytes);
+            g.shadow = race_map_shadow(len[i], &g.shadow_bytes);
+            if (!g.shadow) { race_free_regions(); return -1; }
+        }
+        g.lo = (uintptr_t)lo[i]; g.len = (uintptr_t)len[i];
+        R.n = i + 1;
     }
     return 0;
 }
-EMU_API inline void emu_race_end() { emu::race_free_regions(); }
+// After a launch: the shadows stay for the next one unless they are large.
+EMU_API inline void emu_race_end() {
+    using namespace emu;
+    size_t total = 0;
+    for (int i = 0; i < kMaxRaceRegions; ++i) total += R.g[i].shadow_bytes;
+    if (total > ((size_t)1 << 30)) race_free_regions();
+    R.n = 0;
+}
 EMU_API inline int emu_race_instrumented() {
 #if defined(EMU_RACECHECK)
     return 1;
@@ -1534,3 +1547,18 @@ EMU_API inline int emu_race_instrumented() {
     return 0;
 #endif
 }
+
+#if defined(EMU_RACECHECK)
+// The built-in variables never take part in a race: read them without the checker (a call
+// to a tiny function, instead of a check at every use of threadIdx.x).
+EMU_NS {
+EMU_NOTSAN __attribute__((noinline)) inline uint3 builtin_threadIdx() { return threadIdx; }
+EMU_NOTSAN __attribute__((noinline)) inline uint3 builtin_blockIdx() { return blockIdx; }
+EMU_NOTSAN __attribute__((noinline)) inline dim3 builtin_blockDim() { return blockDim; }
+EMU_NOTSAN __attribute__((noinline)) inline dim3 builtin_gridDim() { return gridDim; }
+}
+#define threadIdx (::emu::builtin_threadIdx())
+#define blockIdx (::emu::builtin_blockIdx())
+#define blockDim (::emu::builtin_blockDim())
+#define gridDim (::emu::builtin_gridDim())
+#endif
