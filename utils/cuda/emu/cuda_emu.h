@@ -78,6 +78,7 @@
 EMU_NS {
 inline void race_atomic(const volatile void* p, unsigned n, void* pc);
 inline void race_fence();
+inline void race_ignore(const void* p, size_t n);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -396,7 +397,7 @@ constexpr uint32_t kGuardWord = 0x7fa5a5a5u;
 EMU_NOTSAN inline void fill_guard(unsigned char* g) {
     for (size_t k = 0; k < kSharedGuard; k += 4) memcpy(g + k, &kGuardWord, 4);
 }
-inline bool guard_byte_ok(const unsigned char* g, size_t k) {
+EMU_NOTSAN inline bool guard_byte_ok(const unsigned char* g, size_t k) {
     return g[k] == ((const unsigned char*)&kGuardWord)[k % 4];
 }
 template <class A> struct alignas(64) Guarded {
@@ -418,7 +419,7 @@ struct SharedReg {
               const char* name = nullptr, size_t elem = 1) {
         if (n_shared_regions < kMaxSharedRegions) shared_regions[n_shared_regions++] = {p, n, pre, post, name, elem};
         memset(p, 0xff, n);
-        if (pre) { fill_guard(pre); fill_guard(post); }
+        if (pre) { fill_guard(pre); fill_guard(post); race_ignore(pre, kSharedGuard); race_ignore(post, kSharedGuard); }
     }
 };
 EMU_NOTSAN inline void poison_shared() {
@@ -465,6 +466,7 @@ inline dim3 blockDim, gridDim;
 // access records the value at its thread's last synchronization ("interval"). The first
 // race stops the launch; the Python side turns the addresses into source lines.
 constexpr uint32_t kRaceSeqMax = (1u << 28) - 1;
+constexpr uint32_t kRaceIgnore = kRaceSeqMax;  // a guard zone: an overrun is reported as such, at the barrier
 struct RaceCell { uint64_t seq : 28, tid : 10, mask : 4, atomic : 1, pc : 21; };
 struct RaceShadow { RaceCell w, r; };
 struct RaceRegion { uintptr_t lo, len; RaceShadow* shadow; size_t shadow_bytes; };
@@ -498,6 +500,17 @@ struct Race {
 };
 inline Race R;
 
+EMU_NOTSAN inline void race_ignore(const void* p, size_t n) {
+    if (!R.sh_shadow) return;
+    uintptr_t off = (uintptr_t)p - R.sh_lo;
+    if (off >= R.sh_len) return;
+    for (uintptr_t g = off >> 2; g <= (off + n - 1) >> 2; ++g) { R.sh_shadow[g].w.seq = kRaceIgnore; R.sh_shadow[g].r.seq = 0; }
+}
+EMU_NOTSAN inline void race_ignore_guards() {
+    for (int i = 0; i < n_shared_regions; ++i)
+        if (shared_regions[i].pre) { race_ignore(shared_regions[i].pre, kSharedGuard); race_ignore(shared_regions[i].post, kSharedGuard); }
+}
+
 // The shadows of argument buffers are kept from launch to launch (no page faults and no
 // zeroing again): a cell written before the current launch started is ignored anyway.
 EMU_NOTSAN inline void race_free_regions() {
@@ -527,12 +540,14 @@ EMU_NOTSAN inline void race_launch_start() {
         R.sh_shadow = race_map_shadow(kArenaBytes, &n);
         if (!R.sh_shadow) return;
         R.sh_lo = (uintptr_t)a; R.sh_len = kArenaBytes;
+        race_ignore_guards();
     }
     if (R.seq > kRaceSeqMax / 2) {  // start the clock again: forget every old access
         madvise(R.sh_shadow, ((kArenaBytes / 4 + 1) * sizeof(RaceShadow) + 4095) & ~(size_t)4095, MADV_DONTNEED);
         for (int i = 0; i < kMaxRaceRegions; ++i)
             if (R.g[i].shadow) madvise(R.g[i].shadow, R.g[i].shadow_bytes, MADV_DONTNEED);
         R.seq = 0;
+        race_ignore_guards();
     }
     R.launch_start = ++R.seq;
     R.fence_seq = 0;
@@ -673,6 +688,7 @@ EMU_NOTSAN inline void race_check(RaceShadow* sh, uintptr_t off, unsigned n, int
         unsigned hi = g * 4 + 3 < last ? 3 : (unsigned)(last & 3);
         unsigned mask = (2u << hi) - (1u << lo);
         RaceShadow& c = sh[g];
+        if (c.w.seq == kRaceIgnore) continue;
         if (c.w.seq >= valid && (c.w.mask & mask) && race_conflict(c.w, true, write))
             race_report(c.w, 1, kind, region, addr, n, pc);
         if (write) {
@@ -690,7 +706,11 @@ EMU_NOTSAN inline void race_access(const volatile void* p, unsigned n, int kind,
     if (!R.active) return;
     uintptr_t a = (uintptr_t)p;
     uintptr_t off = a - R.sh_lo;
-    if (off < R.sh_len) { race_check(R.sh_shadow, off, n, kind, (uintptr_t)pc, -1, a); return; }
+    if (off < R.sh_len) {  // static __shared__ variables, or the bytes the launch asked for
+        if (off < kStaticSharedArena || a - (uintptr_t)dyn_ptr < dyn_shared_bytes)
+            race_check(R.sh_shadow, off, n, kind, (uintptr_t)pc, -1, a);
+        return;
+    }
     for (int i = 0; i < R.n; ++i) {
         off = a - R.g[i].lo;
         if (off < R.g[i].len) { race_check(R.g[i].shadow, off, n, kind, (uintptr_t)pc, i, a); return; }
