@@ -218,7 +218,7 @@ __global__ void transpose_tile(const float* x_ptr, float* y_ptr) {
     with pytest.raises(utils.KernelRace) as info:
         k(src.replace("BARRIER", ""), "transpose_tile")[1, (16, 16), 16 * 16 * 4](x, y)
     msg = str(info.value)
-    assert "of the extern __shared__ memory" in msg and "thread (0,1,0)" in msg
+    assert "data race on `tile[1]` (shared memory)" in msg and "thread (0,1,0)" in msg
 
 
 def test_each_block_its_own_elements_and_grid_stride_loops_are_race_free():

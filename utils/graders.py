@@ -219,6 +219,8 @@ def _utils_attr(name):
 
 def _fault_hint(msg: str) -> str:
     low = msg.lower()
+    if "data race on" in low:  # the emulator's race report names both accesses and the fix
+        return "two threads touch the same element without synchronization: the report above says where and how to fix it."
     if "third launch parameter" in low:
         return ("extern __shared__ memory is as large as the launch says, in bytes: "
                 "k[grid, block, n_elements * 4](...) for n_elements floats.")

@@ -126,7 +126,7 @@ def report(kname: str, info: RaceInfo, lib, where_global: str | None) -> KernelR
         a, b = sorted((ln_then, ln_now))
         between = f"between line {a} and line {b}"
     elif ln_now:
-        between = f"after line {ln_now} (so that one thread's pass over it ends before another's begins)"
+        between = f"after line {ln_now}, so that one thread's pass over it ends before another's begins"
     else:
         between = "between the two accesses"
     if not info.same_block:
@@ -144,7 +144,7 @@ def report(kname: str, info: RaceInfo, lib, where_global: str | None) -> KernelR
     if info.same_warp:
         fix = (f"The two threads are lanes {info.lane_then} and {info.lane_now} of one warp. Since Volta (independent "
                "thread scheduling) the lanes of a warp do not run in lockstep, and one may run ahead of another: "
-               f"put a __syncthreads() {between} (a __syncwarp() is enough if only the lanes of one warp share "
+               f"put a __syncthreads() {between} (or a __syncwarp(), if only the lanes of one warp share "
                "this data)" + ("; or make every update atomic." if 2 in (info.kind_now, info.kind_then) else "."))
         return KernelRace(f"{first}, with no __syncwarp() between them (an intra-warp hazard). {fix}")
     if 2 in (info.kind_now, info.kind_then):

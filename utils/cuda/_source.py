@@ -235,7 +235,8 @@ def _rewrite_extern_shared(text: str) -> str:
     # All `extern __shared__` arrays of a kernel alias the one dynamic buffer sized by the
     # launch, as on a GPU.
     return _EXTERN_SHARED.sub(
-        lambda m: f"{m.group(1)}* const {m.group(2)} = ({m.group(1)}*)::emu::dyn_shared();", text)
+        lambda m: f"{m.group(1)}* const {m.group(2)} = ({m.group(1)}*)::emu::dyn_shared(\"{m.group(2)}\", "
+                  f"sizeof({m.group(1)}));", text)
 
 
 _SHARED_KEYWORD = re.compile(r"\b__shared__\b")

@@ -369,7 +369,10 @@ EMU_NOTSAN inline bool in_arena_guard(const char* a) {
     return arena_base && ((a >= arena_base - kArenaGuard && a < arena_base) ||
                           (a >= arena_base + kArenaBytes && a < arena_base + kArenaBytes + kArenaGuard));
 }
+inline const char* dyn_name = nullptr;  // the kernel's name for it (reports), and its element size
+inline size_t dyn_elem = 1;
 EMU_NOTSAN inline char* dyn_shared() { arena(); return dyn_ptr; }
+EMU_NOTSAN inline char* dyn_shared(const char* name, size_t elem) { dyn_name = name; dyn_elem = elem ? elem : 1; return dyn_shared(); }
 // Places the launch's dynamic bytes so that they end at the guard zone before the end of
 // the arena (a far overrun hits the inaccessible region).
 EMU_NOTSAN inline void place_dynamic_shared(size_t bytes) {
@@ -662,8 +665,10 @@ EMU_NOTSAN inline void fill_block(int* out, unsigned long long lb) {
                 break;
             }
         }
-        if (a >= dyn_ptr && a < dyn_ptr + dyn_shared_bytes)
-            snprintf(I.where, sizeof I.where, "byte %lld of the extern __shared__ memory", (long long)(a - dyn_ptr));
+        if (a >= dyn_ptr && a < dyn_ptr + dyn_shared_bytes) {
+            if (dyn_name) snprintf(I.where, sizeof I.where, "%s[%lld]", dyn_name, (long long)((a - dyn_ptr) / (long long)dyn_elem));
+            else snprintf(I.where, sizeof I.where, "byte %lld of the extern __shared__ memory", (long long)(a - dyn_ptr));
+        }
     }
     emu_fault_info& f = S.fault;
     f.kind = 8;
