@@ -218,7 +218,7 @@ __global__ void transpose_tile(const float* x_ptr, float* y_ptr) {
     with pytest.raises(utils.KernelRace) as info:
         k(src.replace("BARRIER", ""), "transpose_tile")[1, (16, 16), 16 * 16 * 4](x, y)
     msg = str(info.value)
-    assert "data race on `tile[1]` (shared memory)" in msg and "thread (0,1,0)" in msg
+    assert "data race on `tile[16]` (shared memory)" in msg and "thread (0,1,0) of block (0,0,0) writes it" in msg
 
 
 def test_each_block_its_own_elements_and_grid_stride_loops_are_race_free():
@@ -250,3 +250,54 @@ def test_a_race_leaves_the_tensors_unchanged_and_the_next_launch_works():
         block_sum(update="out_ptr[0] += s[0]")[8, 128](torch.ones(1000), out, 1000)
     assert out.item() == 5.0
     assert run_sum(block_sum()) == 1000.0
+
+
+# ---------------------------------------------------------------------------------------
+# Undefined warp behaviour: reported, not given a meaning
+# ---------------------------------------------------------------------------------------
+SHUFFLE = r"""
+__global__ void warp_reduce(const float* x_ptr, float* out_ptr) {
+    float v = x_ptr[threadIdx.x];
+    for (int offset = 16; offset > 0; offset /= 2) {
+        unsigned mask = MASK;
+        v += __shfl_down_sync(mask, v, offset);
+    }
+    if (threadIdx.x == 0) out_ptr[0] = v;
+}
+"""
+
+
+def test_shuffle_from_a_lane_outside_the_mask_is_a_fault():
+    x, out = torch.ones(32), torch.zeros(1)
+    k(SHUFFLE.replace("MASK", "0xffffffffu"), "warp_reduce")[1, 32](x, out)
+    assert out.item() == 32.0
+    # a published pattern: only the lanes that add take part, so lane 0 reads lane 16, which
+    # the mask leaves out (undefined on a GPU)
+    shrinking = SHUFFLE.replace("unsigned mask = MASK;", "unsigned mask = __ballot_sync(0xffffffffu, threadIdx.x < offset);")
+    shrinking = shrinking.replace("        v += __shfl", "        if (threadIdx.x < offset) v += __shfl")
+    with pytest.raises(utils.KernelFault, match=r"__shfl_down_sync on line 6: lane 0 of warp 0 reads lane 16, "
+                                                r"which is not in the mask 0x0000ffff"):
+        k(shrinking, "warp_reduce")[1, 32](x, out)
+
+
+def test_shuffle_from_a_lane_the_block_does_not_have_is_a_fault():
+    with pytest.raises(utils.KernelFault, match=r"reads lane 16, which does not exist \(the block has 16 threads\)"):
+        k(SHUFFLE.replace("MASK", "0xffffffffu"), "warp_reduce")[1, 16](torch.ones(16), torch.zeros(1))
+
+
+def test_warp_collectives_with_masks_that_leave_out_the_lane_or_disagree():
+    src = r"""
+__global__ void votes(int* out_ptr) {
+    int lane = threadIdx.x;
+    unsigned mask = MASK;
+    out_ptr[lane] = __ballot_sync(mask, lane % 2);
+}
+"""
+    out = torch.zeros(32, dtype=torch.int32)
+    k(src.replace("MASK", "0xffffffffu"), "votes")[1, 32](out)
+    assert (out == 0xAAAAAAAA - 2**32).all()
+    with pytest.raises(utils.KernelFault, match=r"__ballot_sync on line 5: lane 16 calls it with mask 0x0000ffff, "
+                                                r"which does not include the lane itself"):
+        k(src.replace("MASK", "0x0000ffffu"), "votes")[1, 32](out)
+    with pytest.raises(utils.KernelFault, match=r"lanes named in mask .* disagree"):
+        k(src.replace("MASK", "lane < 16 ? 0xffffffffu : 0xfffffffeu | (1u << lane)"), "votes")[1, 32](out)

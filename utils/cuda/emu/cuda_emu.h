@@ -1007,6 +1007,17 @@ EMU_NOTSAN inline unsigned long long warp_collective(int op, unsigned mask, unsi
             case OP_SHFL_XOR: src = l ^ t.arg; if (src >= seg + w || src < 0 || src >= 32) src = l; break;
             default: break;
         }
+        if (src != l && !((need >> src) & 1u)) {
+            // Undefined on a GPU (it returns whatever the hardware has): reported, not given a meaning.
+            if (base + src >= (int)S.nthreads)
+                fault_trap("%s on line %d: lane %d of warp %d reads lane %d, which does not exist (the block has %u "
+                           "threads): keep the source lane inside the block, or give the block a multiple of 32 threads",
+                           op_names[op], t.line, l, warp, src, S.nthreads);
+            fault_trap("%s on line %d: lane %d of warp %d reads lane %d, which is not in the mask 0x%08x: the value is "
+                       "undefined on a GPU. Name every source lane in the mask (a shrinking mask needs a shrinking "
+                       "offset), or shuffle with the full mask 0xffffffff",
+                       op_names[op], t.line, l, warp, src, mask);
+        }
         if (op == OP_BALLOT) t.result = ballot;
         else if (op == OP_ANY) t.result = ballot != 0;
         else if (op == OP_ALL) t.result = ballot == need;
