@@ -124,6 +124,8 @@ def build(text: str, name: str, filename: str, include_dir: Path | None, _retry:
         flags.append("-DEMU_FORCE_UCONTEXT")  # the portable fiber switch, also on x86-64
     if racecheck:
         flags += _racecheck.FLAGS
+    if sys.platform.startswith("linux"):  # the header's exit() and __assert_fail win over the C library's
+        flags.append("-Wl,-Bsymbolic-functions")
     key_src = "\0".join([full, _headers_digest(), cxx, " ".join(flags), str(include_dir), sys.platform])
     key = hashlib.sha256(key_src.encode()).hexdigest()[:24]
     if key in _CACHE:
@@ -141,7 +143,8 @@ def build(text: str, name: str, filename: str, include_dir: Path | None, _retry:
         cmd = [cxx, *flags, *incs, "-x", "c++", "-", "-o", obj] + (["-c"] if racecheck else [])
         proc = subprocess.run(cmd, input=full, capture_output=True, text=True)
         if proc.returncode == 0 and racecheck:
-            proc = subprocess.run([cxx, "-shared", obj, "-o", tmp], capture_output=True, text=True)
+            proc = subprocess.run([cxx, "-shared", *[f for f in flags if f.startswith("-Wl,")], obj, "-o", tmp],
+                                  capture_output=True, text=True)
             os.unlink(obj)
         if proc.returncode != 0:
             os.unlink(tmp)

@@ -346,12 +346,14 @@ inline int last_error = 0;  // cudaGetLastError
 // end, can reach the scheduler or the saved signal handlers. Static __shared__ variables
 // are carved from its start; the dynamic (extern __shared__) bytes of a launch end right
 // before a guard zone that ends at the inaccessible region after the arena.
+constexpr uint32_t kGuardWord = 0x7fa5a5a5u;  // the guard zones' pattern (see below)
 constexpr size_t kStaticSharedArena = 1u << 20;                  // a GPU block has 48 KiB
 constexpr size_t kDynamicArea = kMaxDynamicShared + 4096;         // + the guard zone, page-rounded
-constexpr size_t kArenaGuard = 1u << 20;                         // inaccessible, on both sides
+constexpr size_t kArenaGuard = (size_t)256 << 20;                // inaccessible, on both sides
 constexpr size_t kArenaBytes = kStaticSharedArena + kDynamicArea;
 inline char* arena_base = nullptr;
 inline size_t arena_used = 0;
+inline size_t arena_rw = 0;      // bytes from the start made accessible: the rest of the static part is not
 inline int arena_overflow = 0;
 inline char* dyn_ptr = nullptr;   // the launch's dynamic shared memory
 EMU_NOTSAN inline char* arena() {
@@ -360,14 +362,14 @@ EMU_NOTSAN inline char* arena() {
                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
         if (p == MAP_FAILED) { fprintf(stderr, "cuda emulator: cannot map shared memory\n"); abort(); }
         arena_base = (char*)p + kArenaGuard;
-        mprotect(arena_base, kArenaBytes, PROT_READ | PROT_WRITE);
+        mprotect(arena_base + kStaticSharedArena, kDynamicArea, PROT_READ | PROT_WRITE);
         dyn_ptr = arena_base + kStaticSharedArena;
     }
     return arena_base;
 }
+// A fault anywhere in the arena's reservation is an access far outside every __shared__ variable.
 EMU_NOTSAN inline bool in_arena_guard(const char* a) {
-    return arena_base && ((a >= arena_base - kArenaGuard && a < arena_base) ||
-                          (a >= arena_base + kArenaBytes && a < arena_base + kArenaBytes + kArenaGuard));
+    return arena_base && a >= arena_base - kArenaGuard && a < arena_base + kArenaBytes + kArenaGuard;
 }
 inline const char* dyn_name = nullptr;  // the kernel's name for it (reports), and its element size
 inline size_t dyn_elem = 1;
@@ -376,7 +378,11 @@ EMU_NOTSAN inline char* dyn_shared(const char* name, size_t elem) { dyn_name = n
 // Places the launch's dynamic bytes so that they end at the guard zone before the end of
 // the arena (a far overrun hits the inaccessible region).
 EMU_NOTSAN inline void place_dynamic_shared(size_t bytes) {
-    dyn_ptr = arena() + kArenaBytes - 64 - ((bytes + 63) & ~(size_t)63);
+    char* area = arena() + kStaticSharedArena;
+    dyn_ptr = arena_base + kArenaBytes - 64 - ((bytes + 63) & ~(size_t)63);
+    char* first = (char*)((uintptr_t)dyn_ptr & ~(uintptr_t)4095);  // only its pages are accessible
+    mprotect(area, (size_t)(first - area), PROT_NONE);
+    mprotect(first, (size_t)(arena_base + kArenaBytes - first), PROT_READ | PROT_WRITE);
 }
 EMU_NOTSAN inline void* shared_alloc(size_t n, size_t align) {
     char* a = arena();
@@ -388,6 +394,9 @@ EMU_NOTSAN inline void* shared_alloc(size_t n, size_t align) {
         return q;
     }
     arena_used = at + n;
+    size_t rw = (arena_used + 4095) & ~(size_t)4095;
+    if (rw > arena_rw) { mprotect(a + arena_rw, rw - arena_rw, PROT_READ | PROT_WRITE); arena_rw = rw; }
+    for (size_t k = arena_used; k < arena_rw; ++k) a[k] = ((const char*)&kGuardWord)[k % 4];  // the slack: a guard
     return a + at;
 }
 template <class T> inline T& shared_new() { return *(T*)shared_alloc(sizeof(T), alignof(T) < 16 ? 16 : alignof(T)); }
@@ -396,7 +405,6 @@ constexpr size_t kSharedGuard = 64;
 // The guard pattern: a signalling NaN as a float. Reading it gives NaN, as any unwritten
 // shared memory does here, and arithmetic on it (`s[n] += v`) quiets it, which changes it:
 // so even an update of a guard element is caught, not only a plain store.
-constexpr uint32_t kGuardWord = 0x7fa5a5a5u;
 EMU_NOTSAN inline void fill_guard(unsigned char* g) {
     for (size_t k = 0; k < kSharedGuard; k += 4) memcpy(g + k, &kGuardWord, 4);
 }
@@ -433,6 +441,8 @@ EMU_NOTSAN inline void poison_shared() {
     }
     memset(dyn_ptr, 0xff, dyn_shared_bytes);
     fill_guard((unsigned char*)dyn_ptr + dyn_shared_bytes);  // what the launch did not ask for
+    // the rest of the last accessible page after the static variables: a guard zone too
+    for (size_t k = arena_used; k < arena_rw; ++k) arena_base[k] = ((const char*)&kGuardWord)[k % 4];
 }
 // The first overrun guard: sets *region, *past_end and the element index; false if none.
 EMU_NOTSAN inline bool find_shared_overrun(int* region, bool* past_end, long long* index) {
@@ -1057,6 +1067,17 @@ EMU_NOTSAN inline void check_shared_guards(const char* when) {
                  (unsigned long long)dyn_shared_bytes, dyn_shared_bytes == 1 ? "" : "s", when);
         siglongjmp(S.jmp, 1);
     }
+    for (size_t k = arena_used; k < arena_rw; ++k) {
+        if (arena_base[k] == ((const char*)&kGuardWord)[k % 4]) continue;
+        emu_fault_info& f = S.fault;
+        f.kind = 7;
+        f.block[0] = (int)blockIdx.x; f.block[1] = (int)blockIdx.y; f.block[2] = (int)blockIdx.z;
+        snprintf(f.msg, sizeof f.msg,
+                 "a thread of block (%u,%u,%u) wrote shared memory %llu bytes past the end of the last __shared__ "
+                 "variable, %s: an index far out of range of a __shared__ array. Check every index into your "
+                 "__shared__ arrays.", blockIdx.x, blockIdx.y, blockIdx.z, (unsigned long long)(k - arena_used + 1), when);
+        siglongjmp(S.jmp, 1);
+    }
     int i; bool past; long long idx;
     if (!find_shared_overrun(&i, &past, &idx)) return;
     SharedRegion& r = shared_regions[i];
@@ -1145,6 +1166,20 @@ EMU_NOTSAN inline void on_signal(int sig, siginfo_t* si, void* uctx) {
         a < stack_base(S.th[S.cur].stack < 0 ? 0 : S.th[S.cur].stack)) {
         f.kind = 6;  // it hit the guard page below a thread's stack
         snprintf(f.msg, sizeof f.msg, "each emulated thread has a %zu KiB stack", kStackSize / 1024);
+    }
+    if ((sig == SIGSEGV || sig == SIGBUS) && in_arena_guard(a)) {
+        f.kind = 7;  // far past (or before) every __shared__ variable
+        const char* what = f.is_write == 1 ? "wrote" : f.is_write == 0 ? "read" : "accessed";
+        long long off; const char* where;
+        if (a < arena_base) { off = arena_base - a; where = "before the first __shared__ variable"; }
+        else if (a < arena_base + kStaticSharedArena) { off = a - (arena_base + arena_used) + 1; where = "past the end of the last __shared__ variable"; }
+        else if (a < dyn_ptr) { off = dyn_ptr - a; where = "before the start of the extern __shared__ memory"; }
+        else { off = a - (dyn_ptr + dyn_shared_bytes) + 1; where = "past the end of the extern __shared__ memory the launch asked for"; }
+        snprintf(f.msg, sizeof f.msg,
+                 "thread (%u,%u,%u) of block (%u,%u,%u) %s shared memory %lld bytes %s: an index far out of range "
+                 "of a __shared__ array (on a GPU such an access fails the launch). Check every index into your "
+                 "__shared__ arrays.", threadIdx.x, threadIdx.y, threadIdx.z, blockIdx.x, blockIdx.y, blockIdx.z,
+                 what, off, where);
     }
     siglongjmp(S.jmp, 1);
 }
@@ -1427,6 +1462,31 @@ static inline unsigned __lanemask_lt() { return (1u << (threadIdx.x & 31)) - 1u;
 #undef assert
 #define assert(e) ((e) ? (void)0 : ::emu::fault_trap("assert(%s) failed on line %d in thread (%u,%u,%u) of block (%u,%u,%u)", \
     #e, __LINE__, threadIdx.x, threadIdx.y, threadIdx.z, blockIdx.x, blockIdx.y, blockIdx.z))
+// A kernel that includes <assert.h> or <cassert> after this header gets the C library's
+// assert back, which calls __assert_fail: defined here (inside this library only), it keeps
+// the condition, the line and the thread too, instead of an abort() with the message lost.
+#if defined(__GLIBC__)
+extern "C" __attribute__((visibility("hidden"), noreturn)) inline void
+__assert_fail(const char* expr, const char* file, unsigned int line, const char* func) noexcept {
+    (void)file; (void)func;
+    if (!::emu::S.in_launch) { fprintf(stderr, "%s:%u: assertion `%s' failed\n", file, line, expr); abort(); }
+    ::emu::fault_trap("assert(%s) failed on line %u in thread (%u,%u,%u) of block (%u,%u,%u)", expr, line,
+                      ::emu::threadIdx.x, ::emu::threadIdx.y, ::emu::threadIdx.z,
+                      ::emu::blockIdx.x, ::emu::blockIdx.y, ::emu::blockIdx.z);
+}
+#endif
+
+// exit() in kernel code would end the whole process (the notebook's kernel): defined here,
+// inside this library only, it stops the launch with a fault instead.
+#if defined(__GLIBC__)
+extern "C" __attribute__((visibility("hidden"), noreturn)) inline void exit(int status) noexcept {
+    // (the C library's exit is noreturn too: so is this, whichever path it takes)
+    if (!::emu::S.in_launch) ((void (*)(int))dlsym(RTLD_NEXT, "exit"))(status);  // host code: the C library's
+    ::emu::fault_trap("exit(%d) called in a kernel on thread (%u,%u,%u) of block (%u,%u,%u): a kernel cannot end the "
+                      "program; use assert() or return", status, ::emu::threadIdx.x, ::emu::threadIdx.y,
+                      ::emu::threadIdx.z, ::emu::blockIdx.x, ::emu::blockIdx.y, ::emu::blockIdx.z);
+}
+#endif
 
 // ---------------------------------------------------------------------------------------
 // Host API
