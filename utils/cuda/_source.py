@@ -222,7 +222,7 @@ def parse_params(text: str, name: str) -> list[Param] | None:
 CUDA_ONLY_HEADERS = re.compile(
     r"^[ \t]*#[ \t]*include[ \t]*[<\"]("
     r"cuda_runtime(_api)?\.h|cuda\.h|device_launch_parameters\.h|device_functions\.h|"
-    r"cuda_fp16\.h|cuda_bf16\.h|math_constants\.h|"
+    r"math_constants\.h|"
     r"c10/cuda/[^>\"]*|ATen/cuda/[^>\"]*|ATen/cuda/CUDAContext\.h|torch/cuda\.h)[>\"][^\n]*$",
     re.M)
 
@@ -318,8 +318,10 @@ def _callee_start(text: str, end: int) -> int:
                         break
         while j > 0 and (text[j - 1].isalnum() or text[j - 1] == "_"):
             j -= 1
-        if j > 1 and text[j - 2:j] == "::":
+        if j > 1 and text[j - 2:j] in ("::", "##"):  # ns::k, or a name pasted in a macro: pre##_kernel
             j -= 2
+            while j > 0 and text[j - 1] in " \t":
+                j -= 1
             continue
         return j
 
@@ -345,8 +347,39 @@ def rewrite_launches(text: str) -> str:
         pos = j + 3
 
 
+#: CUDA headers whose names the emulator provides only if a header of that name sits next to
+#: cuda_emu.h (utils/cuda/emu/): then the include finds it; otherwise one clear error.
+OPTIONAL_HEADERS = {"cuda_fp16.h": "__half (cuda_fp16.h)", "cuda_bf16.h": "__nv_bfloat16 (cuda_bf16.h)",
+                    "mma.h": "wmma / tensor-core fragments (mma.h)", "cuda_pipeline.h": "cuda_pipeline.h (memcpy_async)",
+                    "cuda/pipeline": "cuda::pipeline", "cuda/barrier": "cuda::barrier",
+                    "cooperative_groups/memcpy_async.h": "cooperative_groups::memcpy_async"}
+_INCLUDE = re.compile(r"^[ \t]*#[ \t]*include[ \t]*[<\"]([^>\"]+)[>\"]", re.M)
+EMU_HEADER_DIR = Path(__file__).resolve().parent / "emu"
+
+
+def check_supported(text: str) -> None:
+    """One clear error for a CUDA feature the emulator does not have (instead of a cascade
+    of g++ errors about names it never declared)."""
+    for m in _INCLUDE.finditer(text):
+        name = m.group(1)
+        if name in OPTIONAL_HEADERS and not (EMU_HEADER_DIR / name).exists():
+            line = text.count("\n", 0, m.start()) + 1
+            raise CudaCompileError(f"line {line}: the CPU emulator does not support {OPTIONAL_HEADERS[name]} "
+                                   f"(#include <{name}>); this kernel runs only on a GPU")
+    for pattern, what in ((r"\bcudaLaunchCooperativeKernel\b|\bthis_grid\s*\(", "grid-wide synchronization (this_grid)"),
+                          (r"\btex[123]D\w*\s*<|\bcudaTextureObject_t\b", "textures"),
+                          (r"\bwmma::", "wmma / tensor-core fragments")):
+        if what.startswith("wmma") and (EMU_HEADER_DIR / "mma.h").exists():
+            continue
+        m = re.search(pattern, strip_comments(text))
+        if m:
+            raise CudaCompileError(f"the CPU emulator does not support {what} (`{m.group(0).strip()}`); "
+                                   "this kernel runs only on a GPU")
+
+
 def adapt_for_emulator(text: str) -> str:
     """The rewrites the emulator needs; line numbers are unchanged."""
+    check_supported(text)
     text = CUDA_ONLY_HEADERS.sub("", text)
     text = re.sub(r"\bstatic(\s+__shared__)\b", r"\1", text)  # __shared__ is already static here
     text = _rewrite_extern_shared(text)
