@@ -222,7 +222,7 @@ def parse_params(text: str, name: str) -> list[Param] | None:
 CUDA_ONLY_HEADERS = re.compile(
     r"^[ \t]*#[ \t]*include[ \t]*[<\"]("
     r"cuda_runtime(_api)?\.h|cuda\.h|device_launch_parameters\.h|device_functions\.h|"
-    r"math_constants\.h|"
+    r"math_constants\.h|cuda_profiler_api\.h|"
     r"c10/cuda/[^>\"]*|ATen/cuda/[^>\"]*|ATen/cuda/CUDAContext\.h|torch/cuda\.h)[>\"][^\n]*$",
     re.M)
 
@@ -329,12 +329,14 @@ def _callee_start(text: str, end: int) -> int:
 def rewrite_launches(text: str) -> str:
     """``k<<<g, b, smem, stream>>>(args)`` -> ``::emu::make_launch(k, "k", LINE, g, b, smem, stream)(args)``."""
     out, pos = [], 0
+    # where to look: comments and string literals ("k<<<>>> failed") blanked, same offsets
+    code = re.sub(r'"(?:\\.|[^"\\\n])*"', lambda m: '"' + " " * (len(m.group(0)) - 2) + '"', strip_comments(text))
     while True:
-        i = text.find("<<<", pos)
+        i = code.find("<<<", pos)
         if i < 0:
             out.append(text[pos:])
             return "".join(out)
-        j = text.find(">>>", i + 3)
+        j = code.find(">>>", i + 3)
         if j < 0:
             raise CudaCompileError("a `<<<` kernel launch has no matching `>>>`")
         s = _callee_start(text, i)

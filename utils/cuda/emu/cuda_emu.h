@@ -124,6 +124,13 @@ static inline typename std::common_type<A, B>::type max(A a, B b) {
     typedef typename std::common_type<A, B>::type T;
     return (T)a > (T)b ? (T)a : (T)b;
 }
+// CUDA's integer min/max
+static inline unsigned umin(unsigned a, unsigned b) { return a < b ? a : b; }
+static inline unsigned umax(unsigned a, unsigned b) { return a > b ? a : b; }
+static inline long long llmin(long long a, long long b) { return a < b ? a : b; }
+static inline long long llmax(long long a, long long b) { return a > b ? a : b; }
+static inline unsigned long long ullmin(unsigned long long a, unsigned long long b) { return a < b ? a : b; }
+static inline unsigned long long ullmax(unsigned long long a, unsigned long long b) { return a > b ? a : b; }
 // glibc declares these names itself, so they are macros here.
 #define __expf(x) expf(x)
 #define __logf(x) logf(x)
@@ -1527,6 +1534,12 @@ static inline cudaError_t cudaEventDestroy(cudaEvent_t e) { delete e; return cud
 static inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t = nullptr) { e->ms = emu_now_ms(); return cudaSuccess; }
 static inline cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
 static inline cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t a, cudaEvent_t b) { *ms = (float)(b->ms - a->ms); return cudaSuccess; }
+static inline cudaError_t cudaProfilerStart() { return cudaSuccess; }
+static inline cudaError_t cudaProfilerStop() { return cudaSuccess; }
+static inline cudaError_t cudaGetDeviceCount(int* n) { *n = 1; return cudaSuccess; }
+static inline cudaError_t cudaGetDevice(int* d) { *d = 0; return cudaSuccess; }
+static inline cudaError_t cudaSetDevice(int) { return cudaSuccess; }
+static inline cudaError_t cudaDeviceReset() { return cudaSuccess; }
 static inline const char* cudaGetErrorName(cudaError_t e) { return e == cudaSuccess ? "cudaSuccess" : "cudaErrorLaunchFailure"; }
 
 // What torch extensions call around a launch. The adapter removes the CUDA-only includes
