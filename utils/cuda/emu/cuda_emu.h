@@ -1074,19 +1074,22 @@ EMU_NOTSAN inline void check_shared_guards(const char* when) {
                  (unsigned long long)dyn_shared_bytes, dyn_shared_bytes == 1 ? "" : "s", when);
         siglongjmp(S.jmp, 1);
     }
-    for (size_t k = arena_used; k < arena_rw; ++k) {
-        if (arena_base[k] == ((const char*)&kGuardWord)[k % 4]) continue;
-        emu_fault_info& f = S.fault;
-        f.kind = 7;
-        f.block[0] = (int)blockIdx.x; f.block[1] = (int)blockIdx.y; f.block[2] = (int)blockIdx.z;
-        snprintf(f.msg, sizeof f.msg,
-                 "a thread of block (%u,%u,%u) wrote shared memory %llu bytes past the end of the last __shared__ "
-                 "variable, %s: an index far out of range of a __shared__ array. Check every index into your "
-                 "__shared__ arrays.", blockIdx.x, blockIdx.y, blockIdx.z, (unsigned long long)(k - arena_used + 1), when);
-        siglongjmp(S.jmp, 1);
-    }
     int i; bool past; long long idx;
-    if (!find_shared_overrun(&i, &past, &idx)) return;
+    if (!find_shared_overrun(&i, &past, &idx)) {
+        // the rest of the last page after the static variables (checked after the arrays' own guards)
+        for (size_t k = arena_used; k < arena_rw; ++k) {
+            if (arena_base[k] == ((const char*)&kGuardWord)[k % 4]) continue;
+            emu_fault_info& f = S.fault;
+            f.kind = 7;
+            f.block[0] = (int)blockIdx.x; f.block[1] = (int)blockIdx.y; f.block[2] = (int)blockIdx.z;
+            snprintf(f.msg, sizeof f.msg,
+                     "a thread of block (%u,%u,%u) wrote shared memory %llu bytes past the end of the last __shared__ "
+                     "variable, %s: an index far out of range of a __shared__ array. Check every index into your "
+                     "__shared__ arrays.", blockIdx.x, blockIdx.y, blockIdx.z, (unsigned long long)(k - arena_used + 1), when);
+            siglongjmp(S.jmp, 1);
+        }
+        return;
+    }
     SharedRegion& r = shared_regions[i];
     long long count = (long long)(r.n / r.elem);
     emu_fault_info& f = S.fault;
