@@ -37,7 +37,11 @@ GLOBAL = re.compile(r"__global__\s+(?:static\s+|inline\s+|__launch_bounds__\s*\(
 
 
 def git(mirror: Path, *args) -> str:
-    return subprocess.run(["git", "-C", str(mirror), *args], capture_output=True, text=True, check=True).stdout
+    return git_bytes(mirror, *args).decode("utf-8", errors="replace")
+
+
+def git_bytes(mirror: Path, *args) -> bytes:
+    return subprocess.run(["git", "-C", str(mirror), *args], capture_output=True, check=True).stdout
 
 
 def main(argv):
@@ -61,7 +65,7 @@ def main(argv):
                 if f.startswith(sample_dir + "/") or f in common:
                     dest = Path(tmp) / (Path(f).name if f in common else Path(f).relative_to(sample_dir))
                     dest.parent.mkdir(parents=True, exist_ok=True)
-                    dest.write_text(git(mirror, "show", f"HEAD:{f}"), errors="replace")
+                    dest.write_bytes(git_bytes(mirror, "show", f"HEAD:{f}"))
             path = Path(tmp) / Path(src).relative_to(sample_dir)
             for name in names:
                 t = time.perf_counter()

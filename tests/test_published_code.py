@@ -76,3 +76,31 @@ def test_what_the_emulator_cannot_run_gets_one_clear_error(src, what, tmp_path):
         pytest.skip(f"the emulator provides {header}")
     with pytest.raises(utils.CudaCompileError, match=f"the CPU emulator does not support {what}"):
         utils.cuda_kernel(src, "k")
+
+
+def test_thread_group_from_a_runtime_tile_size():
+    src = r"""
+#include <cooperative_groups.h>
+using namespace cooperative_groups;
+__device__ int sum_group(thread_group g, int* x, int v) {
+    int lane = g.thread_rank();
+    for (int i = g.size() / 2; i > 0; i /= 2) {
+        x[lane] = v;
+        g.sync();
+        if (lane < i) v += x[lane + i];
+        g.sync();
+    }
+    return v;
+}
+__global__ void groups(int* out) {
+    thread_block block = this_thread_block();
+    __shared__ int work[64];
+    thread_group tile = tiled_partition(block, 16);
+    int offset = block.thread_rank() - tile.thread_rank();
+    int s = sum_group(tile, work + offset, block.thread_rank());
+    if (tile.thread_rank() == 0) out[block.thread_rank() / 16] = s;
+}
+"""
+    out = torch.zeros(4, dtype=torch.int32, device=utils.DEVICE)
+    utils.cuda_kernel(src, "groups")[1, 64](out)
+    assert out.tolist() == [sum(range(16 * g, 16 * g + 16)) for g in range(4)]

@@ -50,6 +50,29 @@ public:
 template <unsigned N> inline thread_block_tile<N> tiled_partition(const thread_block&) { return thread_block_tile<N>(); }
 template <unsigned N> inline void sync(const thread_block_tile<N>& g) { g.sync(); }
 
+// A group whose size is known at run time: the block, or a tile of it of at most 32 threads
+// (tiled_partition(block, n)). Larger tiles would need barriers of part of a block.
+class thread_group {
+    unsigned n_;
+    bool block_;
+    unsigned lane() const { return (unsigned)(thread_block().thread_rank() & 31); }
+public:
+    thread_group(const thread_block& b) : n_((unsigned)b.size()), block_(true) {}
+    template <unsigned N> thread_group(const thread_block_tile<N>&) : n_(N), block_(false) {}
+    explicit thread_group(unsigned n) : n_(n), block_(false) {
+        if (n == 0 || n > 32 || (n & (n - 1)))
+            ::emu::fault_trap("tiled_partition(block, %u): the emulator supports tiles of 1, 2, 4, 8, 16 or 32 threads", n);
+    }
+    unsigned mask() const { return n_ == 32 ? 0xffffffffu : (((1u << n_) - 1u) << (lane() & ~(n_ - 1))); }
+    void sync() const { if (block_) __syncthreads(); else __syncwarp(mask()); }
+    unsigned long long thread_rank() const { return block_ ? thread_block().thread_rank() : (lane() & (n_ - 1)); }
+    unsigned long long size() const { return n_; }
+    unsigned long long num_threads() const { return n_; }
+    unsigned long long meta_group_rank() const { return block_ ? 0 : thread_block().thread_rank() / n_; }
+};
+inline thread_group tiled_partition(const thread_group& parent, unsigned n) { (void)parent; return thread_group(n); }
+inline void sync(const thread_group& g) { g.sync(); }
+
 // The lanes of the warp that are active now (not returned).
 class coalesced_group {
     unsigned m;
