@@ -32,6 +32,7 @@ import utils  # noqa: E402
 #: the sample directories surveyed (the introduction and the classic technique samples)
 SAMPLES = ["Samples/0_Introduction", "Samples/2_Concepts_and_Techniques", "Samples/6_Performance",
            "Samples/3_CUDA_Features"]
+SOURCE_SUFFIXES = (".cu", ".cuh", ".h", ".hpp", ".cpp", ".c", ".inc")
 GLOBAL = re.compile(r"__global__\s+(?:static\s+|inline\s+|__launch_bounds__\s*\([^)]*\)\s*)*void\s+"
                     r"(?:__launch_bounds__\s*\([^)]*\)\s*)?([A-Za-z_]\w*)\s*\(")
 
@@ -62,10 +63,13 @@ def main(argv):
         sample_dir = str(Path(src).parent)
         with tempfile.TemporaryDirectory() as tmp:
             for f in files:
-                if f.startswith(sample_dir + "/") or f in common:
+                if (f.startswith(sample_dir + "/") and f.endswith(SOURCE_SUFFIXES)) or f in common:
                     dest = Path(tmp) / (Path(f).name if f in common else Path(f).relative_to(sample_dir))
                     dest.parent.mkdir(parents=True, exist_ok=True)
-                    dest.write_bytes(git_bytes(mirror, "show", f"HEAD:{f}"))
+                    try:
+                        dest.write_bytes(git_bytes(mirror, "show", f"HEAD:{f}"))
+                    except subprocess.CalledProcessError:  # listed in the mirror but not stored there
+                        pass
             path = Path(tmp) / Path(src).relative_to(sample_dir)
             for name in names:
                 t = time.perf_counter()

@@ -416,10 +416,13 @@ def launch(lib: EmuLibrary, kname: str, params: list[Param], grid, block, shared
         lp = LaunchParams((ctypes.c_uint * 3)(*grid), (ctypes.c_uint * 3)(*block), shared, schedule, seed,
                           stack_pool(lib.stack_layout), int(lib.racecheck))
         with _LAUNCH_LOCK:
+            # The race detector watches the buffers the kernel may write: a tensor passed only
+            # as `const T*` is read by every thread, which is never a race.
+            watched = [g for g in groups if any(not const for _, _, const in g["members"])]
             if lib.racecheck:  # the shadows of the argument buffers
-                n = len(groups)
-                lo = (ctypes.c_ulonglong * max(1, n))(*[g["buf"].start for g in groups])
-                ln = (ctypes.c_ulonglong * max(1, n))(*[g["hi"] - g["lo"] for g in groups])
+                n = len(watched)
+                lo = (ctypes.c_ulonglong * max(1, n))(*[g["buf"].start for g in watched])
+                ln = (ctypes.c_ulonglong * max(1, n))(*[g["hi"] - g["lo"] for g in watched])
                 if lib.lib.emu_race_begin(n, lo, ln) != 0:
                     raise MemoryError("cannot map the race detector's shadow memory")
             try:
@@ -433,7 +436,7 @@ def launch(lib: EmuLibrary, kname: str, params: list[Param], grid, block, shared
                     lib.lib.emu_race_end()
             fault = lib.lib.emu_fault().contents if rc else None
             if rc == 8:
-                raise _race_fault(lib, kname, params, groups)
+                raise _race_fault(lib, kname, params, watched)
             if rc:
                 _raise_fault(kname, params, rc, fault, groups)
         for g in groups:
