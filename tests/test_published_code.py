@@ -104,3 +104,20 @@ __global__ void groups(int* out) {
     out = torch.zeros(4, dtype=torch.int32, device=utils.DEVICE)
     utils.cuda_kernel(src, "groups")[1, 64](out)
     assert out.tolist() == [sum(range(16 * g, 16 * g + 16)) for g in range(4)]
+
+
+def test_byte_vectors_and_24_bit_multiplies():
+    src = r"""
+__global__ void pixels(const uchar4* in, uchar4* out, unsigned* idx) {
+    unsigned i = __umul24(blockIdx.x, blockDim.x) + threadIdx.x;
+    uchar4 p = in[i];
+    out[i] = make_uchar4(p.w, p.z, p.y, p.x);
+    idx[i] = __umulhi(i + 1, 0x80000000u) + __mul24(-2, 3);
+}
+"""
+    x = torch.arange(64, dtype=torch.uint8, device=utils.DEVICE)
+    y = torch.zeros(64, dtype=torch.uint8, device=utils.DEVICE)
+    idx = torch.zeros(16, dtype=torch.int32, device=utils.DEVICE)
+    utils.cuda_kernel(src, "pixels")[2, 8](x, y, idx)
+    assert torch.equal(y.view(16, 4), x.view(16, 4).flip(1))
+    assert idx.tolist() == [(i + 1) // 2 - 6 for i in range(16)]

@@ -110,6 +110,14 @@ static inline uint2 make_uint2(unsigned x, unsigned y) { return {x, y}; }
 static inline uint3 make_uint3(unsigned x, unsigned y, unsigned z) { return {x, y, z}; }
 static inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return {x, y, z, w}; }
 static inline double2 make_double2(double x, double y) { return {x, y}; }
+// The byte and short vectors of image kernels.
+#define EMU_VEC4(T, N, A)                                                                                   \
+    struct alignas(A * 4) N##4 { T x, y, z, w; }; struct alignas(A * 2) N##2 { T x, y; };                   \
+    static inline N##4 make_##N##4(T x, T y, T z, T w) { return {x, y, z, w}; }                             \
+    static inline N##2 make_##N##2(T x, T y) { return {x, y}; }
+EMU_VEC4(unsigned char, uchar, 1) EMU_VEC4(signed char, char, 1) EMU_VEC4(unsigned short, ushort, 2)
+EMU_VEC4(short, short, 2)
+#undef EMU_VEC4
 
 // ---------------------------------------------------------------------------------------
 // Math: what CUDA adds to the C library
@@ -156,6 +164,10 @@ static inline unsigned __float_as_uint(float f) { unsigned i; memcpy(&i, &f, 4);
 static inline float __uint_as_float(unsigned i) { float f; memcpy(&f, &i, 4); return f; }
 static inline int __float2int_rn(float x) { return (int)nearbyintf(x); }
 static inline int __float2int_rz(float x) { return (int)x; }
+static inline int __mul24(int a, int b) { return (int)((long long)((a << 8) >> 8) * ((b << 8) >> 8)); }
+static inline unsigned __umul24(unsigned a, unsigned b) { return (a & 0xffffffu) * (b & 0xffffffu); }
+static inline int __mulhi(int a, int b) { return (int)(((long long)a * b) >> 32); }
+static inline unsigned __umulhi(unsigned a, unsigned b) { return (unsigned)(((unsigned long long)a * b) >> 32); }
 static inline int __popc(unsigned x) { return __builtin_popcount(x); }
 static inline int __popcll(unsigned long long x) { return __builtin_popcountll(x); }
 static inline int __clz(int x) { return x == 0 ? 32 : __builtin_clz((unsigned)x); }
