@@ -94,7 +94,10 @@ def main():
     portable = measure_kernels()
     del os.environ["COURSE_EMU_UCONTEXT"]
     fast = "x86-64 assembly" if platform.machine() in ("x86_64", "AMD64") else "ucontext"
+    import subprocess
+    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
     record = {
+        "commit": head.stdout.strip() or None,
         "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
                     "load_average_1min": round(os.getloadavg()[0], 2),
                     "python": platform.python_version(), "torch": torch.__version__, "context_switch": fast},

@@ -85,7 +85,9 @@ def main(argv):
                              "seconds": round(time.perf_counter() - t, 2)})
                 print(f"{status:18s} {src}:{name}  {reason[:120]}")
     ok = sum(r["status"] == "ok" for r in rows)
-    record = {"source": "github.com/NVIDIA/cuda-samples", "commit": commit, "surveyed": SAMPLES,
+    course = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    record = {"course_commit": course.stdout.strip() or None,
+              "source": "github.com/NVIDIA/cuda-samples", "commit": commit, "surveyed": SAMPLES,
               "kernels": len(rows), "compiled": ok, "failed": len(rows) - ok, "results": rows}
     out = ROOT / "benchmarks" / "results" / "published-survey.json"
     out.write_text(json.dumps(record, indent=1) + "\n")

@@ -375,6 +375,14 @@ inline size_t arena_used = 0;
 inline size_t arena_rw = 0;      // bytes from the start made accessible: the rest of the static part is not
 inline int arena_overflow = 0;
 inline char* dyn_ptr = nullptr;   // the launch's dynamic shared memory
+// The guard pattern over a page (+3 bytes to start at any offset): the slack after the last
+// static variable is filled and checked with memcpy/memcmp, a few ns per barrier.
+alignas(64) inline unsigned char slack_pattern[4096 + 4];
+EMU_NOTSAN inline const unsigned char* slack_guard(size_t from) {
+    if (slack_pattern[0] != ((const unsigned char*)&kGuardWord)[0])
+        for (size_t k = 0; k < sizeof slack_pattern; ++k) slack_pattern[k] = ((const unsigned char*)&kGuardWord)[k % 4];
+    return slack_pattern + (from & 3);
+}
 EMU_NOTSAN inline char* arena() {
     if (!arena_base) {
         void* p = mmap(nullptr, kArenaGuard + kArenaBytes + kArenaGuard, PROT_NONE,
@@ -415,7 +423,7 @@ EMU_NOTSAN inline void* shared_alloc(size_t n, size_t align) {
     arena_used = at + n;
     size_t rw = (arena_used + 4095) & ~(size_t)4095;
     if (rw > arena_rw) { mprotect(a + arena_rw, rw - arena_rw, PROT_READ | PROT_WRITE); arena_rw = rw; }
-    for (size_t k = arena_used; k < arena_rw; ++k) a[k] = ((const char*)&kGuardWord)[k % 4];  // the slack: a guard
+    memcpy(a + arena_used, slack_guard(arena_used), arena_rw - arena_used);  // the slack: a guard
     return a + at;
 }
 template <class T> inline T& shared_new() { return *(T*)shared_alloc(sizeof(T), alignof(T) < 16 ? 16 : alignof(T)); }
@@ -461,7 +469,7 @@ EMU_NOTSAN inline void poison_shared() {
     memset(dyn_ptr, 0xff, dyn_shared_bytes);
     fill_guard((unsigned char*)dyn_ptr + dyn_shared_bytes);  // what the launch did not ask for
     // the rest of the last accessible page after the static variables: a guard zone too
-    for (size_t k = arena_used; k < arena_rw; ++k) arena_base[k] = ((const char*)&kGuardWord)[k % 4];
+    if (arena_rw > arena_used) memcpy(arena_base + arena_used, slack_guard(arena_used), arena_rw - arena_used);
 }
 // The first overrun guard: sets *region, *past_end and the element index; false if none.
 EMU_NOTSAN inline bool find_shared_overrun(int* region, bool* past_end, long long* index) {
@@ -1089,8 +1097,10 @@ EMU_NOTSAN inline void check_shared_guards(const char* when) {
     int i; bool past; long long idx;
     if (!find_shared_overrun(&i, &past, &idx)) {
         // the rest of the last page after the static variables (checked after the arrays' own guards)
+        const unsigned char* want = slack_guard(arena_used);
+        if (arena_rw > arena_used && !memcmp(arena_base + arena_used, want, arena_rw - arena_used)) return;
         for (size_t k = arena_used; k < arena_rw; ++k) {
-            if (arena_base[k] == ((const char*)&kGuardWord)[k % 4]) continue;
+            if ((unsigned char)arena_base[k] == want[k - arena_used]) continue;
             emu_fault_info& f = S.fault;
             f.kind = 7;
             f.block[0] = (int)blockIdx.x; f.block[1] = (int)blockIdx.y; f.block[2] = (int)blockIdx.z;
