@@ -80,7 +80,7 @@ def main(argv):
                     status = type(e).__name__
                     lines = [ln for ln in str(e).splitlines() if "error" in ln or "does not support" in ln]
                     reason = (lines[0] if lines else str(e).splitlines()[0])[:300]
-                    reason = reason.replace(tmp + "/", "")
+                    reason = reason.replace(tmp + "/", "").replace(str(ROOT) + "/", "")
                 rows.append({"file": src, "kernel": name, "status": status, "reason": reason,
                              "seconds": round(time.perf_counter() - t, 2)})
                 print(f"{status:18s} {src}:{name}  {reason[:120]}")
