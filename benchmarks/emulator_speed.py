@@ -6,6 +6,9 @@ Measures, each as the best of a few runs:
 * an elementwise kernel over 2**20 floats (one launch of 4096 blocks of 256 threads),
 * a 256-thread shared-memory tree reduction over 2**20 floats (9 barriers per block),
 * compiling a kernel source: cold (a source never seen, so g++ runs) and cached.
+The results are with the race detector on (the default in simulation); the two kernels are
+also measured with it off (``utils.race_detection(False)``), and the ratio is recorded: the
+detector may cost at most 3x.
 Targets on a 2-core machine: <= 0.3 s, <= 1.5 s, <= 2 s cold and <= 50 ms cached.
 """
 from __future__ import annotations
@@ -79,6 +82,8 @@ def main():
     if not utils.SIMULATE:
         raise SystemExit("run with COURSE_SIMULATE=1: this measures the CPU emulator")
     results = measure_kernels()
+    with utils.race_detection(False):
+        unchecked = measure_kernels()
 
     def cold():
         utils.cuda_kernel(ELEMENTWISE + f"\n// {uuid.uuid4()}\n", "scale_kernel")
@@ -89,17 +94,24 @@ def main():
     portable = measure_kernels()
     del os.environ["COURSE_EMU_UCONTEXT"]
     fast = "x86-64 assembly" if platform.machine() in ("x86_64", "AMD64") else "ucontext"
+    import subprocess
+    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
     record = {
+        "commit": head.stdout.strip() or None,
         "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
                     "load_average_1min": round(os.getloadavg()[0], 2),
                     "python": platform.python_version(), "torch": torch.__version__, "context_switch": fast},
         "results_s": {k: round(v, 4) for k, v in results.items()},
+        "race_detection_off_results_s": {k: round(v, 4) for k, v in unchecked.items()},
+        "race_detection_cost_x": {k: round(results[k] / unchecked[k], 2) for k in unchecked},
         "portable_ucontext_results_s": {k: round(v, 4) for k, v in portable.items()},
         "targets_s": TARGETS,
         "met": {k: results[k] <= TARGETS[k] for k in TARGETS},
     }
     for k, v in results.items():
         print(f"{k:22s} {v * 1000:9.1f} ms   target {TARGETS[k] * 1000:7.0f} ms   {'ok' if v <= TARGETS[k] else 'SLOW'}")
+    for k, v in unchecked.items():
+        print(f"{k:22s} {v * 1000:9.1f} ms   (race detection off: it costs {results[k] / v:.1f}x)")
     for k, v in portable.items():
         print(f"{k:22s} {v * 1000:9.1f} ms   (portable ucontext switch)")
     out_path = ROOT / "benchmarks" / "results" / "emulator-speed.json"

@@ -140,8 +140,11 @@ __global__ void twice(const float* x, float* y, int n) {
     k(src, "twice")[3, 128](x, x, 300)  # the same tensor in and out
     assert torch.equal(x, ref)
     z = torch.arange(10.0)
-    k(src, "twice")[1, 32](z[1:], z[:-1], 9)  # overlapping views see each other's memory
+    with utils.race_detection(False):  # thread i reads what thread i-1 writes: a race on a GPU
+        k(src, "twice")[1, 32](z[1:], z[:-1], 9)  # overlapping views see each other's memory
     assert torch.equal(z[:-1], 2 * torch.arange(1.0, 10.0))
+    with pytest.raises(utils.KernelRace, match=r"data race on `x\[0\]`"):
+        k(src, "twice")[1, 32](z[1:], z[:-1], 9)
 
 
 CRASHES = r"""
@@ -192,17 +195,21 @@ def test_random_schedule_exposes_a_missing_syncthreads():
     x = torch.arange(1.0, 257.0)
     y = torch.zeros(256)
     ref = torch.cat([torch.zeros(1), x[:-1]])
-    kr[1, 256](x, y)  # threads in order: every writer ran before its reader, the bug hides
-    assert torch.equal(y, ref)
-    y.zero_()
-    with utils.emulation_schedule("random", seed=1):
-        kr[1, 256](x, y)
-    assert not torch.equal(y, ref)
-    # the same seed gives the same schedule: failures can be replayed
-    y2 = torch.zeros(256)
-    with utils.emulation_schedule("random", seed=1):
-        kr[1, 256](x, y2)
-    assert torch.equal(y.nan_to_num(-1.0), y2.nan_to_num(-1.0))
+    with pytest.raises(utils.KernelRace, match=r"`s\[0\]` .*thread \(1,0,0\) of block \(0,0,0\) reads it on line 7.*"
+                                                r"thread \(0,0,0\) of block \(0,0,0\) wrote it on line 5"):
+        kr[1, 256](x, y)  # the race detector sees it whatever the order
+    with utils.race_detection(False):  # without it, only a random order shows the bug
+        kr[1, 256](x, y)  # threads in order: every writer ran before its reader, the bug hides
+        assert torch.equal(y, ref)
+        y.zero_()
+        with utils.emulation_schedule("random", seed=1):
+            kr[1, 256](x, y)
+        assert not torch.equal(y, ref)
+        # the same seed gives the same schedule: failures can be replayed
+        y2 = torch.zeros(256)
+        with utils.emulation_schedule("random", seed=1):
+            kr[1, 256](x, y2)
+        assert torch.equal(y.nan_to_num(-1.0), y2.nan_to_num(-1.0))
 
 
 def test_shared_memory_is_separate_per_block_and_dynamic_memory_is_poisoned():
@@ -344,7 +351,8 @@ __global__ void tile_2d(float* out) {
 
 
 def test_write_past_a_shared_array_names_the_array_and_the_barrier():
-    with pytest.raises(utils.KernelFault) as info:
+    # (the kernel also races: thread t writes s[t + stride] while thread t + stride reads it)
+    with pytest.raises(utils.KernelFault) as info, utils.race_detection(False):
         k(SHARED_OVERRUN, "tree_past_the_end")[4, 256](torch.randn(1000), torch.zeros(4), 1000)
     msg = str(info.value)
     assert "s[256], past the end of the __shared__ array `s` (256 elements" in msg

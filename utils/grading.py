@@ -250,8 +250,9 @@ def _utils_attr(name):
 
 def _fault_hint(msg: str) -> str:
     low = msg.lower()
-    if "data race" in low:  # the race report names both accesses and its own fix
-        return "two threads touch one element unordered: apply the Fix the report gives."
+    if "data race" in low:  # the race reports (emulator and simulators) name both accesses and the fix
+        return ("two threads touch the same element without synchronization: the report above says "
+                "where and how to fix it.")
     if "third launch parameter" in low:
         return ("extern __shared__ memory is as large as the launch says, in bytes: "
                 "k[grid, block, n_elements * 4](...) for n_elements floats.")

@@ -89,13 +89,18 @@ def _one_thread_per_element(x: torch.Tensor, name: str, shared_bytes: int = 0) -
 
 
 def sum_racy(x: torch.Tensor) -> torch.Tensor:
-    """WRONG on purpose: every thread does ``out[0] += x[i]`` (lesson 04's data race)."""
-    return _one_thread_per_element(x, "sum_racy_kernel")
+    """WRONG on purpose: every thread does ``out[0] += x[i]`` (lesson 04's data race).
+    Runs without the emulator's race detector, which would stop it: the demo shows what
+    the race does to the result."""
+    with utils.race_detection(False):
+        return _one_thread_per_element(x, "sum_racy_kernel")
 
 
 def sum_racy_lockstep(x: torch.Tensor) -> torch.Tensor:
-    """WRONG on purpose: the race with a warp's lockstep load-then-store written out."""
-    return _one_thread_per_element(x, "sum_racy_lockstep_kernel")
+    """WRONG on purpose: the race with a warp's lockstep load-then-store written out
+    (without the race detector, as ``sum_racy``)."""
+    with utils.race_detection(False):
+        return _one_thread_per_element(x, "sum_racy_lockstep_kernel")
 
 
 def sum_atomic(x: torch.Tensor) -> torch.Tensor:

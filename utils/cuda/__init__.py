@@ -28,9 +28,12 @@ from .. import config
 from . import _toolchain as _tc
 from ._errors import CudaCompileError, KernelFault
 from ._toolchain import ToolkitMissing
+from ._racecheck import KernelRace, race_detection
+from . import _racecheck
 from ._source import Param, adapt_for_emulator, has_marker, parse_params, read_source
 
 __all__ = ["cuda_kernel", "MAX_DYNAMIC_SHARED", "max_dynamic_shared", "load_inline", "emulation_schedule", "CudaCompileError", "KernelFault",
+           "KernelRace", "race_detection",
            "cuda_ptx", "cuda_sass", "cuda_resources", "CudaKernel", "ToolkitMissing"]
 
 # ---------------------------------------------------------------------------------------
@@ -151,7 +154,8 @@ class CudaKernel:
     def _build(self):
         if self.simulated:
             from . import _emulator
-            self._lib = _emulator.build(adapt_for_emulator(self.text), self.name, self.filename, self.include_dir)
+            self._lib = _emulator.build(adapt_for_emulator(self.text), self.name, self.filename, self.include_dir,
+                                        racecheck=_racecheck.enabled())
             # A GPU compiles with NVRTC: code it rejects must not pass in simulation either.
             _tc.nvrtc_check(self.text, self.name, self.filename, self.include_dir)
             sig = self._lib.signature
@@ -209,6 +213,8 @@ class CudaKernel:
         self._check_not_stale()
         if self.simulated:
             from . import _emulator
+            if self._lib.racecheck != _racecheck.enabled():  # race_detection() switched: the other build
+                self._build()
             mode, seed = _current_schedule()
             _emulator.launch(self._lib, self.name, self.params, grid, block, shared, args, mode, seed,
                              self.uses_printf)

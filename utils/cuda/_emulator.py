@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 
 from .. import paths
+from . import _racecheck
 from ._errors import KernelFault
 from ._source import CODE_NAMES, CudaCompileError, Param
 from ._toolchain import headers_digest, write_atomic
@@ -34,7 +35,7 @@ _LAUNCH_LOCK = threading.RLock()  # one launch at a time: the emulator's state i
 class LaunchParams(ctypes.Structure):
     _fields_ = [("grid", ctypes.c_uint * 3), ("block", ctypes.c_uint * 3),
                 ("shared_bytes", ctypes.c_ulonglong), ("schedule", ctypes.c_int),
-                ("seed", ctypes.c_ulonglong), ("stack_pool", ctypes.c_ulonglong)]
+                ("seed", ctypes.c_ulonglong), ("stack_pool", ctypes.c_ulonglong), ("racecheck", ctypes.c_int)]
 
 
 class FaultInfo(ctypes.Structure):
@@ -72,6 +73,11 @@ class EmuLibrary:
         layout = (ctypes.c_ulonglong * 3)()
         self.lib.emu_stack_layout(layout)
         self.stack_layout = tuple(layout)
+        self.racecheck = bool(self.lib.emu_race_instrumented())
+        self.lib.emu_race_info.restype = ctypes.POINTER(_racecheck.RaceInfo)
+        self.lib.emu_race_begin.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_ulonglong),
+                                            ctypes.POINTER(ctypes.c_ulonglong)]
+        self.source, self.filename = "", ""
 
 
 _STACK_POOLS: dict[tuple, int] = {}
@@ -92,14 +98,20 @@ def stack_pool(layout: tuple) -> int:
     return _STACK_POOLS[layout]
 
 
-def build(text: str, name: str, filename: str, include_dir: Path | None, _retry: bool = True) -> EmuLibrary:
-    """Compile (or fetch from the caches) the emulated kernel ``name`` of ``text``."""
+def build(text: str, name: str, filename: str, include_dir: Path | None, _retry: bool = True,
+          racecheck: bool = False) -> EmuLibrary:
+    """Compile (or fetch from the caches) the emulated kernel ``name`` of ``text``; with
+    ``racecheck`` instrumented for race detection (see _racecheck.py)."""
     full = ('#include "cuda_emu.h"\n'
             f'#line 1 "{filename}"\n' + text + entry_code(name))
     cxx = compiler()
     flags = list(CXX_FLAGS)
     if os.environ.get("COURSE_EMU_UCONTEXT", "") not in ("", "0"):
         flags.append("-DEMU_FORCE_UCONTEXT")  # the portable fiber switch, also on x86-64
+    if racecheck:
+        flags += _racecheck.FLAGS
+    if sys.platform.startswith("linux"):  # the header's exit() and __assert_fail win over the C library's
+        flags.append("-Wl,-Bsymbolic-functions")
     key = hashlib.sha256("\0".join([full, emulator_key(cxx, flags), str(include_dir),
                                     headers_digest(include_dir)]).encode()).hexdigest()[:24]
     if key in _CACHE:
@@ -115,12 +127,20 @@ def build(text: str, name: str, filename: str, include_dir: Path | None, _retry:
             incs = ["-I", str(include_dir)] + incs
         fd, tmp = tempfile.mkstemp(suffix=".so", dir=cache_dir)
         os.close(fd)
-        cmd = [cxx, *flags, *incs, "-x", "c++", "-", "-o", tmp]
+        obj = tmp + ".o" if racecheck else tmp  # instrumented: linked apart, without the sanitizer's runtime
+        cmd = [cxx, *flags, *incs, "-x", "c++", "-", "-o", obj] + (["-c"] if racecheck else [])
         proc = subprocess.run(cmd, input=full, capture_output=True, text=True)
+        compile_log = proc.stderr  # the learner's warnings come from the compile, not the link
+        if proc.returncode == 0 and racecheck:
+            proc = subprocess.run([cxx, "-shared", *[f for f in flags if f.startswith("-Wl,")], obj, "-o", tmp],
+                                  capture_output=True, text=True)
+            os.unlink(obj)
         if proc.returncode != 0:
             os.unlink(tmp)
+            if os.path.exists(obj):
+                os.unlink(obj)
             raise CudaCompileError(_compile_message(name, filename, proc.stderr))
-        warn = _warnings_of(proc.stderr)
+        warn = _warnings_of(compile_log)
         write_atomic(out.with_suffix(".warnings"), warn.encode())
         os.replace(tmp, out)  # atomic: a parallel process never loads half a file
     _show_warnings(out)
@@ -130,7 +150,8 @@ def build(text: str, name: str, filename: str, include_dir: Path | None, _retry:
         out.unlink(missing_ok=True)
         if not _retry:
             raise
-        return build(text, name, filename, include_dir, _retry=False)
+        return build(text, name, filename, include_dir, _retry=False, racecheck=racecheck)
+    lib.source, lib.filename = text, filename
     _CACHE[key] = lib
     return lib
 
@@ -400,14 +421,29 @@ def launch(lib: EmuLibrary, kname: str, params: list[Param], grid, block, shared
         for k, h in enumerate(holders):
             argv[k] = ctypes.cast(ctypes.pointer(h), ctypes.c_void_p)
         lp = LaunchParams((ctypes.c_uint * 3)(*grid), (ctypes.c_uint * 3)(*block), shared, schedule, seed,
-                          stack_pool(lib.stack_layout))
+                          stack_pool(lib.stack_layout), int(lib.racecheck))
         with _LAUNCH_LOCK:
-            if capture:
-                with CaptureStdout():
+            # The race detector watches the buffers the kernel may write: a tensor passed only
+            # as `const T*` is read by every thread, which is never a race.
+            watched = [g for g in groups if any(not const for _, _, const in g["members"])]
+            if lib.racecheck:  # the shadows of the argument buffers
+                n = len(watched)
+                lo = (ctypes.c_ulonglong * max(1, n))(*[g["buf"].start for g in watched])
+                ln = (ctypes.c_ulonglong * max(1, n))(*[g["hi"] - g["lo"] for g in watched])
+                if lib.lib.emu_race_begin(n, lo, ln) != 0:
+                    raise MemoryError("cannot map the race detector's shadow memory")
+            try:
+                if capture:
+                    with CaptureStdout():
+                        rc = lib.lib.emu_run(ctypes.byref(lp), argv)
+                else:
                     rc = lib.lib.emu_run(ctypes.byref(lp), argv)
-            else:
-                rc = lib.lib.emu_run(ctypes.byref(lp), argv)
+            finally:
+                if lib.racecheck:
+                    lib.lib.emu_race_end()
             fault = lib.lib.emu_fault().contents if rc else None
+            if rc == 8:
+                raise _race_fault(lib, kname, params, watched)
             if rc:
                 _raise_fault(kname, params, rc, fault, groups)
         for g in groups:
@@ -423,6 +459,19 @@ def launch(lib: EmuLibrary, kname: str, params: list[Param], grid, block, shared
     finally:
         for b in buffers:
             b.free()
+
+
+def _race_fault(lib, kname, params, groups) -> KernelFault:
+    info = lib.lib.emu_race_info().contents
+    where = None
+    if info.space == 1 and 0 <= info.region < len(groups):
+        g = groups[info.region]
+        addr = g["lo"] + info.offset  # as an address of the original tensors
+        k, t, _ = next((m for m in g["members"]
+                        if m[1].data_ptr() <= addr < m[1].data_ptr() + m[1].numel() * m[1].element_size()),
+                       g["members"][0])
+        where = f"{params[k].name}[{(addr - t.data_ptr()) // t.element_size()}]"
+    return _racecheck.report(kname, info, lib, where or "a tensor argument")
 
 
 def _raise_fault(kname, params, rc, f, groups):

@@ -222,7 +222,7 @@ def parse_params(text: str, name: str) -> list[Param] | None:
 CUDA_ONLY_HEADERS = re.compile(
     r"^[ \t]*#[ \t]*include[ \t]*[<\"]("
     r"cuda_runtime(_api)?\.h|cuda\.h|device_launch_parameters\.h|device_functions\.h|"
-    r"math_constants\.h|"  # (cuda_fp16.h, cuda_bf16.h, mma.h: the emulator's own, in emu/)
+    r"math_constants\.h|cuda_profiler_api\.h|"  # (cuda_fp16.h, cuda_bf16.h, mma.h: the emulator's own, in emu/)
     r"c10/cuda/[^>\"]*|ATen/cuda/[^>\"]*|ATen/cuda/CUDAContext\.h|torch/cuda\.h)[>\"][^\n]*$",
     re.M)
 
@@ -235,29 +235,69 @@ def _rewrite_extern_shared(text: str) -> str:
     # All `extern __shared__` arrays of a kernel alias the one dynamic buffer sized by the
     # launch, as on a GPU.
     return _EXTERN_SHARED.sub(
-        lambda m: f"{m.group(1)}* const {m.group(2)} = ({m.group(1)}*)::emu::dynamic_shared;", text)
+        lambda m: f"{m.group(1)}* const {m.group(2)} = ({m.group(1)}*)::emu::dyn_shared(\"{m.group(2)}\", "
+                  f"sizeof({m.group(1)}));", text)
 
 
-_SHARED_DECL = re.compile(
-    r"\b__shared__\s+(?:__align__\s*\([^)]*\)\s*|alignas\s*\([^)]*\)\s*)?"
-    r"((?:volatile\s+|const\s+)?[A-Za-z_][\w:<>]*(?:\s+[A-Za-z_]\w*)?)\s*\b([A-Za-z_]\w*)\s*((?:\[[^\];]*\]\s*)*);")
+_SHARED_KEYWORD = re.compile(r"\b__shared__\b")
+_SHARED_QUALIFIER = re.compile(r"^\s*(?:(?:__align__|alignas)\s*\([^)]*\)\s*)+")
+_DECLARATOR = re.compile(r"^\s*([*&\s]*)\s*([A-Za-z_]\w*)\s*((?:\[[^\]]*\]\s*)*)$")
+
+
+def _shared_decl(type_: str, name: str, dims: str) -> str:
+    """One static __shared__ variable, placed in the emulator's shared-memory arena and
+    registered there: poisoned at every block start and, for an array, between guard zones."""
+    if not dims:
+        return (f"__shared__ {type_}& {name} = ::emu::shared_new<{type_}>(); "
+                f"static ::emu::SharedReg emu_shared_reg_{name}((void*)&{name}, sizeof({name}));")
+    g = f"emu_guarded_{name}"
+    return (f"__shared__ ::emu::Guarded<{type_} {dims}>& {g} = ::emu::shared_new<::emu::Guarded<{type_} {dims}>>(); "
+            f"auto& {name} = {g}.v; "
+            f"static ::emu::SharedReg emu_shared_reg_{name}((void*)&{name}, sizeof({name}), {g}.pre, "
+            f"{g}.post, \"{name}\", sizeof(std::remove_all_extents_t<std::remove_reference_t<"
+            f"decltype({name})>>));")
 
 
 def _register_shared(text: str) -> str:
-    # Each static __shared__ variable is registered with the emulator, which poisons it
-    # at the start of every block (a GPU block finds garbage there, not the last block's data).
-    # An array also gets guard zones on both sides, so a write past its end is reported.
-    def sub(m):
-        type_, name, dims = m.group(1), m.group(2), m.group(3).strip()
-        if not dims:
-            return (f"{m.group(0)} static ::emu::SharedReg emu_shared_reg_{name}"
-                    f"((void*)&{name}, sizeof({name}));")
-        guarded = f"emu_guarded_{name}"
-        return (f"__shared__ ::emu::Guarded<{type_} {dims}> {guarded}; auto& {name} = {guarded}.v; "
-                f"static ::emu::SharedReg emu_shared_reg_{name}((void*)&{name}, sizeof({name}), {guarded}.pre, "
-                f"{guarded}.post, \"{name}\", sizeof(std::remove_all_extents_t<std::remove_reference_t<"
-                f"decltype({name})>>));")
-    return _SHARED_DECL.sub(sub, text)
+    # Each static __shared__ variable (every declarator of `__shared__ float a[N], b[N];`)
+    # lives in the emulator's shared-memory arena, away from its own state, and is
+    # registered there: poisoned at the start of every block (a GPU block finds garbage
+    # there, not the last block's data), an array between guard zones so that a write past
+    # its end is reported. Line numbers are kept.
+    out, pos = [], 0
+    for m in _SHARED_KEYWORD.finditer(text):
+        if m.start() < pos:
+            continue
+        end = text.find(";", m.end())
+        if end < 0:
+            break
+        body = text[m.end():end]
+        if any(c in body for c in "{}=") or re.search(r"\bextern\s*$", text[max(0, m.start() - 20):m.start()]):
+            continue  # not a plain declaration: leave it to g++
+        body = _SHARED_QUALIFIER.sub("", body)
+        parts = _split_top(body)
+        first = re.match(r"^\s*((?:(?:volatile|const|unsigned|signed|long|short|struct)\s+)*"
+                         r"[A-Za-z_][\w:]*(?:\s*<[^;]*>)?(?:\s+(?:int|long|char|short|double))*)\s*(.*)$",
+                         parts[0], re.S)
+        if not first:
+            continue
+        type_ = first.group(1).strip()
+        decls = [first.group(2)] + parts[1:]
+        pieces = []
+        for d in decls:
+            dm = _DECLARATOR.match(d)
+            if not dm:
+                pieces = None
+                break
+            stars = dm.group(1).replace(" ", "").replace("\n", "")
+            pieces.append(_shared_decl(type_ + stars, dm.group(2), dm.group(3).strip()))
+        if not pieces:
+            continue
+        out.append(text[pos:m.start()])
+        out.append(" ".join(pieces) + "\n" * text.count("\n", m.start(), end))
+        pos = end + 1
+    out.append(text[pos:])
+    return "".join(out)
 
 
 def _callee_start(text: str, end: int) -> int:
@@ -278,8 +318,10 @@ def _callee_start(text: str, end: int) -> int:
                         break
         while j > 0 and (text[j - 1].isalnum() or text[j - 1] == "_"):
             j -= 1
-        if j > 1 and text[j - 2:j] == "::":
+        if j > 1 and text[j - 2:j] in ("::", "##"):  # ns::k, or a name pasted in a macro: pre##_kernel
             j -= 2
+            while j > 0 and text[j - 1] in " \t":
+                j -= 1
             continue
         return j
 
@@ -287,12 +329,14 @@ def _callee_start(text: str, end: int) -> int:
 def rewrite_launches(text: str) -> str:
     """``k<<<g, b, smem, stream>>>(args)`` -> ``::emu::make_launch(k, "k", LINE, g, b, smem, stream)(args)``."""
     out, pos = [], 0
+    # where to look: comments and string literals ("k<<<>>> failed") blanked, same offsets
+    code = re.sub(r'"(?:\\.|[^"\\\n])*"', lambda m: '"' + " " * (len(m.group(0)) - 2) + '"', strip_comments(text))
     while True:
-        i = text.find("<<<", pos)
+        i = code.find("<<<", pos)
         if i < 0:
             out.append(text[pos:])
             return "".join(out)
-        j = text.find(">>>", i + 3)
+        j = code.find(">>>", i + 3)
         if j < 0:
             raise CudaCompileError("a `<<<` kernel launch has no matching `>>>`")
         s = _callee_start(text, i)
@@ -305,8 +349,39 @@ def rewrite_launches(text: str) -> str:
         pos = j + 3
 
 
+#: CUDA headers whose names the emulator provides only if a header of that name sits next to
+#: cuda_emu.h (utils/cuda/emu/): then the include finds it; otherwise one clear error.
+OPTIONAL_HEADERS = {"cuda_fp16.h": "__half (cuda_fp16.h)", "cuda_bf16.h": "__nv_bfloat16 (cuda_bf16.h)",
+                    "mma.h": "wmma / tensor-core fragments (mma.h)", "cuda_pipeline.h": "cuda_pipeline.h (memcpy_async)",
+                    "cuda/pipeline": "cuda::pipeline", "cuda/barrier": "cuda::barrier",
+                    "cooperative_groups/memcpy_async.h": "cooperative_groups::memcpy_async"}
+_INCLUDE = re.compile(r"^[ \t]*#[ \t]*include[ \t]*[<\"]([^>\"]+)[>\"]", re.M)
+EMU_HEADER_DIR = Path(__file__).resolve().parent / "emu"
+
+
+def check_supported(text: str) -> None:
+    """One clear error for a CUDA feature the emulator does not have (instead of a cascade
+    of g++ errors about names it never declared)."""
+    for m in _INCLUDE.finditer(text):
+        name = m.group(1)
+        if name in OPTIONAL_HEADERS and not (EMU_HEADER_DIR / name).exists():
+            line = text.count("\n", 0, m.start()) + 1
+            raise CudaCompileError(f"line {line}: the CPU emulator does not support {OPTIONAL_HEADERS[name]} "
+                                   f"(#include <{name}>); this kernel runs only on a GPU")
+    for pattern, what in ((r"\bcudaLaunchCooperativeKernel\b|\bthis_grid\s*\(", "grid-wide synchronization (this_grid)"),
+                          (r"\btex[123]D\w*\s*<|\bcudaTextureObject_t\b", "textures"),
+                          (r"\bwmma::", "wmma / tensor-core fragments")):
+        if what.startswith("wmma") and (EMU_HEADER_DIR / "mma.h").exists():
+            continue
+        m = re.search(pattern, strip_comments(text))
+        if m:
+            raise CudaCompileError(f"the CPU emulator does not support {what} (`{m.group(0).strip()}`); "
+                                   "this kernel runs only on a GPU")
+
+
 def adapt_for_emulator(text: str) -> str:
     """The rewrites the emulator needs; line numbers are unchanged."""
+    check_supported(text)
     text = CUDA_ONLY_HEADERS.sub("", text)
     text = re.sub(r"\bstatic(\s+__shared__)\b", r"\1", text)  # __shared__ is already static here
     text = _rewrite_extern_shared(text)

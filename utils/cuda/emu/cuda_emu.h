@@ -36,6 +36,7 @@
 #include <utility>
 #include <stdexcept>
 #include <sys/mman.h>
+#include <dlfcn.h>
 #ifndef MAP_NORESERVE
 #define MAP_NORESERVE 0
 #endif
@@ -65,6 +66,20 @@
 
 #define EMU_API extern "C" __attribute__((visibility("default"), used))
 #define EMU_NS namespace emu __attribute__((visibility("hidden")))
+// Race detection (EMU_RACECHECK) compiles the kernel with g++'s -fsanitize=thread
+// instrumentation, without its runtime: every load and store of kernel code calls a
+// __tsan_* function defined below. The emulator's own functions that touch shared memory
+// or arguments opt out of the instrumentation.
+#if defined(EMU_RACECHECK)
+#define EMU_NOTSAN __attribute__((no_sanitize("thread")))
+#else
+#define EMU_NOTSAN
+#endif
+EMU_NS {
+inline void race_atomic(const volatile void* p, unsigned n, void* pc);
+inline void race_fence();
+inline void race_ignore(const void* p, size_t n);
+}
 
 // ---------------------------------------------------------------------------------------
 // Built-in vector types
@@ -95,6 +110,14 @@ static inline uint2 make_uint2(unsigned x, unsigned y) { return {x, y}; }
 static inline uint3 make_uint3(unsigned x, unsigned y, unsigned z) { return {x, y, z}; }
 static inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return {x, y, z, w}; }
 static inline double2 make_double2(double x, double y) { return {x, y}; }
+// The byte and short vectors of image kernels.
+#define EMU_VEC4(T, N, A)                                                                                   \
+    struct alignas(A * 4) N##4 { T x, y, z, w; }; struct alignas(A * 2) N##2 { T x, y; };                   \
+    static inline N##4 make_##N##4(T x, T y, T z, T w) { return {x, y, z, w}; }                             \
+    static inline N##2 make_##N##2(T x, T y) { return {x, y}; }
+EMU_VEC4(unsigned char, uchar, 1) EMU_VEC4(signed char, char, 1) EMU_VEC4(unsigned short, ushort, 2)
+EMU_VEC4(short, short, 2)
+#undef EMU_VEC4
 
 // ---------------------------------------------------------------------------------------
 // Math: what CUDA adds to the C library
@@ -109,6 +132,13 @@ static inline typename std::common_type<A, B>::type max(A a, B b) {
     typedef typename std::common_type<A, B>::type T;
     return (T)a > (T)b ? (T)a : (T)b;
 }
+// CUDA's integer min/max
+static inline unsigned umin(unsigned a, unsigned b) { return a < b ? a : b; }
+static inline unsigned umax(unsigned a, unsigned b) { return a > b ? a : b; }
+static inline long long llmin(long long a, long long b) { return a < b ? a : b; }
+static inline long long llmax(long long a, long long b) { return a > b ? a : b; }
+static inline unsigned long long ullmin(unsigned long long a, unsigned long long b) { return a < b ? a : b; }
+static inline unsigned long long ullmax(unsigned long long a, unsigned long long b) { return a > b ? a : b; }
 // glibc declares these names itself, so they are macros here.
 #define __expf(x) expf(x)
 #define __logf(x) logf(x)
@@ -134,6 +164,10 @@ static inline unsigned __float_as_uint(float f) { unsigned i; memcpy(&i, &f, 4);
 static inline float __uint_as_float(unsigned i) { float f; memcpy(&f, &i, 4); return f; }
 static inline int __float2int_rn(float x) { return (int)nearbyintf(x); }
 static inline int __float2int_rz(float x) { return (int)x; }
+static inline int __mul24(int a, int b) { return (int)((long long)((a << 8) >> 8) * ((b << 8) >> 8)); }
+static inline unsigned __umul24(unsigned a, unsigned b) { return (a & 0xffffffu) * (b & 0xffffffu); }
+static inline int __mulhi(int a, int b) { return (int)(((long long)a * b) >> 32); }
+static inline unsigned __umulhi(unsigned a, unsigned b) { return (unsigned)(((unsigned long long)a * b) >> 32); }
 static inline int __popc(unsigned x) { return __builtin_popcount(x); }
 static inline int __popcll(unsigned long long x) { return __builtin_popcountll(x); }
 static inline int __clz(int x) { return x == 0 ? 32 : __builtin_clz((unsigned)x); }
@@ -154,8 +188,9 @@ template <class T> static inline void __stcg(T* p, T v) { *p = v; }
 template <class T> static inline void __stcs(T* p, T v) { *p = v; }
 template <class T> static inline void __stwb(T* p, T v) { *p = v; }
 template <class T> static inline void __stwt(T* p, T v) { *p = v; }
-static inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
-static inline void __threadfence_block() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+EMU_NOTSAN static inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); emu::race_fence(); }
+EMU_NOTSAN static inline void __threadfence_system() { __threadfence(); }
+EMU_NOTSAN static inline void __threadfence_block() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 static inline long long clock64() {
     struct timespec ts; clock_gettime(CLOCK_MONOTONIC, &ts);
     return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;  // nanoseconds, not GPU cycles
@@ -165,8 +200,10 @@ static inline long long clock64() {
 // Atomics. Threads only switch at barriers, so a plain read-modify-write cannot be
 // interrupted: these are atomic by construction.
 // ---------------------------------------------------------------------------------------
+// With race detection each one reports itself as one atomic access (no plain read or write).
 #define EMU_ATOMIC_RMW(NAME, EXPR)                                                   \
-    template <class T, class U> static inline T NAME(T* addr, U val_) {              \
+    template <class T, class U> EMU_NOTSAN static inline T NAME(T* addr, U val_) {   \
+        emu::race_atomic(addr, sizeof(T), __builtin_return_address(0));              \
         T old = *addr; T val = (T)val_; *addr = (EXPR); return old; }
 EMU_ATOMIC_RMW(atomicAdd, old + val)
 EMU_ATOMIC_RMW(atomicSub, old - val)
@@ -177,15 +214,18 @@ EMU_ATOMIC_RMW(atomicAnd, old & val)
 EMU_ATOMIC_RMW(atomicOr, old | val)
 EMU_ATOMIC_RMW(atomicXor, old ^ val)
 #undef EMU_ATOMIC_RMW
-template <class T, class U, class V> static inline T atomicCAS(T* addr, U compare, V val) {
+template <class T, class U, class V> EMU_NOTSAN static inline T atomicCAS(T* addr, U compare, V val) {
+    emu::race_atomic(addr, sizeof(T), __builtin_return_address(0));
     T old = *addr;
     if (old == (T)compare) *addr = (T)val;
     return old;
 }
-static inline unsigned atomicInc(unsigned* addr, unsigned val) {
+EMU_NOTSAN static inline unsigned atomicInc(unsigned* addr, unsigned val) {
+    emu::race_atomic(addr, 4, __builtin_return_address(0));
     unsigned old = *addr; *addr = (old >= val) ? 0u : old + 1u; return old;
 }
-static inline unsigned atomicDec(unsigned* addr, unsigned val) {
+EMU_NOTSAN static inline unsigned atomicDec(unsigned* addr, unsigned val) {
+    emu::race_atomic(addr, 4, __builtin_return_address(0));
     unsigned old = *addr; *addr = (old == 0u || old > val) ? val : old - 1u; return old;
 }
 #define atomicAdd_block atomicAdd
@@ -232,6 +272,7 @@ struct emu_launch_params {
     int schedule;      // 0: threadIdx order, 1: random order between barriers
     unsigned long long seed;
     unsigned long long stack_pool;  // thread stacks shared by all kernel libraries (0: own)
+    int racecheck;     // 1: check every access for races (the library must be instrumented)
 };
 
 EMU_NS {
@@ -260,6 +301,7 @@ struct Thread {
     int arg;           // srcLane / delta / laneMask
     int width;
     int pred;          // for __syncthreads_count/and/or
+    unsigned iseq;     // race detection: the last warp collective it took part in
     unsigned long long value, result;
     uint3 tid;
 #ifdef EMU_UCONTEXT
@@ -309,8 +351,6 @@ struct State {
 };
 inline State S;
 inline int last_error = 0;  // cudaGetLastError
-// The dynamic buffer has room for a guard zone after the largest launch size.
-alignas(64) inline char dynamic_shared[kMaxDynamicShared + 64];
 
 // Static __shared__ variables are registered (by a line the adapter appends to each
 // declaration) so that every block starts with poisoned shared memory, as garbage is what
@@ -320,15 +360,82 @@ alignas(64) inline char dynamic_shared[kMaxDynamicShared + 64];
 // not notice a write a little past the end of a shared array: it lands in the next
 // variable. The emulator checks the guards whenever the block reaches a barrier and when
 // it ends, and reports which array was overrun.
+// Shared memory lives in its own mapping (the arena), between inaccessible regions, apart
+// from the emulator's own state: no write through a shared array, however far past its
+// end, can reach the scheduler or the saved signal handlers. Static __shared__ variables
+// are carved from its start; the dynamic (extern __shared__) bytes of a launch end right
+// before a guard zone that ends at the inaccessible region after the arena.
+constexpr uint32_t kGuardWord = 0x7fa5a5a5u;  // the guard zones' pattern (see below)
+constexpr size_t kStaticSharedArena = 1u << 20;                  // a GPU block has 48 KiB
+constexpr size_t kDynamicArea = kMaxDynamicShared + 4096;         // + the guard zone, page-rounded
+constexpr size_t kArenaGuard = (size_t)256 << 20;                // inaccessible, on both sides
+constexpr size_t kArenaBytes = kStaticSharedArena + kDynamicArea;
+inline char* arena_base = nullptr;
+inline size_t arena_used = 0;
+inline size_t arena_rw = 0;      // bytes from the start made accessible: the rest of the static part is not
+inline int arena_overflow = 0;
+inline char* dyn_ptr = nullptr;   // the launch's dynamic shared memory
+// The guard pattern over a page (+3 bytes to start at any offset): the slack after the last
+// static variable is filled and checked with memcpy/memcmp, a few ns per barrier.
+alignas(64) inline unsigned char slack_pattern[4096 + 4];
+EMU_NOTSAN inline const unsigned char* slack_guard(size_t from) {
+    if (slack_pattern[0] != ((const unsigned char*)&kGuardWord)[0])
+        for (size_t k = 0; k < sizeof slack_pattern; ++k) slack_pattern[k] = ((const unsigned char*)&kGuardWord)[k % 4];
+    return slack_pattern + (from & 3);
+}
+EMU_NOTSAN inline char* arena() {
+    if (!arena_base) {
+        void* p = mmap(nullptr, kArenaGuard + kArenaBytes + kArenaGuard, PROT_NONE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (p == MAP_FAILED) { fprintf(stderr, "cuda emulator: cannot map shared memory\n"); abort(); }
+        arena_base = (char*)p + kArenaGuard;
+        mprotect(arena_base + kStaticSharedArena, kDynamicArea, PROT_READ | PROT_WRITE);
+        dyn_ptr = arena_base + kStaticSharedArena;
+    }
+    return arena_base;
+}
+// A fault anywhere in the arena's reservation is an access far outside every __shared__ variable.
+EMU_NOTSAN inline bool in_arena_guard(const char* a) {
+    return arena_base && a >= arena_base - kArenaGuard && a < arena_base + kArenaBytes + kArenaGuard;
+}
+inline const char* dyn_name = nullptr;  // the kernel's name for it (reports), and its element size
+inline size_t dyn_elem = 1;
+EMU_NOTSAN inline char* dyn_shared() { arena(); return dyn_ptr; }
+EMU_NOTSAN inline char* dyn_shared(const char* name, size_t elem) { dyn_name = name; dyn_elem = elem ? elem : 1; return dyn_shared(); }
+// Places the launch's dynamic bytes so that they end at the guard zone before the end of
+// the arena (a far overrun hits the inaccessible region).
+EMU_NOTSAN inline void place_dynamic_shared(size_t bytes) {
+    char* area = arena() + kStaticSharedArena;
+    dyn_ptr = arena_base + kArenaBytes - 64 - ((bytes + 63) & ~(size_t)63);
+    char* first = (char*)((uintptr_t)dyn_ptr & ~(uintptr_t)4095);  // only its pages are accessible
+    mprotect(area, (size_t)(first - area), PROT_NONE);
+    mprotect(first, (size_t)(arena_base + kArenaBytes - first), PROT_READ | PROT_WRITE);
+}
+EMU_NOTSAN inline void* shared_alloc(size_t n, size_t align) {
+    char* a = arena();
+    size_t at = (arena_used + align - 1) & ~(align - 1);
+    if (at + n > kStaticSharedArena) {  // reported at the next launch; memory stays valid
+        arena_overflow = 1;
+        void* q = aligned_alloc(align < 64 ? 64 : align, (n + 63) & ~(size_t)63);
+        memset(q, 0xff, n);
+        return q;
+    }
+    arena_used = at + n;
+    size_t rw = (arena_used + 4095) & ~(size_t)4095;
+    if (rw > arena_rw) { mprotect(a + arena_rw, rw - arena_rw, PROT_READ | PROT_WRITE); arena_rw = rw; }
+    memcpy(a + arena_used, slack_guard(arena_used), arena_rw - arena_used);  // the slack: a guard
+    return a + at;
+}
+template <class T> inline T& shared_new() { return *(T*)shared_alloc(sizeof(T), alignof(T) < 16 ? 16 : alignof(T)); }
+
 constexpr size_t kSharedGuard = 64;
 // The guard pattern: a signalling NaN as a float. Reading it gives NaN, as any unwritten
 // shared memory does here, and arithmetic on it (`s[n] += v`) quiets it, which changes it:
 // so even an update of a guard element is caught, not only a plain store.
-constexpr uint32_t kGuardWord = 0x7fa5a5a5u;
-inline void fill_guard(unsigned char* g) {
+EMU_NOTSAN inline void fill_guard(unsigned char* g) {
     for (size_t k = 0; k < kSharedGuard; k += 4) memcpy(g + k, &kGuardWord, 4);
 }
-inline bool guard_byte_ok(const unsigned char* g, size_t k) {
+EMU_NOTSAN inline bool guard_byte_ok(const unsigned char* g, size_t k) {
     return g[k] == ((const unsigned char*)&kGuardWord)[k % 4];
 }
 template <class A> struct alignas(64) Guarded {
@@ -346,24 +453,26 @@ inline SharedRegion shared_regions[kMaxSharedRegions];
 inline int n_shared_regions = 0;
 inline size_t dyn_shared_bytes = 0;
 struct SharedReg {
-    SharedReg(void* p, size_t n, unsigned char* pre = nullptr, unsigned char* post = nullptr,
+    EMU_NOTSAN SharedReg(void* p, size_t n, unsigned char* pre = nullptr, unsigned char* post = nullptr,
               const char* name = nullptr, size_t elem = 1) {
         if (n_shared_regions < kMaxSharedRegions) shared_regions[n_shared_regions++] = {p, n, pre, post, name, elem};
         memset(p, 0xff, n);
-        if (pre) { fill_guard(pre); fill_guard(post); }
+        if (pre) { fill_guard(pre); fill_guard(post); race_ignore(pre, kSharedGuard); race_ignore(post, kSharedGuard); }
     }
 };
-inline void poison_shared() {
+EMU_NOTSAN inline void poison_shared() {
     for (int i = 0; i < n_shared_regions; ++i) {
         SharedRegion& r = shared_regions[i];
         memset(r.p, 0xff, r.n);
         if (r.pre) { fill_guard(r.pre); fill_guard(r.post); }
     }
-    memset(dynamic_shared, 0xff, dyn_shared_bytes);
-    fill_guard((unsigned char*)dynamic_shared + dyn_shared_bytes);  // what the launch did not ask for
+    memset(dyn_ptr, 0xff, dyn_shared_bytes);
+    fill_guard((unsigned char*)dyn_ptr + dyn_shared_bytes);  // what the launch did not ask for
+    // the rest of the last accessible page after the static variables: a guard zone too
+    if (arena_rw > arena_used) memcpy(arena_base + arena_used, slack_guard(arena_used), arena_rw - arena_used);
 }
 // The first overrun guard: sets *region, *past_end and the element index; false if none.
-inline bool find_shared_overrun(int* region, bool* past_end, long long* index) {
+EMU_NOTSAN inline bool find_shared_overrun(int* region, bool* past_end, long long* index) {
     for (int i = 0; i < n_shared_regions; ++i) {
         SharedRegion& r = shared_regions[i];
         if (!r.pre) continue;
@@ -380,6 +489,278 @@ inline bool find_shared_overrun(int* region, bool* past_end, long long* index) {
 
 inline uint3 threadIdx, blockIdx;
 inline dim3 blockDim, gridDim;
+
+// ---------------------------------- race detection -------------------------------------
+// Every access of kernel code to shared memory or to a tensor argument is checked against
+// a shadow of that memory: per 4-byte word, the last plain write and one read (or atomic),
+// each with its thread, the barrier interval it ran in and its code address. The read kept
+// is the first one that may still race; since a thread runs without interruption between
+// its barriers, a later write by another thread then always meets a racing access.
+// Two accesses race when they touch the same bytes, one of them is a plain write, and
+//   * shared memory or same block: different threads and no barrier between them (no
+//     __syncthreads(), and for two lanes of one warp no warp collective of both);
+//   * global memory: different blocks of one launch (blocks cannot wait for each other),
+//     except a read after a __threadfence() by a block that has done an atomic since (the
+//     "last block" pattern of the CUDA samples).
+// Time is one counter, bumped at each block start, barrier and warp collective: an
+// access records the value at its thread's last synchronization ("interval"). The first
+// race stops the launch; the Python side turns the addresses into source lines.
+constexpr uint32_t kRaceSeqMax = (1u << 28) - 1;
+constexpr uint32_t kRaceIgnore = kRaceSeqMax;  // a guard zone: an overrun is reported as such, at the barrier
+struct RaceCell { uint64_t seq : 28, tid : 10, mask : 4, atomic : 1, pc : 21; };
+struct RaceShadow { RaceCell w, r; };
+struct RaceRegion { uintptr_t lo, len; RaceShadow* shadow; size_t shadow_bytes; };
+constexpr int kMaxRaceRegions = 64;
+struct RaceInfo {
+    int space;                 // 0 shared memory, 1 a tensor argument
+    int region;                // the argument buffer (0-based, as Python passed them)
+    unsigned long long offset; // bytes from the start of the buffer / of the array
+    int size;                  // bytes of the access
+    int kind_now, kind_then;   // 0 read, 1 write, 2 atomic
+    int tid_now[3], tid_then[3], block_now[3], block_then[3];
+    unsigned long long pc_now, pc_then;  // offsets in the library (0: unknown)
+    int same_block, same_warp, lane_now, lane_then;
+    char where[256];           // shared memory: "s[12]" or the dynamic buffer's offset
+};
+struct Race {
+    int want;                  // detection asked for (the library is instrumented)
+    int active;                // a launch is running and checking
+    uintptr_t sh_lo, sh_len;
+    RaceShadow* sh_shadow;
+    int n;
+    RaceRegion g[kMaxRaceRegions];
+    uint32_t seq, launch_start, block_start, bar_seq, fence_seq;
+    int block_atomic;
+    uint32_t warp_seq[kMaxThreads / 32];
+    int pair_used;
+    uint32_t pair[kMaxThreads][32];   // last collective of thread t together with lane l
+    uint32_t* block_seqs; unsigned long long* block_ids; size_t n_blocks, cap_blocks;
+    uintptr_t lib_base;
+    RaceInfo info;
+};
+inline Race R;
+
+EMU_NOTSAN inline void race_ignore(const void* p, size_t n) {
+    if (!R.sh_shadow) return;
+    uintptr_t off = (uintptr_t)p - R.sh_lo;
+    if (off >= R.sh_len) return;
+    for (uintptr_t g = off >> 2; g <= (off + n - 1) >> 2; ++g) { R.sh_shadow[g].w.seq = kRaceIgnore; R.sh_shadow[g].r.seq = 0; }
+}
+EMU_NOTSAN inline void race_ignore_guards() {
+    for (int i = 0; i < n_shared_regions; ++i)
+        if (shared_regions[i].pre) { race_ignore(shared_regions[i].pre, kSharedGuard); race_ignore(shared_regions[i].post, kSharedGuard); }
+}
+
+// The shadows of argument buffers are kept from launch to launch (no page faults and no
+// zeroing again): a cell written before the current launch started is ignored anyway.
+EMU_NOTSAN inline void race_free_regions() {
+    for (int i = 0; i < kMaxRaceRegions; ++i)
+        if (R.g[i].shadow) { munmap(R.g[i].shadow, R.g[i].shadow_bytes); R.g[i].shadow = nullptr; R.g[i].shadow_bytes = 0; }
+    R.n = 0;
+}
+EMU_NOTSAN inline RaceShadow* race_map_shadow(size_t bytes, size_t* out) {
+    size_t n = ((bytes + 3) / 4 + 1) * sizeof(RaceShadow);
+    n = (n + 4095) & ~(size_t)4095;
+    void* p = mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) return nullptr;
+#ifdef MADV_HUGEPAGE
+    madvise(p, n, MADV_HUGEPAGE);  // fewer page faults on a big tensor's shadow
+#endif
+    *out = n;
+    return (RaceShadow*)p;
+}
+
+// At the start of a launch (before any block).
+EMU_NOTSAN inline void race_launch_start() {
+    R.active = 0;
+    if (!R.want) return;
+    char* a = arena();
+    if (!R.sh_shadow) {
+        size_t n;
+        R.sh_shadow = race_map_shadow(kArenaBytes, &n);
+        if (!R.sh_shadow) return;
+        R.sh_lo = (uintptr_t)a; R.sh_len = kArenaBytes;
+        race_ignore_guards();
+    }
+    if (R.seq > kRaceSeqMax / 2) {  // start the clock again: forget every old access
+        madvise(R.sh_shadow, ((kArenaBytes / 4 + 1) * sizeof(RaceShadow) + 4095) & ~(size_t)4095, MADV_DONTNEED);
+        for (int i = 0; i < kMaxRaceRegions; ++i)
+            if (R.g[i].shadow) madvise(R.g[i].shadow, R.g[i].shadow_bytes, MADV_DONTNEED);
+        R.seq = 0;
+        race_ignore_guards();
+    }
+    R.launch_start = ++R.seq;
+    R.fence_seq = 0;
+    R.pair_used = 0;
+    R.n_blocks = 0;
+    if (!R.lib_base) {
+        Dl_info di;
+        if (dladdr((void*)&race_free_regions, &di)) R.lib_base = (uintptr_t)di.dli_fbase;
+    }
+    R.active = 1;
+}
+
+EMU_NOTSAN inline void race_block_start(unsigned long long lb, unsigned nthreads) {
+    if (!R.active) return;
+    if (R.seq + 2 * (uint32_t)kMaxThreads >= kRaceSeqMax) { R.active = 0; return; }  // a huge launch: stop checking
+    R.block_start = R.bar_seq = ++R.seq;
+    R.block_atomic = 0;
+    for (unsigned t = 0; t < nthreads; ++t) S.th[t].iseq = 0;
+    for (unsigned w = 0; w < (nthreads + 31) / 32; ++w) R.warp_seq[w] = 0;
+    if (R.n_blocks == R.cap_blocks) {
+        size_t cap = R.cap_blocks ? 2 * R.cap_blocks : 1024;
+        R.block_seqs = (uint32_t*)realloc(R.block_seqs, cap * sizeof(uint32_t));
+        R.block_ids = (unsigned long long*)realloc(R.block_ids, cap * sizeof(unsigned long long));
+        R.cap_blocks = cap;
+    }
+    R.block_seqs[R.n_blocks] = R.block_start;
+    R.block_ids[R.n_blocks++] = lb;
+}
+
+EMU_NOTSAN inline void race_barrier() {
+    if (R.active) R.bar_seq = ++R.seq;
+}
+
+// A warp collective of the lanes `need` of warp `warp` (all existing lanes: `full`).
+EMU_NOTSAN inline void race_warp_sync(int warp, unsigned need, bool full) {
+    if (!R.active) return;
+    uint32_t s = ++R.seq;
+    int base = warp << 5;
+    if (full) R.warp_seq[warp] = s;
+    else {
+        R.pair_used = 1;
+        for (unsigned m = need; m; m &= m - 1) {
+            int a = __builtin_ctz(m);
+            for (unsigned k = need; k; k &= k - 1) R.pair[base + a][__builtin_ctz(k)] = s;
+        }
+    }
+    for (unsigned m = need; m; m &= m - 1) S.th[base + __builtin_ctz(m)].iseq = s;
+}
+
+EMU_NOTSAN inline void race_fence() { if (R.active) R.fence_seq = ++R.seq; }
+
+EMU_NOTSAN inline uint32_t race_now() {
+    uint32_t i = S.th[S.cur].iseq;
+    return i > R.bar_seq ? i : R.bar_seq;
+}
+
+// Does the recorded access `c` (of kind then_write) race with the running thread's access?
+EMU_NOTSAN inline bool race_conflict(const RaceCell& c, bool then_write, bool now_write) {
+    int tid = S.cur;
+    if (c.seq < R.block_start) {  // another block of this launch (global memory only)
+        if (then_write && !now_write && R.fence_seq > c.seq && R.block_atomic) return false;
+        return true;
+    }
+    if ((int)c.tid == tid || R.bar_seq > c.seq) return false;
+    if ((int)(c.tid >> 5) == (tid >> 5)) {
+        if (R.warp_seq[tid >> 5] > c.seq) return false;
+        if (R.pair_used && R.pair[tid][c.tid & 31] > c.seq) return false;
+    }
+    return true;
+}
+
+EMU_NOTSAN inline void fill_tid(int* out, unsigned t) {
+    uint3 v = S.th[t].tid; out[0] = (int)v.x; out[1] = (int)v.y; out[2] = (int)v.z;
+}
+EMU_NOTSAN inline void fill_block(int* out, unsigned long long lb) {
+    out[0] = (int)(lb % gridDim.x); out[1] = (int)((lb / gridDim.x) % gridDim.y);
+    out[2] = (int)(lb / ((unsigned long long)gridDim.x * gridDim.y));
+}
+
+[[noreturn]] EMU_NOTSAN inline void race_report(const RaceCell& c, int kind_then, int kind_now, int region,
+                                                 uintptr_t addr, unsigned size, uintptr_t pc) {
+    RaceInfo& I = R.info;
+    memset(&I, 0, sizeof I);
+    I.space = region < 0 ? 0 : 1;
+    I.region = region;
+    I.size = (int)size;
+    I.kind_now = kind_now; I.kind_then = kind_then;
+    fill_tid(I.tid_now, S.cur); fill_tid(I.tid_then, c.tid);
+    I.block_now[0] = (int)blockIdx.x; I.block_now[1] = (int)blockIdx.y; I.block_now[2] = (int)blockIdx.z;
+    I.same_block = c.seq >= R.block_start;
+    if (I.same_block) memcpy(I.block_then, I.block_now, sizeof I.block_now);
+    else {  // the block that ran at time c.seq
+        size_t lo = 0, hi = R.n_blocks;
+        while (hi - lo > 1) { size_t mid = (lo + hi) / 2; if (R.block_seqs[mid] <= c.seq) lo = mid; else hi = mid; }
+        fill_block(I.block_then, R.n_blocks ? R.block_ids[lo] : 0);
+    }
+    I.same_warp = I.same_block && (int)(c.tid >> 5) == (S.cur >> 5);
+    I.lane_now = S.cur & 31; I.lane_then = c.tid & 31;
+    I.pc_now = pc >= R.lib_base ? pc - R.lib_base : 0;
+    I.pc_then = c.pc;
+    if (region >= 0) I.offset = addr - R.g[region].lo;
+    else {
+        I.offset = addr - R.sh_lo;
+        const char* a = (const char*)addr;
+        snprintf(I.where, sizeof I.where, "shared memory");
+        for (int i = 0; i < n_shared_regions; ++i) {
+            SharedRegion& r = shared_regions[i];
+            const char* p = (const char*)r.p;
+            if (a >= p && a < p + r.n) {
+                if (r.name) snprintf(I.where, sizeof I.where, "%s[%lld]", r.name, (long long)((a - p) / (long long)r.elem));
+                else snprintf(I.where, sizeof I.where, "a __shared__ variable");
+                break;
+            }
+        }
+        if (a >= dyn_ptr && a < dyn_ptr + dyn_shared_bytes) {
+            if (dyn_name) snprintf(I.where, sizeof I.where, "%s[%lld]", dyn_name, (long long)((a - dyn_ptr) / (long long)dyn_elem));
+            else snprintf(I.where, sizeof I.where, "byte %lld of the extern __shared__ memory", (long long)(a - dyn_ptr));
+        }
+    }
+    emu_fault_info& f = S.fault;
+    f.kind = 8;
+    f.thread[0] = I.tid_now[0]; f.thread[1] = I.tid_now[1]; f.thread[2] = I.tid_now[2];
+    memcpy(f.block, I.block_now, sizeof f.block);
+    f.addr = addr;
+    R.active = 0;
+    siglongjmp(S.jmp, 1);
+}
+
+// kind: 0 plain read, 1 plain write, 2 atomic.
+EMU_NOTSAN inline void race_check(RaceShadow* sh, uintptr_t off, unsigned n, int kind, uintptr_t pc, int region,
+                                  uintptr_t addr) {
+    uint32_t now = race_now();
+    uint32_t valid = region < 0 ? R.block_start : R.launch_start;
+    uintptr_t last = off + n - 1;
+    uint64_t pco = pc - R.lib_base;
+    if (pco >= (1u << 21)) pco = 0;
+    bool write = kind == 1;
+    for (uintptr_t g = off >> 2; g <= (last >> 2); ++g) {
+        unsigned lo = g * 4 > off ? 0 : (unsigned)(off & 3);
+        unsigned hi = g * 4 + 3 < last ? 3 : (unsigned)(last & 3);
+        unsigned mask = (2u << hi) - (1u << lo);
+        RaceShadow& c = sh[g];
+        if (c.w.seq == kRaceIgnore) continue;
+        if (c.w.seq >= valid && (c.w.mask & mask) && race_conflict(c.w, true, write))
+            race_report(c.w, 1, kind, region, addr, n, pc);
+        if (write) {
+            if (c.r.seq >= valid && (c.r.mask & mask) && race_conflict(c.r, false, true))
+                race_report(c.r, c.r.atomic ? 2 : 0, kind, region, addr, n, pc);
+            c.w.seq = now; c.w.tid = (unsigned)S.cur; c.w.mask = mask; c.w.atomic = 0; c.w.pc = pco;
+        } else if (c.r.seq < valid || c.r.tid == (unsigned)S.cur ||
+                   (c.r.seq >= R.block_start && R.bar_seq > c.r.seq) || !(c.r.mask & mask)) {
+            c.r.seq = now; c.r.tid = (unsigned)S.cur; c.r.mask = mask; c.r.atomic = kind == 2; c.r.pc = pco;
+        }
+    }
+}
+
+EMU_NOTSAN inline void race_access(const volatile void* p, unsigned n, int kind, void* pc) {
+    if (!R.active) return;
+    uintptr_t a = (uintptr_t)p;
+    uintptr_t off = a - R.sh_lo;
+    if (off < R.sh_len) {  // static __shared__ variables, or the bytes the launch asked for
+        if (off < kStaticSharedArena || a - (uintptr_t)dyn_ptr < dyn_shared_bytes)
+            race_check(R.sh_shadow, off, n, kind, (uintptr_t)pc, -1, a);
+        return;
+    }
+    for (int i = 0; i < R.n; ++i) {
+        off = a - R.g[i].lo;
+        if (off < R.g[i].len) { race_check(R.g[i].shadow, off, n, kind, (uintptr_t)pc, i, a); return; }
+    }
+}
+inline void race_atomic(const volatile void* p, unsigned n, void* pc) {
+    if (R.active) { if (!((uintptr_t)p - R.sh_lo < R.sh_len)) R.block_atomic = 1; race_access(p, n, 2, pc); }
+}
 
 // -------------------------------- context switch ---------------------------------------
 #ifndef EMU_UCONTEXT
@@ -414,9 +795,9 @@ emu_switch_ctx:
 
 void fiber_entry();
 
-inline char* stack_base(int i) { return S.stack_pool + (size_t)i * (kStackSize + kStackGuard) + kStackGuard; }
+EMU_NOTSAN inline char* stack_base(int i) { return S.stack_pool + (size_t)i * (kStackSize + kStackGuard) + kStackGuard; }
 
-inline void ensure_stacks() {
+EMU_NOTSAN inline void ensure_stacks() {
     if (S.stack_pool) return;
     size_t total = (size_t)kMaxThreads * (kStackSize + kStackGuard);
     void* p = mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -426,12 +807,12 @@ inline void ensure_stacks() {
     for (int i = 0; i < kMaxThreads; ++i) mprotect(S.stack_pool + (size_t)i * (kStackSize + kStackGuard), kStackGuard, PROT_NONE);
 }
 
-inline void reset_stacks() {
+EMU_NOTSAN inline void reset_stacks() {
     S.n_free = kMaxThreads;
     for (int i = 0; i < kMaxThreads; ++i) S.free_stacks[i] = kMaxThreads - 1 - i;  // pop gives 0 first
 }
 
-inline void switch_to_scheduler() {
+EMU_NOTSAN inline void switch_to_scheduler() {
     Thread& t = S.th[S.cur];
 #ifdef EMU_UCONTEXT
     if (!_setjmp(t.jb)) _longjmp(S.main_jb, 1);
@@ -440,17 +821,17 @@ inline void switch_to_scheduler() {
 #endif
 }
 
-inline unsigned long long rng_next() {
+EMU_NOTSAN inline unsigned long long rng_next() {
     unsigned long long x = S.rng;
     x ^= x >> 12; x ^= x << 25; x ^= x >> 27;
     S.rng = x;
     return x * 0x2545F4914F6CDD1DULL;
 }
 
-inline void push_ready(int t) { S.queue[S.qtail++ & (2 * kMaxThreads - 1)] = t; S.th[t].state = ST_READY; }
+EMU_NOTSAN inline void push_ready(int t) { S.queue[S.qtail++ & (2 * kMaxThreads - 1)] = t; S.th[t].state = ST_READY; }
 
 // Push threads in ascending order, or shuffled in random mode.
-inline void push_many(int* ids, int n) {
+EMU_NOTSAN inline void push_many(int* ids, int n) {
     if (S.random) {
         for (int i = n - 1; i > 0; --i) {
             int j = (int)(rng_next() % (unsigned long long)(i + 1));
@@ -460,7 +841,7 @@ inline void push_many(int* ids, int n) {
     for (int i = 0; i < n; ++i) push_ready(ids[i]);
 }
 
-inline void resume(int t) {
+EMU_NOTSAN inline void resume(int t) {
     Thread& T = S.th[t];
     S.cur = t;
     threadIdx = T.tid;
@@ -509,7 +890,7 @@ inline void resume(int t) {
 // the next thread in the queue has not started yet, that thread runs right here, on the
 // same stack, without a switch: a kernel without barriers costs one switch per fiber,
 // not two per thread.
-inline void fiber_entry() {
+EMU_NOTSAN inline void fiber_entry() {
     for (;;) {
         S.thunk(S.ctx);
         Thread& t = S.th[S.cur];
@@ -542,7 +923,7 @@ inline void fiber_entry() {
 
 // ------------------------------- fault descriptions ------------------------------------
 inline int appendf(char* buf, int pos, int cap, const char* fmt, ...) __attribute__((format(printf, 4, 5)));
-inline int appendf(char* buf, int pos, int cap, const char* fmt, ...) {
+EMU_NOTSAN inline int appendf(char* buf, int pos, int cap, const char* fmt, ...) {
     if (pos >= cap - 1) return pos;
     va_list ap;
     va_start(ap, fmt);
@@ -552,7 +933,7 @@ inline int appendf(char* buf, int pos, int cap, const char* fmt, ...) {
     return pos + n < cap ? pos + n : cap - 1;
 }
 
-inline int describe_thread_range(char* buf, int pos, int cap, int a, int b) {
+EMU_NOTSAN inline int describe_thread_range(char* buf, int pos, int cap, int a, int b) {
     if (S.bdim.y == 1 && S.bdim.z == 1) {
         if (a == b) return appendf(buf, pos, cap, "thread %d", a);
         return appendf(buf, pos, cap, "threads %d-%d", a, b);
@@ -563,7 +944,7 @@ inline int describe_thread_range(char* buf, int pos, int cap, int a, int b) {
 }
 
 // What every thread of the block is doing, grouped into runs of consecutive threads.
-inline int describe_block(char* buf, int pos, int cap) {
+EMU_NOTSAN inline int describe_block(char* buf, int pos, int cap) {
     int n = (int)S.nthreads;
     int start = 0, groups = 0;
     for (int i = 1; i <= n; ++i) {
@@ -589,7 +970,7 @@ inline int describe_block(char* buf, int pos, int cap) {
     return pos;
 }
 
-[[noreturn]] inline void fault_deadlock(const char* why) {
+[[noreturn]] EMU_NOTSAN inline void fault_deadlock(const char* why) {
     emu_fault_info& f = S.fault;
     f.kind = 1;
     f.block[0] = (int)blockIdx.x; f.block[1] = (int)blockIdx.y; f.block[2] = (int)blockIdx.z;
@@ -598,7 +979,7 @@ inline int describe_block(char* buf, int pos, int cap) {
     siglongjmp(S.jmp, 1);
 }
 
-[[noreturn]] inline void fault_trap(const char* fmt, ...) {
+[[noreturn]] EMU_NOTSAN inline void fault_trap(const char* fmt, ...) {
     emu_fault_info& f = S.fault;
     f.kind = 5;
     f.thread[0] = (int)threadIdx.x; f.thread[1] = (int)threadIdx.y; f.thread[2] = (int)threadIdx.z;
@@ -612,7 +993,7 @@ inline int describe_block(char* buf, int pos, int cap) {
 
 // ---------------------------------- barriers -------------------------------------------
 // `site` is unique to each __syncthreads() in the source (two on one line differ too).
-inline int syncthreads_impl(int line, int pred, const void* site) {
+EMU_NOTSAN inline int syncthreads_impl(int line, int pred, const void* site) {
     Thread& me = S.th[S.cur];
     me.state = ST_WAIT_BLOCK;
     me.line = line;
@@ -624,7 +1005,7 @@ inline int syncthreads_impl(int line, int pred, const void* site) {
     return S.bar_result;
 }
 
-inline unsigned long long warp_collective(int op, unsigned mask, unsigned long long value, int arg, int width, int line) {
+EMU_NOTSAN inline unsigned long long warp_collective(int op, unsigned mask, unsigned long long value, int arg, int width, int line) {
     int cur = S.cur;
     Thread& me = S.th[cur];
     int lane = cur & 31, warp = cur >> 5, base = warp << 5;
@@ -648,6 +1029,7 @@ inline unsigned long long warp_collective(int op, unsigned mask, unsigned long l
             fault_trap("warp %d on line %d: lanes named in mask 0x%08x disagree (lane %d is in %s(mask=0x%08x) on line %d, lane %d in %s(mask=0x%08x) on line %d)",
                        warp, line, mask, lane, op_names[op], mask, line, l, op_names[t.op], t.mask, t.line);
     }
+    race_warp_sync(warp, need, need == exist);
     unsigned ballot = 0;
     if (op == OP_BALLOT || op == OP_ANY || op == OP_ALL)
         for (unsigned m = need; m; m &= m - 1) { int l = __builtin_ctz(m); if (S.th[base + l].value) ballot |= 1u << l; }
@@ -661,6 +1043,17 @@ inline unsigned long long warp_collective(int op, unsigned mask, unsigned long l
             case OP_SHFL_DOWN: src = (l - seg) + t.arg < w ? l + t.arg : l; break;
             case OP_SHFL_XOR: src = l ^ t.arg; if (src >= seg + w || src < 0 || src >= 32) src = l; break;
             default: break;
+        }
+        if (src != l && !((need >> src) & 1u)) {
+            // Undefined on a GPU (it returns whatever the hardware has): reported, not given a meaning.
+            if (base + src >= (int)S.nthreads)
+                fault_trap("%s on line %d: lane %d of warp %d reads lane %d, which does not exist (the block has %u "
+                           "threads): keep the source lane inside the block, or give the block a multiple of 32 threads",
+                           op_names[op], t.line, l, warp, src, S.nthreads);
+            fault_trap("%s on line %d: lane %d of warp %d reads lane %d, which is not in the mask 0x%08x: the value is "
+                       "undefined on a GPU. Name every source lane in the mask (a shrinking mask needs a shrinking "
+                       "offset), or shuffle with the full mask 0xffffffff",
+                       op_names[op], t.line, l, warp, src, mask);
         }
         if (op == OP_BALLOT) t.result = ballot;
         else if (op == OP_ANY) t.result = ballot != 0;
@@ -685,8 +1078,8 @@ template <class T> inline T from_bits(unsigned long long b) { T v; memcpy(&v, &b
 
 // ---------------------------------- one block ------------------------------------------
 // `when`: "before the __syncthreads() on line 12", "before the block ended".
-inline void check_shared_guards(const char* when) {
-    const unsigned char* dg = (const unsigned char*)dynamic_shared + dyn_shared_bytes;
+EMU_NOTSAN inline void check_shared_guards(const char* when) {
+    const unsigned char* dg = (const unsigned char*)dyn_ptr + dyn_shared_bytes;
     for (size_t k = 0; k < kSharedGuard; ++k) {
         if (guard_byte_ok(dg, k)) continue;
         emu_fault_info& f = S.fault;
@@ -702,7 +1095,23 @@ inline void check_shared_guards(const char* when) {
         siglongjmp(S.jmp, 1);
     }
     int i; bool past; long long idx;
-    if (!find_shared_overrun(&i, &past, &idx)) return;
+    if (!find_shared_overrun(&i, &past, &idx)) {
+        // the rest of the last page after the static variables (checked after the arrays' own guards)
+        const unsigned char* want = slack_guard(arena_used);
+        if (arena_rw > arena_used && !memcmp(arena_base + arena_used, want, arena_rw - arena_used)) return;
+        for (size_t k = arena_used; k < arena_rw; ++k) {
+            if ((unsigned char)arena_base[k] == want[k - arena_used]) continue;
+            emu_fault_info& f = S.fault;
+            f.kind = 7;
+            f.block[0] = (int)blockIdx.x; f.block[1] = (int)blockIdx.y; f.block[2] = (int)blockIdx.z;
+            snprintf(f.msg, sizeof f.msg,
+                     "a thread of block (%u,%u,%u) wrote shared memory %llu bytes past the end of the last __shared__ "
+                     "variable, %s: an index far out of range of a __shared__ array. Check every index into your "
+                     "__shared__ arrays.", blockIdx.x, blockIdx.y, blockIdx.z, (unsigned long long)(k - arena_used + 1), when);
+            siglongjmp(S.jmp, 1);
+        }
+        return;
+    }
     SharedRegion& r = shared_regions[i];
     long long count = (long long)(r.n / r.elem);
     emu_fault_info& f = S.fault;
@@ -718,7 +1127,7 @@ inline void check_shared_guards(const char* when) {
     siglongjmp(S.jmp, 1);
 }
 
-inline void run_block() {
+EMU_NOTSAN inline void run_block() {
     int n = (int)S.nthreads;
     S.n_done = 0; S.n_wait_block = 0; S.block_mixed = 0; S.qhead = S.qtail = 0;
     for (int w = 0; w < (n + 31) / 32; ++w) S.warp_arrived[w] = 0;
@@ -744,6 +1153,7 @@ inline void run_block() {
             int k = 0, count = 0;
             for (int t = 0; t < n; ++t) { ids[k++] = t; count += S.th[t].pred != 0; }
             S.bar_result = count;
+            race_barrier();
             S.n_wait_block = 0;
             push_many(ids, k);
             continue;
@@ -763,7 +1173,7 @@ inline struct sigaction old_actions[32];
 inline const int fault_signals[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGINT};
 alignas(16) inline char alt_stack[64 * 1024];
 
-inline void on_signal(int sig, siginfo_t* si, void* uctx) {
+EMU_NOTSAN inline void on_signal(int sig, siginfo_t* si, void* uctx) {
     if (!S.in_launch) {  // not ours: hand it to whoever had it before
         struct sigaction& o = old_actions[sig];
         if (o.sa_flags & SA_SIGINFO) { if (o.sa_sigaction) o.sa_sigaction(sig, si, uctx); return; }
@@ -789,6 +1199,20 @@ inline void on_signal(int sig, siginfo_t* si, void* uctx) {
         f.kind = 6;  // it hit the guard page below a thread's stack
         snprintf(f.msg, sizeof f.msg, "each emulated thread has a %zu KiB stack", kStackSize / 1024);
     }
+    if ((sig == SIGSEGV || sig == SIGBUS) && in_arena_guard(a)) {
+        f.kind = 7;  // far past (or before) every __shared__ variable
+        const char* what = f.is_write == 1 ? "wrote" : f.is_write == 0 ? "read" : "accessed";
+        long long off; const char* where;
+        if (a < arena_base) { off = arena_base - a; where = "before the first __shared__ variable"; }
+        else if (a < arena_base + kStaticSharedArena) { off = a - (arena_base + arena_used) + 1; where = "past the end of the last __shared__ variable"; }
+        else if (a < dyn_ptr) { off = dyn_ptr - a; where = "before the start of the extern __shared__ memory"; }
+        else { off = a - (dyn_ptr + dyn_shared_bytes) + 1; where = "past the end of the extern __shared__ memory the launch asked for"; }
+        snprintf(f.msg, sizeof f.msg,
+                 "thread (%u,%u,%u) of block (%u,%u,%u) %s shared memory %lld bytes %s: an index far out of range "
+                 "of a __shared__ array (on a GPU such an access fails the launch). Check every index into your "
+                 "__shared__ arrays.", threadIdx.x, threadIdx.y, threadIdx.z, blockIdx.x, blockIdx.y, blockIdx.z,
+                 what, off, where);
+    }
     siglongjmp(S.jmp, 1);
 }
 
@@ -813,7 +1237,7 @@ struct SignalGuard {
 
 // ---------------------------------- launch ---------------------------------------------
 // Returns 0, or the kind of fault (details in S.fault).
-inline int launch(const emu_launch_params& p, void (*thunk)(void*), void* ctx) {
+EMU_NOTSAN inline int launch(const emu_launch_params& p, void (*thunk)(void*), void* ctx) {
     memset(&S.fault, 0, sizeof S.fault);
     unsigned nthreads = p.block[0] * p.block[1] * p.block[2];
     if (nthreads == 0 || nthreads > (unsigned)kMaxThreads || p.block[2] > 64 || p.grid[1] > 65535 || p.grid[2] > 65535) {
@@ -852,12 +1276,26 @@ inline int launch(const emu_launch_params& p, void (*thunk)(void*), void* ctx) {
     S.rng = p.seed * 0x9E3779B97F4A7C15ULL + 0x1234567ULL;
     if (S.rng == 0) S.rng = 1;
     dyn_shared_bytes = p.shared_bytes;
+    place_dynamic_shared(p.shared_bytes);
+    if (arena_overflow) {
+        S.fault.kind = 4;
+        snprintf(S.fault.msg, sizeof S.fault.msg, "the static __shared__ variables of this source take more than %zu KiB "
+                 "(a GPU block has at most 48 KiB of static shared memory)", kStaticSharedArena / 1024);
+        return 4;
+    }
     SignalGuard guard;
     S.in_launch = 1;
     if (sigsetjmp(S.jmp, 1) != 0) {
         S.in_launch = 0;
+        R.active = 0;
         return S.fault.kind;
     }
+#if defined(EMU_RACECHECK)
+    R.want = p.racecheck;
+#else
+    R.want = 0;
+#endif
+    race_launch_start();
     unsigned long long nblocks = (unsigned long long)p.grid[0] * p.grid[1] * p.grid[2];
     static unsigned long long* order = nullptr;  // freed here, also after a fault
     free(order);
@@ -877,9 +1315,11 @@ inline int launch(const emu_launch_params& p, void (*thunk)(void*), void* ctx) {
         }
         blockIdx = uint3{(unsigned)(lb % p.grid[0]), (unsigned)((lb / p.grid[0]) % p.grid[1]),
                          (unsigned)(lb / ((unsigned long long)p.grid[0] * p.grid[1]))};
+        race_block_start(lb, nthreads);
         run_block();
     }
     S.in_launch = 0;
+    R.active = 0;
     return 0;
 }
 
@@ -925,13 +1365,13 @@ template <class... P> inline const char* signature(void (*)(P...)) {
 template <class... P> struct ArgCall {
     void (*k)(P...);
     void** args;
-    template <size_t... I> void call(std::index_sequence<I...>) {
+    template <size_t... I> EMU_NOTSAN void call(std::index_sequence<I...>) {
         k(*(typename std::remove_cv<typename std::remove_reference<P>::type>::type*)args[I]...);
     }
-    static void thunk(void* self) { ((ArgCall*)self)->call(std::index_sequence_for<P...>{}); }
+    EMU_NOTSAN static void thunk(void* self) { ((ArgCall*)self)->call(std::index_sequence_for<P...>{}); }
 };
 
-template <class... P> inline int launch_from_python(void (*k)(P...), const emu_launch_params* p, void** args) {
+template <class... P> EMU_NOTSAN inline int launch_from_python(void (*k)(P...), const emu_launch_params* p, void** args) {
     ArgCall<P...> c{k, args};
     return launch(*p, &ArgCall<P...>::thunk, &c);
 }
@@ -1041,7 +1481,7 @@ inline unsigned syncwarp_mask(unsigned m) { return m; }
 template <class T> inline T shfl(int op, unsigned mask, T v, int line, int arg, int width = 32) {
     return from_bits<T>(warp_collective(op, mask, to_bits(v), arg, width, line));
 }
-inline unsigned __activemask_impl() {
+EMU_NOTSAN inline unsigned __activemask_impl() {
     int base = S.cur & ~31; unsigned m = 0;
     for (int l = 0; l < 32 && base + l < (int)S.nthreads; ++l) if (S.th[base + l].state != ST_DONE) m |= 1u << l;
     return m;
@@ -1054,6 +1494,31 @@ static inline unsigned __lanemask_lt() { return (1u << (threadIdx.x & 31)) - 1u;
 #undef assert
 #define assert(e) ((e) ? (void)0 : ::emu::fault_trap("assert(%s) failed on line %d in thread (%u,%u,%u) of block (%u,%u,%u)", \
     #e, __LINE__, threadIdx.x, threadIdx.y, threadIdx.z, blockIdx.x, blockIdx.y, blockIdx.z))
+// A kernel that includes <assert.h> or <cassert> after this header gets the C library's
+// assert back, which calls __assert_fail: defined here (inside this library only), it keeps
+// the condition, the line and the thread too, instead of an abort() with the message lost.
+#if defined(__GLIBC__)
+extern "C" __attribute__((visibility("hidden"), noreturn)) inline void
+__assert_fail(const char* expr, const char* file, unsigned int line, const char* func) noexcept {
+    (void)file; (void)func;
+    if (!::emu::S.in_launch) { fprintf(stderr, "%s:%u: assertion `%s' failed\n", file, line, expr); abort(); }
+    ::emu::fault_trap("assert(%s) failed on line %u in thread (%u,%u,%u) of block (%u,%u,%u)", expr, line,
+                      ::emu::threadIdx.x, ::emu::threadIdx.y, ::emu::threadIdx.z,
+                      ::emu::blockIdx.x, ::emu::blockIdx.y, ::emu::blockIdx.z);
+}
+#endif
+
+// exit() in kernel code would end the whole process (the notebook's kernel): defined here,
+// inside this library only, it stops the launch with a fault instead.
+#if defined(__GLIBC__)
+extern "C" __attribute__((visibility("hidden"), noreturn)) inline void exit(int status) noexcept {
+    // (the C library's exit is noreturn too: so is this, whichever path it takes)
+    if (!::emu::S.in_launch) ((void (*)(int))dlsym(RTLD_NEXT, "exit"))(status);  // host code: the C library's
+    ::emu::fault_trap("exit(%d) called in a kernel on thread (%u,%u,%u) of block (%u,%u,%u): a kernel cannot end the "
+                      "program; use assert() or return", status, ::emu::threadIdx.x, ::emu::threadIdx.y,
+                      ::emu::threadIdx.z, ::emu::blockIdx.x, ::emu::blockIdx.y, ::emu::blockIdx.z);
+}
+#endif
 
 // ---------------------------------------------------------------------------------------
 // Host API
@@ -1094,6 +1559,12 @@ static inline cudaError_t cudaEventDestroy(cudaEvent_t e) { delete e; return cud
 static inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t = nullptr) { e->ms = emu_now_ms(); return cudaSuccess; }
 static inline cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
 static inline cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t a, cudaEvent_t b) { *ms = (float)(b->ms - a->ms); return cudaSuccess; }
+static inline cudaError_t cudaProfilerStart() { return cudaSuccess; }
+static inline cudaError_t cudaProfilerStop() { return cudaSuccess; }
+static inline cudaError_t cudaGetDeviceCount(int* n) { *n = 1; return cudaSuccess; }
+static inline cudaError_t cudaGetDevice(int* d) { *d = 0; return cudaSuccess; }
+static inline cudaError_t cudaSetDevice(int) { return cudaSuccess; }
+static inline cudaError_t cudaDeviceReset() { return cudaSuccess; }
 static inline const char* cudaGetErrorName(cudaError_t e) { return e == cudaSuccess ? "cudaSuccess" : "cudaErrorLaunchFailure"; }
 
 // What torch extensions call around a launch. The adapter removes the CUDA-only includes
@@ -1118,3 +1589,110 @@ EMU_API inline int emu_abi_version() { return 2; }
 EMU_API inline void emu_stack_layout(unsigned long long* out) {
     out[0] = emu::kMaxThreads; out[1] = emu::kStackSize + emu::kStackGuard; out[2] = emu::kStackGuard;
 }
+
+// ---------------------------------------------------------------------------------------
+// Race detection: what g++'s -fsanitize=thread instrumentation calls. Plain loads and
+// stores are checked; the atomic builtins (rare in kernels) count as atomic accesses.
+// ---------------------------------------------------------------------------------------
+#if defined(EMU_RACECHECK)
+extern "C" {
+#define EMU_TSAN_RW(N)                                                                                   \
+    EMU_NOTSAN void __tsan_read##N(void* p) { emu::race_access(p, N, 0, __builtin_return_address(0)); }  \
+    EMU_NOTSAN void __tsan_write##N(void* p) { emu::race_access(p, N, 1, __builtin_return_address(0)); } \
+    EMU_NOTSAN void __tsan_unaligned_read##N(void* p) { emu::race_access(p, N, 0, __builtin_return_address(0)); }  \
+    EMU_NOTSAN void __tsan_unaligned_write##N(void* p) { emu::race_access(p, N, 1, __builtin_return_address(0)); } \
+    EMU_NOTSAN void __tsan_volatile_read##N(void* p) { emu::race_access(p, N, 0, __builtin_return_address(0)); }  \
+    EMU_NOTSAN void __tsan_volatile_write##N(void* p) { emu::race_access(p, N, 1, __builtin_return_address(0)); }
+EMU_TSAN_RW(1) EMU_TSAN_RW(2) EMU_TSAN_RW(4) EMU_TSAN_RW(8) EMU_TSAN_RW(16)
+#undef EMU_TSAN_RW
+EMU_NOTSAN void __tsan_read_range(void* p, unsigned long n) { emu::race_access(p, (unsigned)n, 0, __builtin_return_address(0)); }
+EMU_NOTSAN void __tsan_write_range(void* p, unsigned long n) { emu::race_access(p, (unsigned)n, 1, __builtin_return_address(0)); }
+EMU_NOTSAN void __tsan_init() {}
+EMU_NOTSAN void __tsan_func_entry(void*) {}
+EMU_NOTSAN void __tsan_func_exit() {}
+EMU_NOTSAN void __tsan_vptr_update(void**, void*) {}
+EMU_NOTSAN void __tsan_vptr_read(void**) {}
+EMU_NOTSAN void __tsan_atomic_thread_fence(int) { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+EMU_NOTSAN void __tsan_atomic_signal_fence(int) {}
+#define EMU_TSAN_ATOMIC(N, T)                                                                             \
+    EMU_NOTSAN T __tsan_atomic##N##_load(const volatile T* a, int) {                                     \
+        emu::race_atomic(a, sizeof(T), __builtin_return_address(0)); return *a; }                        \
+    EMU_NOTSAN void __tsan_atomic##N##_store(volatile T* a, T v, int) {                                  \
+        emu::race_atomic(a, sizeof(T), __builtin_return_address(0)); *a = v; }                           \
+    EMU_NOTSAN T __tsan_atomic##N##_exchange(volatile T* a, T v, int) {                                  \
+        emu::race_atomic(a, sizeof(T), __builtin_return_address(0)); T o = *a; *a = v; return o; }       \
+    EMU_NOTSAN T __tsan_atomic##N##_fetch_add(volatile T* a, T v, int) {                                 \
+        emu::race_atomic(a, sizeof(T), __builtin_return_address(0)); T o = *a; *a = o + v; return o; }   \
+    EMU_NOTSAN T __tsan_atomic##N##_fetch_sub(volatile T* a, T v, int) {                                 \
+        emu::race_atomic(a, sizeof(T), __builtin_return_address(0)); T o = *a; *a = o - v; return o; }   \
+    EMU_NOTSAN T __tsan_atomic##N##_fetch_and(volatile T* a, T v, int) {                                 \
+        emu::race_atomic(a, sizeof(T), __builtin_return_address(0)); T o = *a; *a = o & v; return o; }   \
+    EMU_NOTSAN T __tsan_atomic##N##_fetch_or(volatile T* a, T v, int) {                                  \
+        emu::race_atomic(a, sizeof(T), __builtin_return_address(0)); T o = *a; *a = o | v; return o; }   \
+    EMU_NOTSAN T __tsan_atomic##N##_fetch_xor(volatile T* a, T v, int) {                                 \
+        emu::race_atomic(a, sizeof(T), __builtin_return_address(0)); T o = *a; *a = o ^ v; return o; }   \
+    EMU_NOTSAN T __tsan_atomic##N##_fetch_nand(volatile T* a, T v, int) {                                \
+        emu::race_atomic(a, sizeof(T), __builtin_return_address(0)); T o = *a; *a = ~(o & v); return o; } \
+    EMU_NOTSAN int __tsan_atomic##N##_compare_exchange_strong(volatile T* a, T* c, T v, int, int) {      \
+        emu::race_atomic(a, sizeof(T), __builtin_return_address(0));                                     \
+        if (*a == *c) { *a = v; return 1; } *c = *a; return 0; }                                         \
+    EMU_NOTSAN int __tsan_atomic##N##_compare_exchange_weak(volatile T* a, T* c, T v, int, int) {        \
+        emu::race_atomic(a, sizeof(T), __builtin_return_address(0));                                     \
+        if (*a == *c) { *a = v; return 1; } *c = *a; return 0; }                                         \
+    EMU_NOTSAN T __tsan_atomic##N##_compare_exchange_val(volatile T* a, T c, T v, int, int) {            \
+        emu::race_atomic(a, sizeof(T), __builtin_return_address(0)); T o = *a; if (o == c) *a = v; return o; }
+EMU_TSAN_ATOMIC(8, unsigned char) EMU_TSAN_ATOMIC(16, unsigned short) EMU_TSAN_ATOMIC(32, unsigned)
+EMU_TSAN_ATOMIC(64, unsigned long long)
+#undef EMU_TSAN_ATOMIC
+}
+#endif
+
+// The race detector's report, read by the Python side after a launch stopped by a race.
+EMU_API inline const emu::RaceInfo* emu_race_info() { return &emu::R.info; }
+// The tensor arguments' buffers for the next launch: shadows are made here, freed by emu_race_end.
+EMU_API inline int emu_race_begin(int n, const unsigned long long* lo, const unsigned long long* len) {
+    using namespace emu;
+    R.n = 0;
+    for (int i = 0; i < n && i < kMaxRaceRegions; ++i) {
+        RaceRegion& g = R.g[i];
+        size_t need = ((len[i] + 3) / 4 + 1) * sizeof(RaceShadow);
+        if (g.shadow_bytes < need) {
+            if (g.shadow) munmap(g.shadow, g.shadow_bytes);
+            g.shadow = race_map_shadow(len[i], &g.shadow_bytes);
+            if (!g.shadow) { race_free_regions(); return -1; }
+        }
+        g.lo = (uintptr_t)lo[i]; g.len = (uintptr_t)len[i];
+        R.n = i + 1;
+    }
+    return 0;
+}
+// After a launch: the shadows stay for the next one unless they are large.
+EMU_API inline void emu_race_end() {
+    using namespace emu;
+    size_t total = 0;
+    for (int i = 0; i < kMaxRaceRegions; ++i) total += R.g[i].shadow_bytes;
+    if (total > ((size_t)1 << 30)) race_free_regions();
+    R.n = 0;
+}
+EMU_API inline int emu_race_instrumented() {
+#if defined(EMU_RACECHECK)
+    return 1;
+#else
+    return 0;
+#endif
+}
+
+#if defined(EMU_RACECHECK)
+// The built-in variables never take part in a race: read them without the checker (a call
+// to a tiny function, instead of a check at every use of threadIdx.x).
+EMU_NS {
+EMU_NOTSAN __attribute__((noinline)) inline uint3 builtin_threadIdx() { return threadIdx; }
+EMU_NOTSAN __attribute__((noinline)) inline uint3 builtin_blockIdx() { return blockIdx; }
+EMU_NOTSAN __attribute__((noinline)) inline dim3 builtin_blockDim() { return blockDim; }
+EMU_NOTSAN __attribute__((noinline)) inline dim3 builtin_gridDim() { return gridDim; }
+}
+#define threadIdx (::emu::builtin_threadIdx())
+#define blockIdx (::emu::builtin_blockIdx())
+#define blockDim (::emu::builtin_blockDim())
+#define gridDim (::emu::builtin_gridDim())
+#endif

@@ -1,0 +1,123 @@
+"""Published CUDA C++ runs in the emulator as written: cooperative groups, launches inside
+macros, the usual qualifiers and intrinsics; what it cannot run gets one clear error."""
+import pytest
+import torch
+
+import utils
+from utils.cuda._source import adapt_for_emulator
+
+CG = r"""
+#include <cooperative_groups.h>
+#include <cooperative_groups/reduce.h>
+namespace cg = cooperative_groups;
+__global__ void __launch_bounds__(256) cg_sum(const float* __restrict__ x, float* out, int n) {
+    cg::thread_block block = cg::this_thread_block();
+    cg::thread_block_tile<32> warp = cg::tiled_partition<32>(block);
+    __shared__ float partial[8];
+    int i = blockIdx.x * blockDim.x + block.thread_rank();
+    float v = i < n ? __ldg(&x[i]) : 0.0f;
+    v = cg::reduce(warp, v, cg::plus<float>());
+    if (warp.thread_rank() == 0) partial[warp.meta_group_rank()] = v;
+    block.sync();
+    if (warp.meta_group_rank() == 0) {
+        float p = warp.thread_rank() < block.size() / 32 ? partial[warp.thread_rank()] : 0.0f;
+        for (int o = 16; o > 0; o /= 2) p += warp.shfl_down(p, o);
+        if (warp.thread_rank() == 0) atomicAdd(out, p);
+    }
+}
+__global__ void cg_max(const float* x, float* out) {
+    auto tile = cg::tiled_partition<16>(cg::this_thread_block());
+    float v = x[threadIdx.x];
+    v = cg::reduce(tile, v, cg::greater<float>());
+    tile.sync();
+    if (tile.thread_rank() == 0) out[tile.meta_group_rank()] = v;
+}
+__device__ __forceinline__ float4 scale4(float4 a, float s) { return make_float4(a.x * s, a.y * s, a.z * s, a.w * s); }
+__global__ void vec4(const float4* x, float4* y, int n4) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n4) y[i] = scale4(__ldg(&x[i]), __fdividef(1.0f, 2.0f) + __expf(0.0f));
+}
+"""
+
+
+def test_cooperative_groups_block_tiles_and_reduce():
+    x = torch.randn(1000, device=utils.DEVICE)
+    out = torch.zeros(1, device=utils.DEVICE)
+    utils.cuda_kernel(CG, "cg_sum")[4, 256](x, out, 1000)
+    torch.testing.assert_close(out.double(), x.double().sum().reshape(1), rtol=1e-5, atol=1e-4)
+    x = torch.randn(64, device=utils.DEVICE)
+    out = torch.zeros(4, device=utils.DEVICE)
+    utils.cuda_kernel(CG, "cg_max")[1, 64](x, out)
+    assert torch.equal(out, x.view(4, 16).max(1).values)
+
+
+def test_vector_types_and_fast_intrinsics():
+    x = torch.randn(64, device=utils.DEVICE)
+    y = torch.zeros(64, device=utils.DEVICE)
+    utils.cuda_kernel(CG, "vec4")[1, 32](x, y, 16)
+    torch.testing.assert_close(y, 1.5 * x)
+
+
+def test_a_launch_inside_a_macro_that_pastes_the_name():
+    out = adapt_for_emulator("#define LAUNCH(k) k##_kernel<<<1, 32>>>(p)\nLAUNCH(add);\n")
+    assert out.startswith('#define LAUNCH(k) ::emu::make_launch(k##_kernel, "k##_kernel", 1, 1, 32)(p)\n')
+
+
+@pytest.mark.skipif(not utils.SIMULATE, reason="what only the CPU emulator cannot run")
+@pytest.mark.parametrize("src, what", [
+    ("#include <mma.h>\n__global__ void k() {}", "wmma"),
+    ("#include <cuda_fp16.h>\n__global__ void k(__half* p) {}", "__half"),
+    ("__global__ void k() { auto g = cooperative_groups::this_grid(); g.sync(); }", "grid-wide synchronization"),
+])
+def test_what_the_emulator_cannot_run_gets_one_clear_error(src, what, tmp_path):
+    from utils.cuda._source import EMU_HEADER_DIR
+    header = src.split("<")[1].split(">")[0] if src.startswith("#include") else None
+    if header and (EMU_HEADER_DIR / header).exists():
+        pytest.skip(f"the emulator provides {header}")
+    with pytest.raises(utils.CudaCompileError, match=f"the CPU emulator does not support {what}"):
+        utils.cuda_kernel(src, "k")
+
+
+def test_thread_group_from_a_runtime_tile_size():
+    src = r"""
+#include <cooperative_groups.h>
+using namespace cooperative_groups;
+__device__ int sum_group(thread_group g, int* x, int v) {
+    int lane = g.thread_rank();
+    for (int i = g.size() / 2; i > 0; i /= 2) {
+        x[lane] = v;
+        g.sync();
+        if (lane < i) v += x[lane + i];
+        g.sync();
+    }
+    return v;
+}
+__global__ void groups(int* out) {
+    thread_block block = this_thread_block();
+    __shared__ int work[64];
+    thread_group tile = tiled_partition(block, 16);
+    int offset = block.thread_rank() - tile.thread_rank();
+    int s = sum_group(tile, work + offset, block.thread_rank());
+    if (tile.thread_rank() == 0) out[block.thread_rank() / 16] = s;
+}
+"""
+    out = torch.zeros(4, dtype=torch.int32, device=utils.DEVICE)
+    utils.cuda_kernel(src, "groups")[1, 64](out)
+    assert out.tolist() == [sum(range(16 * g, 16 * g + 16)) for g in range(4)]
+
+
+def test_byte_vectors_and_24_bit_multiplies():
+    src = r"""
+__global__ void pixels(const uchar4* in, uchar4* out, unsigned* idx) {
+    unsigned i = __umul24(blockIdx.x, blockDim.x) + threadIdx.x;
+    uchar4 p = in[i];
+    out[i] = make_uchar4(p.w, p.z, p.y, p.x);
+    idx[i] = __umulhi(i + 1, 0x80000000u) + __mul24(-2, 3);
+}
+"""
+    x = torch.arange(64, dtype=torch.uint8, device=utils.DEVICE)
+    y = torch.zeros(64, dtype=torch.uint8, device=utils.DEVICE)
+    idx = torch.zeros(16, dtype=torch.int32, device=utils.DEVICE)
+    utils.cuda_kernel(src, "pixels")[2, 8](x, y, idx)
+    assert torch.equal(y.view(16, 4), x.view(16, 4).flip(1))
+    assert idx.tolist() == [(i + 1) // 2 - 6 for i in range(16)]
