@@ -362,14 +362,20 @@ def test_check_matmul_transposed_index_square_probe():
 
 @pytest.mark.skipif(not utils.SIMULATE, reason="the emulator's NaN-filled shared memory makes this deterministic")
 def test_check_matmul_missing_barrier_after_load():
-    _rejects(_launcher(GRADER_SRC, "tiled_no_load_barrier_kernel", "stride"),
-             r"between loading a tile and using it")
+    fn = _launcher(GRADER_SRC, "tiled_no_load_barrier_kernel", "stride")
+    # The race detector names both lines and the barrier that is missing between them ...
+    _rejects(fn, r"data race on `as\[.*__syncthreads\(\) between line \d+ and line \d+")
+    # ... and without it the grader still tells this mistake from the others.
+    with utils.race_detection(False):
+        _rejects(fn, r"between loading a tile and using it")
 
 
 @pytest.mark.skipif(not utils.SIMULATE, reason="deterministic only under the emulator")
 def test_check_matmul_missing_barrier_before_overwrite():
-    _rejects(_launcher(GRADER_SRC, "tiled_no_overwrite_barrier_kernel", "stride"),
-             r"before the next tile overwrites")
+    fn = _launcher(GRADER_SRC, "tiled_no_overwrite_barrier_kernel", "stride")
+    _rejects(fn, r"data race on `[ab]s\[.*__syncthreads\(\) between line \d+ and line \d+")
+    with utils.race_detection(False):
+        _rejects(fn, r"before the next tile overwrites")
 
 
 def test_check_matmul_unmasked_tile_edges():
