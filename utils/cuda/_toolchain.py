@@ -126,12 +126,17 @@ def find_library(stem: str) -> Path | None:
 
 def include_dirs() -> list[str]:
     """CUDA's own headers (``cuda_fp16.h``...) for NVRTC: the runtime wheel's, else the system's.
-    A folder that also has the ``crt`` headers (``<mma.h>`` includes ``crt/mma.h``) comes first:
-    torch's own CUDA wheels bring the runtime's headers without them."""
+    A folder that also has the ``crt`` and CCCL headers (``<mma.h>`` includes ``crt/mma.h``,
+    ``<cooperative_groups.h>`` includes ``<nv/target>``) comes first: torch's own CUDA wheels
+    bring the runtime's headers without them."""
     found = [r / "include" for r in wheel_roots() + tuple(system_roots())
              if (r / "include" / "cuda_fp16.h").is_file()]
-    complete = [d for d in found if (d / "crt" / "mma.h").is_file()]
-    return [str((complete or found)[0])] if found else []
+    complete = [d for d in found if (d / "crt" / "mma.h").is_file() and (d / "nv" / "target").is_file()]
+    if not found:
+        return []
+    best = (complete or found)[0]
+    # CUDA 13 keeps libcu++ (<cuda/std/...>) only in include/cccl
+    return [str(best)] + ([str(best / "cccl")] if (best / "cccl" / "cuda" / "std").is_dir() else [])
 
 
 SYSTEM_CUDA_VARIABLES = ("CUDA_HOME", "CUDA_PATH", "CUDA_ROOT", "CUDAToolkit_ROOT")
@@ -237,6 +242,10 @@ def write_atomic(path: Path, data: bytes):
 #: are blanked (NVRTC has its own math functions and printf) and the few macros they
 #: would define come from this prelude instead.
 NVRTC_PRELUDE = r"""
+#if __has_include(<cuda/std/climits>)
+#include <cuda/std/climits>
+#include <cuda/std/cfloat>
+#endif
 #ifndef INFINITY
 #define INFINITY __int_as_float(0x7f800000)
 #endif
@@ -258,10 +267,17 @@ NVRTC_PRELUDE = r"""
 #ifndef M_PI
 #define M_PI 3.14159265358979323846
 #endif
+#if __has_include(<cuda/std/cstdint>)
+/* libcu++ (CUDA's CCCL headers) is there: its <cstdint>, as <cooperative_groups.h> uses it */
+#include <cuda/std/cstdint>
+using cuda::std::int8_t; using cuda::std::uint8_t; using cuda::std::int16_t; using cuda::std::uint16_t;
+using cuda::std::int32_t; using cuda::std::uint32_t; using cuda::std::int64_t; using cuda::std::uint64_t;
+#else
 typedef signed char int8_t; typedef unsigned char uint8_t;
 typedef short int16_t; typedef unsigned short uint16_t;
 typedef int int32_t; typedef unsigned int uint32_t;
 typedef long int64_t; typedef unsigned long uint64_t;  /* as in glibc on 64-bit Linux */
+#endif
 """
 _HOST_HEADERS = re.compile(
     r"^[ \t]*#[ \t]*include[ \t]*<(cstdio|stdio\.h|cmath|math\.h|cstdint|stdint\.h|cfloat|float\.h|climits|"
