@@ -366,24 +366,26 @@ def apply() -> bool:
     original_rmw = B.create_atomic_rmw
     original_cas = B.create_atomic_cas
 
-    def create_masked_load(self, ptrs, mask, other, cache_policy, is_volatile):
+    # The trailing arguments (cache and eviction policies, volatility) differ between Triton
+    # releases, so they are passed on untouched.
+    def create_masked_load(self, ptrs, mask, other, *rest, **kw):
         if other is None:
             dtype_tt = ptrs.get_element_ty()
             other = interp.TensorHandle(_poison(np_dtype(dtype_tt), ptrs.data.shape), dtype_tt)
         _record(self, ptrs, mask, "load")
-        return original_load(self, ptrs, mask, other, cache_policy, is_volatile)
+        return original_load(self, ptrs, mask, other, *rest, **kw)
 
-    def create_masked_store(self, ptrs, value, mask, cache_policy):
+    def create_masked_store(self, ptrs, value, mask, *rest, **kw):
         _record(self, ptrs, mask, "store")
-        return original_store(self, ptrs, value, mask, cache_policy)
+        return original_store(self, ptrs, value, mask, *rest, **kw)
 
-    def create_atomic_rmw(self, rmwOp, ptr, val, mask, sem, scope):
+    def create_atomic_rmw(self, rmwOp, ptr, val, mask, *rest, **kw):
         _record(self, ptr, mask, "atomic")
-        return original_rmw(self, rmwOp, ptr, val, mask, sem, scope)
+        return original_rmw(self, rmwOp, ptr, val, mask, *rest, **kw)
 
-    def create_atomic_cas(self, ptr, cmp, val, sem, scope):
+    def create_atomic_cas(self, ptr, cmp, val, *rest, **kw):
         _record(self, ptr, None, "atomic_cas")
-        return original_cas(self, ptr, cmp, val, sem, scope)
+        return original_cas(self, ptr, cmp, val, *rest, **kw)
 
     B.create_masked_load = create_masked_load
     B.create_masked_store = create_masked_store
