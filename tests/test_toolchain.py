@@ -237,3 +237,96 @@ torch::Tensor fill(torch::Tensor y) {
     src.write_text(cuda)
     with pytest.raises(utils.CudaCompileError, match=r"fill\.cu\(6\)"):
         translate_source(src, tmp_path / "out")
+
+
+#: load_inline sources: host code (torch, a launch, pybind's declarations) around the kernels
+#: of GPU_REJECTS; NVRTC compiles the kernels only, with the learner's line numbers.
+INLINE_HOST = r"""
+torch::Tensor run(torch::Tensor y) {
+    KERNEL<<<1, 32>>>(ARGS);
+    return y;
+}
+"""
+INLINE_REJECTS = {
+    "a host function called from a kernel": (r"""#include <torch/extension.h>
+#include "common.h"
+float twice(float v) { return 2.0f * v; }
+__global__ void host_call_kernel(float* y_ptr, int n) {
+    int i = threadIdx.x;
+    if (i < n) y_ptr[i] = twice(y_ptr[i]);
+}
+""" + INLINE_HOST.replace("KERNEL", "host_call_kernel").replace("ARGS", "y.data_ptr<float>(), y.numel()"),
+        r"cuda\.cu\(3\).*__device__"),
+    "atomicMax on a float*": (r"""#include <torch/extension.h>
+__global__ void fmax_kernel(const float* x_ptr, float* out_ptr, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) atomicMax(out_ptr, x_ptr[i]);
+}
+""" + INLINE_HOST.replace("KERNEL", "fmax_kernel").replace("ARGS", "y.data_ptr<float>(), y.data_ptr<float>(), 1"),
+        r"cuda\.cu\(4\).*atomicMax"),
+}
+INLINE_GOOD = r"""#include <torch/extension.h>
+#include <vector>
+#include "common.h"
+namespace py = pybind11;
+constexpr int BLOCK = 256;
+struct Scale { float a; Scale(float v) : a(v) {} __device__ float operator()(float x) const { return a * x; } };
+float host_factor() { return 2.0f; }  // host only: no kernel calls it
+template <typename T>
+__device__ T relu(T v) { return v > T(0) ? v : T(0); }
+__global__ void scaled_relu_kernel(const float* x_ptr, float* y_ptr, Scale s, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y_ptr[i] = s(relu(x_ptr[i]));
+}
+torch::Tensor scaled_relu(torch::Tensor x) {
+    CHECK_INPUT(x);
+    auto y = torch::empty_like(x);
+    int n = x.numel();
+    scaled_relu_kernel<<<cdiv(n, BLOCK), BLOCK>>>(x.data_ptr<float>(), y.data_ptr<float>(), Scale(host_factor()), n);
+    return y;
+}
+"""
+
+
+def test_device_part_keeps_the_kernels_on_their_lines():
+    part = tc.device_part(INLINE_GOOD)
+    src, kept = INLINE_GOOD.splitlines(), part.splitlines()
+    assert len(kept) == len(src)
+    for line in (3, 5, 9, 10, 11, 12, 13):  # common.h, a constant, the device function, the kernel
+        assert kept[line - 1] == src[line - 1]
+    for line in (1, 2, 4, 7, 14, 15, 17, 18, 19):  # torch, pybind, an unused host function, host code
+        assert kept[line - 1] == ""
+    assert tc.device_part("torch::Tensor f(torch::Tensor x) { return x; }") is None
+
+
+@needs_nvrtc
+@pytest.mark.skipif(not utils.SIMULATE, reason="on a GPU, nvcc itself compiles the kernels")
+@pytest.mark.parametrize("what", list(INLINE_REJECTS))
+def test_load_inline_rejects_kernels_a_gpu_compiler_rejects(what, tmp_path):
+    src, pattern = INLINE_REJECTS[what]
+    for _ in range(2):  # a failure is not cached: the second time says the same
+        with pytest.raises(utils.CudaCompileError, match=rf"(?s)NVRTC.*{pattern}"):
+            utils.load_inline("nvrtc_reject_ext", "torch::Tensor run(torch::Tensor y);", src, functions=["run"],
+                              build_directory=str(tmp_path))
+    assert not list(tmp_path.glob("*.so")), "the check comes before the (much longer) build"
+
+
+@needs_nvrtc
+@pytest.mark.skipif(not utils.SIMULATE, reason="on a GPU, nvcc itself compiles the kernels")
+def test_nvrtc_accepts_correct_mixed_host_and_device_code():
+    tc.nvrtc_check_device_code(INLINE_GOOD, "cuda.cu")
+    tc.nvrtc_check_device_code(INLINE_GOOD, "cuda.cu")  # from the cache
+
+
+@needs_nvrtc
+@pytest.mark.skipif(not utils.SIMULATE, reason="on a GPU, nvcc itself compiles the kernels")
+def test_setup_py_sources_reject_kernels_a_gpu_compiler_rejects(tmp_path):
+    from utils.extension import translate_source
+    src = tmp_path / "bad_kernel.cu"
+    src.write_text(INLINE_REJECTS["atomicMax on a float*"][0])
+    with pytest.raises(utils.CudaCompileError, match=r"(?s)NVRTC.*bad_kernel\.cu\(4\).*atomicMax"):
+        translate_source(src, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+    good = tmp_path / "good_kernel.cu"
+    good.write_text(INLINE_GOOD)
+    assert translate_source(good, tmp_path / "out").exists()

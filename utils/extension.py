@@ -71,6 +71,8 @@ def translate_source(src: Path, out_dir: Path) -> Path:
     ``out_dir``; other files only when their host code needs adapting."""
     text = src.read_text()
     _tc.check_torch_cuda_includes(text, str(src))
+    if src.suffix == ".cu":  # nvcc compiles its kernels on a GPU (a .cuh only within a .cu)
+        _tc.nvrtc_check_device_code(text, str(src))
     if src.suffix in (".cu", ".cuh"):
         new = ('#include "cuda_emu.h"\n'
                f'#line 1 "{src}"\n' + adapt_torch_host_code(adapt_for_emulator(text)))

@@ -86,6 +86,9 @@ def load_inline(name, cpp_sources, cuda_sources=None, functions=None, extra_cfla
             _tc.check_torch_cuda_includes(s, "main.cpp")
         for k, s in enumerate(cuda):
             _tc.check_torch_cuda_includes(s, "cuda.cu" if len(cuda) == 1 else f"cuda_{k}.cu")
+            # nvcc compiles the kernels on a GPU: what it rejects must not pass in simulation
+            # either. Before the build, which takes much longer than this check.
+            _tc.nvrtc_check_device_code(s, "cuda.cu" if len(cuda) == 1 else f"cuda_{k}.cu")
         sources = [adapt_torch_host_code(s) for s in cpp]
         for k, s in enumerate(cuda):
             fname = "cuda.cu" if len(cuda) == 1 else f"cuda_{k}.cu"

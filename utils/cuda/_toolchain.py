@@ -452,6 +452,195 @@ def check_torch_cuda_includes(text: str, filename: str):
 
 
 # ---------------------------------------------------------------------------------------
+# NVRTC for the device code of load_inline and setup.py sources
+# ---------------------------------------------------------------------------------------
+#: What marks a top-level declaration as device code.
+_DEVICE_MARK = re.compile(r"\b(__global__|__device__|__constant__|__managed__)\b")
+#: What only host code uses: torch, pybind11, the standard library, kernel launches, the CUDA
+#: runtime and the course's host macros. Other top-level declarations (types, constants, plain
+#: helper functions) stay, so that a kernel calling a host helper is rejected as nvcc would.
+_HOST_ONLY = re.compile(r"\b(torch|at|c10|pybind11|py|std)\s*(::|;)|\b(PYBIND11|TORCH|AT|C10)_|<<<|"
+                        r"\bcuda[A-Z]\w*\s*\(|\b(CUDA_CHECK|CHECK_INPUT)\b")
+#: Headers a kernel may need, which NVRTC has; every other <...> header is host code.
+_DEVICE_HEADERS = re.compile(r'^\s*#\s*include\s*(<(cooperative_groups|cuda_fp16\.h|cuda_bf16\.h|mma\.h|'
+                             r'cuda_pipeline|cuda/)[^>]*>|"common\.h")')
+_KEPT_DIRECTIVES = re.compile(r"^\s*#\s*(define|undef|if|ifdef|ifndef|elif|else|endif)\b")
+_DEVICE_HINT = re.compile(r"\b(__global__|__device__|__constant__)\b")
+
+
+def _skip_literal(code: str, i: int) -> int:
+    """The offset just past the string or character literal that starts at ``i``."""
+    q, n = code[i], len(code)
+    i += 1
+    while i < n and code[i] != q and code[i] != "\n":
+        i += 2 if code[i] == "\\" else 1
+    return i + 1
+
+
+def device_part(text: str) -> str | None:
+    """The device code of a source that mixes host code (torch, pybind) with kernels, for
+    NVRTC, which cannot compile host code: top-level ``__global__``/``__device__``
+    functions and variables, ``__constant__`` data, macros, ``common.h``, and the types and
+    plain helpers they may use. Every other character becomes a blank and newlines stay, so
+    NVRTC's line numbers are the learner's. None when there is no kernel."""
+    part = _device_part(text)
+    return part and part[0]
+
+
+#: Top-level declarations that are not functions, and the name of one that is.
+_NOT_A_FUNCTION = re.compile(r"\s*(template\s*<.*>\s*)?(struct|class|union|enum|typedef|using)\b", re.S)
+#: ``template void launcher<float>(...);`` instantiates a host function, which is left out.
+_EXPLICIT_INSTANTIATION = re.compile(r"\s*(extern\s+)?template\b(?!\s*<)")
+_FUNCTION_NAME = re.compile(r"[^=(]*?\b(\w+)\s*\(", re.S)
+
+
+def _device_part(text: str) -> tuple[str, set[int]] | None:
+    """``device_part`` and the lines of the host helpers it kept (as a kernel calls them)."""
+    from ._source import strip_comments
+    code = strip_comments(text)
+    if not _DEVICE_HINT.search(code):
+        return None
+    n = len(code)
+    keep = bytearray(n)  # 1 where the character is kept
+    device, helpers = [], []
+    i = 0
+    while i < n:
+        c = code[i]
+        if c.isspace():
+            i += 1
+            continue
+        if c == "#":  # a preprocessor line, with its continuations
+            j = i
+            while True:
+                e = code.find("\n", j)
+                e = n if e < 0 else e
+                if e > 0 and code[e - 1] == "\\" and e < n:
+                    j = e + 1
+                    continue
+                break
+            line = code[i:e]
+            if _KEPT_DIRECTIVES.match(line) or _DEVICE_HEADERS.match(line):
+                keep[i:e] = b"\1" * (e - i)
+            i = e
+            continue
+        if c == "}":  # the end of a namespace or extern "C" block that was kept open
+            keep[i] = 1
+            i += 1
+            continue
+        # One top-level declaration: up to `;` or to the `}` that closes its body.
+        start, depth, head_end, j = i, 0, None, i
+        while j < n:
+            ch = code[j]
+            if ch in "\"'":
+                j = _skip_literal(code, j)
+                continue
+            if ch == "#" and depth > 0 and not code[code.rfind("\n", 0, j) + 1:j].strip():
+                e = code.find("\n", j)  # a directive inside a body (#pragma unroll) is part of it
+                j = n if e < 0 else e
+                continue
+            if ch == "{":
+                if depth == 0 and head_end is None:
+                    head_end = j
+                    if re.match(r'\s*(inline\s+)?(namespace\b[^{;]*|extern\s*"C"\s*)$', code[start:j]):
+                        break  # its contents are top-level declarations too
+                depth += 1
+            elif ch == "}":
+                depth -= 1
+                if depth == 0:
+                    k = j + 1
+                    while k < n and code[k] in " \t\n":
+                        k += 1
+                    if k < n and code[k] == ";":  # struct S {...}; or an initializer
+                        j = k
+                    break
+            elif ch == ";" and depth == 0:
+                break
+            j += 1
+        if j >= n:
+            break
+        end = j + 1
+        head = code[start:head_end if head_end is not None else end]
+        body = code[start:end]
+        if head_end is not None and code[head_end] == "{" and depth == 0 and end == head_end + 1:
+            keep[start:end] = b"\1" * (end - start)  # namespace X { : kept open
+        elif _DEVICE_MARK.search(head):
+            keep[start:end] = b"\1" * (end - start)
+            device.append(body)
+        elif not _HOST_ONLY.search(body) and not _EXPLICIT_INSTANTIATION.match(head):
+            f = None if _NOT_A_FUNCTION.match(head) else _FUNCTION_NAME.match(head)
+            if f:
+                helpers.append((start, end, f.group(1)))
+            else:  # a type, a constant
+                keep[start:end] = b"\1" * (end - start)
+        i = end
+    # A plain (host) function stays only where device code calls it: NVRTC rejects every host
+    # function, nvcc only those that a kernel calls.
+    dev_code = "\n".join(device)
+    helper_lines = set()
+    for start, end, name in helpers:
+        if re.search(rf"(?<![\w.>:]){re.escape(name)}\s*\(", dev_code):
+            keep[start:end] = b"\1" * (end - start)
+            first = code.count("\n", 0, start) + 1
+            helper_lines.update(range(first, first + code.count("\n", start, end) + 1))
+    kept = "".join(ch if keep[k] or ch == "\n" else " " for k, ch in enumerate(code))
+    return "\n".join(line.rstrip() for line in kept.split("\n")), helper_lines
+
+
+#: NVRTC errors that can come from what the extraction left out (a type, a header, a macro
+#: of the host code) rather than from the kernel: a source whose device part fails only like
+#: this may still be fine for nvcc, and the host compiler checks it anyway.
+_MAYBE_EXTRACTION = re.compile(r'is undefined|has no member|is not a template|must be a class or namespace|'
+                               r'incomplete type|explicit type is missing|expected a|not a type name|'
+                               r'cannot open source file|undefined type|is not a member|namespace name|'
+                               r'from a __host__ function\b')
+
+
+def _error_line(error: str, filename: str) -> int:
+    m = re.match(rf"{re.escape(filename)}\((\d+)\)", error.strip())
+    return int(m.group(1)) if m else 0
+
+
+def nvrtc_check_device_code(text: str, filename: str, include_dir: Path | None = None):
+    """``nvrtc_check`` for the kernels of a source that also has host code (load_inline,
+    setup.py, CMake): only its device part is compiled; sources without a kernel pass."""
+    nv = nvrtc()
+    if nv is None or not NVRTC_PARITY:
+        return
+    part = _device_part(text)
+    if part is None:
+        return
+    dev, helper_lines = part
+    src = nvrtc_source(dev, filename)
+    opts = nvrtc_options("compute_90", include_dir)
+    key = cache_key("check-device", src, " ".join(opts), nv.version, headers_digest(include_dir))
+    ok = _cache_dir("nvrtc-check") / f"{key}.ok"
+    if ok.exists():
+        return
+    res = nv.compile(src, filename, opts)
+    # A host function in the part (a struct's method, say) that no kernel calls: nvcc accepts
+    # it, so its error is left out, and so are warnings.
+    log, errors, skipping = [], [], False
+    for line in res.log.splitlines():
+        if line.startswith(f"{filename}(") or line.startswith("Remark"):
+            # warnings too: the blanked host code leaves functions "never referenced"
+            skipping = ": error" not in line or ("not allowed in JIT mode" in line
+                                                 and _error_line(line, filename) not in helper_lines)
+            if not skipping and ": error" in line:
+                errors.append(line)
+        elif re.match(r"\d+ errors? detected", line):
+            skipping = False
+            continue
+        if not skipping:
+            log.append(line)
+    if res.ok or not errors or any(_MAYBE_EXTRACTION.search(e) for e in errors):
+        write_atomic(ok, b"")
+        return
+    log = _clean_log("\n".join(log), "")
+    raise CudaCompileError(f"CUDA C++ compilation of the kernels in `{filename}` failed (NVRTC, the compiler a "
+                           f"GPU uses; the CPU emulator would accept this code, but nvcc on a GPU would not):\n{log}")
+
+
+# ---------------------------------------------------------------------------------------
 # PTX, SASS, resources
 # ---------------------------------------------------------------------------------------
 def compile_for_gpu(text: str, name: str, filename: str, include_dir: Path | None, arch: str,
