@@ -243,7 +243,7 @@ def test_interrupt_stops_a_hung_kernel():
     import signal
     import threading
     ks = k(SPIN, "spin")
-    timer = threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGINT))
+    timer = threading.Timer(0.5, lambda: signal.pthread_kill(threading.main_thread().ident, signal.SIGINT))
     timer.start()
     t = time.perf_counter()
     with pytest.raises(KeyboardInterrupt, match="spin interrupted"):

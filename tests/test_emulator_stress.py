@@ -105,13 +105,15 @@ def test_interrupts_during_and_after_faulting_launches():
     with pytest.raises(utils.KernelFault), utils.race_detection(False):
         kern("overrun")[2, 256](torch.zeros(256), 17_000)
     spin = kern("spin_then_fault")  # compiled before the timer starts
-    timer = threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGINT))
+    # The interrupts go to the main thread, as a notebook's stop button reaches its kernel: a
+    # signal sent to the whole process may be taken by any thread (timers, simulator workers).
+    timer = threading.Timer(0.5, lambda: signal.pthread_kill(threading.main_thread().ident, signal.SIGINT))
     timer.start()
     with pytest.raises(KeyboardInterrupt, match="interrupted"):
         spin[1, 1](torch.zeros(1, dtype=torch.int32))
     timer.join()
     # after the faulting launches, an interrupt is Python's again
     with pytest.raises(KeyboardInterrupt):
-        os.kill(os.getpid(), signal.SIGINT)
+        signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
         time.sleep(1)
     still_works()

@@ -371,7 +371,7 @@ def test_interrupt_stops_a_kernel_stuck_in_a_loop():
         while not launch_over.is_set() and time.monotonic() < deadline:
             time.sleep(0.5)
             if kernel._kernel_context is not None and not launch_over.is_set():
-                os.kill(os.getpid(), signal.SIGINT)
+                signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
 
     sender = threading.Thread(target=interrupt_while_launched, daemon=True)
     sender.start()
