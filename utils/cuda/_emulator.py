@@ -10,6 +10,7 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -366,6 +367,19 @@ class CaptureStdout:
 # ---------------------------------------------------------------------------------------
 # Launch
 # ---------------------------------------------------------------------------------------
+def python_handles_interrupts():
+    """Give SIGINT back to Python after a launch. A kernel library catches it while its threads
+    run (the notebook's stop button) and puts the previous handler back; re-installing Python's
+    own makes sure the next Ctrl-C reaches Python whatever path the launch took out (a fault,
+    another library's emulator state). Only the main thread may set signal handlers."""
+    if threading.current_thread() is threading.main_thread():
+        handler = signal.getsignal(signal.SIGINT)
+        if handler is not None:
+            signal.signal(signal.SIGINT, handler)
+        # a fiber switch that unwound through a fault may leave SIGINT blocked in this thread
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
 SIGNALS = {11: "SIGSEGV", 7: "SIGBUS", 8: "SIGFPE", 4: "SIGILL", 6: "SIGABRT", 2: "SIGINT", 10: "SIGBUS"}
 
 
@@ -441,6 +455,7 @@ def launch(lib: EmuLibrary, kname: str, params: list[Param], grid, block, shared
             finally:
                 if lib.racecheck:
                     lib.lib.emu_race_end()
+                python_handles_interrupts()
             fault = lib.lib.emu_fault().contents if rc else None
             if rc == 8:
                 raise _race_fault(lib, kname, params, watched)

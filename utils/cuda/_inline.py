@@ -117,7 +117,7 @@ def wrap_emulated_module(mod, uses_printf: bool):
     in kernels raise ``KernelFault``, kernel ``printf`` output goes to ``sys.stdout``, and
     the current ``emulation_schedule`` applies."""
     from . import _current_schedule
-    from ._emulator import _LAUNCH_LOCK, CaptureStdout, FaultInfo
+    from ._emulator import _LAUNCH_LOCK, CaptureStdout, FaultInfo, python_handles_interrupts
     lib = ctypes.CDLL(mod.__file__)
     lib.emu_fault.restype = ctypes.POINTER(FaultInfo)
     lib.emu_set_schedule.argtypes = [ctypes.c_int, ctypes.c_ulonglong]
@@ -147,6 +147,8 @@ def wrap_emulated_module(mod, uses_printf: bool):
                         msg = str(e) or fault.msg.decode(errors="replace")
                         raise KernelFault(msg) from None
                     raise
+                finally:
+                    python_handles_interrupts()
         return call
 
     for attr in dir(mod):
