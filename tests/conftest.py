@@ -15,3 +15,13 @@ def emulator_only(monkeypatch):
     which checks every emulated kernel, would rightly reject that code)."""
     from utils.cuda import _toolchain
     monkeypatch.setattr(_toolchain, "NVRTC_PARITY", False)
+
+
+@pytest.fixture
+def python_gets_sigint():
+    """For the tests of interrupting a launch. A long test process has loaded many libraries
+    before them, and one may have left SIGINT blocked or handled outside Python; a notebook's
+    kernel starts with Python's own handler, so the tests start from there too."""
+    import signal
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})

@@ -237,7 +237,7 @@ __global__ void spin(volatile int* flag) {
 """
 
 
-def test_interrupt_stops_a_hung_kernel():
+def test_interrupt_stops_a_hung_kernel(python_gets_sigint):
     """The notebook's interrupt button (SIGINT) stops a kernel that never ends."""
     import os
     import signal

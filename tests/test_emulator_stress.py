@@ -100,7 +100,7 @@ def test_wild_pointers_recursion_exit_abort_and_assert():
     still_works()
 
 
-def test_interrupts_during_and_after_faulting_launches():
+def test_interrupts_during_and_after_faulting_launches(python_gets_sigint):
     # a far overrun first: it must not have damaged the emulator's saved signal handlers
     with pytest.raises(utils.KernelFault), utils.race_detection(False):
         kern("overrun")[2, 256](torch.zeros(256), 17_000)

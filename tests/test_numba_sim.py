@@ -353,7 +353,7 @@ def spin_kernel(flag):
 
 
 @sim_only
-def test_interrupt_stops_a_kernel_stuck_in_a_loop():
+def test_interrupt_stops_a_kernel_stuck_in_a_loop(python_gets_sigint):
     import os
     import signal
     import time
