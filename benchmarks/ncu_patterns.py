@@ -102,6 +102,14 @@ def _transpose_args(device):
     return (_randn(device, ROWS, COLS), _zeros(device, COLS, ROWS), ROWS, COLS), {}
 
 
+def _distinct_args(device):
+    return (_randn(device, N), _zeros(device, N), N), {}
+
+
+def _ticket_args(device):
+    return (torch.zeros(1, dtype=torch.int32, device=device), torch.zeros(N, dtype=torch.int32, device=device), N), {}
+
+
 def _partials_args(blocks):
     def make(device):
         return (_randn(device, N), _zeros(device, blocks), N), {}
@@ -175,6 +183,10 @@ _LIST = [
          _UNARY, what="if on the warp index: no divergence"),
     Case("atomic_one_address", "cuda", "patterns", "atomic_one_address_kernel", _GRID1, (BLOCK,), _sum_args,
          N * F32 + F32, exact=True, what="every thread atomicAdds into out[0]"),
+    Case("atomic_distinct", "cuda", "patterns", "atomic_distinct_kernel", _GRID1, (BLOCK,), _distinct_args,
+         3 * N * F32, exact=True, what="thread i atomicAdds into out[i]: no collisions"),
+    Case("atomic_ticket", "cuda", "patterns", "atomic_ticket_kernel", _GRID1, (BLOCK,), _ticket_args,
+         N * 4 + 4, exact=True, what="an atomicAdd whose old value is used: ATOM, not RED"),
     # ---- the course's reference CUDA kernels ----
     Case("relu", "cuda", "relu", "relu_kernel", _GRID1, (BLOCK,), _copy_args(), _UNARY, kind="reference",
          exact=True, what="relu v1, one thread per element"),

@@ -43,6 +43,10 @@ def _reference(name, args):
         return args[1], torch.where(first, a, b)
     if name == "atomic_one_address":
         return args[1], args[0].sum().reshape(1)
+    if name == "atomic_distinct":
+        return args[1], args[0]
+    if name == "atomic_ticket":  # every ticket 0..N-1 handed out once, in any order
+        return args[1].sort().values, torch.arange(N, dtype=torch.int32, device=args[1].device)
     raise KeyError(name)
 
 

@@ -180,3 +180,17 @@ __global__ void atomic_one_address_kernel(const float* __restrict__ x_ptr, float
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) atomicAdd(out_ptr, x_ptr[i]);
 }
+
+// Atomics to different addresses: thread i adds into out[i], so no two lanes collide. The
+// result is unused, so this is a reduction (RED) too; a warp's 32 additions touch 4 sectors.
+__global__ void atomic_distinct_kernel(const float* __restrict__ x_ptr, float* out_ptr, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) atomicAdd(&out_ptr[i], x_ptr[i]);
+}
+
+// An atomic whose result is used (each thread takes a ticket from one counter): the hardware
+// must return the old value to every lane, so this is an ATOM, not a RED.
+__global__ void atomic_ticket_kernel(int* counter_ptr, int* ticket_ptr, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) ticket_ptr[i] = atomicAdd(counter_ptr, 1);
+}

@@ -1,0 +1,228 @@
+"""The course's profiler in simulation against Nsight Compute on an H100, case by case.
+
+The ncu side is recorded (``benchmarks/results/ncu-h100.json``, written on the GPU by
+``benchmarks/ncu_gpu_run.sh``); the simulated side is computed here with ``utils.profile``
+for every case of ``benchmarks/ncu_patterns.py``. Writes ``benchmarks/results/ncu-vs-sim.json``
+and ``.md``: both sides, their ratio and a verdict per metric, and every metric left out with
+the reason. ``tests/test_ncu_vs_sim.py`` recomputes the simulated side in CI.
+
+    COURSE_SIMULATE=1 python benchmarks/ncu_vs_sim.py
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import utils  # noqa: E402
+from benchmarks.ncu_patterns import CASES  # noqa: E402
+
+RESULTS = ROOT / "benchmarks" / "results"
+NCU_JSON = RESULTS / "ncu-h100.json"
+OUT_JSON = RESULTS / "ncu-vs-sim.json"
+OUT_MD = RESULTS / "ncu-vs-sim.md"
+
+#: How close the simulation must come: within 10% of ncu, and equal for the simple patterns'
+#: memory counters (requests, sectors, wavefronts, bank conflicts are properties of the access
+#: pattern, so there is nothing to approximate).
+TOLERANCE = 0.10
+
+_G = "l1tex__t_{}_pipe_lsu_mem_global_op_{}.sum"
+GLOBAL = [_G.format(w, op) for w in ("requests", "sectors") for op in ("ld", "st", "atom", "red")]
+SHARED = [f"l1tex__data_pipe_lsu_wavefronts_mem_shared_op_{op}.sum" for op in ("ld", "st")] + \
+         [f"l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_{op}.sum" for op in ("ld", "st")] + \
+         [f"sm__sass_inst_executed_op_shared_{op}.sum" for op in ("ld", "st")]
+COUNTS = GLOBAL + SHARED
+LANES = "smsp__thread_inst_executed_per_inst_executed.ratio"
+LAUNCH = ["launch__registers_per_thread", "launch__shared_mem_per_block_static",
+          "launch__occupancy_limit_blocks", "launch__occupancy_limit_registers",
+          "launch__occupancy_limit_shared_mem", "launch__occupancy_limit_warps",
+          "sm__maximum_warps_per_active_cycle_pct"]
+COMPARED = COUNTS + [LANES] + LAUNCH
+#: Not an ncu metric: the bytes of the global sectors both sides moved, (ld + st sectors) x 32
+#: on the ncu side, ``Profile.bytes_moved`` in simulation. The one memory figure the Triton
+#: interpreter can give (it runs a program's block as whole arrays: no warps, no requests).
+BYTES = "global bytes moved (sectors x 32)"
+
+#: Why a metric has no simulated value, by backend (the reasons the .md table prints).
+LEFT_OUT = {
+    ("triton", "requests"): ("requests depend on the vector width Triton's compiler picks for each "
+                             "load (16-byte accesses where it can prove alignment); the interpreter "
+                             "runs a program's block as whole arrays, with no warps"),
+    ("triton", "sectors"): "compared as bytes moved (the interpreter has no warps to group into requests)",
+    ("triton", "shared"): ("Triton's compiler places reductions' scratch in shared memory itself; "
+                           "the interpreter has no shared memory"),
+    ("triton", "lanes"): "the interpreter has no threads: it reports the fraction of masked-off lanes instead",
+    ("triton", "launch"): ("registers, shared memory and occupancy come from Triton's compiler on a GPU; "
+                           "the interpreter compiles nothing"),
+    ("cuda", "launch"): ("registers come from ptxas (utils.cuda_resources): without a CUDA toolkit the "
+                         "occupancy that depends on them is unknown"),
+    ("cuda", "other"): "not produced by the emulator's profiler",
+}
+
+
+def _family(metric: str) -> str:
+    if metric in LAUNCH:
+        return "launch"
+    if metric == LANES:
+        return "lanes"
+    if "shared" in metric:
+        return "shared"
+    if "requests" in metric:
+        return "requests"
+    if "sectors" in metric:
+        return "sectors"
+    return "other"
+
+
+def left_out_reason(backend: str, metric: str) -> str:
+    return LEFT_OUT.get((backend, _family(metric))) or LEFT_OUT[("cuda", "other")]
+
+
+def simulate(case):
+    """``utils.profile`` of one case (the launch runs once), and the seconds it took."""
+    made = case.make_args(utils.DEVICE)
+    args, kwargs = made
+    k = case.load()
+    t0 = time.perf_counter()
+    if case.backend == "cuda":
+        p = utils.profile(k, case.grid, case.block, *args, shared=case.shared)
+    else:
+        p = utils.profile(k, case.grid, *args, **kwargs)
+    return p, time.perf_counter() - t0
+
+
+def sim_values(case, p) -> dict:
+    """The simulated metrics to compare (ncu names), plus BYTES."""
+    out = {m: p.metrics[m] for m in COMPARED if m in p.metrics}
+    if p.bytes_moved is not None:
+        out[BYTES] = p.bytes_moved
+    return out
+
+
+def ncu_values(ncu: dict) -> dict:
+    out = {m: ncu[m] for m in COMPARED if m in ncu}
+    ld, st = ncu.get(_G.format("sectors", "ld")), ncu.get(_G.format("sectors", "st"))
+    if ld is not None and st is not None:
+        out[BYTES] = 32 * (ld + st)
+    return out
+
+
+def verdict(metric: str, hw, sim, exact: bool) -> str:
+    """'exact', 'ok' (within TOLERANCE) or 'FAIL ...'."""
+    if hw == sim:
+        return "exact"
+    if exact and metric in COUNTS:
+        return "FAIL (must be exact)"
+    if hw == 0:
+        return "FAIL (ncu counts 0)"
+    return "ok" if abs(sim - hw) <= TOLERANCE * abs(hw) else "FAIL (off by more than 10%)"
+
+
+def compare_case(case, hw: dict, sim: dict) -> dict:
+    """Every metric ncu recorded for the case: both sides and the verdict, or why the
+    simulation has no value."""
+    rows, left_out = [], {}
+    for metric in [*COMPARED, BYTES]:
+        if metric not in hw:
+            continue
+        if metric not in sim:
+            left_out[metric] = left_out_reason(case.backend, metric)
+            continue
+        h, s = hw[metric], sim[metric]
+        rows.append({"metric": metric, "ncu": h, "sim": s,
+                     "ratio": (s / h) if h else (1.0 if s == h else None),
+                     "verdict": verdict(metric, h, s, case.exact)})
+    return {"rows": rows, "left_out": left_out}
+
+
+def load_ncu(path=NCU_JSON) -> dict:
+    return json.loads(Path(path).read_text())
+
+
+def run(cases=None, ncu_path=NCU_JSON) -> dict:
+    recorded = load_ncu(ncu_path)
+    result = {"ncu": {k: recorded[k] for k in ("commit", "gpu", "ncu_version")},
+              "commit": os.environ.get("COURSE_COMMIT", "unknown"),
+              "tolerance": TOLERANCE, "cases": {}}
+    for case in (cases or CASES.values()):
+        p, seconds = simulate(case)
+        hw = ncu_values(recorded["cases"][case.name]["ncu"])
+        cmp = compare_case(case, hw, sim_values(case, p))
+        result["cases"][case.name] = {"kernel": case.kernel, "backend": case.backend, "kind": case.kind,
+                                      "exact": case.exact, "what": case.what, "sim_backend": p.backend,
+                                      "sim_seconds": round(seconds, 3), **cmp}
+        bad = [r["metric"] for r in cmp["rows"] if r["verdict"].startswith("FAIL")]
+        print(f"{case.name:22s} {seconds:5.2f} s  {len(cmp['rows'])} compared  "
+              f"{'FAIL: ' + ', '.join(bad) if bad else 'ok'}", flush=True)
+    return result
+
+
+def _short(metric: str) -> str:
+    return (metric.replace("l1tex__t_", "").replace("_pipe_lsu_mem_global_op_", " global ")
+            .replace("l1tex__data_pipe_lsu_wavefronts_mem_shared_op_", "wavefronts shared ")
+            .replace("l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_", "bank conflicts shared ")
+            .replace("sm__sass_inst_executed_op_shared_", "instructions shared ")
+            .replace(".sum", "").replace(".ratio", ""))
+
+
+def _fmt(x) -> str:
+    if x is None:
+        return "-"
+    if isinstance(x, float) and not float(x).is_integer():
+        return f"{x:,.2f}"
+    return f"{int(x):,}"
+
+
+def to_markdown(result: dict) -> str:
+    n = result["ncu"]
+    lines = [
+        "# The course's profiler in simulation against Nsight Compute",
+        "",
+        f"ncu side: {n['gpu']}, Nsight Compute {n['ncu_version']}, measured at commit {n['commit']} "
+        "(`benchmarks/results/ncu-h100.json`). Simulated side: `utils.profile` on a CPU, "
+        f"computed at commit {result['commit']} by `benchmarks/ncu_vs_sim.py`.",
+        "",
+        f"Verdicts: *exact*; *ok*, within {int(result['tolerance'] * 100)}%; cases marked exact must "
+        "match their memory counters (requests, sectors, wavefronts, bank conflicts) exactly. "
+        "Metrics ncu counted as 0 on both sides are listed once per case as zeros.",
+        "",
+    ]
+    fails = [(c, r) for c, d in result["cases"].items() for r in d["rows"] if r["verdict"].startswith("FAIL")]
+    lines += [f"**{sum(len(d['rows']) for d in result['cases'].values())} comparisons in "
+              f"{len(result['cases'])} cases, {len(fails)} failing.**", ""]
+    for name, d in result["cases"].items():
+        lines += [f"## {name} ({d['kernel']}, {d['kind']}{', exact' if d['exact'] else ''})", "",
+                  f"{d['what']}. Simulated in {d['sim_seconds']:.2f} s ({d['sim_backend']}).", ""]
+        nonzero = [r for r in d["rows"] if not (r["ncu"] == 0 and r["sim"] == 0)]
+        zeros = [_short(r["metric"]) for r in d["rows"] if r["ncu"] == 0 and r["sim"] == 0]
+        if nonzero:
+            lines += ["| metric | ncu | simulation | sim / ncu | verdict |", "|---|---:|---:|---:|---|"]
+            for r in nonzero:
+                ratio = "-" if r["ratio"] is None else f"{r['ratio']:.3f}"
+                lines.append(f"| {_short(r['metric'])} | {_fmt(r['ncu'])} | {_fmt(r['sim'])} | {ratio} | {r['verdict']} |")
+            lines.append("")
+        if zeros:
+            lines += ["Zero on both sides: " + ", ".join(zeros) + ".", ""]
+        if d["left_out"]:
+            reasons = {}
+            for m, why in d["left_out"].items():
+                reasons.setdefault(why, []).append(_short(m))
+            lines += [f"Left out: {', '.join(ms)}: {why}." for why, ms in reasons.items()] + [""]
+    return "\n".join(lines)
+
+
+def main():
+    result = run()
+    OUT_JSON.write_text(json.dumps(result, indent=1) + "\n")
+    OUT_MD.write_text(to_markdown(result))
+    print(f"wrote {OUT_JSON.relative_to(ROOT)} and {OUT_MD.relative_to(ROOT)}")
+
+
+if __name__ == "__main__":
+    main()
