@@ -155,7 +155,7 @@ _LIST = [
     Case("copy_coalesced", "cuda", "patterns", "copy_coalesced_kernel", _GRID1, (BLOCK,), _copy_args(),
          _UNARY, exact=True, what="4 sectors per request"),
     Case("copy_strided_2", "cuda", "patterns", "copy_strided_kernel", _GRID1, (BLOCK,),
-         _copy_args(scale=2, tail=(2,)), _UNARY, exact=True, what="loads 8 byte apart: 8 sectors per request"),
+         _copy_args(scale=2, tail=(2,)), _UNARY, exact=True, what="loads 8 bytes apart: 8 sectors per request"),
     Case("copy_strided_32", "cuda", "patterns", "copy_strided_kernel", _GRID1, (BLOCK,),
          _copy_args(scale=32, tail=(32,)), _UNARY, exact=True, what="loads 128 bytes apart: 32 sectors per request"),
     Case("copy_misaligned", "cuda", "patterns", "copy_misaligned_kernel", _GRID1, (BLOCK,),

@@ -44,8 +44,8 @@ LAUNCH = ["launch__registers_per_thread", "launch__shared_mem_per_block_static",
           "launch__occupancy_limit_shared_mem", "launch__occupancy_limit_warps",
           "sm__maximum_warps_per_active_cycle_pct"]
 COMPARED = COUNTS + [LANES] + LAUNCH
-#: Not an ncu metric: the bytes of the global sectors both sides moved, (ld + st sectors) x 32
-#: on the ncu side, ``Profile.bytes_moved`` in simulation. The one memory figure the Triton
+#: Not an ncu metric: the bytes of the global sectors both sides moved, (ld + st + atom + red
+#: sectors) x 32 on the ncu side, ``Profile.bytes_moved`` in simulation. The one memory figure the Triton
 #: interpreter can give (it runs a program's block as whole arrays: no warps, no requests).
 BYTES = "global bytes moved (sectors x 32)"
 
@@ -60,9 +60,28 @@ LEFT_OUT = {
     ("triton", "lanes"): "the interpreter has no threads: it reports the fraction of masked-off lanes instead",
     ("triton", "launch"): ("registers, shared memory and occupancy come from Triton's compiler on a GPU; "
                            "the interpreter compiles nothing"),
-    ("cuda", "launch"): ("registers come from ptxas (utils.cuda_resources): without a CUDA toolkit the "
-                         "occupancy that depends on them is unknown"),
+    ("cuda", "launch"): ("not in the simulated profile: occupancy needs the registers from ptxas "
+                         "(utils.cuda_resources, which needs NVRTC) and the GPU's limits (utils.occupancy)"),
     ("cuda", "other"): "not produced by the emulator's profiler",
+}
+
+
+#: Cases where the simulation counts differently from the hardware, and why (read from the
+#: SASS: ``utils.cuda_sass``). The CI test expects exactly these to fail (strictly: once the
+#: counting is fixed, the entry must go).
+KNOWN = {
+    "relu_vec4": ("the float4 load of a float* cast to float4* is counted as four 4-byte accesses (the "
+                  "host compiler splits the struct copy into its four floats); the GPU issues one 16-byte "
+                  "LDG.E.128 per lane, one request per warp"),
+    "gelu_vec4": "as relu_vec4: each float4 access counted as four 4-byte requests",
+    "sum_partials": "as relu_vec4: each float4 load counted as four 4-byte requests",
+    "sum_interleaved": ("nvcc turns the short `if (t % (2 * s) == 0)` body into predicated instructions "
+                        "(@!P1 LDS, LDS, FADD, STS: no branch), so every lane of the warp stays active in "
+                        "ncu's lanes per instruction (31.9); the emulator counts the lanes that take the branch"),
+    "atomic_ticket": ("nvcc aggregates an integer atomicAdd of the same value to one address across the warp "
+                      "(VOTEU.ANY, POPC, then one lane's ATOMG): 1 sector per request; the emulator counts "
+                      "the 32 lanes' atomics to one address as 32 sectors, as for the float RED, which is not "
+                      "aggregated"),
 }
 
 
@@ -85,7 +104,8 @@ def left_out_reason(backend: str, metric: str) -> str:
 
 
 def simulate(case):
-    """``utils.profile`` of one case (the launch runs once), and the seconds it took."""
+    """``utils.profile`` of one case (the launch runs once), and the seconds it took.
+    NotImplementedError where this version of the course cannot profile the kernel's kind."""
     made = case.make_args(utils.DEVICE)
     args, kwargs = made
     k = case.load()
@@ -107,9 +127,9 @@ def sim_values(case, p) -> dict:
 
 def ncu_values(ncu: dict) -> dict:
     out = {m: ncu[m] for m in COMPARED if m in ncu}
-    ld, st = ncu.get(_G.format("sectors", "ld")), ncu.get(_G.format("sectors", "st"))
-    if ld is not None and st is not None:
-        out[BYTES] = 32 * (ld + st)
+    sectors = [ncu.get(_G.format("sectors", op)) for op in ("ld", "st", "atom", "red")]
+    if all(x is not None for x in sectors):
+        out[BYTES] = 32 * sum(sectors)
     return out
 
 
@@ -141,6 +161,15 @@ def compare_case(case, hw: dict, sim: dict) -> dict:
     return {"rows": rows, "left_out": left_out}
 
 
+def _head() -> str:
+    import subprocess
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                              text=True, timeout=10).stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
 def load_ncu(path=NCU_JSON) -> dict:
     return json.loads(Path(path).read_text())
 
@@ -148,11 +177,18 @@ def load_ncu(path=NCU_JSON) -> dict:
 def run(cases=None, ncu_path=NCU_JSON) -> dict:
     recorded = load_ncu(ncu_path)
     result = {"ncu": {k: recorded[k] for k in ("commit", "gpu", "ncu_version")},
-              "commit": os.environ.get("COURSE_COMMIT", "unknown"),
+              "commit": os.environ.get("COURSE_COMMIT") or _head(),
               "tolerance": TOLERANCE, "cases": {}}
     for case in (cases or CASES.values()):
-        p, seconds = simulate(case)
         hw = ncu_values(recorded["cases"][case.name]["ncu"])
+        try:
+            p, seconds = simulate(case)
+        except NotImplementedError as e:
+            result["cases"][case.name] = {"kernel": case.kernel, "backend": case.backend, "kind": case.kind,
+                                          "exact": case.exact, "what": case.what, "not_simulated": str(e),
+                                          "rows": [], "left_out": {m: str(e) for m in hw}}
+            print(f"{case.name:22s} not simulated: {e}", flush=True)
+            continue
         cmp = compare_case(case, hw, sim_values(case, p))
         result["cases"][case.name] = {"kernel": case.kernel, "backend": case.backend, "kind": case.kind,
                                       "exact": case.exact, "what": case.what, "sim_backend": p.backend,
@@ -195,10 +231,27 @@ def to_markdown(result: dict) -> str:
     ]
     fails = [(c, r) for c, d in result["cases"].items() for r in d["rows"] if r["verdict"].startswith("FAIL")]
     lines += [f"**{sum(len(d['rows']) for d in result['cases'].values())} comparisons in "
-              f"{len(result['cases'])} cases, {len(fails)} failing.**", ""]
+              f"{len(result['cases'])} cases, {len(fails)} failing, in "
+              f"{len({c for c, _ in fails})} cases.**", "",
+              "| case | kind | compared | exact | within 10% | failing | simulated in |",
+              "|---|---|---:|---:|---:|---:|---:|"]
     for name, d in result["cases"].items():
-        lines += [f"## {name} ({d['kernel']}, {d['kind']}{', exact' if d['exact'] else ''})", "",
-                  f"{d['what']}. Simulated in {d['sim_seconds']:.2f} s ({d['sim_backend']}).", ""]
+        v = [r["verdict"] for r in d["rows"]]
+        took = "not simulated" if "not_simulated" in d else f"{d['sim_seconds']:.2f} s"
+        lines.append(f"| {name} | {d['kind']} | {len(v)} | {v.count('exact')} | {v.count('ok')} | "
+                     f"{sum(x.startswith('FAIL') for x in v)} | {took} |")
+    lines += ["", "Why the failing cases fail (read from the kernels' SASS):", ""]
+    lines += [f"- **{c}**: {why}." for c, why in KNOWN.items() if c in {n for n, _ in fails}]
+    unexplained = sorted({c for c, _ in fails} - set(KNOWN))
+    if unexplained:
+        lines.append(f"- not yet explained: {', '.join(unexplained)}.")
+    lines.append("")
+    for name, d in result["cases"].items():
+        lines += [f"## {name} ({d['kernel']}, {d['kind']}{', exact' if d['exact'] else ''})", ""]
+        if "not_simulated" in d:
+            lines += [f"{d['what']}. Not simulated: {d['not_simulated']}", ""]
+            continue
+        lines += [f"{d['what']}. Simulated in {d['sim_seconds']:.2f} s ({d['sim_backend']}).", ""]
         nonzero = [r for r in d["rows"] if not (r["ncu"] == 0 and r["sim"] == 0)]
         zeros = [_short(r["metric"]) for r in d["rows"] if r["ncu"] == 0 and r["sim"] == 0]
         if nonzero:

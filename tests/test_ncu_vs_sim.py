@@ -1,0 +1,47 @@
+"""The course's profiler against Nsight Compute: the simulated counters of every case of
+benchmarks/ncu_patterns.py, recomputed here, agree with the H100's recorded ones
+(benchmarks/results/ncu-h100.json) within 10%, exactly for the simple patterns, and with the
+comparison table committed in benchmarks/results/ncu-vs-sim.json."""
+import json
+
+import pytest
+
+import utils
+from benchmarks import ncu_vs_sim as cmp
+from benchmarks.ncu_patterns import CASES
+
+pytestmark = pytest.mark.skipif(not utils.SIMULATE, reason="compares the simulation with recorded GPU counters")
+
+RECORDED = cmp.load_ncu()
+TABLE = json.loads(cmp.OUT_JSON.read_text()) if cmp.OUT_JSON.exists() else {"cases": {}}
+
+def test_every_case_was_measured_on_the_gpu():
+    assert set(CASES) <= set(RECORDED["cases"])
+    assert RECORDED["gpu"].startswith("NVIDIA H100")
+    assert sum(c.kind == "pattern" for c in CASES.values()) >= 12
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_simulation_matches_ncu(name, request):
+    case = CASES[name]
+    if name in cmp.KNOWN:
+        request.applymarker(pytest.mark.xfail(reason=cmp.KNOWN[name], strict=True))
+    try:
+        p, seconds = cmp.simulate(case)
+    except NotImplementedError as e:
+        pytest.skip(str(e))
+    hw = cmp.ncu_values(RECORDED["cases"][name]["ncu"])
+    sim = cmp.sim_values(case, p)
+    result = cmp.compare_case(case, hw, sim)
+    # the memory counters the emulator always produces for a CUDA kernel are compared, not left out
+    if case.backend == "cuda":
+        compared = {r["metric"] for r in result["rows"]}
+        assert set(cmp.GLOBAL) <= compared, f"not compared: {set(cmp.GLOBAL) - compared}"
+    bad = [f"{r['metric']}: ncu {r['ncu']}, simulation {r['sim']} ({r['verdict']})"
+           for r in result["rows"] if r["verdict"].startswith("FAIL")]
+    assert not bad, "\n".join(bad)
+    # the committed table shows what the simulation computes now
+    assert name in TABLE["cases"], "benchmarks/results/ncu-vs-sim.json lacks this case: run benchmarks/ncu_vs_sim.py"
+    recorded_rows = {r["metric"]: r["sim"] for r in TABLE["cases"][name]["rows"]}
+    stale = {m: (recorded_rows[m], v) for m, v in sim.items() if m in recorded_rows and recorded_rows[m] != v}
+    assert not stale, f"benchmarks/results/ncu-vs-sim.json is stale for {name}: {stale}"
