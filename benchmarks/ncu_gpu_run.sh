@@ -58,7 +58,10 @@ if [ -n "$NSYS" ]; then
     # importer (QdstrmImporter) sits in the same install.
     if [ ! -f /tmp/loop.nsys-rep ] && [ -f /tmp/loop.qdstrm ]; then
         IMP=$(find "$(dirname "$NSYS")/.." /opt/nvidia -name 'QdstrmImporter*' -type f 2>/dev/null | head -1)
-        echo "importer: ${IMP:-none}"; [ -n "$IMP" ] && timeout 90 "$IMP" -i /tmp/loop.qdstrm 2>&1 | tail -3
+        # it needs libdw, which the machine may have outside the loader's path
+        DW=$(find / -xdev -name 'libdw.so.1' 2>/dev/null | head -1)
+        echo "importer: ${IMP:-none}, libdw: ${DW:-none}"
+        [ -n "$IMP" ] && LD_LIBRARY_PATH=${DW:+$(dirname "$DW"):}${LD_LIBRARY_PATH:-} timeout 90 "$IMP" -i /tmp/loop.qdstrm 2>&1 | tail -3
     fi
     timeout 90 $NSYS stats --report cuda_api_sum,cuda_gpu_kern_sum,osrt_sum /tmp/loop.nsys-rep > $R/h100-profiler-nsys.txt 2>&1
     echo "rc=$?"; head -30 $R/h100-profiler-nsys.txt

@@ -190,10 +190,14 @@ def cmd_loop(trace_path: str | None = None, steps: int = 6) -> None:
     cudaStreamSynchronize / memcpy on the host while the GPU finishes the step's kernels)."""
     torch.manual_seed(0)
     dev = utils.DEVICE
-    model = torch.nn.Sequential(torch.nn.Linear(512, 2048), torch.nn.GELU(), torch.nn.Linear(2048, 10)).to(dev)
+    # On a GPU each step's matrix products take tens of milliseconds, far longer than the host
+    # needs to queue them, so the host reaches print(loss) early and waits there. On a CPU
+    # (where this only checks that the loop runs) the sizes are small.
+    width, batch = (256, 512) if utils.SIMULATE else (4096, 8192)
+    model = torch.nn.Sequential(torch.nn.Linear(width, width), torch.nn.GELU(), torch.nn.Linear(width, 10)).to(dev)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    x = torch.randn(4096, 512, device=dev)
-    target = torch.randint(0, 10, (4096,), device=dev)
+    x = torch.randn(batch, width, device=dev)
+    target = torch.randint(0, 10, (batch,), device=dev)
 
     def step():
         opt.zero_grad(set_to_none=True)
