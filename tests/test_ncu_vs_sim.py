@@ -45,3 +45,31 @@ def test_simulation_matches_ncu(name, request):
     recorded_rows = {r["metric"]: r["sim"] for r in TABLE["cases"][name]["rows"]}
     stale = {m: (recorded_rows[m], v) for m, v in sim.items() if m in recorded_rows and recorded_rows[m] != v}
     assert not stale, f"benchmarks/results/ncu-vs-sim.json is stale for {name}: {stale}"
+
+
+def test_ncu_raw_csv_rows_become_numbers():
+    from benchmarks.ncu_run import parse_raw_csv
+    text = "\n".join([
+        "==PROF== Connected to process 1",
+        '"ID","Kernel Name","l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum","smsp__thread_inst_executed_per_inst_executed.ratio"',
+        '"","","sector",""',
+        '"0","copy_coalesced_kernel(const float *, float *, int)","8,192","31.5"',
+        '"1","relu_kernel","n/a","32"',
+    ])
+    rows = parse_raw_csv(text)
+    assert rows == [
+        {"ID": "0", "Kernel Name": "copy_coalesced_kernel(const float *, float *, int)",
+         "l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum": 8192,
+         "smsp__thread_inst_executed_per_inst_executed.ratio": 31.5},
+        {"ID": "1", "Kernel Name": "relu_kernel", "smsp__thread_inst_executed_per_inst_executed.ratio": 32},
+    ]
+
+
+def test_verdicts():
+    sectors = "l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum"
+    assert cmp.verdict(sectors, 100, 100, exact=True) == "exact"
+    assert cmp.verdict(sectors, 100, 101, exact=True).startswith("FAIL")
+    assert cmp.verdict(sectors, 100, 109, exact=False) == "ok"
+    assert cmp.verdict(sectors, 100, 111, exact=False).startswith("FAIL")
+    assert cmp.verdict(cmp.LANES, 18.29, 17.78, exact=True) == "ok"  # the ratio is never exact
+    assert cmp.verdict(sectors, 0, 5, exact=False).startswith("FAIL")
