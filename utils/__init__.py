@@ -19,6 +19,7 @@ from .check import *  # noqa: F401,F403  tolerance table, assert_close
 from .graders import *  # noqa: F401,F403  check_relu, check_gelu, check_sum, check_softmax, ...
 from .bench import *  # noqa: F401,F403  bench, recorded results
 from .plots import *  # noqa: F401,F403  bandwidth plots, index maps, reduction trees
+from .occupancy import *  # noqa: F401,F403  occupancy: the CUDA occupancy calculator, GPUS
 from .progress import *  # noqa: F401,F403  progress bars on long sweeps
 from .report import *  # noqa: F401,F403  environment report
 from .inputs import *  # noqa: F401,F403  check_input: the input rules of every launcher
