@@ -377,6 +377,105 @@ def test_a_2_16_elementwise_launch_profiles_within_2_s(copy):
     assert took < 4.0  # 2 s on an idle 2-core machine (docs/cuda-emulator.md); headroom for a loaded one
 
 
+DYNAMIC = r"""
+__global__ void reverse_kernel(const float* x_ptr, float* y_ptr) {
+    extern __shared__ float buf[];
+    int t = threadIdx.x;
+    buf[t] = x_ptr[t];
+    __syncthreads();
+    y_ptr[t] = buf[blockDim.x - 1 - t];
+}
+"""
+
+
+@sim
+def test_dynamic_shared_memory_is_named_and_counted():
+    k = utils.cuda_kernel(DYNAMIC, "reverse_kernel")
+    x, y = torch.randn(64), torch.zeros(64)
+    p = utils.profile(k, 1, 64, x, y, shared=64 * 4)
+    assert torch.equal(y, x.flip(0))
+    assert site(p, "buf", "st")["wavefronts"] == 2 and site(p, "buf", "ld")["wavefronts"] == 2
+    assert p.metrics[SH_ST_CONF] == 0 and p.metrics[SH_LD_CONF] == 0
+    assert p.trace_names[-1] == "buf" and p.trace_names["shared"] == ["buf"]
+
+
+@sim
+def test_a_large_launch_has_no_trace_but_all_its_counters(copy, monkeypatch):
+    from utils.cuda import _profile
+    monkeypatch.setattr(_profile, "TRACE_CAP", 100)
+    x, y = torch.randn(N), torch.zeros(N)
+    p = copy.profile[N // 256, 256](x, y, N, 1, 0)
+    assert p.trace is None and p.metrics[LD_SEC] == 128 * 4
+
+
+class _FakeOccupancy:
+    theoretical = 0.5
+    limiter = "registers"
+    limits = {"launch__occupancy_limit_registers": 2, "launch__occupancy_limit_warps": 8,
+              "launch__occupancy_limit_blocks": 32, "launch__occupancy_limit_shared_mem": 32}
+
+
+@sim
+def test_occupancy_comes_from_utils_occupancy_with_the_kernels_registers(copy, monkeypatch):
+    import sys
+    import types
+    from utils.cuda import _profile
+    calls = []
+    fake = types.ModuleType("utils.occupancy")
+    fake.occupancy = lambda block, registers_per_thread, shared_per_block: calls.append(
+        (block, registers_per_thread, shared_per_block)) or _FakeOccupancy()
+    monkeypatch.setitem(sys.modules, "utils.occupancy", fake)
+    monkeypatch.setattr(_profile, "gpu_compile_info", lambda k: {"resources": {"registers": 40, "shared_bytes": 128}})
+    p = copy.profile[1, 96, 256](torch.randn(96), torch.zeros(96), 96, 1, 0)
+    assert calls == [(96, 40, 128 + 256)]
+    assert p.metrics["launch__registers_per_thread"] == 40
+    assert p.metrics["launch__shared_mem_per_block_static"] == 128
+    assert p.metrics["launch__occupancy_limit_registers"] == 2 and p.metrics["sm__maximum_warps_per_active_cycle_pct"] == 50
+    assert isinstance(p.occupancy, _FakeOccupancy)
+    assert "theoretical occupancy" in repr(p) and "limited by registers" in repr(p)
+
+
+@sim
+def test_without_nvrtc_registers_and_occupancy_are_absent(copy, monkeypatch):
+    from utils.cuda import _profile
+    monkeypatch.setattr(_profile, "gpu_compile_info", lambda k: {})
+    p = copy.profile[1, 32](torch.randn(32), torch.zeros(32), 32, 1, 0)
+    assert "launch__registers_per_thread" not in p.metrics and p.occupancy is None
+    assert "sm__maximum_warps_per_active_cycle_pct" not in p.metrics
+
+
+@sim
+def test_registers_from_nvrtc_when_it_is_installed(copy):
+    from utils.cuda import _toolchain
+    if _toolchain.nvrtc() is None:
+        pytest.skip("NVRTC (pip package nvidia-cuda-nvrtc) is not installed")
+    p = copy.profile[1, 32](torch.randn(32), torch.zeros(32), 32, 1, 0)
+    res = utils.cuda_resources(COPY, "copy_kernel")
+    assert p.metrics["launch__registers_per_thread"] == res["registers"] > 0
+
+
+def test_numba_and_triton_kernels_go_to_the_simulators_profiler(monkeypatch):
+    import sys
+    import types
+    kern = type("Dispatcher", (), {"__module__": "numba.cuda.dispatcher", "__name__": "relu_kernel"})()
+    monkeypatch.delattr(utils, "sim_profile", raising=False)
+    monkeypatch.setitem(sys.modules, "utils.sim_profile", None)
+    with pytest.raises(NotImplementedError, match="Numba"):
+        utils.profile(kern, 1, 32)
+    fake = types.ModuleType("utils.sim_profile")
+    fake.profile_numba = lambda k, grid, block, *args, shared=0: {
+        "metrics": {LD_REQ: 3}, "sites": [], "summary": ["s"], "trace": None, "backend": "numba-simulator"}
+    fake.profile_triton = lambda k, grid, *args, **kw: {
+        "metrics": {LD_REQ: 5}, "sites": [], "summary": [], "trace": None, "backend": "triton-interpreter"}
+    monkeypatch.setitem(sys.modules, "utils.sim_profile", fake)
+    p = utils.profile(kern, 1, 32)
+    assert p.backend == "numba-simulator" and p.metrics[LD_REQ] == 3 and p.summary == ["s"]
+    tk = type("JITFunction", (), {"__module__": "triton.runtime.jit", "__name__": "add_kernel"})()
+    p = utils.profile(tk, (4,), 1, 2, BLOCK=8)
+    assert p.backend == "triton-interpreter" and p.metrics[LD_REQ] == 5
+    assert "Numba's simulator" not in repr(p)
+
+
 # --------------------------------------------------------------------------------------
 # The GPU path: Nsight Compute's CSV
 # --------------------------------------------------------------------------------------
@@ -417,3 +516,28 @@ def test_atomic_kinds_from_the_machine_code():
     assert atom_kinds_from_sass(atom).get(3) == "atom"
     assert atom_kinds_from_sass(shared) == {}
     assert atom_kinds_from_sass(red + "\n" + atom) is None
+
+
+FAKE_NCU = """#!/bin/sh
+# stands in for Nsight Compute: checks the command line, prints a recorded CSV
+case "$*" in
+  *"--csv --page raw"*"--metrics l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum,"*"regex:^copy_kernel$"*) ;;
+  *) echo "unexpected command line: $*" >&2; exit 3 ;;
+esac
+cat "$(dirname "$0")/sample.csv"
+"""
+
+
+def test_run_ncu_builds_the_command_and_reads_the_metrics(tmp_path, monkeypatch):
+    from utils.cuda import _profile
+    (tmp_path / "sample.csv").write_text(NCU_SAMPLE)
+    ncu = tmp_path / "ncu"
+    ncu.write_text(FAKE_NCU)
+    ncu.chmod(0o755)
+    monkeypatch.setattr(_profile, "find_ncu", lambda: str(ncu))
+    kern = type("K", (), {"name": "copy_kernel", "text": COPY, "filename": "copy_kernel.cu", "include_dir": None})()
+    m = _profile.run_ncu(kern, (16, 1, 1), (256, 1, 1), 0, (torch.zeros(4), torch.zeros(4), 4, 1, 0))
+    assert m[LD_REQ] == 128 and m[LD_SEC] == 4096 and "Kernel Name" not in m
+    monkeypatch.setattr(_profile, "find_ncu", lambda: "/bin/false")
+    with pytest.raises(RuntimeError, match="Nsight Compute could not profile copy_kernel"):
+        _profile.run_ncu(kern, (16, 1, 1), (256, 1, 1), 0, ())

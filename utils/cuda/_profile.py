@@ -63,8 +63,8 @@ def _int64s(ptr: int, rows: int, cols: int) -> torch.Tensor:
 class Recorder:
     """Collects the counters of one launch of a profiling library (passed to _emulator.launch)."""
 
-    def __init__(self, trace_cap: int = TRACE_CAP):
-        self.trace_cap = trace_cap
+    def __init__(self, trace_cap: int | None = None):
+        self.trace_cap = TRACE_CAP if trace_cap is None else trace_cap
         self.raw = None
         self.regions = []
 
@@ -390,23 +390,36 @@ _GPU_INFO: dict = {}
 
 def gpu_compile_info(kernel, arch: str = "sm_90") -> dict:
     """ptxas's resources of the kernel (as ``cuda_resources``) and whether its global atomics
-    are reductions, from NVRTC (and nvdisasm); {} when NVRTC is missing or fails."""
-    key = (kernel.text, kernel.name, arch)
-    if key not in _GPU_INFO:
-        info: dict = {}
+    are reductions (see atom_kinds_from_sass), from NVRTC and nvdisasm; kept in memory and on
+    disk (.cache/profile-info). {} when NVRTC is missing or rejects the code."""
+    import json
+    from . import _toolchain as tc
+    nv = tc.nvrtc()
+    if nv is None:
+        return {}
+    key = tc.cache_key("profile-info", kernel.text, kernel.name, arch, nv.version, tc.headers_digest(kernel.include_dir))
+    if key in _GPU_INFO:
+        return _GPU_INFO[key]
+    path = Path(paths.CACHE_DIR) / "profile-info" / f"{key}.json"
+    try:
+        info = json.loads(path.read_text())
+    except (OSError, ValueError):
+        info = {}
         try:
-            from . import _toolchain as tc
             res, mangled = tc.compile_for_gpu(kernel.text, kernel.name, kernel.filename, kernel.include_dir, arch,
                                               "profile")
             info["resources"] = {**tc.resources(res.log, res.ptx, mangled), "arch": arch}
             try:
-                info["atom_kinds"] = atom_kinds_from_sass(tc.sass(res.cubin, mangled))
+                info["sass"] = tc.sass(res.cubin, mangled)
             except Exception:  # noqa: BLE001  no nvdisasm: RED and ATOM cannot be told apart
                 pass
-        except Exception:  # noqa: BLE001  no NVRTC here, or it rejects the code: no registers then
+            tc.write_atomic(path, json.dumps(info).encode())
+        except Exception:  # noqa: BLE001  NVRTC rejects the code (the launch itself says why): no registers
             info = {}
-        _GPU_INFO[key] = info
-    return _GPU_INFO[key]
+    if "sass" in info:
+        info["atom_kinds"] = atom_kinds_from_sass(info["sass"])
+    _GPU_INFO[key] = info
+    return info
 
 
 def atom_kinds_from_sass(sass: str):
