@@ -19,6 +19,7 @@ from .check import *  # noqa: F401,F403  tolerance table, assert_close
 from .graders import *  # noqa: F401,F403  check_relu, check_gelu, check_sum, check_softmax, ...
 from .bench import *  # noqa: F401,F403  bench, recorded results
 from .plots import *  # noqa: F401,F403  bandwidth plots, index maps, reduction trees
+from .occupancy import *  # noqa: F401,F403  occupancy: the CUDA occupancy calculator, GPUS
 from .progress import *  # noqa: F401,F403  progress bars on long sweeps
 from .report import *  # noqa: F401,F403  environment report
 from .inputs import *  # noqa: F401,F403  check_input: the input rules of every launcher
@@ -26,3 +27,4 @@ from . import triton_compat  # noqa: F401,E402  tanh, do_bench, autotune that wo
 from .ship import *  # noqa: F401,F403  check_custom_op: lesson 07's grader
 from . import triton_sim  # noqa: F401,E402  races and poison in Triton's interpreter, its driver
 from .sim_race import SimulatorRaceError  # noqa: F401,E402
+from .profile import profile, Profile  # noqa: F401,E402  counters of one launch (emulator or ncu)
