@@ -54,6 +54,9 @@ EXTRA_METRICS = [
     "l1tex__t_sectors_pipe_lsu_mem_global_op_ld_lookup_hit.sum",
     "dram__bytes_read.sum", "dram__bytes_write.sum", "gpu__time_duration.sum",
     "launch__grid_size", "launch__block_size",
+    # the shared memory the driver configured for the launch (its carveout) and kept per block:
+    # the shared-memory occupancy limit depends on both
+    "launch__shared_mem_config_size", "launch__shared_mem_per_block_driver",
 ]
 
 
