@@ -91,6 +91,16 @@ class _Launch:
 
 _launch: list = [None]
 
+#: The profiler of a ``utils.sim_profile.profile_triton`` launch, or None: every load,
+#: store and atomic is reported to it as well.
+profiler: list = [None]
+
+
+def _profile(builder, ptrs, mask, kind):
+    p = profiler[0]
+    if p is not None:
+        p.access(builder, ptrs, mask, kind)
+
 
 def _program(builder):
     x, y, z = builder.grid_idx
@@ -373,18 +383,22 @@ def apply() -> bool:
             dtype_tt = ptrs.get_element_ty()
             other = interp.TensorHandle(_poison(np_dtype(dtype_tt), ptrs.data.shape), dtype_tt)
         _record(self, ptrs, mask, "load")
+        _profile(self, ptrs, mask, "load")
         return original_load(self, ptrs, mask, other, *rest, **kw)
 
     def create_masked_store(self, ptrs, value, mask, *rest, **kw):
         _record(self, ptrs, mask, "store")
+        _profile(self, ptrs, mask, "store")
         return original_store(self, ptrs, value, mask, *rest, **kw)
 
     def create_atomic_rmw(self, rmwOp, ptr, val, mask, *rest, **kw):
         _record(self, ptr, mask, "atomic")
+        _profile(self, ptr, mask, "atomic")
         return original_rmw(self, rmwOp, ptr, val, mask, *rest, **kw)
 
     def create_atomic_cas(self, ptr, cmp, val, *rest, **kw):
         _record(self, ptr, None, "atomic_cas")
+        _profile(self, ptr, None, "atomic")
         return original_cas(self, ptr, cmp, val, *rest, **kw)
 
     B.create_masked_load = create_masked_load
