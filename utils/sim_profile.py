@@ -638,10 +638,13 @@ def profile_triton(kernel, grid, *args, **kwargs) -> dict:
     if not triton_sim.is_applied():
         raise RuntimeError("profile_triton needs Triton's interpreter (TRITON_INTERPRET=1, "
                            "set by import utils before import triton)")
-    fn = getattr(kernel, "fn", None)
-    if fn is None or not hasattr(kernel, "__getitem__"):
+    from triton.runtime.jit import KernelInterface
+    if not isinstance(kernel, KernelInterface):
         raise TypeError(f"profile_triton expects a triton.jit kernel, got "
                         f"{type(kernel).__name__}")
+    fn = kernel
+    while not inspect.isfunction(fn):  # through @triton.autotune / heuristics wrappers
+        fn = fn.fn
     if triton_sim.profiler[0] is not None:
         raise RuntimeError("profile_triton cannot run inside another profiled launch")
     tensors, _ = triton_sim._tensor_args(fn, args, kwargs)
