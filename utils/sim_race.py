@@ -278,8 +278,9 @@ class _Profiled(_Tracked):
                              off0)
         frame = sys._getframe(1)
         p = _T.prof
-        if type(idx) is int and self._nd == 1:
-            d = (idx if idx >= 0 else idx + self._shape[0]) * self._strides[0]
+        d = ((idx if idx >= 0 else idx + self._shape[0]) * self._strides[0]
+             if type(idx) is int and self._nd == 1 else self._flat(idx))
+        if d is not None:
             sid = p.sites.get((frame.f_code, frame.f_lasti, self._key, 0))
             if sid is None:
                 sid = p.new_site(frame, self._key, 0)
@@ -296,8 +297,9 @@ class _Profiled(_Tracked):
         self._a[idx] = value  # an index past the end raises here, before anything is counted
         frame = sys._getframe(1)
         p = _T.prof
-        if type(idx) is int and self._nd == 1:
-            d = (idx if idx >= 0 else idx + self._shape[0]) * self._strides[0]
+        d = ((idx if idx >= 0 else idx + self._shape[0]) * self._strides[0]
+             if type(idx) is int and self._nd == 1 else self._flat(idx))
+        if d is not None:
             sid = p.sites.get((frame.f_code, frame.f_lasti, self._key, 1))
             if sid is None:
                 sid = p.new_site(frame, self._key, 1)
@@ -308,6 +310,22 @@ class _Profiled(_Tracked):
             p.access(self, idx, 1, frame)
             if _T.on:
                 _access(self, idx, WRITE, frame)
+
+    def _flat(self, idx):
+        """The byte offset in this view of element ``idx`` (a full tuple of integers), or
+        None for anything else (slices, too few indices)."""
+        if type(idx) is not tuple or len(idx) != self._nd:
+            return None
+        d = 0
+        try:
+            for i, n, st in zip(idx, self._shape, self._strides):
+                i = operator.index(i)
+                if not -n <= i < n:
+                    return None
+                d += (i if i >= 0 else i + n) * st
+        except TypeError:
+            return None
+        return d
 
     def offsets(self, idx):
         """Byte offsets in the whole argument (or shared array) of the elements ``idx``
