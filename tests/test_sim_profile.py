@@ -90,6 +90,10 @@ def test_strided_load_touches_more_sectors(stride, sectors):
                                f"{4 * stride} bytes apart")
     # 2 * 32 sectors read for 256 bytes needed; the store moves what it needs.
     assert p["bytes_moved"] == 32 * (2 * sectors + 8) and p["bytes_needed"] == 512
+    ratio = {2: "1.5", 32: "4.5"}[stride]
+    assert p["summary"][-1] == (f"the launch moves {ratio}x the bytes it needs "
+                                f"({p['bytes_moved']} bytes in 32-byte sectors for 512 bytes "
+                                "read or written)")
 
 
 def test_misaligned_by_one_element_touches_five_sectors():

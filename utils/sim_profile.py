@@ -454,12 +454,14 @@ def _numba_counts(prof: _NumbaProfiler, gdim, bdim, name) -> dict:
                     "first_offset": int(offs.min() + k["shift"]) if len(offs) else 0,
                     "itemsize": k["itemsize"]}
             if k["space"] == "global":
-                site.update(sectors=int(sec_s[s]), ideal_sectors=int(ideal_s[s]))
+                # (a global access has no banks: wavefronts and conflicts are truly 0)
+                site.update(sectors=int(sec_s[s]), ideal_sectors=int(ideal_s[s]),
+                            wavefronts=0, ideal_wavefronts=0, bank_conflicts=0)
                 metrics[f"l1tex__t_requests_pipe_lsu_mem_global_op_{opname}.sum"] += int(req[s])
                 metrics[f"l1tex__t_sectors_pipe_lsu_mem_global_op_{opname}.sum"] += int(sec_s[s])
             else:
-                site.update(wavefronts=int(wave_s[s]), ideal_wavefronts=int(ideal_wave_s[s]),
-                            bank_conflicts=int(conf_s[s]))
+                site.update(sectors=0, ideal_sectors=0, wavefronts=int(wave_s[s]),
+                            ideal_wavefronts=int(ideal_wave_s[s]), bank_conflicts=int(conf_s[s]))
                 if opname in ("ld", "st"):
                     metrics[f"l1tex__data_pipe_lsu_wavefronts_mem_shared_op_{opname}.sum"] += \
                         int(wave_s[s])
@@ -504,6 +506,10 @@ def _numba_counts(prof: _NumbaProfiler, gdim, bdim, name) -> dict:
 
     sites.sort(key=lambda s: (s["line"], s["space"], s["op"]))
     summary = _numba_summary(sites, div_sites, atomics, threads)
+    if bytes_needed and bytes_moved > 1.1 * bytes_needed and not atomics["count"]:
+        summary.append(f"the launch moves {_fmt(bytes_moved / bytes_needed)}x the bytes it needs "
+                       f"({bytes_moved} bytes in 32-byte sectors for {bytes_needed} bytes "
+                       "read or written)")
     for s in sites:
         s.pop("file", None)
     return {"backend": "numba-simulator", "kernel": name, "metrics": metrics,
@@ -718,12 +724,16 @@ def _triton_counts(prof: _TritonProfiler, name) -> dict:
         name = names[int(t[0])] if len(t) and t[0] >= 0 else "?"
         size = int(isz[sel][0])
         ideal = int((-(-active[sel] * isz[sel] // 32)).sum())
+        # "requests" here are executions of the line by a program (a whole block of
+        # lanes), not warp requests.
         site = {"line": int(line), "name": name, "space": "global",
                 "op": {"load": "ld", "store": "st", "atomic": "atom"}[k],
                 "requests": int(sel.sum()), "lanes": n_lanes, "active_lanes": n_act,
+                "avg_lanes": n_act / max(1, int(sel.sum())),
                 "masked_fraction": 1 - n_act / n_lanes if n_lanes else 0.0,
                 "bytes": n_act * size, "sectors": int(sectors[sel].sum()),
-                "ideal_sectors": ideal}
+                "ideal_sectors": ideal, "wavefronts": 0, "bank_conflicts": 0,
+                "stride_bytes": None}
         sites.append(site)
         if site["masked_fraction"] > 0:
             per = lanes[sel]
