@@ -415,3 +415,25 @@ def test_triton_atomics_to_one_address():
     assert out.item() == 1024
     assert p["atomics"] == {"count": 8, "address": "out_ptr[0]", "address_count": 8}
     assert p["metrics"]["bytes_atomic"] == 8 * 4
+
+
+@cuda.jit
+def dynamic_shared_kernel(x_ptr, y_ptr):
+    buf = cuda.shared.array(0, float32)  # sized by the launch
+    t = cuda.threadIdx.x
+    buf[2 * t] = x_ptr[t]  # lanes 8 bytes apart: 2 lanes per bank (banks 0, 2, ..., 30)
+    cuda.syncthreads()
+    y_ptr[t] = buf[2 * t]
+
+
+def test_dynamic_shared_memory_with_a_two_way_conflict():
+    x, y = torch.randn(32), torch.zeros(32)
+    p = sim_profile.profile_numba(dynamic_shared_kernel, 1, 32, x, y, shared=256)
+    assert torch.equal(y, x)
+    m = p["metrics"]
+    # Words 0, 2, ..., 62: bank b (even) holds words b and b + 32: 2 wavefronts, 1 conflict.
+    assert m["l1tex__data_pipe_lsu_wavefronts_mem_shared_op_st.sum"] == 2
+    assert m["l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum"] == 1
+    assert m["l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum"] == 1
+    assert m["launch__shared_mem_per_block_static"] == 0  # dynamic, not static
+    assert site(p, "buf", "st", "shared")["stride_bytes"] == 8

@@ -741,7 +741,9 @@ def _shared_array(self, shape, dtype, alignment=None):
         dtype = np.dtype(dtype)
         count = self._dynshared_size // dtype.itemsize
         res = np.frombuffer(self._dynshared.data, dtype=dtype, count=count)
-        return sim_race.wrap_shared(res, _site_of(sys._getframe(1))) if sim_race.watching() else res
+        if sim_race.watching():
+            return sim_race.wrap_shared(res, _site_of(sys._getframe(1)), dynamic=True)
+        return res
     caller = _site_of(sys._getframe(1))
     res = self._allocations.get(caller)
     if res is None:

@@ -111,7 +111,7 @@ class _NumbaProfiler:
     def __init__(self, fn):
         self.fn = fn
         self.args = {}        # argument index -> dict(name, shift, itemsize, shape)
-        self.shared = {}      # shared array name -> key (negative ints: -1, -2, ...)
+        self.shared = {}      # allocation site -> key (negative ints: -1, -2, ...)
         self.keys = {}        # key -> dict(name, space, itemsize, shape, nbytes)
         self.sites = {}       # (code, lasti, key, op) -> site id
         self.site_info = []   # site id -> (code, line, key, op)
@@ -157,13 +157,17 @@ class _NumbaProfiler:
                             "shift": (data - start) % 256}
         return index
 
-    def shared_array(self, a, name):
-        key = self.shared.get(name)
+    def shared_array(self, a, name, site, dynamic):
+        """Register the shared array allocated at ``site`` (file, line) and return its key
+        (-1, -2, ... in the order of first allocation). All views of the dynamic shared
+        memory are one array."""
+        where = "dynamic" if dynamic else site
+        key = self.shared.get(where)
         if key is None:
-            key = self.shared[name] = -1 - len(self.shared)
+            key = self.shared[where] = -1 - len(self.shared)
             self.keys[key] = {"name": name, "space": "shared", "itemsize": a.itemsize,
                               "shape": a.shape, "strides": a.strides, "shift": 0,
-                              "nbytes": a.nbytes}
+                              "nbytes": 0 if dynamic else a.nbytes}
         return key
 
     # -- the scheduler's calls ----------------------------------------------------------

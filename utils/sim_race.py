@@ -239,13 +239,13 @@ def wrap_argument(value, name: str, index: int = -1):
     return _Tracked(a, name, shared=False)
 
 
-def wrap_shared(a, site):
+def wrap_shared(a, site, dynamic=False):
     filename, lineno = site
     import linecache
     m = re.match(r"\s*(\w+)\s*=", linecache.getline(filename, lineno))
     name = m.group(1) if m else "shared array"
     if _T.prof is not None:
-        return _Profiled(a, name, True, _T.prof.shared_array(a, name))
+        return _Profiled(a, name, True, _T.prof.shared_array(a, name, site, dynamic))
     return _Tracked(a, name, shared=True)
 
 
