@@ -437,3 +437,28 @@ def test_dynamic_shared_memory_with_a_two_way_conflict():
     assert m["l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum"] == 1
     assert m["launch__shared_mem_per_block_static"] == 0  # dynamic, not static
     assert site(p, "buf", "st", "shared")["stride_bytes"] == 8
+
+
+@triton.jit
+def row_copy_tl_kernel(x_ptr, y_ptr, cols, BLOCK_SIZE: tl.constexpr):
+    offs = tl.arange(0, BLOCK_SIZE)
+    mask = offs < cols
+    row = tl.program_id(0) * cols
+    tl.store(y_ptr + row + offs, tl.load(x_ptr + row + offs, mask=mask), mask=mask)
+
+
+def test_triton_every_program_masks_lanes_and_launch_options_pass():
+    # 8 rows of 100 floats, one program each with BLOCK_SIZE 128: 28 of 128 lanes off in
+    # every program. num_warps is a launch option, not a kernel parameter.
+    x, y = torch.randn(8, 100), torch.zeros(8, 100)
+    p = sim_profile.profile_triton(row_copy_tl_kernel, (8,), x, y, 100, BLOCK_SIZE=128,
+                                   num_warps=4)
+    assert torch.equal(y, x)
+    assert p["metrics"]["masked_lane_fraction_ld"] == 28 / 128
+    line = line_of(row_copy_tl_kernel, "tl.store(")
+    assert (f"21.9% of the lanes of the load of `x_ptr` on line {line} are masked off: each "
+            "of the 8 programs uses 100 of its 128 lanes") in p["summary"]
+    # Rows of 400 bytes: even rows start on a sector boundary (bytes 0..399 of their own:
+    # sectors 0..12), odd rows 16 bytes past one (bytes 16..415: sectors 0..12), 13 each.
+    assert p["metrics"]["sectors_ld"] == 8 * 13
+    assert site(p, "x_ptr", "ld")["ideal_sectors"] == 8 * 13  # ceil(400 / 32)

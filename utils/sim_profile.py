@@ -649,12 +649,14 @@ def profile_triton(kernel, grid, *args, **kwargs) -> dict:
         raise RuntimeError("profile_triton needs Triton's interpreter (TRITON_INTERPRET=1, "
                            "set by import utils before import triton)")
     from triton.runtime.jit import KernelInterface
-    if not isinstance(kernel, KernelInterface):
+    # Through @triton.autotune, @triton.heuristics and utils.autotune to the Python function.
+    fn, jitted = kernel, False
+    while hasattr(fn, "fn") and hasattr(fn, "__getitem__") and not inspect.isfunction(fn):
+        jitted = jitted or isinstance(fn, KernelInterface)
+        fn = fn.fn
+    if not jitted or not inspect.isfunction(fn):
         raise TypeError(f"profile_triton expects a triton.jit kernel, got "
                         f"{type(kernel).__name__}")
-    fn = kernel
-    while not inspect.isfunction(fn):  # through @triton.autotune / heuristics wrappers
-        fn = fn.fn
     if triton_sim.profiler[0] is not None:
         raise RuntimeError("profile_triton cannot run inside another profiled launch")
     tensors, _ = triton_sim._tensor_args(fn, args, kwargs)
@@ -725,12 +727,12 @@ def _triton_counts(prof: _TritonProfiler, name) -> dict:
         sel = sid == s
         n_lanes, n_act = int(lanes[sel].sum()), int(active[sel].sum())
         t = tens[sel][active[sel] > 0]
-        name = names[int(t[0])] if len(t) and t[0] >= 0 else "?"
+        arg = names[int(t[0])] if len(t) and t[0] >= 0 else "?"
         size = int(isz[sel][0])
         ideal = int((-(-active[sel] * isz[sel] // 32)).sum())
         # "requests" here are executions of the line by a program (a whole block of
         # lanes), not warp requests.
-        site = {"line": int(line), "name": name, "space": "global",
+        site = {"line": int(line), "name": arg, "space": "global",
                 "op": {"load": "ld", "store": "st", "atomic": "atom"}[k],
                 "requests": int(sel.sum()), "lanes": n_lanes, "active_lanes": n_act,
                 "avg_lanes": n_act / max(1, int(sel.sum())),
@@ -748,15 +750,18 @@ def _triton_counts(prof: _TritonProfiler, name) -> dict:
                 p = int(prog[sel][j])
                 who = ("the last program" if p == programs - 1 else f"program {p}")
                 detail = f"{who} covers {int(act[j])} of its {int(per[j])} elements"
+            elif len(partial) == int(sel.sum()) and len(set(zip(act, per))) == 1:
+                detail = (f"each of the {len(partial)} programs uses {int(act[0])} of its "
+                          f"{int(per[0])} lanes")
             else:
                 detail = (f"{len(partial)} of its {int(sel.sum())} executions run with lanes "
                           "masked off")
             summary_items.append((n_lanes - n_act, f"{_fmt(100 * site['masked_fraction'])}% "
-                                  f"of the lanes of the {k} of `{name}` on line {line} are "
+                                  f"of the lanes of the {k} of `{arg}` on line {line} are "
                                   f"masked off: {detail}"))
         if site["sectors"] > ideal > 0:
             summary_items.append(((site["sectors"] - ideal) * 32,
-                                  f"the {k} of `{name}` on line {line} touches "
+                                  f"the {k} of `{arg}` on line {line} touches "
                                   f"{site['sectors']} sectors where {ideal} would do: its "
                                   "addresses are not contiguous"))
     summary_items.sort(key=lambda t: -t[0])

@@ -205,7 +205,10 @@ def _tensor_args(fn, args, kwargs):
     """The tensor arguments of a launch: [(name, address, itemsize, numel, shape)], and
     their storages: [(first address, bytes, smallest itemsize on it)]."""
     try:
-        bound = inspect.signature(fn).bind_partial(*args, **kwargs)
+        sig = inspect.signature(fn)
+        # Launch options (num_warps, num_stages, ...) are not parameters of the kernel.
+        bound = sig.bind_partial(*args, **{k: v for k, v in kwargs.items()
+                                          if k in sig.parameters})
     except (TypeError, ValueError):
         return [], []
     out, storages = [], {}
