@@ -462,3 +462,19 @@ def test_triton_every_program_masks_lanes_and_launch_options_pass():
     # sectors 0..12), odd rows 16 bytes past one (bytes 16..415: sectors 0..12), 13 each.
     assert p["metrics"]["sectors_ld"] == 8 * 13
     assert site(p, "x_ptr", "ld")["ideal_sectors"] == 8 * 13  # ceil(400 / 32)
+
+
+@triton.jit
+def overlapping_tl_kernel(x_ptr, y_ptr, BLOCK_SIZE: tl.constexpr):
+    # Each program stores BLOCK_SIZE + 1 elements: its last one is the next program's first.
+    offs = tl.program_id(0) * BLOCK_SIZE + tl.arange(0, 2 * BLOCK_SIZE)
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs), mask=offs <= (tl.program_id(0) + 1) * BLOCK_SIZE)
+
+
+def test_triton_races_found_with_launch_options():
+    # Launch options such as num_warps used to hide a launch's tensors from race detection.
+    if not utils.sim_race.RACECHECK:
+        pytest.skip("race detection turned off (COURSE_RACECHECK=0)")
+    x, y = torch.randn(64), torch.zeros(64)
+    with pytest.raises(utils.SimulatorRaceError, match="y_ptr\\[16\\]"):
+        overlapping_tl_kernel[(3,)](x, y, BLOCK_SIZE=16, num_warps=2)

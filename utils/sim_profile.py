@@ -574,9 +574,11 @@ def _numba_summary(sites, div_sites, atomics, threads) -> list:
         if d["lane_fraction"] < 0.9:
             text = _source_line(d["file"], d["line"])
             idle = d["instances"] * 32 * (1 - d["lane_fraction"])
-            items.append((idle, f"line {d['line']} (`{text}`) runs with {_fmt(d['avg_lanes'])} "
-                                f"active lanes per warp on average: the other lanes of the "
-                                "warp took another branch or finished, and wait"))
+            lanes = _fmt(d["avg_lanes"])
+            items.append((idle, f"line {d['line']} (`{text}`) runs with {lanes} active "
+                                f"{'lane' if lanes == '1' else 'lanes'} per warp on average: "
+                                "the other lanes of the warp took another branch or "
+                                "finished, and wait"))
     if atomics["count"] > 1 and atomics["address_count"] > 1:
         items.append((atomics["address_count"] * 32,
                       f"{atomics['address_count']} of the {atomics['count']} atomic updates go "
