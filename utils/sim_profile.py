@@ -120,10 +120,9 @@ class _NumbaProfiler:
         self.tid = 0
         self.threads = 0
         self.blocks = set()
-        # Divergence: lanes per warp-level line instance (block, warp, code, line, k).
-        self.line_lanes: dict = {}
-        self.counts: dict = {}       # the running thread's executions per (code, line)
-        self.thread_counts: dict = {}
+        # Divergence: the (code, line) each thread runs, in order, by (block, tid).
+        self.lines: dict = {}
+        self.ev: list = []           # the running thread's list
         self.traced_codes: dict = {}
         self._next_names: dict = {}
         skip = [os.path.dirname(os.path.abspath(__file__))]
@@ -175,14 +174,14 @@ class _NumbaProfiler:
         self.block = linear
         self.threads = threads
         self.blocks.add(linear)
-        self.thread_counts = {}
 
     def set_thread(self, tid):
         self.tid = tid
-        c = self.thread_counts.get(tid)
-        if c is None:
-            c = self.thread_counts[tid] = {}
-        self.counts = c
+        key = (self.block, tid)
+        ev = self.lines.get(key)
+        if ev is None:
+            ev = self.lines[key] = []
+        self.ev = ev
 
     # -- accesses ------------------------------------------------------------------------
     def new_site(self, frame, key, op):
@@ -207,16 +206,11 @@ class _NumbaProfiler:
     def _make_tracer(self):
         """sys.settrace functions (closures: the tracer runs at every call and line of
         the launch, so it keeps its lookups local)."""
-        traced, skip, lanes, prof = self.traced_codes, self.skip, self.line_lanes, self
+        traced, skip, prof = self.traced_codes, self.skip, self
 
         def line(frame, event, arg):
-            if event == "line":
-                k = (frame.f_code, frame.f_lineno)
-                counts = prof.counts
-                n = counts.get(k, 0)
-                counts[k] = n + 1
-                inst = (prof.block, prof.tid >> 5, k, n)
-                lanes[inst] = lanes.get(inst, 0) + 1
+            if event == "line":  # grouped into warp instances after the launch
+                prof.ev.append((frame.f_code, frame.f_lineno))
             return line
 
         def tracer(frame, event, arg):
@@ -324,6 +318,21 @@ def _unique_rows(*cols, inverse=False, counts=False):
     return out[0] if len(out) == 1 else tuple(out)
 
 
+def _occurrence(blk, tid, key):
+    """For each event (in execution order per thread): how many events of the same thread
+    with the same key came before it."""
+    import numpy as np
+    n = len(key)
+    order = np.lexsort((np.arange(n), key, tid, blk))  # stable: execution order last
+    new = np.ones(n, dtype=bool)
+    sb, st, sk = blk[order], tid[order], key[order]
+    new[1:] = (sb[1:] != sb[:-1]) | (st[1:] != st[:-1]) | (sk[1:] != sk[:-1])
+    starts = np.flatnonzero(new)
+    occ = np.empty(n, dtype=np.int64)
+    occ[order] = np.arange(n) - starts[np.cumsum(new) - 1]
+    return occ
+
+
 def _numba_counts(prof: _NumbaProfiler, gdim, bdim, name) -> dict:
     import numpy as np
     threads = bdim[0] * bdim[1] * bdim[2]
@@ -334,20 +343,29 @@ def _numba_counts(prof: _NumbaProfiler, gdim, bdim, name) -> dict:
 
     # ---- divergence --------------------------------------------------------------------
     div_sites = []
-    if prof.line_lanes:
-        insts = prof.line_lanes
-        total = sum(insts.values())
-        metrics["smsp__thread_inst_executed_per_inst_executed.ratio"] = total / len(insts)
-        per_line: dict = {}
-        for (blk, warp, k, _), lanes in insts.items():
-            present = min(32, threads - 32 * warp)
-            s = per_line.setdefault(k, [0, 0, 0])
-            s[0] += 1
-            s[1] += lanes
-            s[2] += present
-        for (code, line), (n, lanes, present) in per_line.items():
-            div_sites.append({"line": line, "file": code.co_filename, "instances": n,
-                              "avg_lanes": lanes / n, "lane_fraction": lanes / present})
+    if any(prof.lines.values()):
+        # Lanes of a warp are matched by (line, how many times the lane ran it before):
+        # each match is one warp-level instance of the line.
+        ids: dict = {}
+        e_line, e_blk, e_tid = [], [], []
+        for (b, t), ev in prof.lines.items():
+            e_line.extend([ids.setdefault(k, len(ids)) for k in ev])
+            e_blk.extend([b] * len(ev))
+            e_tid.extend([t] * len(ev))
+        e_line, e_blk, e_tid = (np.array(v, dtype=np.int64) for v in (e_line, e_blk, e_tid))
+        occ = _occurrence(e_blk, e_tid, e_line)
+        inst, lanes = _unique_rows(e_blk, e_tid >> 5, e_line, occ, counts=True)
+        metrics["smsp__thread_inst_executed_per_inst_executed.ratio"] = \
+            float(lanes.sum() / len(lanes))
+        present = np.minimum(32, threads - 32 * inst[:, 1])
+        keys = list(ids)
+        n_inst = np.bincount(inst[:, 2], minlength=len(keys))
+        n_lanes = np.bincount(inst[:, 2], weights=lanes, minlength=len(keys))
+        n_present = np.bincount(inst[:, 2], weights=present, minlength=len(keys))
+        for j, (code, line) in enumerate(keys):
+            div_sites.append({"line": line, "file": code.co_filename,
+                              "instances": int(n_inst[j]), "avg_lanes": n_lanes[j] / n_inst[j],
+                              "lane_fraction": n_lanes[j] / n_present[j]})
 
     # ---- memory ---------------------------------------------------------------------------
     n = len(prof.rec)
@@ -375,14 +393,7 @@ def _numba_counts(prof: _NumbaProfiler, gdim, bdim, name) -> dict:
         s_global = np.array([prof.keys[i[2]]["space"] == "global" for i in info])
 
         # Lanes are matched by (site, how many times this lane has executed it before).
-        order = np.lexsort((np.arange(n), sid, tid, blk))  # stable: execution order last
-        sb, st_, ss = blk[order], tid[order], sid[order]
-        new = np.ones(n, dtype=bool)
-        new[1:] = (sb[1:] != sb[:-1]) | (st_[1:] != st_[:-1]) | (ss[1:] != ss[:-1])
-        starts = np.flatnonzero(new)
-        group_start = starts[np.cumsum(new) - 1]
-        occ = np.empty(n, dtype=np.int64)
-        occ[order] = np.arange(n) - group_start
+        occ = _occurrence(blk, tid, sid)
         warp = tid >> 5
         ukeys, inst = _unique_rows(blk, warp, sid, occ, inverse=True)
         ninst = len(ukeys)
