@@ -478,3 +478,27 @@ def test_triton_races_found_with_launch_options():
     x, y = torch.randn(64), torch.zeros(64)
     with pytest.raises(utils.SimulatorRaceError, match="y_ptr\\[16\\]"):
         overlapping_tl_kernel[(3,)](x, y, BLOCK_SIZE=16, num_warps=2)
+
+
+@cuda.jit
+def grid_stride_kernel(x_ptr, y_ptr, n):
+    for i in range(cuda.grid(1), n, cuda.gridsize(1)):
+        y_ptr[i] = x_ptr[i]
+
+
+def test_grid_stride_loop_matches_lanes_by_iteration():
+    # 2 blocks of 32 threads over n = 240 in strides of 64: iterations 0-2 are full warps
+    # (4 sectors); in iteration 3, block 0 covers 192..223 (32 lanes, 4 sectors) and block
+    # 1 covers 224..239 (16 lanes, 2 sectors). Requests: 2 warps x 4 iterations.
+    n = 240
+    x, y = torch.randn(n), torch.zeros(n)
+    p = sim_profile.profile_numba(grid_stride_kernel, 2, 32, x, y, n)
+    assert torch.equal(y, x)
+    s = site(p, "x_ptr", "ld")
+    assert (s["requests"], s["sectors"], s["ideal_sectors"]) == (8, 30, 30)
+    assert s["avg_lanes"] == (7 * 32 + 16) / 8
+    # Lines per thread: the `for` line 5 times (4 iterations and the exit) or 4 times (3
+    # and the exit, lanes 16-31 of block 1), the body 4 or 3 times. Block 0: 9 instances of
+    # 32 lanes. Block 1: `for` 4 x 32 + 1 x 16, body 3 x 32 + 1 x 16.
+    lanes = 9 * 32 + 4 * 32 + 16 + 3 * 32 + 16
+    assert p["metrics"][RATIO] == pytest.approx(lanes / 18)
