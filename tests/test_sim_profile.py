@@ -12,7 +12,7 @@ import torch
 
 import utils
 from utils import sim_profile
-from numba import cuda, float32
+from numba import cuda, float32, float64
 import triton
 import triton.language as tl
 
@@ -502,3 +502,71 @@ def test_grid_stride_loop_matches_lanes_by_iteration():
     # 32 lanes. Block 1: `for` 4 x 32 + 1 x 16, body 3 x 32 + 1 x 16.
     lanes = 9 * 32 + 4 * 32 + 16 + 3 * 32 + 16
     assert p["metrics"][RATIO] == pytest.approx(lanes / 18)
+
+
+@cuda.jit
+def double_kernel(x_ptr, y_ptr):
+    s = cuda.shared.array(64, float64)
+    t = cuda.threadIdx.x
+    s[t] = x_ptr[t]
+    cuda.syncthreads()
+    y_ptr[t] = s[63 - t]
+
+
+def test_float64_accesses():
+    # Each of the 2 warps reads 32 doubles = 256 bytes: 8 sectors. Its shared store of 32
+    # doubles touches 64 words, two in each bank: 2 wavefronts, the ideal for 8-byte
+    # accesses, so no conflict.
+    x, y = torch.randn(64, dtype=torch.float64), torch.zeros(64, dtype=torch.float64)
+    p = sim_profile.profile_numba(double_kernel, 1, 64, x, y)
+    m = p["metrics"]
+    assert (m[LD.format("requests")], m[LD.format("sectors")]) == (2, 16)
+    assert m["l1tex__data_pipe_lsu_wavefronts_mem_shared_op_st.sum"] == 4
+    assert m["l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum"] == 0
+    assert site(p, "s", "st", "shared")["ideal_wavefronts"] == 4
+    assert torch.equal(y, x.flip(0))
+
+
+def test_numpy_arguments_count_from_their_own_allocation():
+    # NumPy arrays are copied to the simulator's device arrays: their own allocations,
+    # aligned like a GPU's, whatever NumPy's alignment.
+    import numpy as np
+    x = np.arange(64, dtype=np.float32)
+    y = np.zeros(64, dtype=np.float32)
+    p = sim_profile.profile_numba(copy_kernel, 1, 64, x, y, 64)
+    assert p["metrics"][LD.format("sectors")] == 8
+    assert (y == x).all()  # the simulator copies the result back
+
+
+@cuda.jit
+def out_of_bounds_kernel(x_ptr):
+    x_ptr[cuda.grid(1)] = 1.0
+
+
+def test_a_faulting_kernel_raises_and_the_next_profile_is_clean():
+    with pytest.raises(IndexError):
+        sim_profile.profile_numba(out_of_bounds_kernel, 1, 64, torch.zeros(32))
+    p = sim_profile.profile_numba(out_of_bounds_kernel, 1, 32, torch.zeros(32))
+    assert p["metrics"][ST.format("sectors")] == 4 and p["metrics"][RATIO] == 32.0
+
+
+@triton.jit
+def every_other_tl_kernel(x_ptr, y_ptr, BLOCK_SIZE: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    tl.store(y_ptr + offs, tl.load(x_ptr + 2 * offs))
+
+
+def test_triton_strided_load_moves_twice_the_bytes():
+    # 2 programs x 64 floats read 8 bytes apart: 512 bytes of sectors (16 per program) for
+    # 256 bytes needed; the store is contiguous (8 sectors per program).
+    x, y = torch.randn(256), torch.zeros(128)
+    p = sim_profile.profile_triton(every_other_tl_kernel, (2,), x, y, BLOCK_SIZE=64)
+    assert torch.equal(y, x[::2])
+    m = p["metrics"]
+    assert (m["sectors_ld"], m["sectors_st"], m["bytes_loaded"]) == (32, 16, 512)
+    s = site(p, "x_ptr", "ld")
+    assert (s["sectors"], s["ideal_sectors"]) == (32, 16)
+    assert p["bytes_needed"] == 1024 and p["bytes_moved"] == 32 * 48
+    line = line_of(every_other_tl_kernel, "tl.store(")
+    assert p["summary"][0] == (f"the load of `x_ptr` on line {line} touches 32 sectors where "
+                               "16 would do: its addresses are not contiguous")
