@@ -201,8 +201,9 @@ def test_shared_column_store_conflicts_and_padding():
         (32, 1024, 992, 128)
     line = line_of(column_kernel, "tile[t, r] = x_ptr")
     assert p["summary"][0] == (f"the store of `tile` (line {line}) takes 32 wavefronts where 1 "
-                               "would do: 32 lanes of the first request hit different words of "
-                               "bank 0; pad the row to 33 elements")
+                               "would do: in the worst request, 32 lanes hit different words of "
+                               "bank 0 (neighbouring lanes' addresses are 128 bytes apart); pad "
+                               "the row to 33 elements")
     assert torch.equal(y, x[::32] + x[0])  # tile[0, t] = x[32 * t]
 
     p = sim_profile.profile_numba(column_padded_kernel, 1, 32, x, y)
@@ -570,3 +571,65 @@ def test_triton_strided_load_moves_twice_the_bytes():
     line = line_of(every_other_tl_kernel, "tl.store(")
     assert p["summary"][0] == (f"the load of `x_ptr` on line {line} touches 32 sectors where "
                                "16 would do: its addresses are not contiguous")
+
+
+@cuda.jit
+def tree_interleaved_kernel(x_ptr, out_ptr):
+    s = cuda.shared.array(256, float32)
+    t = cuda.threadIdx.x
+    s[t] = x_ptr[cuda.grid(1)]
+    cuda.syncthreads()
+    step = 1
+    while step < 256:
+        idx = 2 * step * t  # interleaved addressing: active lanes 8 * step bytes apart
+        if idx < 256:
+            s[idx] += s[idx + step]
+        cuda.syncthreads()
+        step *= 2
+    if t == 0:
+        out_ptr[cuda.blockIdx.x] = s[0]
+
+
+@cuda.jit
+def tree_sequential_kernel(x_ptr, out_ptr):
+    s = cuda.shared.array(256, float32)
+    t = cuda.threadIdx.x
+    s[t] = x_ptr[cuda.grid(1)]
+    cuda.syncthreads()
+    step = 128
+    while step > 0:
+        if t < step:  # sequential addressing: the active lanes are neighbours
+            s[t] += s[t + step]
+        cuda.syncthreads()
+        step //= 2
+    if t == 0:
+        out_ptr[cuda.blockIdx.x] = s[0]
+
+
+def test_reduction_tree_interleaved_against_sequential_addressing():
+    x = torch.randn(1024)
+    out = torch.zeros(4)
+    p = sim_profile.profile_numba(tree_interleaved_kernel, 4, 256, x, out)
+    assert torch.allclose(out, x.view(4, 256).sum(1), atol=1e-4)
+    m = p["metrics"]
+    # Per block, for each of s[idx] and s[idx + step] (and the store to s[idx]), steps 1,
+    # 2, 4, ..., 128 have t < 128 / step lanes: warps 0-3 (2 words per bank: 2 wavefronts
+    # each), warps 0-1 (4 each), then one warp with 32, 16, 8, 4, 2, 1 lanes at strides of
+    # 8, 16, ... words: 8, 8, 8, 4, 2, 1 wavefronts. 12 requests, 47 wavefronts, 35
+    # conflicts; 4 blocks. Loads add s[0] (1 per block); stores add s[t] (8 per block).
+    assert m["sm__sass_inst_executed_op_shared_ld.sum"] == 2 * 4 * 12 + 4
+    assert m["l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum"] == 2 * 4 * 47 + 4
+    assert m["l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum"] == 2 * 4 * 35
+    assert m["sm__sass_inst_executed_op_shared_st.sum"] == 4 * 12 + 4 * 8
+    assert m["l1tex__data_pipe_lsu_wavefronts_mem_shared_op_st.sum"] == 4 * 47 + 4 * 8
+    assert m["l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum"] == 4 * 35
+
+    p = sim_profile.profile_numba(tree_sequential_kernel, 4, 256, x, out)
+    assert torch.allclose(out, x.view(4, 256).sum(1), atol=1e-4)
+    m = p["metrics"]
+    # Steps 128, 64, 32: 4, 2, 1 full warps; then one warp with 16, 8, 4, 2, 1 lanes:
+    # 12 requests per block and access, every one conflict-free.
+    assert m["sm__sass_inst_executed_op_shared_ld.sum"] == 2 * 4 * 12 + 4
+    assert m["l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum"] == 2 * 4 * 12 + 4
+    assert m["l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum"] == 0
+    assert m["l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum"] == 0

@@ -497,11 +497,8 @@ def _numba_counts(prof: _NumbaProfiler, gdim, bdim, name) -> dict:
                     metrics[f"l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_{opname}.sum"] \
                         += int(conf_s[s])
                     metrics[f"sm__sass_inst_executed_op_shared_{opname}.sum"] += int(req[s])
-                if len(offs):  # the banks of the first request, for the sentence
-                    words = np.unique(offs // 4)
-                    banks, cnt = np.unique(words % 32, return_counts=True)
-                    site["worst_bank"] = int(banks[np.argmax(cnt)])
-                    site["worst_bank_words"] = int(cnt.max())
+                if wave_s[s] > ideal_wave_s[s]:  # the worst request, for the sentence
+                    site.update(_worst_request(s, i_site, i_wave, inst, tid, off))
             sites.append(site)
         bytes_moved = 32 * int(sec_s.sum())
 
@@ -548,6 +545,22 @@ def _numba_counts(prof: _NumbaProfiler, gdim, bdim, name) -> dict:
                                   for d in div_sites), key=lambda d: d["line"])}
 
 
+def _worst_request(s, i_site, i_wave, inst, tid, off) -> dict:
+    """The bank conflict of site ``s``'s request with the most wavefronts: the bank most
+    lanes hit, how many different words of it they hit, and the distance between
+    neighbouring active lanes' addresses."""
+    import numpy as np
+    mine = np.flatnonzero(i_site == s)
+    worst = mine[np.argmax(i_wave[mine])]
+    sel = np.flatnonzero(inst == worst)
+    o = np.argsort(tid[sel] & 31, kind="stable")
+    offs = off[sel][o]
+    words = np.unique(offs // 4)
+    banks, cnt = np.unique(words % 32, return_counts=True)
+    return {"worst_bank": int(banks[np.argmax(cnt)]), "worst_bank_words": int(cnt.max()),
+            "worst_stride_bytes": int(offs[1] - offs[0]) if len(offs) > 1 else None}
+
+
 def _element_name(k, off) -> str:
     """``x[5]`` or ``tile[3, 7]``: the element at byte offset ``off`` of an array."""
     idx, rest = [], off
@@ -587,18 +600,24 @@ def _numba_summary(sites, div_sites, atomics) -> list:
             per, ideal = s["wavefronts"] / req, s["ideal_wavefronts"] / req
             why = ""
             if s.get("worst_bank_words", 0) > 1:
-                why = (f": {s['worst_bank_words']} lanes of the first request hit different "
-                       f"words of bank {s['worst_bank']}")
-                if s["stride_bytes"] and s["stride_bytes"] % 128 == 0:
-                    row = s["stride_bytes"] // s["itemsize"]
-                    why += f"; pad the row to {row + 1} elements"
+                stride = s["worst_stride_bytes"]
+                worst = "" if s["requests"] == 1 else "in the worst request, "
+                why = (f": {worst}{s['worst_bank_words']} lanes hit different words of bank "
+                       f"{s['worst_bank']}")
+                if stride:
+                    why += f" (neighbouring lanes' addresses are {abs(stride)} bytes apart)"
+                if stride and stride % 128 == 0:
+                    why += f"; pad the row to {stride // s['itemsize'] + 1} elements"
             items.append((s["bank_conflicts"] * 32,
                           f"the {what} takes {_fmt(per)} wavefronts where {_fmt(ideal)} "
                           f"would do{why}"))
+    # Lines where the lanes of a warp idle, if they idle in at least 5% of all the lane
+    # slots of the launch (one thread per block finishing the work is not worth a line).
+    slots = 32 * sum(d["instances"] for d in div_sites)
     for d in div_sites:
-        if d["lane_fraction"] < 0.9:
+        idle = d["instances"] * 32 * (1 - d["lane_fraction"])
+        if d["lane_fraction"] < 0.9 and idle >= 0.05 * slots:
             text = _source_line(d["file"], d["line"])
-            idle = d["instances"] * 32 * (1 - d["lane_fraction"])
             lanes = _fmt(d["avg_lanes"])
             items.append((idle, f"line {d['line']} (`{text}`) runs with {lanes} active "
                                 f"{'lane' if lanes == '1' else 'lanes'} per warp on average: "
