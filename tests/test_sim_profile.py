@@ -633,3 +633,14 @@ def test_reduction_tree_interleaved_against_sequential_addressing():
     assert m["l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum"] == 2 * 4 * 12 + 4
     assert m["l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum"] == 0
     assert m["l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum"] == 0
+
+
+def test_empty_launches():
+    p = sim_profile.profile_numba(copy_kernel, 1, 32, torch.zeros(0), torch.zeros(0), 0)
+    assert p["metrics"][LD.format("requests")] == 0 and p["sites"] == []
+    assert p["summary"] == ["the launch made no access to global or shared memory"]
+    assert p["bytes_needed"] == p["bytes_moved"] == 0
+    p = sim_profile.profile_triton(copy_tl_kernel, (0,), torch.zeros(0), torch.zeros(0), 0,
+                                   BLOCK_SIZE=32)
+    assert p["metrics"]["programs"] == 0 and p["metrics"]["bytes_loaded"] == 0
+    assert p["summary"] == ["the launch loaded and stored nothing"]

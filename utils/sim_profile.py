@@ -630,8 +630,9 @@ def _numba_summary(sites, div_sites, atomics) -> list:
                       "updates of one address"))
     items.sort(key=lambda t: -t[0])
     out = [t for _, t in items]
-    if not out and sites:
-        out.append("every warp access is coalesced and conflict-free, and no lane idles")
+    if not out:
+        out.append("every warp access is coalesced and conflict-free, and no lane idles"
+                   if sites else "the launch made no access to global or shared memory")
     return out
 
 
@@ -667,13 +668,15 @@ class _TritonProfiler:
             self.site_info.append(key)
         addrs = np.asarray(ptrs.data).astype(np.int64, copy=False).ravel()
         lanes = addrs.size
+        first = int(addrs[0]) if lanes else 0
         if mask is not None:
             m = np.broadcast_to(np.asarray(mask.data, dtype=bool), np.shape(ptrs.data)).ravel()
             addrs = addrs[m]
         itemsize = int(ptrs.get_element_ty().primitive_bitwidth) // 8 or 1
         active = addrs.size
         sectors = int(np.unique(addrs // 32).size) if active else 0
-        tensor = self._tensor(addrs[0]) if active else -1
+        # The tensor the pointers point into (by the first active lane, else the first).
+        tensor = self._tensor(int(addrs[0]) if active else first)
         self.rec.append((_program(builder), sid, lanes, active, itemsize, sectors, tensor))
         if active:
             self.elements.append((addrs, itemsize))
@@ -777,8 +780,9 @@ def _triton_counts(prof: _TritonProfiler, name) -> dict:
     for s, (filename, line, k) in enumerate(prof.site_info):
         sel = sid == s
         n_lanes, n_act = int(lanes[sel].sum()), int(active[sel].sum())
-        t = tens[sel][active[sel] > 0]
-        arg = names[int(t[0])] if len(t) and t[0] >= 0 else "?"
+        t = tens[sel][tens[sel] >= 0]
+        arg = names[int(t[0])] if len(t) else None  # None: no tensor argument's memory
+        of = f" of `{arg}`" if arg else ""
         size = int(isz[sel][0])
         ideal = int((-(-active[sel] * isz[sel] // 32)).sum())
         # "requests" here are executions of the line by a program (a whole block of
@@ -808,19 +812,22 @@ def _triton_counts(prof: _TritonProfiler, name) -> dict:
                 detail = (f"{len(partial)} of its {int(sel.sum())} executions run with lanes "
                           "masked off")
             summary_items.append((n_lanes - n_act, f"{_fmt(100 * site['masked_fraction'])}% "
-                                  f"of the lanes of the {k} of `{arg}` on line {line} are "
+                                  f"of the lanes of the {k}{of} on line {line} are "
                                   f"masked off: {detail}"))
         if site["sectors"] > ideal > 0:
             summary_items.append(((site["sectors"] - ideal) * 32,
-                                  f"the {k} of `{arg}` on line {line} touches "
+                                  f"the {k}{of} on line {line} touches "
                                   f"{site['sectors']} sectors where {ideal} would do: its "
                                   "addresses are not contiguous"))
     summary_items.sort(key=lambda t: -t[0])
     summary = [t for _, t in summary_items]
     if metrics["bytes_stored"] and metrics["bytes_loaded"]:
         ratio = _ratio_words(metrics["bytes_loaded"], metrics["bytes_stored"])
-        summary.append(f"each program loads {ratio} it stores ({_fmt(metrics['bytes_loaded_per_program'])} bytes loaded, "
+        summary.append(f"each program loads {ratio} it stores "
+                       f"({_fmt(metrics['bytes_loaded_per_program'])} bytes loaded, "
                        f"{_fmt(metrics['bytes_stored_per_program'])} stored per program)")
+    if not prof.rec:
+        summary.append("the launch loaded and stored nothing")
 
     # Bytes needed: each distinct element once. Atomics: the most contended element.
     bytes_needed = 0
