@@ -16,6 +16,9 @@ nothing. ``TRITON_SIM_PATCHES`` lists what was changed.
   masked-off lanes undefined on a GPU; the interpreter gives 0, which hides a forgotten
   ``other=0.0`` in a sum. Here they read NaN (floats) or the type's most negative
   (unsigned: largest) value, so a missing ``other`` shows up in the result.
+* **Profiling.** During ``utils.sim_profile.profile_triton`` every load, store and
+  atomic is also reported to the profiler (``profiler``), which counts the bytes and the
+  masked-off lanes of each program.
 * **A driver.** ``triton.runtime.driver.active`` raises "0 active drivers" without a GPU.
   A small driver answers the calls published code makes:
   ``get_active_torch_device()`` (``utils.DEVICE``), ``get_current_device()``,
