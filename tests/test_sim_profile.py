@@ -331,6 +331,9 @@ def test_races_are_still_reported_while_profiling():
     x, y = torch.randn(32), torch.zeros(32)
     p = sim_profile.profile_numba(copy_kernel, 1, 32, x, y, 32)
     assert p["metrics"][LD.format("sectors")] == 4
+    # A plain launch after a profile is checked for races as before.
+    with pytest.raises(utils.SimulatorRaceError, match="data race in kernel `racy_sum_kernel`"):
+        racy_sum_kernel[2, 32](utils.to_numba(torch.randn(64)), utils.to_numba(torch.zeros(1)))
 
 
 def test_bad_arguments_and_gpu(monkeypatch):
