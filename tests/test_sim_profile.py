@@ -270,6 +270,20 @@ def ticket_kernel(out_ptr, ticket_ptr):
     ticket_ptr[cuda.grid(1)] = cuda.atomic.add(out_ptr, 0, 1.0)  # result used: ATOM
 
 
+@cuda.jit
+def one_per_block_kernel(out_ptr):
+    if cuda.threadIdx.x == 0:
+        cuda.atomic.add(out_ptr, 0, 1.0)
+
+
+def test_one_atomic_per_block_is_not_called_contended():
+    out = torch.zeros(1)
+    p = sim_profile.profile_numba(one_per_block_kernel, 4, 32, out)
+    assert out.item() == 4 and p["atomics"]["address_count"] == 4
+    assert p["metrics"]["l1tex__t_requests_pipe_lsu_mem_global_op_red.sum"] == 4
+    assert not any("atomic updates" in s for s in p["summary"])
+
+
 def test_atomics_to_one_address():
     out = torch.zeros(1)
     p = sim_profile.profile_numba(count_kernel, 4, 64, out)
@@ -419,6 +433,8 @@ def test_triton_atomics_to_one_address():
     assert out.item() == 1024
     assert p["atomics"] == {"count": 8, "address": "out_ptr[0]", "address_count": 8}
     assert p["metrics"]["bytes_atomic"] == 8 * 4
+    # One update per program is how programs combine their results: not worth a sentence.
+    assert not any("atomic updates" in s for s in p["summary"])
 
 
 @cuda.jit

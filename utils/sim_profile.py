@@ -99,10 +99,6 @@ def _on_gpu_error(what: str) -> NotImplementedError:
         "Nsight Compute on the launch, or run Nsight Compute (ncu) on your script.")
 
 
-def _plural(n, one, many=None) -> str:
-    return f"{n} {one if n == 1 else (many or one + 's')}"
-
-
 def _fmt(x) -> str:
     """A count or average for a sentence: 4, 4.5, 0.25."""
     if abs(x - round(x)) < 1e-9:
@@ -124,28 +120,26 @@ class _NumbaProfiler:
 
     def __init__(self, fn):
         self.fn = fn
-        self.args = {}        # argument index -> dict(name, shift, itemsize, shape)
         self.shared = {}      # allocation site -> key (negative ints: -1, -2, ...)
-        self.keys = {}        # key -> dict(name, space, itemsize, shape, nbytes)
+        # key (argument index, or a negative int for a shared array) -> dict(name, space,
+        # itemsize, shape, strides, shift, nbytes)
+        self.keys = {}
         self.sites = {}       # (code, lasti, key, op) -> site id
         self.site_info = []   # site id -> (code, line, key, op)
         self.rec = []         # (block, tid, site, byte offset) per element access
-        self.block = 0
+        self.block = 0        # the running thread's linear block index and thread id
         self.tid = 0
-        self.threads = 0
-        self.blocks = set()
         # Divergence: the (code, line) each thread runs, in order, by (block, tid).
         self.lines: dict = {}
         self.ev: list = []           # the running thread's list
         self.traced_codes: dict = {}
-        self._next_names: dict = {}
-        skip = [os.path.dirname(os.path.abspath(__file__))]
-        for mod in ("numba", "numpy"):
+        skip = [os.path.dirname(os.path.abspath(__file__)),
+                os.path.dirname(os.path.abspath(os.__file__))]  # the standard library
+        for mod in ("numba", "numba.cuda", "numpy"):  # numba.cuda: numba-cuda's own folder
             m = sys.modules.get(mod)
             if m is not None and getattr(m, "__file__", None):
                 skip.append(os.path.dirname(os.path.abspath(m.__file__)))
-        skip.append(os.path.dirname(os.__file__))  # the standard library
-        self.skip = tuple(skip)
+        self.skip = tuple(d + os.sep for d in skip)
         self.tracer = self._make_tracer()
 
     # -- the launch's arrays ----------------------------------------------------------
@@ -186,8 +180,6 @@ class _NumbaProfiler:
     # -- the scheduler's calls ----------------------------------------------------------
     def begin_block(self, linear, threads):
         self.block = linear
-        self.threads = threads
-        self.blocks.add(linear)
 
     def set_thread(self, tid):
         self.tid = tid
@@ -377,9 +369,10 @@ def _numba_counts(prof: _NumbaProfiler, gdim, bdim, name) -> dict:
         n_lanes = np.bincount(inst[:, 2], weights=lanes, minlength=len(keys))
         n_present = np.bincount(inst[:, 2], weights=present, minlength=len(keys))
         for j, (code, line) in enumerate(keys):
-            div_sites.append({"line": line, "file": code.co_filename,
-                              "instances": int(n_inst[j]), "avg_lanes": n_lanes[j] / n_inst[j],
-                              "lane_fraction": n_lanes[j] / n_present[j]})
+            div_sites.append({"line": line, "function": code.co_name, "file": code.co_filename,
+                              "instances": int(n_inst[j]),
+                              "avg_lanes": float(n_lanes[j] / n_inst[j]),
+                              "lane_fraction": float(n_lanes[j] / n_present[j])})
 
     # ---- memory ---------------------------------------------------------------------------
     n = len(prof.rec)
@@ -531,7 +524,7 @@ def _numba_counts(prof: _NumbaProfiler, gdim, bdim, name) -> dict:
         trace_names["shared"] = shared_names
 
     sites.sort(key=lambda s: (s["line"], s["space"], s["op"]))
-    summary = _numba_summary(sites, div_sites, atomics)
+    summary = _numba_summary(sites, div_sites, atomics, nblocks)
     if bytes_needed and bytes_moved > 1.1 * bytes_needed and not atomics["count"]:
         summary.append(f"the launch moves {_fmt(bytes_moved / bytes_needed)}x the bytes it needs "
                        f"({bytes_moved} bytes in 32-byte sectors for {bytes_needed} bytes "
@@ -570,7 +563,7 @@ def _element_name(k, off) -> str:
     return f"{k['name']}[{', '.join(str(int(i)) for i in idx)}]"
 
 
-def _numba_summary(sites, div_sites, atomics) -> list:
+def _numba_summary(sites, div_sites, atomics, nblocks) -> list:
     """Plain-English sentences, the costliest first (by the bytes or the lane-slots it
     wastes)."""
     items = []  # (waste, sentence)
@@ -623,7 +616,9 @@ def _numba_summary(sites, div_sites, atomics) -> list:
                                 f"{'lane' if lanes == '1' else 'lanes'} per warp on average: "
                                 "the other lanes of the warp took another branch or "
                                 "finished, and wait"))
-    if atomics["count"] > 1 and atomics["address_count"] > 1:
+    # One atomic per block to one address is the usual way to combine blocks: worth a
+    # sentence only when the blocks' threads contend more than that.
+    if atomics["address_count"] > max(1, nblocks):
         items.append((atomics["address_count"] * 32,
                       f"{atomics['address_count']} of the {atomics['count']} atomic updates go "
                       f"to `{atomics['address']}` (line {atomics['line']}): a GPU serialises "
@@ -845,7 +840,7 @@ def _triton_counts(prof: _TritonProfiler, name) -> dict:
         atomics = {"count": int(a.size), "address": _element(_Launch(name, prof.tensors, []),
                                                               int(u[j])),
                    "address_count": int(c[j])}
-        if c[j] > 1:
+        if c[j] > max(1, programs):  # more than one update per program
             summary.append(f"{int(c[j])} of the {int(a.size)} atomic updates go to "
                            f"`{atomics['address']}`: a GPU serialises updates of one address")
     return {"backend": "triton-interpreter", "kernel": name, "metrics": metrics,
