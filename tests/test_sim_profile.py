@@ -663,3 +663,27 @@ def test_empty_launches():
                                    BLOCK_SIZE=32)
     assert p["metrics"]["programs"] == 0 and p["metrics"]["bytes_loaded"] == 0
     assert p["summary"] == ["the launch loaded and stored nothing"]
+
+
+@cuda.jit
+def row_view_kernel(x_ptr, y_ptr):
+    # A 2-D grid of 2-D blocks; rows read through a view (x_ptr[r] is a row).
+    c, r = cuda.grid(2)
+    row = x_ptr[r]
+    y_ptr[r, c] = row[c]
+
+
+def test_2d_grid_block_order_and_row_views():
+    x = torch.randn(4, 64)
+    y = torch.zeros(4, 64)
+    p = sim_profile.profile_numba(row_view_kernel, (2, 2), (32, 2), x, y)
+    assert torch.equal(y, x)
+    t = p["trace"]
+    # Block (bx, by) is linear block bx + 2 * by; it covers rows 2 by, 2 by + 1 and
+    # columns 32 bx .. 32 bx + 31. Offsets count from the start of the whole argument.
+    loads = t["op"] == 0
+    row = (t["block"][loads] // 2) * 2 + t["thread"][loads] // 32
+    col = (t["block"][loads] % 2) * 32 + t["thread"][loads] % 32
+    assert torch.equal(t["offset"][loads], (row * 64 + col) * 4)
+    # Each warp reads 32 neighbouring floats of one row: 4 sectors; 4 blocks x 2 warps.
+    assert p["metrics"][LD.format("requests")] == 8 and p["metrics"][LD.format("sectors")] == 32
