@@ -31,7 +31,7 @@ def test_simulation_matches_ncu(name, request):
     except NotImplementedError as e:
         pytest.skip(str(e))
     hw = cmp.ncu_values(RECORDED["cases"][name]["ncu"])
-    sim = cmp.sim_values(case, p)
+    sim = cmp.sim_values(case, p, RECORDED["cases"][name]["ncu"])
     result = cmp.compare_case(case, hw, sim)
     # the memory counters the emulator always produces for a CUDA kernel are compared, not left out
     if case.backend == "cuda":
@@ -45,6 +45,18 @@ def test_simulation_matches_ncu(name, request):
     recorded_rows = {r["metric"]: r["sim"] for r in TABLE["cases"][name]["rows"]}
     stale = {m: (recorded_rows[m], v) for m, v in sim.items() if m in recorded_rows and recorded_rows[m] != v}
     assert not stale, f"benchmarks/results/ncu-vs-sim.json is stale for {name}: {stale}"
+
+
+def test_occupancy_calculator_reproduces_every_launchs_limits():
+    """Given the registers, shared memory and carveout ncu saw, utils.occupancy gives its
+    four limits and its theoretical occupancy, for every recorded launch."""
+    for name, rec in RECORDED["cases"].items():
+        n = rec["ncu"]
+        occ = cmp.occupancy_at(n["launch__block_size"], n["launch__registers_per_thread"],
+                               n["launch__shared_mem_per_block_static"] + n["launch__shared_mem_per_block_dynamic"],
+                               n[cmp.CONFIG])
+        assert occ.limits == {k: n[k] for k in occ.limits}, name
+        assert occ.theoretical * 100 == pytest.approx(n["sm__maximum_warps_per_active_cycle_pct"]), name
 
 
 def test_ncu_raw_csv_rows_become_numbers():
