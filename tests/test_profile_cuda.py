@@ -309,6 +309,17 @@ def test_a_race_under_profile_is_reported_as_usual():
 
 
 @sim
+def test_profiling_with_race_detection_off_and_a_random_schedule():
+    k = utils.cuda_kernel(RACY, "racy_sum")
+    out = torch.zeros(1)
+    with utils.race_detection(False), utils.emulation_schedule("random", seed=3):
+        p = k.profile[2, 32](torch.ones(64), out, 64)
+    assert out.item() == 64.0  # blocks and threads run one at a time here: no update is lost
+    assert p.metrics[LD_REQ] == 2 + 2 and p.metrics[ST_REQ] == 2  # x_ptr[i] and out_ptr[0] per warp
+    assert site(p, "out_ptr", "st")["sectors"] == 2 and site(p, "x_ptr", "ld")["sectors"] == 8
+
+
+@sim
 def test_bad_arguments(copy):
     x, y = torch.randn(N), torch.zeros(N)
     with pytest.raises(TypeError, match="takes 5 arguments"):
@@ -430,7 +441,8 @@ def test_occupancy_comes_from_utils_occupancy_with_the_kernels_registers(copy, m
     assert calls == [(96, 40, 128 + 256)]
     assert p.metrics["launch__registers_per_thread"] == 40
     assert p.metrics["launch__shared_mem_per_block_static"] == 128
-    assert p.metrics["launch__occupancy_limit_registers"] == 2 and p.metrics["sm__maximum_warps_per_active_cycle_pct"] == 50
+    assert p.metrics["launch__occupancy_limit_registers"] == 2
+    assert p.metrics["sm__maximum_warps_per_active_cycle_pct"] == 50
     assert isinstance(p.occupancy, _FakeOccupancy)
     assert "theoretical occupancy" in repr(p) and "limited by registers" in repr(p)
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import csv
 import ctypes
 import io
+import math
 import os
 import re
 import shutil
@@ -40,7 +41,8 @@ SECTOR = 32
 # ---------------------------------------------------------------------------------------
 SITE_FIELDS = ["requests", "sectors", "ideal_sectors", "wavefronts", "ideal_wavefronts", "lanes",
                "possible_lanes", "bytes", "kind", "size", "region", "stride", "has_stride",
-               "worst_wavefronts", "worst_bank", "worst_lanes", "used", "first_offset"]
+               "worst_wavefronts", "worst_bank", "worst_lanes", "used", "first_offset", "worst_stride",
+               "has_worst_stride"]
 BB_FIELDS = ["instances", "lanes", "possible_lanes"]
 TRACE_FIELDS = ["block", "thread", "space", "op", "region", "offset", "size", "pcid", "instr", "shared_array"]
 _LL, _P = ctypes.c_longlong, ctypes.c_void_p
@@ -148,7 +150,7 @@ SHARED_INSTS = "sm__sass_inst_executed_op_shared_{op}.sum"
 LANES_RATIO = "smsp__thread_inst_executed_per_inst_executed.ratio"
 
 
-def analyze(raw: dict, rec: Recorder, lib, params, block: tuple, atom_kinds: dict | None = None) -> dict:
+def analyze(raw: dict, rec: Recorder, lib, params, grid: tuple, block: tuple, atom_kinds: dict | None = None) -> dict:
     """The profile of one launch from the counters: metrics, sites, summary, trace, extras.
     ``atom_kinds`` (from the kernel's PTX) says which source lines' global atomics are
     reductions (``red``: the old value unused), {line: "red"|"atom"}; without it every
@@ -180,7 +182,7 @@ def analyze(raw: dict, rec: Recorder, lib, params, block: tuple, atom_kinds: dic
                               "bank_conflicts": None if space == 0 else 0, "lanes": 0, "possible_lanes": 0,
                               "bytes": 0, "size": row[F["size"]],
                               "stride_bytes": row[F["stride"]] if row[F["has_stride"]] else None,
-                              "worst_wavefronts": 0, "worst_bank": None, "worst_lanes": 0,
+                              "worst_wavefronts": 0, "worst_bank": None, "worst_lanes": 0, "worst_stride": None,
                               "code": src[line - 1].strip() if line and 0 < line <= len(src) else ""}
         s["requests"] += row[F["requests"]]
         s["lanes"] += row[F["lanes"]]
@@ -196,6 +198,7 @@ def analyze(raw: dict, rec: Recorder, lib, params, block: tuple, atom_kinds: dic
             if row[F["worst_wavefronts"]] > s["worst_wavefronts"]:
                 s["worst_wavefronts"], s["worst_bank"], s["worst_lanes"] = (
                     row[F["worst_wavefronts"]], row[F["worst_bank"]], row[F["worst_lanes"]])
+                s["worst_stride"] = row[F["worst_stride"]] if row[F["has_worst_stride"]] else None
     site_list = sorted(sites.values(), key=lambda s: (s["line"] or 0, s["space"], s["op"], s["name"]))
     for s in site_list:
         s["avg_lanes"] = s["lanes"] / s["requests"] if s["requests"] else 0.0
@@ -248,7 +251,7 @@ def analyze(raw: dict, rec: Recorder, lib, params, block: tuple, atom_kinds: dic
                "shared": raw["atomics_shared"], "address": hot, "address_count": hot_count if hot else 0}
     out = {"metrics": metrics, "sites": site_list, "bytes_needed": raw["bytes_read"] + raw["bytes_written"],
            "bytes_moved": sectors_total * SECTOR, "atomics": atomics, "branches": branches}
-    out["summary"] = summarize(site_list, branches, atomics, block)
+    out["summary"] = summarize(site_list, branches, atomics, grid, block)
     out["trace"], out["trace_names"] = _trace(raw, rec, params, lines)
     return out
 
@@ -308,7 +311,7 @@ def _num(x: float) -> str:
     return f"{x:.0f}" if abs(x - round(x)) < 0.05 else f"{x:.1f}"
 
 
-def summarize(sites: list[dict], branches: dict, atomics: dict, block: tuple) -> list[str]:
+def summarize(sites: list[dict], branches: dict, atomics: dict, grid: tuple, block: tuple) -> list[str]:
     """Plain-English sentences about the wasteful sites, worst first."""
     found: list[tuple[float, str]] = []
     for s in sites:
@@ -334,13 +337,13 @@ def summarize(sites: list[dict], branches: dict, atomics: dict, block: tuple) ->
                           f"{_num(max(ideal, 1))} would do: {why}"))
         if s["space"] == "shared" and s["bank_conflicts"] > 0:
             per, ideal = s["worst_wavefronts"], max(1, round(s["ideal_wavefronts"] / s["requests"]))
-            stride = s["stride_bytes"]
+            stride = s["worst_stride"]
             hint = ""
-            if stride and stride % 4 == 0 and (stride // 4) % 2 == 0 and stride // 4 >= 2:
-                words = stride // 4
+            if stride and stride % 4 == 0 and (stride // 4) % 2 == 0:
+                words = abs(stride) // 4
                 hint = (f"; pad the row to {words + 1}" if words % 32 == 0 else
-                        f"; neighbouring lanes are {words} words apart, an odd distance (e.g. {words + 1}) "
-                        "spreads them over all banks")
+                        f"; neighbouring lanes are {words} words apart, so lanes {32 // math.gcd(words, 32)} "
+                        "apart share a bank: have neighbouring lanes use neighbouring words")
             what = f"{s['worst_lanes']} lanes hit bank {s['worst_bank']}" if s["worst_bank"] is not None else ""
             found.append((s["bank_conflicts"] * SECTOR,
                           f"the {_noun(s['op'])} {'to' if s['op'] != 'ld' else 'of'} {where} takes {per} wavefronts "
@@ -355,9 +358,13 @@ def summarize(sites: list[dict], branches: dict, atomics: dict, block: tuple) ->
             b[1] += s["lanes"]
             b[2] += s["possible_lanes"]
     shown = False
+    all_req = sum(b[0] for b in by_line.values())
     for line, (n_req, n_lanes, n_possible) in sorted(by_line.items()):
         if n_lanes < 0.9 * n_possible:
             shown = True
+        # (a line that runs rarely, such as one thread per block writing the block's result, is
+        # no waste worth a sentence)
+        if n_lanes < 0.9 * n_possible and n_req >= 0.05 * all_req:
             found.append(((n_possible - n_lanes) / 32 * SECTOR,
                           f"line {line} runs with {_num(n_lanes / n_req)} of {_num(n_possible / n_req)} lanes per "
                           "warp on average: a branch sends the threads of one warp different ways (divergence), "
@@ -373,7 +380,8 @@ def summarize(sites: list[dict], branches: dict, atomics: dict, block: tuple) ->
     if nthreads % 32:
         found.append((0, f"blocks of {nthreads} threads: the last warp of each block has only {nthreads % 32} of 32 "
                          "lanes; a multiple of 32 threads per block keeps every lane busy"))
-    if atomics["address"] and atomics["address_count"] >= 32:
+    nblocks = grid[0] * grid[1] * grid[2]
+    if atomics["address"] and atomics["address_count"] >= 32 and atomics["address_count"] > nblocks:
         found.append((atomics["address_count"] * SECTOR,
                       f"{atomics['address_count']} atomic updates of `{atomics['address']}` all go to one address "
                       "and are serialized: combine values within each block first (shared memory or warp "
@@ -397,7 +405,8 @@ def gpu_compile_info(kernel, arch: str = "sm_90") -> dict:
     nv = tc.nvrtc()
     if nv is None:
         return {}
-    key = tc.cache_key("profile-info", kernel.text, kernel.name, arch, nv.version, tc.headers_digest(kernel.include_dir))
+    key = tc.cache_key("profile-info", kernel.text, kernel.name, arch, nv.version,
+                       tc.headers_digest(kernel.include_dir))
     if key in _GPU_INFO:
         return _GPU_INFO[key]
     path = Path(paths.CACHE_DIR) / "profile-info" / f"{key}.json"
@@ -485,7 +494,8 @@ def _number(value: str, unit: str):
         x = float(v)
     except ValueError:
         return None
-    m = re.fullmatch(r"([kKMGTmun]?)(byte|sector|request|inst|warp|block|register|thread|wavefront|cycle|B)?", unit or "")
+    m = re.fullmatch(r"([kKMGTmun]?)(byte|sector|request|inst|warp|block|register|thread|wavefront|cycle|B)?",
+                     unit or "")
     if m and m.group(2) and m.group(1):
         x *= _UNIT_SCALE[m.group(1)]
     return int(x) if x.is_integer() and "." not in v else x

@@ -802,6 +802,7 @@ struct ProfRec { uint64_t key; uintptr_t addr; uint32_t size; int16_t region; ui
 struct ProfSite {
     long long requests, sectors, ideal_sectors, wavefronts, ideal_wavefronts, lanes, possible_lanes, bytes;
     long long kind, size, region, stride, has_stride, worst_wavefronts, worst_bank, worst_lanes, used, first_offset;
+    long long worst_stride, has_worst_stride;  // between the first two active lanes of the worst request
 };
 // Per code address of a basic block: warp-level instances, lanes that ran them, lanes that existed.
 struct ProfBB { long long instances, lanes, possible_lanes; };
@@ -1009,6 +1010,8 @@ EMU_NOTSAN inline void prof_instance(const ProfRec* r, size_t b, size_t e) {
                 for (uintptr_t w = w0; w <= w1; ++w) if ((int)(w & 31) == wbank) { wl++; break; }
             }
             s.worst_wavefronts = worst; s.worst_bank = wbank; s.worst_lanes = wl;
+            s.has_worst_stride = e - b >= 2;
+            s.worst_stride = e - b >= 2 ? (long long)(r[b + 1].addr - r[b].addr) : 0;
         }
     }
     if (s.requests == 1) {  // the first instance describes the site
