@@ -30,8 +30,10 @@ import torch
 from .. import paths
 
 #: What g++ needs for the profiling variant (besides the race detector's flags): a hook at every
-#: basic block, and no tail calls, so that every hook's return address lies in the caller's code.
-FLAGS = ["-DEMU_PROFILE", "-fsanitize-coverage=trace-pc", "-fno-optimize-sibling-calls"]
+#: basic block; no tail calls, so that every hook's return address lies in the caller's code; and
+#: no scalar replacement of aggregates, which would load a float4 as four floats (a GPU loads it
+#: with one 16-byte instruction).
+FLAGS = ["-DEMU_PROFILE", "-fsanitize-coverage=trace-pc", "-fno-optimize-sibling-calls", "-fno-tree-sra"]
 #: Accesses kept for ``Profile.trace`` (pictures of small launches); a larger launch has no trace.
 TRACE_CAP = 1 << 18
 SECTOR = 32
@@ -156,7 +158,8 @@ def analyze(raw: dict, rec: Recorder, lib, params, grid: tuple, block: tuple, at
     reductions (``red``: the old value unused), {line: "red"|"atom"}; without it every
     global atomic is counted as ``atom``."""
     from . import _racecheck
-    pcs = raw["pcs"]
+    # (a piece of a split access carries its index above bit 48 of its code address)
+    pcs = [pc & ((1 << 48) - 1) for pc in raw["pcs"]]
     lines = _racecheck.source_lines(lib.path, pcs, lib.filename) if pcs else []
     src = lib.source.splitlines()
     F = {f: i for i, f in enumerate(SITE_FIELDS)}
@@ -319,7 +322,9 @@ def summarize(sites: list[dict], branches: dict, atomics: dict, grid: tuple, blo
         if not s["requests"]:
             continue
         partial = s["lanes"] < 0.9 * s["possible_lanes"]
-        if s["space"] == "global" and s["sectors"] > s["ideal_sectors"] * 1.2 + 0.5:
+        # (an atomic's extra sectors are its lanes' turns on one address: the sentence on
+        # contention below says it)
+        if s["space"] == "global" and s["op"] in ("ld", "st") and s["sectors"] > s["ideal_sectors"] * 1.2 + 0.5:
             per, ideal = s["sectors"] / s["requests"], s["ideal_sectors"] / s["requests"]
             stride, size = s["stride_bytes"], s["size"]
             if partial:
