@@ -571,6 +571,16 @@ def test_ncu_csv_parsing():
     assert parse_ncu_csv("==PROF== no kernels were profiled\n") == []
 
 
+def test_a_profile_from_ncus_counters_shows_the_same_table():
+    from utils.cuda._profile import parse_ncu_csv
+    p = utils.Profile("copy_kernel", "ncu", parse_ncu_csv(NCU_SAMPLE)[0], bytes_moved=4096 * 32)
+    text = repr(p)
+    assert text.startswith("profile of copy_kernel (measured by Nsight Compute)")
+    assert "global loads" in text and "128 requests, 4,096 sectors (32.0 per request)" in text
+    assert "active lanes per warp instruction  32.0 of 32" in text and "theoretical occupancy" in text
+    assert p.sites == [] and p.summary == [] and p.trace is None
+
+
 def test_ncu_missing_is_said_clearly(monkeypatch):
     from utils.cuda import _profile
     monkeypatch.setattr(_profile, "find_ncu", lambda: None)
