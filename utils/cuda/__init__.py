@@ -242,7 +242,8 @@ class CudaKernel:
         _emulator.launch(self._prof_lib, self.name, self.params, grid, block, shared, args, mode, seed,
                          self.uses_printf, profiler=rec, racecheck=_racecheck.enabled())
         info = _profile.gpu_compile_info(self)
-        out = _profile.analyze(rec.raw, rec, self._prof_lib, self.params, grid, block, info.get("atom_kinds"))
+        with _profile.one_thread():
+            out = _profile.analyze(rec.raw, rec, self._prof_lib, self.params, grid, block, info.get("atom_kinds"))
         out["backend"] = "cuda-emulator"
         return out
 

@@ -13,6 +13,7 @@ On a GPU the same call runs ``ncu`` on that one launch in a subprocess and parse
 """
 from __future__ import annotations
 
+import contextlib
 import csv
 import ctypes
 import io
@@ -55,6 +56,18 @@ class _Result(ctypes.Structure):
                 ("atomics_global", _LL), ("atomics_shared", _LL), ("hot_region", _LL), ("hot_offset", _LL),
                 ("hot_count", _LL), ("bytes_read", _LL), ("bytes_written", _LL),
                 ("trace", _P), ("trace_n", _LL), ("trace_overflow", _LL), ("instr", _LL), ("pc_overflow", _LL)]
+
+
+@contextlib.contextmanager
+def one_thread():
+    """torch on one thread for a while: the arrays here are small (at most 2^18 rows), and on a
+    busy machine a parallel op can wait far longer for its threads than it computes."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def _int64s(ptr: int, rows: int, cols: int) -> torch.Tensor:
@@ -100,7 +113,8 @@ class Recorder:
     def end(self, lib, collect: bool):
         try:
             if collect:
-                self.raw = self._read(lib)
+                with one_thread():
+                    self.raw = self._read(lib)
         finally:
             lib.lib.emu_prof_end()
 
@@ -111,13 +125,13 @@ class Recorder:
         pcs = _int64s(r.pcs, npc, 1).view(-1).tolist()
         sites = _int64s(r.sites, npc * 2, len(SITE_FIELDS))
         bbs = _int64s(r.bbs, npc, len(BB_FIELDS))
-        trace = _int64s(r.trace, int(r.trace_n), len(TRACE_FIELDS)).clone() if r.trace_n else None
+        trace = _int64s(r.trace, int(r.trace_n), len(TRACE_FIELDS)) if r.trace_n else None
         name_of = lib.lib.emu_prof_shared_name
         name_of.restype = ctypes.c_char_p
         name_of.argtypes = [ctypes.c_int]
         shared_ids = set(sites[1::2, SITE_FIELDS.index("region")].tolist())
         if trace is not None:
-            shared_ids |= set(trace[:, TRACE_FIELDS.index("shared_array")].tolist())
+            shared_ids |= set(torch.unique(trace[:, TRACE_FIELDS.index("shared_array")]).tolist())
         shared_names = {}
         for i in shared_ids:
             if i >= 0:
@@ -263,12 +277,10 @@ def _trace(raw, rec: Recorder, params, lines):
     t = raw["trace"]
     if t is None or raw["trace_overflow"]:
         return None, None
-    T = {f: i for i, f in enumerate(TRACE_FIELDS)}
-    thread = t[:, T["thread"]]
-    space = t[:, T["space"]]
-    offset = t[:, T["offset"]].clone()
+    cols = dict(zip(TRACE_FIELDS, t.t().contiguous()))  # one contiguous row per field
+    thread, space, region = cols["thread"], cols["space"], cols["region"]
+    offset = cols["offset"]
     arg = torch.full_like(thread, -1)
-    region = t[:, T["region"]]
     for r, reg in enumerate(rec.regions):
         sel = (space == 0) & (region == r)
         if not bool(sel.any()):
@@ -282,17 +294,16 @@ def _trace(raw, rec: Recorder, params, lines):
                 k, off, _ = rec.argument_at(r, int(offset[i]))
                 arg[i], offset[i] = k, off
     line_of = torch.tensor([ln or 0 for ln in lines] or [0], dtype=torch.int64)
-    pcid = t[:, T["pcid"]].clamp(max=len(line_of) - 1)
-    shared_array = t[:, T["shared_array"]]
+    pcid = cols["pcid"].clamp(max=len(line_of) - 1)
+    shared_array = cols["shared_array"]
     # (the dense index of the shared array among the names below, -1 for global accesses)
-    ids = sorted(i for i in set(shared_array.tolist()) if i >= 0)
+    ids = [i for i in torch.unique(shared_array).tolist() if i >= 0]
     dense = torch.full_like(shared_array, -1)
     for j, i in enumerate(ids):
         dense[shared_array == i] = j
-    trace = {"block": t[:, T["block"]].clone(), "thread": thread.clone(), "warp": thread // 32, "lane": thread % 32,
-             "space": space.clone(), "op": t[:, T["op"]].clone(), "arg": arg, "offset": offset,
-             "size": t[:, T["size"]].clone(), "line": line_of[pcid], "instr": t[:, T["instr"]].clone(),
-             "shared_array": dense}
+    trace = {"block": cols["block"], "thread": thread, "warp": thread // 32, "lane": thread % 32,
+             "space": space, "op": cols["op"], "arg": arg, "offset": offset, "size": cols["size"],
+             "line": line_of[pcid], "instr": cols["instr"], "shared_array": dense}
     names: dict = {k: p.name for k, p in enumerate(params)}
     shared = [raw["shared_names"].get(i, "shared memory") for i in ids]
     if shared:
