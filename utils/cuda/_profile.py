@@ -489,11 +489,13 @@ NCU_METRICS = [GLOBAL.format(what=w, op=op) for w in ("requests", "sectors") for
 
 
 def find_ncu() -> str | None:
-    """``ncu`` on PATH, else in $CUDA_HOME/bin (or /usr/local/cuda/bin)."""
+    """``ncu`` on PATH, else in $CUDA_HOME/bin (or $CUDA_PATH, /usr/local/cuda*/bin)."""
     found = shutil.which("ncu")
     if found:
         return found
-    for home in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
+    homes = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda",
+             *sorted(str(p) for p in Path("/usr/local").glob("cuda-*"))[::-1]]
+    for home in homes:
         if home and Path(home, "bin", "ncu").exists():
             return str(Path(home, "bin", "ncu"))
     return None
@@ -576,14 +578,17 @@ def run_ncu(kernel, grid, block, shared: int, args, timeout: float = 600) -> dic
         source = kernel.filename if kernel.include_dir is not None else kernel.text
         torch.save({"source": source, "name": kernel.name, "grid": grid, "block": block, "shared": shared,
                     "args": list(args)}, spec)
+        log = Path(d, "ncu.csv")  # (the CSV apart from the program's own output)
         cmd = [ncu, "--csv", "--page", "raw", "--print-units", "base", "--metrics", ",".join(NCU_METRICS),
                "--kernel-name-base", "function", "--kernel-name", f"regex:^{re.escape(base)}$",
-               "--launch-count", "1", sys.executable, str(script), str(spec), str(paths.ROOT)]
+               "--launch-count", "1", "--log-file", str(log), sys.executable, str(script), str(spec),
+               str(paths.ROOT)]
         env = dict(os.environ, COURSE_SIMULATE="0")
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
-        launches = parse_ncu_csv(proc.stdout)
+        text = log.read_text() if log.exists() else proc.stdout
+        launches = parse_ncu_csv(text)
         if proc.returncode != 0 or not launches:
-            tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
+            tail = "\n".join((text + proc.stdout + proc.stderr).strip().splitlines()[-15:])
             raise RuntimeError(f"Nsight Compute could not profile {kernel.name} (exit code {proc.returncode}):\n{tail}")
         out = Path(str(spec) + ".out")
         if out.exists():
