@@ -233,9 +233,12 @@ def test_an_atomic_whose_old_value_is_used_is_atom():
     counter, tickets = torch.zeros(1, dtype=torch.int32), torch.full((64,), -1, dtype=torch.int32)
     p = k.profile[2, 32](counter, tickets)
     assert sorted(tickets.tolist()) == list(range(64))
-    assert atomics(p) == (2, 64)
-    if RED_REQ in p.metrics:
+    if RED_REQ in p.metrics:  # the machine code is known: nvcc aggregated the integer atomic,
+        # one lane per warp issues it (as an H100 counts it: one sector per request)
         assert p.metrics[ATOM_REQ] == 2 and p.metrics[RED_REQ] == 0
+        assert atomics(p) == (2, 2)
+    else:
+        assert atomics(p) == (2, 64)
 
 
 @sim

@@ -222,6 +222,8 @@ def analyze(raw: dict, rec: Recorder, lib, params, grid: tuple, block: tuple, at
         if s["space"] == "global" and s["op"] == "atom" and atom_kinds is not None \
                 and atom_kinds.get(s["line"]) == "red":
             s["op"] = "red"
+        if s["space"] == "global" and s["op"] in ("atom", "red") and getattr(atom_kinds, "aggregated", False):
+            s["sectors"] = s["requests"]  # one lane per warp, one sector per request
 
     metrics: dict[str, float] = {}
     for op in ("ld", "st", "atom", "red"):
@@ -461,16 +463,29 @@ def atom_kinds_from_sass(sass: str):
     if not kinds:
         return {}
     if len(kinds) == 1:
-        return _AllKinds(kinds.pop())
+        return _AllKinds(kinds.pop(), aggregated=atomics_aggregated(sass))
     return None
+
+
+def atomics_aggregated(sass: str) -> bool:
+    """Whether nvcc aggregated the kernel's global atomics across the warp. For an integer
+    atomic (add, sub, min, max, and, or, xor) to an address that is the same for every thread,
+    nvcc counts the active lanes (VOTEU.ANY), combines their operands (POPC of the vote for a
+    constant, REDUX for values), and one lane issues the atomic under a predicate: the hardware
+    sees one lane per warp, so 1 sector per request (Nsight Compute on an H100: 2048 requests,
+    2048 sectors for 2^16 threads' atomicAdd(counter, 1), against 32 sectors per request for a
+    float atomicAdd, which is never aggregated)."""
+    return bool(re.search(r"\bVOTEU\.ANY\b", sass) and re.search(r"\b(U?POPC|REDUX)\b", sass)
+                and re.search(r"@!?P\d\s+(REDG|ATOMG)\.", sass))
 
 
 class _AllKinds(dict):
     """Every line's global atomics are of one kind."""
 
-    def __init__(self, kind: str):
+    def __init__(self, kind: str, aggregated: bool = False):
         super().__init__()
         self.kind = kind
+        self.aggregated = aggregated  # one lane per warp issues them (see atomics_aggregated)
 
     def get(self, key, default=None):
         return self.kind
