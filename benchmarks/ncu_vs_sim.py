@@ -74,10 +74,6 @@ KNOWN = {
                         "(@!P1 LDS, LDS, FADD, STS: no branch), so every lane of the warp stays active in "
                         "ncu's lanes per instruction (31.9; 23.5 with the predicate on); the emulator counts "
                         "the lanes that take the branch (27.6)"),
-    "atomic_ticket": ("nvcc aggregates an integer atomicAdd of one value to one address across the warp "
-                      "(VOTEU.ANY, POPC, then one lane's ATOMG): 1 sector per request; the emulator counts "
-                      "the 32 lanes' atomics to one address as 32 sectors, right for the float RED of "
-                      "atomic_one_address, which is not aggregated"),
 }
 
 

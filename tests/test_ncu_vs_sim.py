@@ -85,3 +85,18 @@ def test_verdicts():
     assert cmp.verdict(sectors, 100, 111, exact=False).startswith("FAIL")
     assert cmp.verdict(cmp.LANES, 18.29, 17.78, exact=True) == "ok"  # the ratio is never exact
     assert cmp.verdict(sectors, 0, 5, exact=False).startswith("FAIL")
+
+
+def test_warp_aggregated_atomics_are_recognised_in_the_machine_code():
+    from utils.cuda._profile import atomics_aggregated
+    aggregated = """
+        VOTEU.ANY UR6, UPT, PT ;
+        FLO.U32 R0, UR6 ;
+        POPC R9, UR6 ;
+        ISETP.EQ.U32.AND P0, PT, R0, R5, PT ;
+    @P0 ATOMG.E.ADD.STRONG.GPU PT, R3, desc[UR4][R2.64], R9 ;"""
+    plain_float = """
+        LDS R5, [UR4] ;
+        REDG.E.ADD.F32.FTZ.RN.STRONG.GPU desc[UR6][R2.64], R5 ;"""
+    assert atomics_aggregated(aggregated)
+    assert not atomics_aggregated(plain_float)
