@@ -4,7 +4,9 @@
 #   - Nsight Compute's raw counters of every case of benchmarks/ncu_patterns.py
 #   - do_bench timings of the same cases (a separate pass: ncu's replays distort time)
 #   - ncu's sections of one course kernel, as text
-#   - torch.profiler trace and, when nsys runs, nsys stats of a small training loop
+#   - torch.profiler trace and, when nsys runs, nsys stats of a small training loop (on the lent
+#     H100 the nsys inside Nsight Compute records, but its importer lacks libdw.so.1, so no
+#     report comes out: the torch.profiler trace shows the same wait)
 #   - compute-sanitizer racecheck / memcheck of the racy and out-of-bounds test kernels
 # Everything lands in $OUT/ncu-results.tgz (benchmarks/results/ layout) and $OUT/log files.
 # STEPS (default all: "ncu sections profiler sanitizer") picks the steps to run.

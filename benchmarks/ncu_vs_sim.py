@@ -253,8 +253,8 @@ def to_markdown(result: dict) -> str:
     ]
     fails = [(c, r) for c, d in result["cases"].items() for r in d["rows"] if r["verdict"].startswith("FAIL")]
     lines += [f"**{sum(len(d['rows']) for d in result['cases'].values())} comparisons in "
-              f"{len(result['cases'])} cases, {len(fails)} failing, in "
-              f"{len({c for c, _ in fails})} cases.**", "",
+              f"{len(result['cases'])} cases, {len(fails)} failing"
+              + (f", in {len({c for c, _ in fails})} of the cases" if fails else "") + ".**", "",
               "| case | kind | compared | exact | within 10% | failing | simulated in |",
               "|---|---|---:|---:|---:|---:|---:|"]
     for name, d in result["cases"].items():
