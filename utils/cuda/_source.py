@@ -231,9 +231,16 @@ _EXTERN_SHARED = re.compile(
     r"([A-Za-z_][\w:<>, ]*?)\s*(?:__align__\s*\([^)]*\)\s*)?([A-Za-z_]\w*)\s*\[\s*\]\s*;")
 
 
+#: the other order of the words, as some published code writes it: `extern float __shared__ s[];`
+_EXTERN_SHARED_AFTER_TYPE = re.compile(
+    r"extern\s+(?!__shared__)([A-Za-z_][\w:<>, ]*?)\s+__shared__\s+(?:__align__\s*\([^)]*\)\s*)?([A-Za-z_]\w*)"
+    r"\s*\[\s*\]\s*;")
+
+
 def _rewrite_extern_shared(text: str) -> str:
     # All `extern __shared__` arrays of a kernel alias the one dynamic buffer sized by the
     # launch, as on a GPU.
+    text = _EXTERN_SHARED_AFTER_TYPE.sub(lambda m: f"extern __shared__ {m.group(1)} {m.group(2)}[];", text)
     return _EXTERN_SHARED.sub(
         lambda m: f"{m.group(1)}* const {m.group(2)} = ({m.group(1)}*)::emu::dyn_shared(\"{m.group(2)}\", "
                   f"sizeof({m.group(1)}));", text)
@@ -354,7 +361,13 @@ def rewrite_launches(text: str) -> str:
 OPTIONAL_HEADERS = {"cuda_fp16.h": "__half (cuda_fp16.h)", "cuda_bf16.h": "__nv_bfloat16 (cuda_bf16.h)",
                     "mma.h": "wmma / tensor-core fragments (mma.h)", "cuda_pipeline.h": "cuda_pipeline.h (memcpy_async)",
                     "cuda/pipeline": "cuda::pipeline", "cuda/barrier": "cuda::barrier",
-                    "cooperative_groups/memcpy_async.h": "cooperative_groups::memcpy_async"}
+                    "cooperative_groups/memcpy_async.h": "cooperative_groups::memcpy_async",
+                    # NVIDIA's libraries: host code that runs its own GPU kernels
+                    "cublas_v2.h": "cuBLAS (cublas_v2.h)", "cublas.h": "cuBLAS (cublas.h)",
+                    "cublasLt.h": "cuBLASLt (cublasLt.h)", "cufft.h": "cuFFT (cufft.h)",
+                    "curand.h": "cuRAND (curand.h)", "curand_kernel.h": "cuRAND (curand_kernel.h)",
+                    "cusparse.h": "cuSPARSE (cusparse.h)", "cusolverDn.h": "cuSOLVER (cusolverDn.h)",
+                    "cudnn.h": "cuDNN (cudnn.h)", "nccl.h": "NCCL (nccl.h)"}
 _INCLUDE = re.compile(r"^[ \t]*#[ \t]*include[ \t]*[<\"]([^>\"]+)[>\"]", re.M)
 EMU_HEADER_DIR = Path(__file__).resolve().parent / "emu"
 
