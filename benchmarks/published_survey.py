@@ -250,6 +250,33 @@ def _(k, get):
     equal(hist, ref)
 
 
+HISTOGRAM64 = "Samples/2_Concepts_and_Techniques/histogram/histogram64.cu"
+
+
+def _histogram64(get, n_bytes=40_000):
+    """The sample's histogram64(): partial histograms of 64 * 240 bytes each, then merged."""
+    data = randint(0, 256, n_bytes, dtype=torch.uint8)
+    count = cdiv(n_bytes, 64 * 240)
+    part = poison(count * 64, dtype=torch.int32)
+    get("histogram64Kernel")[count, 64](part, data, n_bytes // 16)
+    ref = torch.bincount((data.cpu() >> 2).long(), minlength=64).double()  # the top 6 bits of each byte
+    return part, count, ref
+
+
+@case(SAMPLES, HISTOGRAM64, "histogram64Kernel")
+def _(k, get):
+    part, count, ref = _histogram64(get)
+    equal(part.view(count, 64).double().sum(0), ref, what="bins summed over the partial histograms")
+
+
+@case(SAMPLES, HISTOGRAM64, "mergeHistogram64Kernel")
+def _(k, get):
+    part, count, ref = _histogram64(get)
+    hist = poison(64, dtype=torch.int32)
+    k[64, 256](hist, part, count)
+    equal(hist, ref)
+
+
 @case(SAMPLES, "Samples/0_Introduction/simpleAtomicIntrinsics/simpleAtomicIntrinsics_kernel.cuh", "testKernel")
 def _(k, get):
     blocks, threads = 4, 256
@@ -365,6 +392,32 @@ def _(k, get):
     k[batch * length // 1024, 256](y, x, length)
     v = x.view(batch, length)
     equal(y, (v.cumsum(1) - v).reshape(-1))
+
+
+SCAN = "Samples/2_Concepts_and_Techniques/scan/scan.cu"
+
+
+def _scan_large(get, length=8192):
+    """The sample's scanExclusiveLarge(): 1024-element scans, a scan of their totals, an update."""
+    x = randint(0, 1000, length)
+    y, buf = poison(length, dtype=torch.int32), poison(length // 1024, dtype=torch.int32)
+    get("scanExclusiveShared")[length // 1024, 256](y, x, 1024)
+    get("scanExclusiveShared2")[cdiv(length // 1024, 256), 256](buf, y, x, length // 1024, length // 1024)
+    return x, y, buf
+
+
+@case(SAMPLES, SCAN, "scanExclusiveShared2")
+def _(k, get):
+    x, y, buf = _scan_large(get)
+    totals = x.view(-1, 1024).sum(1)
+    equal(buf, totals.cumsum(0) - totals)
+
+
+@case(SAMPLES, SCAN, "uniformUpdate")
+def _(k, get):
+    x, y, buf = _scan_large(get)
+    k[x.numel() // 1024, 256](y, buf)
+    equal(y, x.cumsum(0) - x)
 
 
 @case(SAMPLES, "Samples/2_Concepts_and_Techniques/threadFenceReduction/threadFenceReduction_kernel.cuh",
@@ -518,6 +571,73 @@ for _name, _grid in (("layernorm_forward_kernel1", lambda N: cdiv(N, 128)),
         close(mean, rm, what="mean")
         close(rstd, rr, what="rstd")
     case(LLMC, "dev/cuda/layernorm_forward.cu", _name)(_run)
+
+
+@case(LLMC, "dev/cuda/layernorm_forward.cu", "mean_kernel")
+def _(k, get):
+    N, C, block = 24, 96, 128
+    x, mean = randn(N, C), poison(N)
+    k[N, block, block * 4](mean, x, N, C, block)
+    close(mean, x.double().mean(-1))
+
+
+@case(LLMC, "dev/cuda/layernorm_forward.cu", "rstd_kernel")
+def _(k, get):
+    N, C, block = 24, 96, 128
+    x, rstd = randn(N, C), poison(N)
+    mean = x.double().mean(-1).float()
+    k[N, block, block * 4](rstd, x, mean, N, C, block)
+    close(rstd, _layernorm_ref(x, torch.ones(C), torch.zeros(C))[2])
+
+
+@case(LLMC, "dev/cuda/layernorm_forward.cu", "normalization_kernel")
+def _(k, get):
+    B, T, C = 2, 12, 96
+    x, w, b, out = randn(B * T, C), randn(C), randn(C), poison(B * T, C)
+    ro, rm, rr = _layernorm_ref(x, w, b)
+    k[cdiv(B * T * C, 256), 256](out, x, rm.float(), rr.float(), w, b, B, T, C)
+    close(out, ro)
+
+
+@case(LLMC, "dev/cuda/layernorm_forward.cu", "layernorm_forward_kernel6")
+def _(k, get):
+    N, C, block_y = 24, 96, 4  # block_size 128: blocks of (32, 4), (2 + 4) * C floats of shared memory
+    x, w, b = randn(N, C), randn(C), randn(C)
+    out, mean, rstd = poison(N, C), poison(N), poison(N)
+    k[cdiv(N, block_y), (32, block_y), (2 + block_y) * C * 4](out, mean, rstd, x, w, b, N, C)
+    ro, rm, rr = _layernorm_ref(x, w, b)
+    close(out, ro, what="out")
+    close(mean, rm, what="mean")
+    close(rstd, rr, what="rstd")
+
+
+def _encoder_backward(k, grid):
+    B, T, C, V = 2, 8, 64, 10
+    tok, dout = randint(0, V, B, T), randn(B, T, C)
+    dwte, dwpe = torch.zeros(V, C, device=DEV), torch.zeros(T, C, device=DEV)
+    k[grid(B, T, C), 128](dwte, dwpe, dout, tok, B, T, C)
+    want_wte = torch.zeros(V, C, dtype=torch.float64).index_add_(0, tok.cpu().long().reshape(-1),
+                                                                  dout.cpu().double().reshape(-1, C))
+    close(dwte, want_wte, what="dwte")
+    close(dwpe, dout.double().sum(0), what="dwpe")
+
+
+@case(LLMC, "dev/cuda/encoder_backward.cu", "encoder_backward_kernel1")
+def _(k, get):
+    _encoder_backward(k, lambda B, T, C: cdiv(B * T * C, 128))
+
+
+@case(LLMC, "dev/cuda/encoder_backward.cu", "encoder_backward_kernel2")
+def _(k, get):
+    _encoder_backward(k, lambda B, T, C: cdiv(C, 128))
+
+
+@case(LLMC, "dev/cuda/permute.cu", "permute_kernel")
+def _(k, get):
+    d = (6, 7, 5, 8)
+    x, y = randn(*d), poison(math.prod(d))
+    k[cdiv(x.numel(), 256), 256](x, y, *d)
+    equal(y, x.permute(3, 2, 0, 1).reshape(-1))  # (dim1, dim2, dim3, dim4) -> (dim4, dim3, dim1, dim2)
 
 
 for _c in CASES:
