@@ -230,6 +230,15 @@ def test_what_published_code_needs_and_the_emulator_lacks_is_named(src, what, mo
         utils.cuda_kernel(src, "k")
 
 
+@emulator_only
+def test_a_library_included_by_a_header_of_the_project_is_named(tmp_path):
+    (tmp_path / "setup.h").write_text("#pragma once\n#include <cuda_runtime.h>\n#include <cublas_v2.h>\n")
+    src = tmp_path / "k.cu"
+    src.write_text('#include "setup.h"\n__global__ void k(float* p) { p[0] = 1.0f; }\n')
+    with pytest.raises(utils.CudaCompileError, match=r"setup\.h:3[\s\S]*does not support cuBLAS \(cublas_v2\.h\)"):
+        utils.cuda_kernel(src, "k")
+
+
 def test_the_device_part_leaves_out_declarations_of_cublas_types():
     from utils.cuda._toolchain import device_part
     src = ("#include <cublas_v2.h>\ncublasHandle_t handle;\nstruct Pair { float a, b; };\n"

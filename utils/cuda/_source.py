@@ -361,13 +361,13 @@ def rewrite_launches(text: str) -> str:
 OPTIONAL_HEADERS = {"cuda_fp16.h": "__half (cuda_fp16.h)", "cuda_bf16.h": "__nv_bfloat16 (cuda_bf16.h)",
                     "mma.h": "wmma / tensor-core fragments (mma.h)", "cuda_pipeline.h": "cuda_pipeline.h (memcpy_async)",
                     "cuda/pipeline": "cuda::pipeline", "cuda/barrier": "cuda::barrier",
-                    "cooperative_groups/memcpy_async.h": "cooperative_groups::memcpy_async",
-                    # NVIDIA's libraries: host code that runs its own GPU kernels
-                    "cublas_v2.h": "cuBLAS (cublas_v2.h)", "cublas.h": "cuBLAS (cublas.h)",
-                    "cublasLt.h": "cuBLASLt (cublasLt.h)", "cufft.h": "cuFFT (cufft.h)",
-                    "curand.h": "cuRAND (curand.h)", "curand_kernel.h": "cuRAND (curand_kernel.h)",
-                    "cusparse.h": "cuSPARSE (cusparse.h)", "cusolverDn.h": "cuSOLVER (cusolverDn.h)",
-                    "cudnn.h": "cuDNN (cudnn.h)", "nccl.h": "NCCL (nccl.h)"}
+                    "cooperative_groups/memcpy_async.h": "cooperative_groups::memcpy_async"}
+#: NVIDIA's libraries, which run their own GPU code: never in the emulator. Each has a header
+#: of its name in emu/ that stops with the same error where a header of the kernel's project
+#: includes it (the kernel's own file gets it from check_supported, without g++).
+LIBRARY_HEADERS = {"cublas_v2.h": "cuBLAS", "cublas.h": "cuBLAS", "cublasLt.h": "cuBLASLt", "cufft.h": "cuFFT",
+                   "curand.h": "cuRAND", "curand_kernel.h": "cuRAND", "cusparse.h": "cuSPARSE",
+                   "cusolverDn.h": "cuSOLVER", "cudnn.h": "cuDNN", "nccl.h": "NCCL"}
 _INCLUDE = re.compile(r"^[ \t]*#[ \t]*include[ \t]*[<\"]([^>\"]+)[>\"]", re.M)
 EMU_HEADER_DIR = Path(__file__).resolve().parent / "emu"
 
@@ -377,9 +377,11 @@ def check_supported(text: str) -> None:
     of g++ errors about names it never declared)."""
     for m in _INCLUDE.finditer(text):
         name = m.group(1)
-        if name in OPTIONAL_HEADERS and not (EMU_HEADER_DIR / name).exists():
+        what = f"{LIBRARY_HEADERS[name]} ({name})" if name in LIBRARY_HEADERS else \
+            OPTIONAL_HEADERS[name] if name in OPTIONAL_HEADERS and not (EMU_HEADER_DIR / name).exists() else None
+        if what:
             line = text.count("\n", 0, m.start()) + 1
-            raise CudaCompileError(f"line {line}: the CPU emulator does not support {OPTIONAL_HEADERS[name]} "
+            raise CudaCompileError(f"line {line}: the CPU emulator does not support {what} "
                                    f"(#include <{name}>); this kernel runs only on a GPU")
     for pattern, what in ((r"\bcudaLaunchCooperativeKernel\b|\bthis_grid\s*\(", "grid-wide synchronization (this_grid)"),
                           (r"\btex[123]D\w*\s*<|\bcudaTextureObject_t\b", "textures"),
