@@ -26,6 +26,8 @@ mirrors' commits. Prints the counts. Without mirrors it says so and exits cleanl
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import math
 import os
@@ -764,6 +766,12 @@ def run_case(c: Case, checkout: Checkout) -> dict:
         _toolchain.NVRTC_PARITY = parity
 
 
+def compile_quietly(src: Path, name: str):
+    """utils.cuda_kernel, without printing g++'s warnings about published code."""
+    with contextlib.redirect_stderr(io.StringIO()):
+        return utils.cuda_kernel(src, name)
+
+
 def _run_case(c: Case, checkout: Checkout) -> dict:
     row = {"repo": c.repo, "path": c.path, "kernel": c.kernel}
     if c.note:
@@ -776,13 +784,13 @@ def _run_case(c: Case, checkout: Checkout) -> dict:
         part.mkdir()
         src = checkout.write(c.path, whole, device_only=False)
         try:
-            k = utils.cuda_kernel(src, c.kernel)
+            k = compile_quietly(src, c.kernel)
             row["compiled"] = "whole file"
         except utils.CudaCompileError as e:
             row["whole_file_error"] = first_error(e, str(whole))
             src = checkout.write(c.path, part, device_only=True)
             try:
-                k = utils.cuda_kernel(src, c.kernel)
+                k = compile_quietly(src, c.kernel)
                 row["compiled"] = "device part"
             except utils.CudaCompileError as e2:
                 row.update(status="compile error", reason=first_error(e2, str(part)),
@@ -791,7 +799,7 @@ def _run_case(c: Case, checkout: Checkout) -> dict:
 
         def get(name):  # another kernel of the same file, compiled the same way
             if name not in kernels:
-                kernels[name] = utils.cuda_kernel(src, name)
+                kernels[name] = compile_quietly(src, name)
             return kernels[name]
         try:
             c.run(k, get)
