@@ -3,7 +3,8 @@
     python benchmarks/published_survey.py [--mirrors DIR] [--only TEXT ...] [--no-write]
 
 Each case of the table below names a kernel of a well-known public repository (NVIDIA's
-CUDA samples, karpathy/llm.c's training kernels, siboehm/SGEMM_CUDA), how its own host code
+CUDA samples, karpathy/llm.c's training kernels, siboehm/SGEMM_CUDA, the NVIDIA developer
+blog's code samples, the GPU MODE lectures), how its own host code
 launches it, inputs for it and a torch reference. The published text is read at run time
 from a git mirror of its repository (``DIR/owner+name`` or ``DIR/owner+name/repo``, default
 ``$COURSE_SURVEY_MIRRORS``); no published code is kept in this repository. For each case:
@@ -20,8 +21,8 @@ from a git mirror of its repository (``DIR/owner+name`` or ``DIR/owner+name/repo
    smaller problems: the emulator runs every thread on the CPU), outputs poisoned with NaN,
    and compared with torch (float64 where it matters).
 
-Writes ``benchmarks/results/published-survey.json``: per kernel "ok" or the reason, and the
-mirrors' commits. Prints the counts. Without mirrors it says so and exits cleanly.
+Writes ``benchmarks/results/published-survey.json``: per kernel "ok" or the reason (and, for
+the failures understood, a note), and the mirrors' commits. Prints the counts. Without mirrors it says so and exits cleanly.
 """
 from __future__ import annotations
 
@@ -51,6 +52,7 @@ from utils.cuda import _toolchain  # noqa: E402
 
 RESULT = ROOT / "benchmarks" / "results" / "published-survey.json"
 SAMPLES, LLMC, SGEMM = "NVIDIA/cuda-samples", "karpathy/llm.c", "siboehm/SGEMM_CUDA"
+BLOG, GPUMODE = "NVIDIA-developer-blog/code-samples", "gpu-mode/lectures"
 #: files of a repository that every kernel of it may include, copied beside the kernel's file
 SHARED_HEADERS = {SAMPLES: "Common/"}
 SOURCE_SUFFIXES = (".cu", ".cuh", ".h", ".hpp", ".cpp", ".c", ".inc")
@@ -682,6 +684,92 @@ for _file, _name, _grid, _block, _mnk in (
     def _run(k, get, grid=_grid, block=_block, mnk=_mnk):
         _sgemm(k, grid, block, *mnk)
     case(SGEMM, f"src/kernels/{_file}.cuh", _name)(_run)
+
+
+# ----- NVIDIA-developer-blog/code-samples (the "CUDA C++" blog series) -------------------
+SHARED_MEMORY = "series/cuda-cpp/shared-memory/shared-memory.cu"
+
+
+@case(BLOG, SHARED_MEMORY, "staticReverse")
+def _(k, get):
+    d = randint(0, 1000, 64)
+    x = d.clone()
+    k[1, 64](d, 64)
+    equal(d, x.flip(0))
+
+
+@case(BLOG, SHARED_MEMORY, "dynamicReverse")
+def _(k, get):
+    d = randint(0, 1000, 64)
+    x = d.clone()
+    k[1, 64, 64 * 4](d, 64)
+    equal(d, x.flip(0))
+
+
+COALESCING = "series/cuda-cpp/coalescing-global/coalescing.cu"
+
+
+@case(BLOG, COALESCING, "offset<float>")
+def _(k, get):
+    n, s = 4096, 3
+    a = randn(n * 33)
+    want = a.double().clone()
+    want[s:s + n] += 1
+    k[n // 256, 256](a, s)
+    close(a, want)
+
+
+@case(BLOG, COALESCING, "stride<float>")
+def _(k, get):
+    n, s = 4096, 5
+    a = randn(n * 33)
+    want = a.double().clone()
+    want[0:n * s:s] += 1
+    k[n // 256, 256](a, s)
+    close(a, want)
+
+
+@case(BLOG, "posts/mixed-precision/haxpy.cu", "haxpy",
+      note="`half a` is passed by value: the course's launcher passes pointers and plain numbers only, "
+           "so the launch is refused with that reason. (Past that, the emulator defines no __CUDA_ARCH__: "
+           "the kernel's `#else` branch, in float, would run instead of its half2 branch.)")
+def _(k, get):
+    n, a = 1001, 2.0
+    x, y = randn(n, dtype=torch.float16), randn(n, dtype=torch.float16)
+    want = a * x.double() + y.double()
+    k[cdiv(n, 256), 256](n, a, x, y)
+    close(y, want, rtol=2e-3, atol=2e-3)  # one float16 rounding
+
+
+BLOG_TRANSPOSE = "series/cuda-cpp/transpose/transpose.cu"
+for _name, _is_copy in (("copy", True), ("copySharedMem", True), ("transposeNaive", False),
+                        ("transposeCoalesced", False), ("transposeNoBankConflicts", False)):
+    def _run(k, get, is_copy=_is_copy):
+        n = 64  # TILE_DIM 32, BLOCK_ROWS 8; the width is gridDim.x * TILE_DIM (square matrices)
+        x, y = randn(n, n), poison(n * n)
+        k[(n // 32, n // 32), (32, 8)](y, x)
+        equal(y, (x if is_copy else x.t()).reshape(-1))
+    case(BLOG, BLOG_TRANSPOSE, _name)(_run)
+
+
+# ----- gpu-mode/lectures (lecture 9: reductions, after "Programming Massively Parallel Processors") --
+for _file, _name in (("simple_reduce", "SimpleSumReductionKernel"), ("shared_reduce", "SharedMemoryReduction"),
+                     ("control_divergence_reduce", "FixDivergenceKernel")):
+    def _run(k, get):
+        x = randn(2048)
+        want = x.double().sum().reshape(1)
+        out = poison(1)
+        k[1, 1024](x, out)  # one block of size / 2 threads, as the lecture launches it
+        close(out, want, rtol=1e-5, atol=1e-3)
+    case(GPUMODE, f"lecture_009/{_file}.cu", _name)(_run)
+
+
+@case(GPUMODE, "lecture_009/reduce_coarsening.cu", "CoarsenedReduction")
+def _(k, get):
+    n = 10_000
+    x, out = randn(n), torch.zeros(1, device=DEV)
+    k[cdiv(n, 1024 * 2), 1024](x, out, n)
+    close(out, x.double().sum().reshape(1), rtol=1e-5, atol=1e-3)
 
 
 # ---------------------------------------------------------------------------------------
