@@ -4,8 +4,8 @@
 
 Each case of the table below names a kernel of a well-known public repository (NVIDIA's
 CUDA samples, karpathy/llm.c's training kernels, siboehm/SGEMM_CUDA, the NVIDIA developer
-blog's code samples, the GPU MODE lectures), how its own host code
-launches it, inputs for it and a torch reference. The published text is read at run time
+blog's code samples, the GPU MODE lectures), how its own host code launches it, inputs for
+it and a torch reference. The published text is read at run time
 from a git mirror of its repository (``DIR/owner+name`` or ``DIR/owner+name/repo``, default
 ``$COURSE_SURVEY_MIRRORS``); no published code is kept in this repository. For each case:
 
@@ -22,7 +22,8 @@ from a git mirror of its repository (``DIR/owner+name`` or ``DIR/owner+name/repo
    and compared with torch (float64 where it matters).
 
 Writes ``benchmarks/results/published-survey.json``: per kernel "ok" or the reason (and, for
-the failures understood, a note), and the mirrors' commits. Prints the counts. Without mirrors it says so and exits cleanly.
+the failures understood, a note), and the mirrors' commits. Prints the counts. Without
+mirrors it says so, prints the recorded counts and exits cleanly.
 """
 from __future__ import annotations
 
