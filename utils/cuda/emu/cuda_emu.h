@@ -1771,7 +1771,8 @@ template <class... P> struct Launch {
     int line;
     emu_launch_params p;
     template <class... A> void operator()(A... a) {
-        static_assert(sizeof...(A) == sizeof...(P), "wrong number of arguments in a kernel launch");
+        static_assert(sizeof...(A) == sizeof...(P), "wrong number of arguments in a kernel launch (in the CPU "
+                      "emulator a launch passes every argument: it does not support a kernel's default arguments)");
         auto body = [this, a...]() { k(a...); };
         typedef decltype(body) F;
         p.schedule = schedule_mode;
@@ -1933,6 +1934,7 @@ static inline cudaError_t cudaGetDevice(int* d) { *d = 0; return cudaSuccess; }
 static inline cudaError_t cudaSetDevice(int) { return cudaSuccess; }
 static inline cudaError_t cudaDeviceReset() { return cudaSuccess; }
 static inline const char* cudaGetErrorName(cudaError_t e) { return e == cudaSuccess ? "cudaSuccess" : "cudaErrorLaunchFailure"; }
+#include "cuda_emu_device_api.h"  // device queries and attributes (cudaDeviceProp, ...)
 
 // What torch extensions call around a launch. The adapter removes the CUDA-only includes
 // (c10/cuda/..., ATen/cuda/...), so the names they would declare are provided here.
