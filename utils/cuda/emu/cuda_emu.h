@@ -514,8 +514,9 @@ inline dim3 blockDim, gridDim;
 //   * shared memory or same block: different threads and no barrier between them (no
 //     __syncthreads(), and for two lanes of one warp no warp collective of both);
 //   * global memory: different blocks of one launch (blocks cannot wait for each other),
-//     except a read after a __threadfence() by a block that has done an atomic since (the
-//     "last block" pattern of the CUDA samples).
+//     except a read or write, after a __threadfence(), of what another block wrote, by a block
+//     that has done an atomic since (the "last block" pattern of the CUDA samples: the
+//     fence and the atomic ticket order the earlier blocks' writes before the last block's).
 // Time is one counter, bumped at each block start, barrier and warp collective: an
 // access records the value at its thread's last synchronization ("interval"). The first
 // race stops the launch; the Python side turns the addresses into source lines.
@@ -662,7 +663,7 @@ EMU_NOTSAN inline uint32_t race_now() {
 EMU_NOTSAN inline bool race_conflict(const RaceCell& c, bool then_write, bool now_write) {
     int tid = S.cur;
     if (c.seq < R.block_start) {  // another block of this launch (global memory only)
-        if (then_write && !now_write && R.fence_seq > c.seq && R.block_atomic) return false;
+        if (then_write && R.fence_seq > c.seq && R.block_atomic) return false;
         return true;
     }
     if ((int)c.tid == tid || R.bar_seq > c.seq) return false;
