@@ -62,12 +62,33 @@ def test_global_loads_count_the_sectors_of_each_warp(copy, stride, offset, secto
     if sectors == 4:
         assert p.summary == []
     else:
+        ratio = (sectors + 4) / 8
+        assert p.summary[-1] == (f"the launch moves {ratio:.1f}x the bytes it needs ({32 * 128 * (sectors + 4)} bytes "
+                                 f"in 32-byte sectors for {8 * N} bytes read or written)").replace(".0x", "x")
         first = p.summary[0]
         assert first.startswith(f"each warp's load of `x_ptr` (line 4) touches {sectors} sectors where 4 would do")
         if stride > 1:
             assert f"neighbouring threads read addresses {4 * stride} bytes apart" in first
         else:
             assert "32-byte boundary" in first
+
+
+INPLACE = r"""
+__global__ void relu_inplace(float* x_ptr, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x_ptr[i] = fmaxf(x_ptr[i], 0.0f);
+}
+"""
+
+
+@sim
+def test_bytes_needed_count_an_element_updated_in_place_once():
+    k = utils.cuda_kernel(INPLACE, "relu_inplace")
+    x = torch.randn(N)
+    want = x.clamp(min=0)
+    p = k.profile[N // 256, 256](x, N)
+    assert torch.equal(x, want)
+    assert p.bytes_needed == 4 * N and p.bytes_moved == 2 * 4 * N
 
 
 @sim

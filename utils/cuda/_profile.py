@@ -54,7 +54,7 @@ _LL, _P = ctypes.c_longlong, ctypes.c_void_p
 class _Result(ctypes.Structure):
     _fields_ = [("npc", _LL), ("pcs", _P), ("sites", _P), ("bbs", _P),
                 ("atomics_global", _LL), ("atomics_shared", _LL), ("hot_region", _LL), ("hot_offset", _LL),
-                ("hot_count", _LL), ("bytes_read", _LL), ("bytes_written", _LL),
+                ("hot_count", _LL), ("bytes_read", _LL), ("bytes_written", _LL), ("bytes_touched", _LL),
                 ("trace", _P), ("trace_n", _LL), ("trace_overflow", _LL), ("instr", _LL), ("pc_overflow", _LL)]
 
 
@@ -142,6 +142,7 @@ class Recorder:
                 "atomics_global": int(r.atomics_global), "atomics_shared": int(r.atomics_shared),
                 "hot": (int(r.hot_region), int(r.hot_offset), int(r.hot_count)),
                 "bytes_read": int(r.bytes_read), "bytes_written": int(r.bytes_written),
+                "bytes_touched": int(r.bytes_touched),
                 "shared_names": shared_names}
 
     def argument_at(self, region: int, offset: int) -> tuple[int, int, int]:
@@ -266,9 +267,15 @@ def analyze(raw: dict, rec: Recorder, lib, params, grid: tuple, block: tuple, at
         hot = f"{params[k].name if k < len(params) else 'argument ' + str(k + 1)}[{off // max(esz, 1)}]"
     atomics = {"count": raw["atomics_global"] + raw["atomics_shared"], "global": raw["atomics_global"],
                "shared": raw["atomics_shared"], "address": hot, "address_count": hot_count if hot else 0}
-    out = {"metrics": metrics, "sites": site_list, "bytes_needed": raw["bytes_read"] + raw["bytes_written"],
-           "bytes_moved": sectors_total * SECTOR, "atomics": atomics, "branches": branches}
+    # Bytes needed: every distinct byte the kernel read or wrote, once (an element read and
+    # written in place counts once, as for the other simulators' profiles).
+    needed, moved = raw["bytes_touched"], sectors_total * SECTOR
+    out = {"metrics": metrics, "sites": site_list, "bytes_needed": needed, "bytes_moved": moved,
+           "atomics": atomics, "branches": branches}
     out["summary"] = summarize(site_list, branches, atomics, grid, block)
+    if needed and moved > 1.1 * needed and not atomics["count"]:
+        out["summary"].append(f"the launch moves {_num(moved / needed)}x the bytes it needs ({moved} bytes in "
+                              f"32-byte sectors for {needed} bytes read or written)")
     out["trace"], out["trace_names"] = _trace(raw, rec, params, lines)
     return out
 

@@ -811,7 +811,7 @@ struct ProfRegion { uintptr_t lo, len, phase; unsigned char *rd, *wr; size_t bit
 struct ProfResult {
     long long npc; const unsigned long long* pcs; const ProfSite* sites; const ProfBB* bbs;
     long long atomics_global, atomics_shared, hot_region, hot_offset, hot_count;
-    long long bytes_read, bytes_written;
+    long long bytes_read, bytes_written, bytes_touched;  // distinct bytes: read, written (or atomic), either
     const ProfTraceRec* trace; long long trace_n, trace_overflow, instr, pc_overflow;
 };
 struct Prof {
@@ -1101,9 +1101,9 @@ EMU_NOTSAN inline void prof_free() {
     free(P.trace); P.trace = nullptr; P.trace_n = P.trace_cap = 0;
     free(P.log); P.log = nullptr; P.log_n = P.log_cap = 0;
 }
-EMU_NOTSAN inline long long prof_popcount(const unsigned char* bits, size_t n) {
+EMU_NOTSAN inline long long prof_popcount(const unsigned char* bits, size_t n, const unsigned char* or_bits = nullptr) {
     long long c = 0;
-    for (size_t i = 0; i < n; ++i) c += __builtin_popcount(bits[i]);
+    for (size_t i = 0; i < n; ++i) c += __builtin_popcount(bits[i] | (or_bits ? or_bits[i] : 0));
     return c;
 }
 }  // namespace emu
@@ -2124,6 +2124,7 @@ EMU_API inline const emu::ProfResult* emu_prof_result() {
     for (int k = 0; k < P.n; ++k) {
         r.bytes_read += prof_popcount(P.g[k].rd, (P.g[k].len + 7) / 8);
         r.bytes_written += prof_popcount(P.g[k].wr, (P.g[k].len + 7) / 8);
+        r.bytes_touched += prof_popcount(P.g[k].rd, (P.g[k].len + 7) / 8, P.g[k].wr);
     }
     r.trace = P.trace; r.trace_n = (long long)P.trace_n; r.trace_overflow = P.trace_overflow;
     r.instr = P.instr; r.pc_overflow = P.pc_overflow;
