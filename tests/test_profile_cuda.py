@@ -398,6 +398,37 @@ def test_profiling_with_race_detection_off_and_a_random_schedule():
 
 
 @sim
+def test_without_the_basic_block_hook_divergence_is_absent(monkeypatch):
+    # (g++ before 12 cannot keep the emulator's own functions out of the hook: no ratio then)
+    from utils.cuda import _profile
+    monkeypatch.setattr(_profile, "flags", lambda cxx: [f for f in _profile.FLAGS if f != _profile.COVERAGE])
+    k = utils.cuda_kernel(DIVERGE, "branch_kernel")
+    x, y = torch.randn(N), torch.zeros(N)
+    p = k.profile[N // 256, 256](x, y, N, 0)
+    assert LANES not in p.metrics and site(p, "x_ptr", "ld")["avg_lanes"] == 16.0
+    assert torch.equal(y[1::2], x[1::2])
+
+
+def test_this_compiler_has_the_basic_block_hook():
+    from utils.cuda import _profile, _toolchain
+    cxx = _toolchain.host_compiler()
+    version = _toolchain.compiler_version(cxx)
+    import re
+    m = re.search(r"g\+\+.* (\d+)\.\d+", version)
+    if m and int(m.group(1)) < 12:
+        assert _profile.COVERAGE not in _profile.flags(cxx)
+    else:
+        assert _profile.COVERAGE in _profile.flags(cxx)
+
+
+@sim
+def test_an_unsolved_exercise_is_not_profiled():
+    k = utils.cuda_kernel(COPY.replace("if (i < n)", "NOT_SOLVED_YET();\n    if (i < n)"), "copy_kernel")
+    with pytest.raises(NotImplementedError, match="not solved yet"):
+        k.profile[1, 32](torch.randn(32), torch.zeros(32), 32, 1, 0)
+
+
+@sim
 def test_bad_arguments(copy):
     x, y = torch.randn(N), torch.zeros(N)
     with pytest.raises(TypeError, match="takes 5 arguments"):

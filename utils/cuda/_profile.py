@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import ctypes
+import functools
 import io
 import math
 import os
@@ -38,6 +39,31 @@ FLAGS = ["-DEMU_PROFILE", "-fsanitize-coverage=trace-pc", "-fno-optimize-sibling
 #: Accesses kept for ``Profile.trace`` (pictures of small launches); a larger launch has no trace.
 TRACE_CAP = 1 << 18
 SECTOR = 32
+COVERAGE = "-fsanitize-coverage=trace-pc"
+# The emulator's own functions keep out of the basic-block hook with an attribute that g++ knows
+# from version 12 on (clang: no_sanitize("coverage")); without it the hook would call itself.
+_COVERAGE_PROBE = """
+#if defined(__clang__)
+#define NOCOV __attribute__((no_sanitize("coverage")))
+#else
+#define NOCOV __attribute__((no_sanitize_coverage))
+#endif
+extern "C" NOCOV void __sanitizer_cov_trace_pc() {}
+int f(int x) { return x ? 1 : 2; }
+"""
+
+
+@functools.lru_cache(maxsize=None)
+def flags(cxx: str) -> list[str]:
+    """FLAGS for this compiler: without the basic-block hook where the compiler cannot keep the
+    emulator's functions out of it (g++ 11 and older): then divergence is not counted."""
+    try:
+        proc = subprocess.run([cxx, COVERAGE, "-Werror=attributes", "-x", "c++", "-c", "-", "-o", os.devnull],
+                              input=_COVERAGE_PROBE, capture_output=True, text=True, timeout=60)
+        ok = proc.returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        ok = False
+    return FLAGS if ok else [f for f in FLAGS if f != COVERAGE]
 
 # ---------------------------------------------------------------------------------------
 # The emulator's counters (layouts as in cuda_emu.h)
