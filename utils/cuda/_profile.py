@@ -81,7 +81,8 @@ class _Result(ctypes.Structure):
     _fields_ = [("npc", _LL), ("pcs", _P), ("sites", _P), ("bbs", _P),
                 ("atomics_global", _LL), ("atomics_shared", _LL), ("hot_region", _LL), ("hot_offset", _LL),
                 ("hot_count", _LL), ("bytes_read", _LL), ("bytes_written", _LL), ("bytes_touched", _LL),
-                ("trace", _P), ("trace_n", _LL), ("trace_overflow", _LL), ("instr", _LL), ("pc_overflow", _LL)]
+                ("trace", _P), ("trace_n", _LL), ("trace_overflow", _LL), ("instr", _LL), ("pc_overflow", _LL),
+                ("lost", _LL)]
 
 
 @contextlib.contextmanager
@@ -165,6 +166,7 @@ class Recorder:
                 shared_names[int(i)] = nm.decode() if nm else "a __shared__ variable"
         return {"pcs": pcs, "sites": sites, "bbs": bbs, "trace": trace,
                 "trace_overflow": bool(r.trace_overflow), "pc_overflow": bool(r.pc_overflow),
+                "lost": bool(r.lost),
                 "atomics_global": int(r.atomics_global), "atomics_shared": int(r.atomics_shared),
                 "hot": (int(r.hot_region), int(r.hot_offset), int(r.hot_count)),
                 "bytes_read": int(r.bytes_read), "bytes_written": int(r.bytes_written),
@@ -299,6 +301,10 @@ def analyze(raw: dict, rec: Recorder, lib, params, grid: tuple, block: tuple, at
     out = {"metrics": metrics, "sites": site_list, "bytes_needed": needed, "bytes_moved": moved,
            "atomics": atomics, "branches": branches}
     out["summary"] = summarize(site_list, branches, atomics, grid, block)
+    if raw["pc_overflow"] or raw["lost"]:  # said first: the numbers above are incomplete
+        out["summary"].insert(0, "the counts are incomplete: " + (
+            "the kernel has more than 4096 memory instructions and basic blocks, and the last ones were counted "
+            "together" if raw["pc_overflow"] else "the profiler ran out of memory, and some accesses were not counted"))
     if needed and moved > 1.1 * needed and not atomics["count"]:
         out["summary"].append(f"the launch moves {_num(moved / needed)}x the bytes it needs ({moved} bytes in "
                               f"32-byte sectors for {needed} bytes read or written)")
