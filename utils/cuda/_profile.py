@@ -35,11 +35,11 @@ from .. import paths
 #: basic block; no tail calls, so that every hook's return address lies in the caller's code; and
 #: no scalar replacement of aggregates, which would load a float4 as four floats (a GPU loads it
 #: with one 16-byte instruction).
-FLAGS = ["-DEMU_PROFILE", "-fsanitize-coverage=trace-pc", "-fno-optimize-sibling-calls", "-fno-tree-sra"]
+COVERAGE = "-fsanitize-coverage=trace-pc"
+FLAGS = ["-DEMU_PROFILE", COVERAGE, "-fno-optimize-sibling-calls", "-fno-tree-sra"]
 #: Accesses kept for ``Profile.trace`` (pictures of small launches); a larger launch has no trace.
 TRACE_CAP = 1 << 18
 SECTOR = 32
-COVERAGE = "-fsanitize-coverage=trace-pc"
 # The emulator's own functions keep out of the basic-block hook with an attribute that g++ knows
 # from version 12 on (clang: no_sanitize("coverage")); without it the hook would call itself.
 _COVERAGE_PROBE = """
@@ -64,6 +64,7 @@ def flags(cxx: str) -> list[str]:
     except (OSError, subprocess.SubprocessError):
         ok = False
     return FLAGS if ok else [f for f in FLAGS if f != COVERAGE]
+
 
 # ---------------------------------------------------------------------------------------
 # The emulator's counters (layouts as in cuda_emu.h)
@@ -195,11 +196,12 @@ SHARED_INSTS = "sm__sass_inst_executed_op_shared_{op}.sum"
 LANES_RATIO = "smsp__thread_inst_executed_per_inst_executed.ratio"
 
 
-def analyze(raw: dict, rec: Recorder, lib, params, grid: tuple, block: tuple, atom_kinds: dict | None = None) -> dict:
+def analyze(raw: dict, rec: Recorder, lib, params, grid: tuple, block: tuple,
+            atom_kinds: dict | None = None) -> dict:
     """The profile of one launch from the counters: metrics, sites, summary, trace, extras.
-    ``atom_kinds`` (from the kernel's PTX) says which source lines' global atomics are
-    reductions (``red``: the old value unused), {line: "red"|"atom"}; without it every
-    global atomic is counted as ``atom``."""
+    ``atom_kinds`` (atom_kinds_from_sass) says which source lines' global atomics are
+    reductions (``red``: the old value unused); None: unknown, every global atomic is
+    counted as ``atom`` and ``op_red`` is absent."""
     from . import _racecheck
     # (a piece of a split access carries its index above bit 48 of its code address)
     pcs = [pc & ((1 << 48) - 1) for pc in raw["pcs"]]
@@ -256,7 +258,7 @@ def analyze(raw: dict, rec: Recorder, lib, params, grid: tuple, block: tuple, at
     for op in ("ld", "st", "atom", "red"):
         g = [s for s in site_list if s["space"] == "global" and s["op"] == op]
         if op == "red" and atom_kinds is None:
-            continue  # not known without the PTX: absent, not 0
+            continue  # not known without the machine code: absent, not 0
         metrics[GLOBAL.format(what="requests", op=op)] = sum(s["requests"] for s in g)
         metrics[GLOBAL.format(what="sectors", op=op)] = sum(s["sectors"] for s in g)
     for op in ("ld", "st"):
