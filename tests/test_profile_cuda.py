@@ -652,9 +652,10 @@ def test_atomic_kinds_from_the_machine_code():
 
 
 FAKE_NCU = """#!/bin/sh
-# stands in for Nsight Compute: checks the command line, prints a recorded CSV
+# stands in for an older Nsight Compute (no --print-units): checks the command line, writes a recorded CSV
 case "$*" in
-  *"--csv --page raw"*"--metrics l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum,"*"regex:^copy_kernel$"*) ;;
+  *"--print-units"*) echo "==ERROR== unrecognised option '--print-units'" >&2; exit 1 ;;
+  *"--csv --page raw --metrics l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum,"*"regex:^copy_kernel$"*) ;;
   *) echo "unexpected command line: $*" >&2; exit 3 ;;
 esac
 while [ "$1" != "--log-file" ]; do shift; done

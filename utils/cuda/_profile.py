@@ -620,15 +620,21 @@ def run_ncu(kernel, grid, block, shared: int, args, timeout: float = 600) -> dic
         torch.save({"source": source, "name": kernel.name, "grid": grid, "block": block, "shared": shared,
                     "args": list(args)}, spec)
         log = Path(d, "ncu.csv")  # (the CSV apart from the program's own output)
-        cmd = [ncu, "--csv", "--page", "raw", "--print-units", "base", "--metrics", ",".join(NCU_METRICS),
-               "--kernel-name-base", "function", "--kernel-name", f"regex:^{re.escape(base)}$",
-               "--launch-count", "1", "--log-file", str(log), sys.executable, str(script), str(spec),
-               str(paths.ROOT)]
         env = dict(os.environ, COURSE_SIMULATE="0")
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
-        text = log.read_text() if log.exists() else proc.stdout
-        launches = parse_ncu_csv(text)
-        if proc.returncode != 0 or not launches:
+        # An older ncu may lack --print-units or a metric: the second try asks for less.
+        for units, metrics in ((["--print-units", "base"], NCU_METRICS),
+                               ([], [m for m in NCU_METRICS if m != "launch__shared_mem_per_block_dynamic"])):
+            cmd = [ncu, "--csv", "--page", "raw", *units, "--metrics", ",".join(metrics),
+                   "--kernel-name-base", "function", "--kernel-name", f"regex:^{re.escape(base)}$",
+                   "--launch-count", "1", "--log-file", str(log), sys.executable, str(script), str(spec),
+                   str(paths.ROOT)]
+            log.unlink(missing_ok=True)
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+            text = log.read_text() if log.exists() else proc.stdout
+            launches = parse_ncu_csv(text)
+            if proc.returncode == 0 and launches:
+                break
+        else:
             tail = "\n".join((text + proc.stdout + proc.stderr).strip().splitlines()[-15:])
             raise RuntimeError(f"Nsight Compute could not profile {kernel.name} (exit code {proc.returncode}):\n{tail}")
         out = Path(str(spec) + ".out")
