@@ -589,13 +589,17 @@ def test_numba_and_triton_kernels_go_to_the_simulators_profiler(monkeypatch):
     fake.profile_numba = lambda k, grid, block, *args, shared=0: {
         "metrics": {LD_REQ: 3}, "sites": [], "summary": ["s"], "trace": None, "backend": "numba-simulator"}
     fake.profile_triton = lambda k, grid, *args, **kw: {
-        "metrics": {LD_REQ: 5}, "sites": [], "summary": [], "trace": None, "backend": "triton-interpreter"}
+        "metrics": {LD_REQ: 5}, "sites": [], "summary": [], "trace": None, "backend": "triton-interpreter",
+        "per_program": {"bytes_loaded": [8, 8]}}
     monkeypatch.setitem(sys.modules, "utils.sim_profile", fake)
     p = utils.profile(kern, 1, 32)
     assert p.backend == "numba-simulator" and p.metrics[LD_REQ] == 3 and p.summary == ["s"]
     tk = type("JITFunction", (), {"__module__": "triton.runtime.jit", "__name__": "add_kernel"})()
     p = utils.profile(tk, (4,), 1, 2, BLOCK=8)
     assert p.backend == "triton-interpreter" and p.metrics[LD_REQ] == 5
+    assert p.per_program == {"bytes_loaded": [8, 8]}  # a backend's extras are attributes too
+    with pytest.raises(AttributeError):
+        p.no_such_thing
     assert "Numba's simulator" not in repr(p)
 
 
