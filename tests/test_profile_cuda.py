@@ -36,6 +36,16 @@ def copy():
     return utils.cuda_kernel(COPY, "copy_kernel")
 
 
+def lanes(p):
+    """The ratio of active lanes, or 32.0 standing in for it where this compiler has no
+    basic-block hook (g++ before 12: the ratio is absent then, which is checked here)."""
+    from utils.cuda import _profile, _toolchain
+    if _profile.COVERAGE in _profile.flags(_toolchain.host_compiler()):
+        return p.metrics[LANES]
+    assert LANES not in p.metrics
+    return None
+
+
 def site(p, name, op):
     found = [s for s in p.sites if s["name"] == name and s["op"] == op]
     assert len(found) == 1, p.sites
@@ -53,7 +63,7 @@ def test_global_loads_count_the_sectors_of_each_warp(copy, stride, offset, secto
     assert p.backend == "cuda-emulator" and p.kernel == "copy_kernel"
     assert m[LD_REQ] == 128 and m[LD_SEC] == 128 * sectors
     assert m[ST_REQ] == 128 and m[ST_SEC] == 128 * 4  # the store is coalesced in every case
-    assert m[LANES] == 32.0
+    assert lanes(p) in (32.0, None)
     ld = site(p, "x_ptr", "ld")
     assert ld["line"] == 4 and ld["space"] == "global" and ld["requests"] == 128
     assert ld["sectors"] == 128 * sectors and ld["ideal_sectors"] == 128 * 4
@@ -199,13 +209,13 @@ def test_divergence_odd_threads_against_odd_warps():
     ld = site(p, "x_ptr", "ld")
     assert ld["requests"] == 128 and ld["avg_lanes"] == 16.0  # every warp, half of its lanes
     assert ld["sectors"] == 128 * 4 and ld["ideal_sectors"] == 128 * 2
-    assert p.metrics[LANES] < 32.0
+    assert lanes(p) is None or lanes(p) < 32.0
     assert any(s.startswith("line 6 runs with 16 of 32 lanes per warp on average") for s in p.summary), p.summary
     y.zero_()
     q = k.profile[N // 256, 256](x, y, N, 1)
     ld = site(q, "x_ptr", "ld")
     assert ld["requests"] == 64 and ld["avg_lanes"] == 32.0 and ld["sectors"] == 64 * 4  # half of the warps
-    assert q.metrics[LANES] == 32.0 and q.summary == []
+    assert lanes(q) in (32.0, None) and q.summary == []
 
 
 ATOMIC = r"""
@@ -297,7 +307,7 @@ def test_partial_warps_in_a_block_of_48(copy):
     assert torch.equal(x, y)
     # per block: a warp of 32 lanes (4 sectors) and one of 16 lanes (64 bytes, 64-byte aligned: 2 sectors)
     assert p.metrics[LD_REQ] == 8 and p.metrics[LD_SEC] == 4 * (4 + 2)
-    assert p.metrics[LANES] == 24.0
+    assert lanes(p) in (24.0, None)
     assert site(p, "x_ptr", "ld")["avg_lanes"] == 24.0
     assert any("blocks of 48 threads" in s for s in p.summary)
 
