@@ -36,6 +36,16 @@ def copy():
     return utils.cuda_kernel(COPY, "copy_kernel")
 
 
+def lanes(p):
+    """The ratio of active lanes, or 32.0 standing in for it where this compiler has no
+    basic-block hook (g++ before 12: the ratio is absent then, which is checked here)."""
+    from utils.cuda import _profile, _toolchain
+    if _profile.COVERAGE in _profile.flags(_toolchain.host_compiler()):
+        return p.metrics[LANES]
+    assert LANES not in p.metrics
+    return None
+
+
 def site(p, name, op):
     found = [s for s in p.sites if s["name"] == name and s["op"] == op]
     assert len(found) == 1, p.sites
@@ -53,7 +63,7 @@ def test_global_loads_count_the_sectors_of_each_warp(copy, stride, offset, secto
     assert p.backend == "cuda-emulator" and p.kernel == "copy_kernel"
     assert m[LD_REQ] == 128 and m[LD_SEC] == 128 * sectors
     assert m[ST_REQ] == 128 and m[ST_SEC] == 128 * 4  # the store is coalesced in every case
-    assert m[LANES] == 32.0
+    assert lanes(p) in (32.0, None)
     ld = site(p, "x_ptr", "ld")
     assert ld["line"] == 4 and ld["space"] == "global" and ld["requests"] == 128
     assert ld["sectors"] == 128 * sectors and ld["ideal_sectors"] == 128 * 4
@@ -62,12 +72,33 @@ def test_global_loads_count_the_sectors_of_each_warp(copy, stride, offset, secto
     if sectors == 4:
         assert p.summary == []
     else:
+        ratio = (sectors + 4) / 8
+        assert p.summary[-1] == (f"the launch moves {ratio:.1f}x the bytes it needs ({32 * 128 * (sectors + 4)} bytes "
+                                 f"in 32-byte sectors for {8 * N} bytes read or written)").replace(".0x", "x")
         first = p.summary[0]
         assert first.startswith(f"each warp's load of `x_ptr` (line 4) touches {sectors} sectors where 4 would do")
         if stride > 1:
             assert f"neighbouring threads read addresses {4 * stride} bytes apart" in first
         else:
             assert "32-byte boundary" in first
+
+
+INPLACE = r"""
+__global__ void relu_inplace(float* x_ptr, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x_ptr[i] = fmaxf(x_ptr[i], 0.0f);
+}
+"""
+
+
+@sim
+def test_bytes_needed_count_an_element_updated_in_place_once():
+    k = utils.cuda_kernel(INPLACE, "relu_inplace")
+    x = torch.randn(N)
+    want = x.clamp(min=0)
+    p = k.profile[N // 256, 256](x, N)
+    assert torch.equal(x, want)
+    assert p.bytes_needed == 4 * N and p.bytes_moved == 2 * 4 * N
 
 
 @sim
@@ -178,13 +209,13 @@ def test_divergence_odd_threads_against_odd_warps():
     ld = site(p, "x_ptr", "ld")
     assert ld["requests"] == 128 and ld["avg_lanes"] == 16.0  # every warp, half of its lanes
     assert ld["sectors"] == 128 * 4 and ld["ideal_sectors"] == 128 * 2
-    assert p.metrics[LANES] < 32.0
+    assert lanes(p) is None or lanes(p) < 32.0
     assert any(s.startswith("line 6 runs with 16 of 32 lanes per warp on average") for s in p.summary), p.summary
     y.zero_()
     q = k.profile[N // 256, 256](x, y, N, 1)
     ld = site(q, "x_ptr", "ld")
     assert ld["requests"] == 64 and ld["avg_lanes"] == 32.0 and ld["sectors"] == 64 * 4  # half of the warps
-    assert q.metrics[LANES] == 32.0 and q.summary == []
+    assert lanes(q) in (32.0, None) and q.summary == []
 
 
 ATOMIC = r"""
@@ -279,7 +310,7 @@ def test_partial_warps_in_a_block_of_48(copy):
     assert torch.equal(x, y)
     # per block: a warp of 32 lanes (4 sectors) and one of 16 lanes (64 bytes, 64-byte aligned: 2 sectors)
     assert p.metrics[LD_REQ] == 8 and p.metrics[LD_SEC] == 4 * (4 + 2)
-    assert p.metrics[LANES] == 24.0
+    assert lanes(p) in (24.0, None)
     assert site(p, "x_ptr", "ld")["avg_lanes"] == 24.0
     assert any("blocks of 48 threads" in s for s in p.summary)
 
@@ -377,6 +408,37 @@ def test_profiling_with_race_detection_off_and_a_random_schedule():
     assert out.item() == 64.0  # blocks and threads run one at a time here: no update is lost
     assert p.metrics[LD_REQ] == 2 + 2 and p.metrics[ST_REQ] == 2  # x_ptr[i] and out_ptr[0] per warp
     assert site(p, "out_ptr", "st")["sectors"] == 2 and site(p, "x_ptr", "ld")["sectors"] == 8
+
+
+@sim
+def test_without_the_basic_block_hook_divergence_is_absent(monkeypatch):
+    # (g++ before 12 cannot keep the emulator's own functions out of the hook: no ratio then)
+    from utils.cuda import _profile
+    monkeypatch.setattr(_profile, "flags", lambda cxx: [f for f in _profile.FLAGS if f != _profile.COVERAGE])
+    k = utils.cuda_kernel(DIVERGE, "branch_kernel")
+    x, y = torch.randn(N), torch.zeros(N)
+    p = k.profile[N // 256, 256](x, y, N, 0)
+    assert LANES not in p.metrics and site(p, "x_ptr", "ld")["avg_lanes"] == 16.0
+    assert torch.equal(y[1::2], x[1::2])
+
+
+def test_this_compiler_has_the_basic_block_hook():
+    from utils.cuda import _profile, _toolchain
+    cxx = _toolchain.host_compiler()
+    version = _toolchain.compiler_version(cxx)
+    import re
+    m = re.search(r"g\+\+.* (\d+)\.\d+", version)
+    if m and int(m.group(1)) < 12:
+        assert _profile.COVERAGE not in _profile.flags(cxx)
+    else:
+        assert _profile.COVERAGE in _profile.flags(cxx)
+
+
+@sim
+def test_an_unsolved_exercise_is_not_profiled():
+    k = utils.cuda_kernel(COPY.replace("if (i < n)", "NOT_SOLVED_YET();\n    if (i < n)"), "copy_kernel")
+    with pytest.raises(NotImplementedError, match="not solved yet"):
+        k.profile[1, 32](torch.randn(32), torch.zeros(32), 32, 1, 0)
 
 
 @sim
@@ -540,13 +602,17 @@ def test_numba_and_triton_kernels_go_to_the_simulators_profiler(monkeypatch):
     fake.profile_numba = lambda k, grid, block, *args, shared=0: {
         "metrics": {LD_REQ: 3}, "sites": [], "summary": ["s"], "trace": None, "backend": "numba-simulator"}
     fake.profile_triton = lambda k, grid, *args, **kw: {
-        "metrics": {LD_REQ: 5}, "sites": [], "summary": [], "trace": None, "backend": "triton-interpreter"}
+        "metrics": {LD_REQ: 5}, "sites": [], "summary": [], "trace": None, "backend": "triton-interpreter",
+        "per_program": {"bytes_loaded": [8, 8]}}
     monkeypatch.setitem(sys.modules, "utils.sim_profile", fake)
     p = utils.profile(kern, 1, 32)
     assert p.backend == "numba-simulator" and p.metrics[LD_REQ] == 3 and p.summary == ["s"]
     tk = type("JITFunction", (), {"__module__": "triton.runtime.jit", "__name__": "add_kernel"})()
     p = utils.profile(tk, (4,), 1, 2, BLOCK=8)
     assert p.backend == "triton-interpreter" and p.metrics[LD_REQ] == 5
+    assert p.per_program == {"bytes_loaded": [8, 8]}  # a backend's extras are attributes too
+    with pytest.raises(AttributeError):
+        p.no_such_thing
     assert "Numba's simulator" not in repr(p)
 
 
@@ -603,9 +669,10 @@ def test_atomic_kinds_from_the_machine_code():
 
 
 FAKE_NCU = """#!/bin/sh
-# stands in for Nsight Compute: checks the command line, prints a recorded CSV
+# stands in for an older Nsight Compute (no --print-units): checks the command line, writes a recorded CSV
 case "$*" in
-  *"--csv --page raw"*"--metrics l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum,"*"regex:^copy_kernel$"*) ;;
+  *"--print-units"*) echo "==ERROR== unrecognised option '--print-units'" >&2; exit 1 ;;
+  *"--csv --page raw --metrics l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum,"*"regex:^copy_kernel$"*) ;;
   *) echo "unexpected command line: $*" >&2; exit 3 ;;
 esac
 while [ "$1" != "--log-file" ]; do shift; done

@@ -45,7 +45,13 @@ class Profile:
         self.occupancy = occupancy
         self.launch = launch or {}
         self.resources = resources
-        self.extra = extra
+        self.extra = extra  # what else a backend reports (Triton: per_program), also as attributes
+
+    def __getattr__(self, name):
+        extra = self.__dict__.get("extra") or {}
+        if name in extra:
+            return extra[name]
+        raise AttributeError(f"'Profile' object has no attribute {name!r}")
 
     # -- the table ------------------------------------------------------------------
     def _rows(self) -> list[tuple[str, str]]:

@@ -115,7 +115,7 @@ def build(text: str, name: str, filename: str, include_dir: Path | None, _retry:
         flags += _racecheck.FLAGS
     if profile:
         from . import _profile
-        flags += _profile.FLAGS
+        flags += _profile.flags(cxx)
     racecheck = racecheck or profile  # (both are compiled apart and linked without a runtime)
     if sys.platform.startswith("linux"):  # the header's exit() and __assert_fail win over the C library's
         flags.append("-Wl,-Bsymbolic-functions")

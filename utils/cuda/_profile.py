@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import ctypes
+import functools
 import io
 import math
 import os
@@ -34,10 +35,36 @@ from .. import paths
 #: basic block; no tail calls, so that every hook's return address lies in the caller's code; and
 #: no scalar replacement of aggregates, which would load a float4 as four floats (a GPU loads it
 #: with one 16-byte instruction).
-FLAGS = ["-DEMU_PROFILE", "-fsanitize-coverage=trace-pc", "-fno-optimize-sibling-calls", "-fno-tree-sra"]
+COVERAGE = "-fsanitize-coverage=trace-pc"
+FLAGS = ["-DEMU_PROFILE", COVERAGE, "-fno-optimize-sibling-calls", "-fno-tree-sra"]
 #: Accesses kept for ``Profile.trace`` (pictures of small launches); a larger launch has no trace.
 TRACE_CAP = 1 << 18
 SECTOR = 32
+# The emulator's own functions keep out of the basic-block hook with an attribute that g++ knows
+# from version 12 on (clang: no_sanitize("coverage")); without it the hook would call itself.
+_COVERAGE_PROBE = """
+#if defined(__clang__)
+#define NOCOV __attribute__((no_sanitize("coverage")))
+#else
+#define NOCOV __attribute__((no_sanitize_coverage))
+#endif
+extern "C" NOCOV void __sanitizer_cov_trace_pc() {}
+int f(int x) { return x ? 1 : 2; }
+"""
+
+
+@functools.lru_cache(maxsize=None)
+def flags(cxx: str) -> list[str]:
+    """FLAGS for this compiler: without the basic-block hook where the compiler cannot keep the
+    emulator's functions out of it (g++ 11 and older): then divergence is not counted."""
+    try:
+        proc = subprocess.run([cxx, COVERAGE, "-Werror=attributes", "-x", "c++", "-c", "-", "-o", os.devnull],
+                              input=_COVERAGE_PROBE, capture_output=True, text=True, timeout=60)
+        ok = proc.returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        ok = False
+    return FLAGS if ok else [f for f in FLAGS if f != COVERAGE]
+
 
 # ---------------------------------------------------------------------------------------
 # The emulator's counters (layouts as in cuda_emu.h)
@@ -54,8 +81,9 @@ _LL, _P = ctypes.c_longlong, ctypes.c_void_p
 class _Result(ctypes.Structure):
     _fields_ = [("npc", _LL), ("pcs", _P), ("sites", _P), ("bbs", _P),
                 ("atomics_global", _LL), ("atomics_shared", _LL), ("hot_region", _LL), ("hot_offset", _LL),
-                ("hot_count", _LL), ("bytes_read", _LL), ("bytes_written", _LL),
-                ("trace", _P), ("trace_n", _LL), ("trace_overflow", _LL), ("instr", _LL), ("pc_overflow", _LL)]
+                ("hot_count", _LL), ("bytes_read", _LL), ("bytes_written", _LL), ("bytes_touched", _LL),
+                ("trace", _P), ("trace_n", _LL), ("trace_overflow", _LL), ("instr", _LL), ("pc_overflow", _LL),
+                ("lost", _LL)]
 
 
 @contextlib.contextmanager
@@ -139,9 +167,11 @@ class Recorder:
                 shared_names[int(i)] = nm.decode() if nm else "a __shared__ variable"
         return {"pcs": pcs, "sites": sites, "bbs": bbs, "trace": trace,
                 "trace_overflow": bool(r.trace_overflow), "pc_overflow": bool(r.pc_overflow),
+                "lost": bool(r.lost),
                 "atomics_global": int(r.atomics_global), "atomics_shared": int(r.atomics_shared),
                 "hot": (int(r.hot_region), int(r.hot_offset), int(r.hot_count)),
                 "bytes_read": int(r.bytes_read), "bytes_written": int(r.bytes_written),
+                "bytes_touched": int(r.bytes_touched),
                 "shared_names": shared_names}
 
     def argument_at(self, region: int, offset: int) -> tuple[int, int, int]:
@@ -166,11 +196,12 @@ SHARED_INSTS = "sm__sass_inst_executed_op_shared_{op}.sum"
 LANES_RATIO = "smsp__thread_inst_executed_per_inst_executed.ratio"
 
 
-def analyze(raw: dict, rec: Recorder, lib, params, grid: tuple, block: tuple, atom_kinds: dict | None = None) -> dict:
+def analyze(raw: dict, rec: Recorder, lib, params, grid: tuple, block: tuple,
+            atom_kinds: dict | None = None) -> dict:
     """The profile of one launch from the counters: metrics, sites, summary, trace, extras.
-    ``atom_kinds`` (from the kernel's PTX) says which source lines' global atomics are
-    reductions (``red``: the old value unused), {line: "red"|"atom"}; without it every
-    global atomic is counted as ``atom``."""
+    ``atom_kinds`` (atom_kinds_from_sass) says which source lines' global atomics are
+    reductions (``red``: the old value unused); None: unknown, every global atomic is
+    counted as ``atom`` and ``op_red`` is absent."""
     from . import _racecheck
     # (a piece of a split access carries its index above bit 48 of its code address)
     pcs = [pc & ((1 << 48) - 1) for pc in raw["pcs"]]
@@ -229,7 +260,7 @@ def analyze(raw: dict, rec: Recorder, lib, params, grid: tuple, block: tuple, at
     for op in ("ld", "st", "atom", "red"):
         g = [s for s in site_list if s["space"] == "global" and s["op"] == op]
         if op == "red" and atom_kinds is None:
-            continue  # not known without the PTX: absent, not 0
+            continue  # not known without the machine code: absent, not 0
         metrics[GLOBAL.format(what="requests", op=op)] = sum(s["requests"] for s in g)
         metrics[GLOBAL.format(what="sectors", op=op)] = sum(s["sectors"] for s in g)
     for op in ("ld", "st"):
@@ -268,9 +299,19 @@ def analyze(raw: dict, rec: Recorder, lib, params, grid: tuple, block: tuple, at
         hot = f"{params[k].name if k < len(params) else 'argument ' + str(k + 1)}[{off // max(esz, 1)}]"
     atomics = {"count": raw["atomics_global"] + raw["atomics_shared"], "global": raw["atomics_global"],
                "shared": raw["atomics_shared"], "address": hot, "address_count": hot_count if hot else 0}
-    out = {"metrics": metrics, "sites": site_list, "bytes_needed": raw["bytes_read"] + raw["bytes_written"],
-           "bytes_moved": sectors_total * SECTOR, "atomics": atomics, "branches": branches}
+    # Bytes needed: every distinct byte the kernel read or wrote, once (an element read and
+    # written in place counts once, as for the other simulators' profiles).
+    needed, moved = raw["bytes_touched"], sectors_total * SECTOR
+    out = {"metrics": metrics, "sites": site_list, "bytes_needed": needed, "bytes_moved": moved,
+           "atomics": atomics, "branches": branches}
     out["summary"] = summarize(site_list, branches, atomics, grid, block)
+    if raw["pc_overflow"] or raw["lost"]:  # said first: the numbers above are incomplete
+        out["summary"].insert(0, "the counts are incomplete: " + (
+            "the kernel has more than 4096 memory instructions and basic blocks, and the last ones were counted "
+            "together" if raw["pc_overflow"] else "the profiler ran out of memory, and some accesses were not counted"))
+    if needed and moved > 1.1 * needed and not atomics["count"]:
+        out["summary"].append(f"the launch moves {_num(moved / needed)}x the bytes it needs ({moved} bytes in "
+                              f"32-byte sectors for {needed} bytes read or written)")
     out["trace"], out["trace_names"] = _trace(raw, rec, params, lines)
     return out
 
@@ -594,15 +635,21 @@ def run_ncu(kernel, grid, block, shared: int, args, timeout: float = 600) -> dic
         torch.save({"source": source, "name": kernel.name, "grid": grid, "block": block, "shared": shared,
                     "args": list(args)}, spec)
         log = Path(d, "ncu.csv")  # (the CSV apart from the program's own output)
-        cmd = [ncu, "--csv", "--page", "raw", "--print-units", "base", "--metrics", ",".join(NCU_METRICS),
-               "--kernel-name-base", "function", "--kernel-name", f"regex:^{re.escape(base)}$",
-               "--launch-count", "1", "--log-file", str(log), sys.executable, str(script), str(spec),
-               str(paths.ROOT)]
         env = dict(os.environ, COURSE_SIMULATE="0")
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
-        text = log.read_text() if log.exists() else proc.stdout
-        launches = parse_ncu_csv(text)
-        if proc.returncode != 0 or not launches:
+        # An older ncu may lack --print-units or a metric: the second try asks for less.
+        for units, metrics in ((["--print-units", "base"], NCU_METRICS),
+                               ([], [m for m in NCU_METRICS if m != "launch__shared_mem_per_block_dynamic"])):
+            cmd = [ncu, "--csv", "--page", "raw", *units, "--metrics", ",".join(metrics),
+                   "--kernel-name-base", "function", "--kernel-name", f"regex:^{re.escape(base)}$",
+                   "--launch-count", "1", "--log-file", str(log), sys.executable, str(script), str(spec),
+                   str(paths.ROOT)]
+            log.unlink(missing_ok=True)
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+            text = log.read_text() if log.exists() else proc.stdout
+            launches = parse_ncu_csv(text)
+            if proc.returncode == 0 and launches:
+                break
+        else:
             tail = "\n".join((text + proc.stdout + proc.stderr).strip().splitlines()[-15:])
             raise RuntimeError(f"Nsight Compute could not profile {kernel.name} (exit code {proc.returncode}):\n{tail}")
         out = Path(str(spec) + ".out")

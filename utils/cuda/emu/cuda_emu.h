@@ -812,8 +812,8 @@ struct ProfRegion { uintptr_t lo, len, phase; unsigned char *rd, *wr; size_t bit
 struct ProfResult {
     long long npc; const unsigned long long* pcs; const ProfSite* sites; const ProfBB* bbs;
     long long atomics_global, atomics_shared, hot_region, hot_offset, hot_count;
-    long long bytes_read, bytes_written;
-    const ProfTraceRec* trace; long long trace_n, trace_overflow, instr, pc_overflow;
+    long long bytes_read, bytes_written, bytes_touched;  // distinct bytes: read, written (or atomic), either
+    const ProfTraceRec* trace; long long trace_n, trace_overflow, instr, pc_overflow, lost;
 };
 struct Prof {
     int want, active;
@@ -833,6 +833,7 @@ struct Prof {
     long long atomics_global, atomics_shared;
     ProfTraceRec* trace; size_t trace_n, trace_cap; int trace_overflow;
     long long instr;
+    int lost;                            // an allocation failed: some accesses were not counted
     ProfResult result;
 };
 inline Prof P;
@@ -879,6 +880,7 @@ EMU_NOTSAN inline void prof_atomic_addr(uintptr_t a) {
         size_t cap = P.at_cap ? P.at_cap * 2 : 1024;
         uintptr_t* k = (uintptr_t*)calloc(cap, sizeof(uintptr_t));
         long long* c = (long long*)calloc(cap, sizeof(long long));
+        if (!k || !c) { free(k); free(c); P.lost = 1; return; }
         for (size_t i = 0; i < P.at_cap; ++i) {
             if (!P.at_keys[i]) continue;
             size_t h = (P.at_keys[i] * 0x9E3779B97F4A7C15ULL) >> 20 & (cap - 1);
@@ -919,8 +921,10 @@ EMU_NOTSAN inline void prof_access(const volatile void* p, unsigned n, int kind,
     uint32_t k = prof_count(id);
     if (k > (1u << 26) - 1) k = (1u << 26) - 1;
     if (P.log_n == P.log_cap) {
-        P.log_cap = P.log_cap ? P.log_cap * 2 : 4096;
-        P.log = (ProfRec*)realloc(P.log, P.log_cap * sizeof(ProfRec));
+        size_t cap = P.log_cap ? P.log_cap * 2 : 4096;
+        ProfRec* grown = (ProfRec*)realloc(P.log, cap * sizeof(ProfRec));
+        if (!grown) { P.lost = 1; return; }  // out of memory: this access goes uncounted (reported)
+        P.log = grown; P.log_cap = cap;
     }
     ProfRec& r = P.log[P.log_n++];
     // sorted by warp, code address, execution count, space, thread: an instance is a run
@@ -1102,9 +1106,9 @@ EMU_NOTSAN inline void prof_free() {
     free(P.trace); P.trace = nullptr; P.trace_n = P.trace_cap = 0;
     free(P.log); P.log = nullptr; P.log_n = P.log_cap = 0;
 }
-EMU_NOTSAN inline long long prof_popcount(const unsigned char* bits, size_t n) {
+EMU_NOTSAN inline long long prof_popcount(const unsigned char* bits, size_t n, const unsigned char* or_bits = nullptr) {
     long long c = 0;
-    for (size_t i = 0; i < n; ++i) c += __builtin_popcount(bits[i]);
+    for (size_t i = 0; i < n; ++i) c += __builtin_popcount(bits[i] | (or_bits ? or_bits[i] : 0));
     return c;
 }
 }  // namespace emu
@@ -2090,7 +2094,7 @@ EMU_API inline int emu_prof_begin(int n, const unsigned long long* lo, const uns
     memset(P.bbs, 0, sizeof P.bbs);
     // code addresses keep their ids from launch to launch: the per-thread counts stay valid
     P.atomics_global = P.atomics_shared = 0;
-    P.instr = 0; P.trace_overflow = 0;
+    P.instr = 0; P.trace_overflow = 0; P.lost = 0;
     for (int i = 0; i < n && i < kProfMaxRegions; ++i) {
         ProfRegion& g = P.g[i];
         g.lo = (uintptr_t)lo[i]; g.len = (uintptr_t)len[i]; g.phase = (uintptr_t)phase[i];
@@ -2127,9 +2131,10 @@ EMU_API inline const emu::ProfResult* emu_prof_result() {
     for (int k = 0; k < P.n; ++k) {
         r.bytes_read += prof_popcount(P.g[k].rd, (P.g[k].len + 7) / 8);
         r.bytes_written += prof_popcount(P.g[k].wr, (P.g[k].len + 7) / 8);
+        r.bytes_touched += prof_popcount(P.g[k].rd, (P.g[k].len + 7) / 8, P.g[k].wr);
     }
     r.trace = P.trace; r.trace_n = (long long)P.trace_n; r.trace_overflow = P.trace_overflow;
-    r.instr = P.instr; r.pc_overflow = P.pc_overflow;
+    r.instr = P.instr; r.pc_overflow = P.pc_overflow; r.lost = P.lost;
     return &r;
 }
 // The name of a static __shared__ array (index as in the trace), or null.
