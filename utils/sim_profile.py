@@ -426,8 +426,9 @@ def _numba_counts(prof: _NumbaProfiler, gdim, bdim, name) -> dict:
             elems = _unique_rows(inst[g], off[g])
             distinct = np.bincount(elems[:, 0], minlength=ninst)
             i_ideal += -(-distinct * s_size[i_site] // 32) * s_global[i_site]
-            # bytes the kernel needed: each distinct global element once.
-            keyed = _unique_rows(s_key[sid[g]], off[g], size[g])
+            # bytes the kernel needed: each distinct global element read once, and each one
+            # written once (an in-place update comes in and goes out).
+            keyed = _unique_rows(s_key[sid[g]], off[g], size[g], np.minimum(s_op[sid[g]], 1))
             bytes_needed = int(keyed[:, 2].sum())
         # Shared: words per bank per request.
         sh = np.flatnonzero(~rglobal)
@@ -674,7 +675,8 @@ class _TritonProfiler:
         tensor = self._tensor(int(addrs[0]) if active else first)
         self.rec.append((_program(builder), sid, lanes, active, itemsize, sectors, tensor))
         if active:
-            self.elements.append((addrs, itemsize))
+            # stores and atomics are keyed apart from loads (an in-place update needs both)
+            self.elements.append((addrs * 2 + (kind != "load"), itemsize))
             if kind == "atomic":
                 self.atomic_addrs.append(addrs)
 
@@ -824,7 +826,8 @@ def _triton_counts(prof: _TritonProfiler, name) -> dict:
     if not prof.rec:
         summary.append("the launch loaded and stored nothing")
 
-    # Bytes needed: each distinct element once. Atomics: the most contended element.
+    # Bytes needed: each distinct element read once, and each one written once. Atomics: the
+    # most contended element.
     bytes_needed = 0
     if prof.elements:
         allk = np.concatenate([a for a, _ in prof.elements])

@@ -299,9 +299,10 @@ def analyze(raw: dict, rec: Recorder, lib, params, grid: tuple, block: tuple,
         hot = f"{params[k].name if k < len(params) else 'argument ' + str(k + 1)}[{off // max(esz, 1)}]"
     atomics = {"count": raw["atomics_global"] + raw["atomics_shared"], "global": raw["atomics_global"],
                "shared": raw["atomics_shared"], "address": hot, "address_count": hot_count if hot else 0}
-    # Bytes needed: every distinct byte the kernel read or wrote, once (an element read and
-    # written in place counts once, as for the other simulators' profiles).
-    needed, moved = raw["bytes_touched"], sectors_total * SECTOR
+    # Bytes needed: every distinct byte the kernel read, once, plus every distinct byte it wrote,
+    # once (an element updated in place must come in and go out: it counts twice, as the
+    # other simulators' profiles count it).
+    needed, moved = raw["bytes_read"] + raw["bytes_written"], sectors_total * SECTOR
     out = {"metrics": metrics, "sites": site_list, "bytes_needed": needed, "bytes_moved": moved,
            "atomics": atomics, "branches": branches}
     out["summary"] = summarize(site_list, branches, atomics, grid, block)
