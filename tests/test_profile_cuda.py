@@ -695,3 +695,20 @@ def test_run_ncu_builds_the_command_and_reads_the_metrics(tmp_path, monkeypatch)
     monkeypatch.setattr(_profile, "find_ncu", lambda: "/bin/false")
     with pytest.raises(RuntimeError, match="Nsight Compute could not profile copy_kernel"):
         _profile.run_ncu(kern, (16, 1, 1), (256, 1, 1), 0, ())
+
+
+@pytest.mark.skipif(utils.SIMULATE, reason="needs a GPU: Nsight Compute measures the launch")
+def test_on_a_gpu_nsight_compute_measures_the_same_counts(copy):
+    from utils.cuda import _profile
+    if _profile.find_ncu() is None:
+        pytest.skip("Nsight Compute (ncu) is not installed")
+    x = torch.randn(32 * N + 1, device=utils.DEVICE)
+    y = torch.zeros(N, device=utils.DEVICE)
+    p = copy.profile[N // 256, 256](x, y, N, 1, 1)  # misaligned by one element
+    assert p.backend == "ncu"
+    assert torch.equal(y, x[1:N + 1])  # the launch ran once and its result came back
+    assert p.metrics[LD_REQ] == N // 32 and p.metrics[LD_SEC] == 5 * N // 32
+    assert p.metrics[ST_REQ] == N // 32 and p.metrics[ST_SEC] == 4 * N // 32
+    p = copy.profile[N // 256, 256](x, y, N, 32, 0)
+    assert p.metrics[LD_SEC] == 32 * N // 32
+    assert "32.0 per request" in repr(p)
