@@ -38,7 +38,7 @@ from . import check as _check
 from .config import DEVICE, SIMULATE, SIZES
 
 # What ``utils`` exports; topic modules import the rest of the harness by name.
-__all__ = ["GradingError", "show_rejection", "POISON_BITS"]
+__all__ = ["GradingError", "show_rejection", "POISON_BITS", "check_traffic"]
 
 
 #: Set to 1 (in the environment, or ``os.environ`` in a cell) to see a GradingError's full
@@ -727,3 +727,50 @@ def show_rejection(check, *args, **kwargs) -> GradingError:
         print("REJECTED:", e)
         return e
     raise AssertionError(f"{check.__name__} accepted a kernel that is wrong on purpose")
+
+
+# ---------------------------------------------------------------------------------------
+# Efficiency: the bytes a kernel moves against the bytes it needs
+# ---------------------------------------------------------------------------------------
+#: A kernel that moves up to this multiple of the bytes it needs passes as coalesced: a
+#: misaligned start or a partial last warp adds a sector here and there, never 25 %.
+TRAFFIC_SLACK = 1.25
+
+
+def check_traffic(kernel_or_profile, *launch, max_ratio: float = TRAFFIC_SLACK,
+                  reject: bool = False, **kwargs):
+    """How many bytes a kernel moves against the bytes it needs, as advice or as a verdict.
+
+    ``check_traffic(k, grid, block, *args)`` profiles one launch (``utils.profile``) and
+    ``check_traffic(p)`` reads a profile already taken. Global memory moves whole 32-byte
+    sectors: a warp whose threads read neighbouring 4-byte elements uses every byte of the
+    sectors it touches, a warp whose threads read elements far apart drags in a whole sector
+    for each 4 bytes. When the kernel moves more than ``max_ratio`` times the bytes it needs,
+    this prints the ratio and the worst access in words, or, with ``reject=True`` (for the
+    exercises that say they grade traffic), raises ``GradingError``. Returns the profile.
+    """
+    p = kernel_or_profile
+    if not hasattr(p, "bytes_moved"):
+        profile = _utils_attr("profile")
+        if profile is None:
+            raise RuntimeError("utils.profile is not available in this copy of the course")
+        p = profile(kernel_or_profile, *launch, **kwargs)
+    moved, needed = getattr(p, "bytes_moved", None), getattr(p, "bytes_needed", None)
+    if not moved or not needed:
+        print(f"traffic: not measured for this launch ({getattr(p, 'backend', 'no backend')} "
+              "reported no global sectors)")
+        return p
+    ratio = moved / needed
+    if ratio <= max_ratio:
+        print(f"traffic: {moved:,} bytes moved for the {needed:,} needed ({ratio:.2f}x): coalesced")
+        return p
+    summary = list(getattr(p, "summary", None) or [])
+    why = f" Worst access: {summary[0]}" if summary else ""
+    msg = (f"your kernel moves {ratio:.1f}x the bytes it needs ({moved:,} bytes in 32-byte sectors "
+           f"for {needed:,} bytes of data).{why} Let neighbouring threads touch neighbouring "
+           "elements at every step (in a loop: element = thread + k * total threads), so that a "
+           "warp's 32 accesses share sectors.")
+    if reject:
+        raise GradingError(msg)
+    print("advice:", msg)
+    return p
