@@ -597,25 +597,26 @@ def plot_sectors(p, arg=None, *, block=0, warp=0, line=None, instr=None, title=N
         if lane % 4 == 0 or width <= 40:
             ax.text((lane + 0.45) * lane_w, 2.95, str(lane), ha="center", fontsize=6)
     x_of = {}
+    sw = width / len(slots)          # few sectors are drawn wide, under the lanes they serve
     for k, s in enumerate(slots):
         if s is None:
-            ax.text(k + 0.45, 0.3, "...", ha="center", va="center", fontsize=9)
+            ax.text((k + 0.45) * sw, 0.3, "...", ha="center", va="center", fontsize=9)
             continue
-        x_of[s] = k
+        x_of[s] = k * sw
         used = s in sectors
-        ax.add_patch(Rectangle((k, 0), 0.9, 0.6, facecolor=_ACTIVE if used else "white",
+        ax.add_patch(Rectangle((k * sw, 0), 0.9 * sw, 0.6, facecolor=_ACTIVE if used else "white",
                                edgecolor="#888888", linewidth=0.5,
                                gid="sector" if used else "unused sector"))
         if (s * _SECTOR) % _LINE == 0:
-            ax.plot([k - 0.05, k - 0.05], [-0.15, 0.75], color="black", linewidth=1.5,
+            ax.plot([k * sw - 0.05, k * sw - 0.05], [-0.15, 0.75], color="black", linewidth=1.5,
                     gid="line boundary")
         if len(slots) <= 40 or (s * _SECTOR) % _LINE == 0:
-            ax.text(k + 0.45, -0.25, str(s * _SECTOR), ha="center", va="top", fontsize=5,
-                    rotation=90)
+            ax.text((k + 0.45) * sw, -0.25, str(s * _SECTOR), ha="center", va="top",
+                    fontsize=7 if len(slots) <= 16 else 5, rotation=0 if len(slots) <= 16 else 90)
     for lane, ss in lane_sectors.items():
         for s in ss:
-            ax.plot([(lane + 0.45) * lane_w, x_of[s] + 0.45], [2.2, 0.6], color=_LINE_COLORS[0],
-                    linewidth=0.6, alpha=0.7, gid="lane to sector")
+            ax.plot([(lane + 0.45) * lane_w, x_of[s] + 0.45 * sw], [2.2, 0.6],
+                    color=_LINE_COLORS[0], linewidth=0.6, alpha=0.7, gid="lane to sector")
     ax.text(-0.3, 2.5, "lanes", ha="right", va="center", fontsize=8)
     ax.text(-0.3, 0.3, "sectors", ha="right", va="center", fontsize=8)
     ax.set_xlim(-0.2, width)
