@@ -508,7 +508,7 @@ def plot_access_map(p, arg=0, *, op=None, elem_size=None, per_row=32, show_ids=N
         r, c = divmod(e - start, per_row)
         who = touched.get(e)
         if who is None:
-            ax.add_patch(Rectangle((c, r), 1, 1, facecolor="white", edgecolor="#dddddd",
+            ax.add_patch(Rectangle((c, r), 1, 1, facecolor="white", edgecolor="#bbbbbb",
                                    linewidth=0.5, gid="untouched"))
             continue
         gw, thread, _ = who[0]
@@ -522,8 +522,13 @@ def plot_access_map(p, arg=0, *, op=None, elem_size=None, per_row=32, show_ids=N
                                gid=f"warp {gw}" if not many else f"warp {gw} shared"))
         if show_ids:
             ax.text(c + 0.5, r + 0.5, str(thread), ha="center", va="center", fontsize=6)
+    if _SECTOR % esize == 0 and per_row % (_SECTOR // esize) == 0:
+        # 32-byte sector boundaries: every element between two lines moves together
+        for c in range(_SECTOR // esize, per_row, _SECTOR // esize):
+            ax.plot([c, c], [0, nrows], color="black", linewidth=1.2, gid="sector boundary")
     ax.set_xlim(0, per_row)
     ax.set_ylim(nrows, 0)
+    ax.set_aspect("equal")
     ax.set_xticks([])
     ax.set_yticks([k + 0.5 for k in range(nrows)], [str(start + k * per_row) for k in range(nrows)],
                   fontsize=7)
@@ -541,7 +546,8 @@ def plot_access_map(p, arg=0, *, op=None, elem_size=None, per_row=32, show_ids=N
     threads = len({(t["block"][i], t["thread"][i]) for i in rows})
     ax.set_title(title or f"{what} of `{name}`: {len(touched)} elements of {esize} bytes "
                           f"touched by {threads} threads in {len(warps_seen)} warps\n"
-                          f"cell: the element, its number: threadIdx.x, colour: the warp",
+                          f"cell: the element, its number: threadIdx.x, colour: the warp; "
+                          f"black lines: 32-byte sectors",
                  fontsize=9)
     return fig
 
