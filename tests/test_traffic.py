@@ -43,3 +43,34 @@ def test_a_profile_without_byte_counts_is_reported_not_judged(capsys):
     utils.check_traffic(types.SimpleNamespace(bytes_moved=None, bytes_needed=None, backend="ncu"),
                         reject=True)
     assert "not measured" in capsys.readouterr().out
+
+
+ITEMS_SRC = r"""
+__global__ void relu_items_kernel(const float* __restrict__ x_ptr, float* __restrict__ y_ptr, int n) {
+    int t = blockIdx.x * blockDim.x + threadIdx.x;
+    int threads = gridDim.x * blockDim.x;
+    for (int k = 0; k < 4; ++k) {
+        int idx = INDEX;
+        if (idx < n) y_ptr[idx] = fmaxf(x_ptr[idx], 0.0f);
+    }
+}
+"""
+
+
+@pytest.mark.parametrize("index, ratio", [("t + k * threads", None), ("4 * t + k", "4.0x")])
+def test_exercise_7_kernels_in_the_emulator(index, ratio, capsys):
+    # Lesson 02's exercise 7: a grid-stride step passes, neighbours per thread move 4x the bytes.
+    if not hasattr(utils, "profile"):
+        pytest.skip("utils.profile is not in this copy of the course")
+    import torch
+    k = utils.cuda_kernel(ITEMS_SRC.replace("INDEX", index), "relu_items_kernel")
+    x = torch.randn(4 * 256 * 4)
+    y = torch.empty_like(x)
+    if ratio is None:
+        utils.check_traffic(k, 4, 256, x, y, x.numel(), reject=True)
+        assert "1.00x" in capsys.readouterr().out
+    else:
+        with pytest.raises(utils.GradingError, match=ratio) as e:
+            utils.check_traffic(k, 4, 256, x, y, x.numel(), reject=True)
+        assert "16 sectors where 4 would do" in str(e.value)
+    assert torch.equal(y, torch.relu(x))      # the profiled launch really ran
