@@ -313,3 +313,19 @@ def test_banks_broadcast_and_64_bit_words():
     fig = utils.plot_banks(shared_trace([2 * k for k in range(32)], size=8))
     assert len(rects(fig, "word")) == 64 and not rects(fig, "conflict")
     assert "2 wavefronts, 0 bank conflicts" in fig.axes[0].get_title()
+
+
+def test_banks_and_sectors_pick_the_nth_access_of_a_line():
+    # a loop at line 9 whose step k reads tile[lane * 2^k]: step 0 conflict-free... step 2 4-way
+    acc = [(0, lane, 1, 0, -1, 4 * lane * (1 << k), 4, 9, k) for k in range(3) for lane in range(32)]
+    acc += [(0, lane, 1, 1, -1, 4 * lane, 4, 9, 10 + k) for k in range(3) for lane in range(32)]
+    p = make_trace(acc, {-1: "tile"})
+    assert "1 wavefront" in utils.plot_banks(p, line=9, op="ld").axes[0].get_title()
+    assert "2 wavefronts" in utils.plot_banks(p, line=9, op="ld", nth=1).axes[0].get_title()
+    assert "4 wavefronts" in utils.plot_banks(p, line=9, op="ld", nth=2).axes[0].get_title()
+    assert "store" in utils.plot_banks(p, line=9, op="st", nth=2).axes[0].get_title()
+    with pytest.raises(ValueError, match=r"number 3"):
+        utils.plot_banks(p, line=9, op="ld", nth=3)
+    g = make_trace([(0, t, 0, 0, 0, 4 * t * (k + 1), 4, 3, k) for k in range(2) for t in range(32)],
+                   {0: "x"})
+    assert "8 sectors" in utils.plot_sectors(g, nth=1).axes[0].get_title()

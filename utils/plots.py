@@ -441,21 +441,27 @@ def _rows(t, keep):
     return [i for i in range(n) if keep({c: t[c][i] for c in t})]
 
 
-def _one_instance(t, space, block, warp, instr, line, arg):
-    """The rows of one warp-wide access: ``instr`` if given, else the first instruction
-    instance of (block, warp) in this space (at ``line`` / on ``arg`` if given)."""
+def _one_instance(t, space, block, warp, instr, line, arg, op=None, nth=0):
+    """The rows of one warp-wide access: ``instr`` if given, else the ``nth`` (from 0)
+    instruction instance of (block, warp) in this space, in execution order (at ``line``, on
+    ``arg``, of kind ``op`` if given: e.g. the loads of one line of a loop, one per step)."""
+    op_code = None if op is None else _OPS[op]
+
     def match(r):
         return (r["space"] == space and (arg is None or r["arg"] == arg)
                 and (line is None or r["line"] == line)
+                and (op_code is None or r["op"] == op_code)
                 and (instr is not None or (r["block"] == block and r["warp"] == warp)))
     rows = _rows(t, match)
     if instr is None and rows:
-        instr = min(t["instr"][i] for i in rows)
+        instrs = sorted({t["instr"][i] for i in rows})
+        instr = instrs[nth] if nth < len(instrs) else None
     rows = [i for i in rows if t["instr"][i] == instr]
     if not rows:
         where = "shared" if space == 1 else "global"
-        raise ValueError(f"no {where} access of block {block}, warp {warp}"
-                         f"{'' if line is None else f' at line {line}'} in this trace")
+        raise ValueError(f"no {where} {op or 'access'} of block {block}, warp {warp}"
+                         f"{'' if line is None else f' at line {line}'}"
+                         f"{f' (number {nth})' if nth else ''} in this trace")
     return rows
 
 
@@ -567,19 +573,21 @@ def _sector_slots(sectors):
     return slots
 
 
-def plot_sectors(p, arg=None, *, block=0, warp=0, line=None, instr=None, title=None, ax=None):
+def plot_sectors(p, arg=None, *, block=0, warp=0, line=None, op=None, nth=0, instr=None,
+                 title=None, ax=None):
     """The 32-byte sectors one warp-wide global access touches (one request).
 
     Top: the 32 lanes of the warp; bottom: memory, in 32-byte sectors (thick marks at the
     128-byte line boundaries); a line joins each active lane to the sector its address falls
     in. Touched sectors are coloured; the title compares them with the fewest that would hold
     the same bytes. The access is the first one of ``block``/``warp`` (on argument ``arg``, at
-    source ``line``), or the instruction instance ``instr`` of the trace.
+    source ``line``, a load or store by ``op``; ``nth=k`` for the k-th such access instead), or
+    the instruction instance ``instr`` of the trace.
     """
     _, _, Rectangle = _mpl()
     t = _trace_of(p)
     a = None if arg is None else _arg_index(p, arg)
-    rows = _one_instance(t, 0, block, warp, instr, line, a)
+    rows = _one_instance(t, 0, block, warp, instr, line, a, op, nth)
     a = t["arg"][rows[0]]
     name = _arg_name(p, a)
     lane_sectors = {}
@@ -651,19 +659,21 @@ def _bank_rows(t, rows):
     return {b: sorted(ws.items()) for b, ws in banks.items()}
 
 
-def plot_banks(p, *, block=0, warp=0, line=None, instr=None, title=None, ax=None):
+def plot_banks(p, *, block=0, warp=0, line=None, op=None, nth=0, instr=None, title=None,
+               ax=None):
     """The 32 banks of one warp-wide shared-memory access, conflicts marked.
 
     A column per bank (bank = (byte address / 4) % 32); a cell per distinct 4-byte word the
     bank must deliver, labelled with the lanes that asked for it (lanes on the same word get
     it in one go: a broadcast). A bank can deliver one word per pass (wavefront), so the
     tallest column is the number of wavefronts; red cells are the extra passes, the bank
-    conflicts. The access is the first shared one of ``block``/``warp`` (at source ``line``),
-    or the instruction instance ``instr``.
+    conflicts. The access is the first shared one of ``block``/``warp`` (at source ``line``, a
+    load or store by ``op``; ``nth=k`` for the k-th such access, e.g. step k of a loop), or the
+    instruction instance ``instr``.
     """
     _, Patch, Rectangle = _mpl()
     t = _trace_of(p)
-    rows = _one_instance(t, 1, block, warp, instr, line, None)
+    rows = _one_instance(t, 1, block, warp, instr, line, None, op, nth)
     banks = _bank_rows(t, rows)
     size = max(t["size"][i] for i in rows)
     ideal = max(1, size // 4)      # 64-bit accesses take 2 passes at best, 128-bit 4
