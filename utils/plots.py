@@ -443,8 +443,10 @@ def _rows(t, keep):
 
 def _one_instance(t, space, block, warp, instr, line, arg, op=None, nth=0):
     """The rows of one warp-wide access: ``instr`` if given, else the ``nth`` (from 0)
-    instruction instance of (block, warp) in this space, in execution order (at ``line``, on
-    ``arg``, of kind ``op`` if given: e.g. the loads of one line of a loop, one per step)."""
+    instruction instance of (block, warp) in this space (at ``line``, on ``arg``, of kind ``op``
+    if given), in the order of the trace's ``instr`` ids. The emulator numbers the executions
+    of each access site in order, site after site, so in a loop ``nth=k`` is step k of the
+    first matching site."""
     op_code = None if op is None else _OPS[op]
 
     def match(r):
@@ -581,8 +583,8 @@ def plot_sectors(p, arg=None, *, block=0, warp=0, line=None, op=None, nth=0, ins
     128-byte line boundaries); a line joins each active lane to the sector its address falls
     in. Touched sectors are coloured; the title compares them with the fewest that would hold
     the same bytes. The access is the first one of ``block``/``warp`` (on argument ``arg``, at
-    source ``line``, a load or store by ``op``; ``nth=k`` for the k-th such access instead), or
-    the instruction instance ``instr`` of the trace.
+    source ``line``, a load or store by ``op``; ``nth=k`` for the k-th such access instead, in
+    the order of the trace's ``instr`` ids), or the instruction instance ``instr`` of the trace.
     """
     _, _, Rectangle = _mpl()
     t = _trace_of(p)
@@ -668,8 +670,8 @@ def plot_banks(p, *, block=0, warp=0, line=None, op=None, nth=0, instr=None, tit
     it in one go: a broadcast). A bank can deliver one word per pass (wavefront), so the
     tallest column is the number of wavefronts; red cells are the extra passes, the bank
     conflicts. The access is the first shared one of ``block``/``warp`` (at source ``line``, a
-    load or store by ``op``; ``nth=k`` for the k-th such access, e.g. step k of a loop), or the
-    instruction instance ``instr``.
+    load or store by ``op``; ``nth=k`` for the k-th such access in the order of the trace's
+    ``instr`` ids: step k of a loop), or the instruction instance ``instr``.
     """
     _, Patch, Rectangle = _mpl()
     t = _trace_of(p)
@@ -679,7 +681,7 @@ def plot_banks(p, *, block=0, warp=0, line=None, op=None, nth=0, instr=None, tit
     ideal = max(1, size // 4)      # 64-bit accesses take 2 passes at best, 128-bit 4
     wavefronts = max(len(ws) for ws in banks.values())
     conflicts = max(0, wavefronts - ideal)
-    fig, ax = _new_axes(ax, (10, 1.6 + 0.45 * max(wavefronts, 2)))
+    fig, ax = _new_axes(ax, (10, 1.6 + 0.32 * max(wavefronts, 2)))
     for b in range(_BANKS):
         ax.text(b + 0.45, -0.15, str(b), ha="center", va="bottom", fontsize=6)
         for k, (word, lanes) in enumerate(banks.get(b, [])):
