@@ -329,3 +329,46 @@ def test_banks_and_sectors_pick_the_nth_access_of_a_line():
     g = make_trace([(0, t, 0, 0, 0, 4 * t * (k + 1), 4, 3, k) for k in range(2) for t in range(32)],
                    {0: "x"})
     assert "8 sectors" in utils.plot_sectors(g, nth=1).axes[0].get_title()
+
+
+# --- profiler timelines --------------------------------------------------------------------
+def chrome_trace():
+    """A hand-made torch.profiler trace: one step, two ops (one nested), a launch, a kernel,
+    and a host copy that waits for the kernel."""
+    ev = [
+        {"ph": "X", "cat": "user_annotation", "name": "step 0", "ts": 1000, "dur": 900, "pid": 1, "tid": 1},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 1010, "dur": 100, "pid": 1, "tid": 1},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::empty", "ts": 1020, "dur": 10, "pid": 1, "tid": 1},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::item", "ts": 1200, "dur": 650, "pid": 1, "tid": 1},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": 1050, "dur": 5, "pid": 1, "tid": 1},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaMemcpyAsync", "ts": 1210, "dur": 600, "pid": 1, "tid": 1},
+        {"ph": "X", "cat": "kernel", "name": "sgemm", "ts": 1100, "dur": 700, "pid": 0, "tid": 7},
+        {"ph": "i", "name": "marker", "ts": 1500, "pid": 1, "tid": 1},
+    ]
+    return {"traceEvents": ev}
+
+
+def test_timeline_lanes_and_waits(tmp_path):
+    fig = utils.plot_timeline(chrome_trace())
+    labels = [t.get_text() for t in fig.axes[0].get_yticklabels()]
+    assert labels == ["steps", "host: PyTorch ops", "host: CUDA API", "GPU"]
+    assert len(rects(fig, "op")) == 2               # aten::empty is nested in aten::mm
+    assert len(rects(fig, "wait")) == 1 and len(rects(fig, "api")) == 1
+    assert len(rects(fig, "gpu")) == 1 and len(rects(fig, "step")) == 1
+    assert rects(fig, "wait")[0].get_width() == pytest.approx(0.6)   # ms
+    # from a .json.gz file, as the recorded traces are stored; and a window of it
+    import gzip
+    path = tmp_path / "t.json.gz"
+    with gzip.open(path, "wt") as f:
+        json.dump(chrome_trace(), f)
+    fig = utils.plot_timeline(path, start_us=0, span_us=150)
+    assert not rects(fig, "wait")                     # the copy starts after the window
+    assert len(utils.load_trace(path)) == 7
+
+
+def test_timeline_of_a_cpu_only_trace_has_no_gpu_lane():
+    ev = [e for e in chrome_trace()["traceEvents"] if e.get("cat") in ("cpu_op", "user_annotation")]
+    fig = utils.plot_timeline({"traceEvents": ev})
+    assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == ["steps", "host: PyTorch ops"]
+    with pytest.raises(ValueError, match="no PyTorch ops"):
+        utils.plot_timeline({"traceEvents": []})

@@ -15,6 +15,7 @@ Pass ``ax=`` to draw into an existing axes instead (the function then returns it
     utils.plot_access_map(p, arg="x")                 # which thread touched which element
     utils.plot_sectors(p, arg="x")                    # the 32-byte sectors of one warp's load
     utils.plot_banks(p)                               # the banks of one shared access
+    utils.plot_timeline("trace.json")                 # a torch.profiler trace, host and GPU
 """
 from __future__ import annotations
 
@@ -30,6 +31,8 @@ __all__ = [
     "plot_access_map",
     "plot_sectors",
     "plot_banks",
+    "plot_timeline",
+    "load_trace",
 ]
 
 _MASKED = "#d9d9d9"   # threads past the end: launched, but the bounds check stops them
@@ -713,4 +716,109 @@ def plot_banks(p, *, block=0, warp=0, line=None, op=None, nth=0, instr=None, tit
                           f"`{name}` (line {t['line'][rows[0]]}): {wavefronts} wavefront"
                           f"{'s' if wavefronts > 1 else ''}, {conflicts} bank conflict"
                           f"{'s' if conflicts != 1 else ''}{worst}", fontsize=9)
+    return fig
+
+
+# ---------------------------------------------------------------------------------------
+# A profiler timeline (torch.profiler's Chrome trace, the format Perfetto opens)
+# ---------------------------------------------------------------------------------------
+_LANES = ("steps", "host: PyTorch ops", "host: CUDA API", "GPU")
+_GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
+_API_CATS = ("cuda_runtime", "cuda_driver")
+#: CUDA calls in which the host waits for the GPU (a copy to the host waits for the kernels
+#: queued before it, as ``loss.item()`` does)
+_WAITS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize",
+          "cudaMemcpy", "cudaMemcpyAsync")
+
+
+def load_trace(trace) -> list:
+    """The complete events (``"ph": "X"``) of a Chrome trace: a path (``.json`` or
+    ``.json.gz``, as ``prof.export_chrome_trace`` writes and Perfetto opens) or its dict."""
+    import gzip
+    import json
+    if not isinstance(trace, (dict, list)):
+        path = str(trace)
+        opener = gzip.open if path.endswith(".gz") else open
+        with opener(path, "rt") as f:
+            trace = json.load(f)
+    events = trace.get("traceEvents", []) if isinstance(trace, dict) else trace
+    return [e for e in events if e.get("ph") == "X" and "dur" in e]
+
+
+def _lane(e) -> str | None:
+    cat = e.get("cat", "")
+    if cat in _GPU_CATS:
+        return "GPU"
+    if cat in _API_CATS:
+        return "host: CUDA API"
+    if cat == "cpu_op":
+        return "host: PyTorch ops"
+    if cat == "user_annotation":
+        return "steps"
+    return None
+
+
+def _top_level(events):
+    """Events not nested in an earlier one of the same lane and thread (nested ops would hide
+    their parents)."""
+    out, end = [], {}
+    for e in sorted(events, key=lambda e: (e["ts"], -e["dur"])):
+        key = (e.get("pid"), e.get("tid"))
+        if e["ts"] >= end.get(key, -math.inf):
+            out.append(e)
+            end[key] = e["ts"] + e["dur"]
+    return out
+
+
+def plot_timeline(trace, *, start_us=None, span_us=None, title=None, ax=None):
+    """A profiler trace as lanes over time: the steps you annotated (``record_function``),
+    the host's PyTorch ops, its CUDA API calls and the GPU's kernels and copies. CUDA calls in
+    which the host waits for the GPU (synchronize, a copy to the host) are red: during them
+    the host does nothing else. ``start_us``/``span_us`` pick a window, in microseconds from
+    the first event. ``trace``: a path to a Chrome trace (``prof.export_chrome_trace``), or
+    its dict.
+    """
+    _, Patch, Rectangle = _mpl()
+    events = [e for e in load_trace(trace) if _lane(e)]
+    if not events:
+        raise ValueError("the trace has no PyTorch ops, CUDA calls, kernels or annotations")
+    t0 = min(e["ts"] for e in events)
+    lo = t0 + (start_us or 0)
+    hi = lo + span_us if span_us else max(e["ts"] + e["dur"] for e in events)
+    events = [e for e in events if e["ts"] < hi and e["ts"] + e["dur"] > lo]
+    lanes = [ln for ln in _LANES if any(_lane(e) == ln for e in events)]
+    fig, ax = _new_axes(ax, (11, 0.9 + 0.55 * len(lanes)))
+    waited = 0.0
+    for row, lane in enumerate(lanes):
+        mine = [e for e in events if _lane(e) == lane]
+        if lane in ("host: PyTorch ops", "steps"):
+            mine = _top_level(mine)
+        for k, e in enumerate(sorted(mine, key=lambda e: e["ts"])):
+            x0 = (max(e["ts"], lo) - t0) / 1e3
+            w = (min(e["ts"] + e["dur"], hi) - max(e["ts"], lo)) / 1e3
+            wait = lane == "host: CUDA API" and e.get("name", "").split("(")[0] in _WAITS
+            waited += w if wait else 0
+            color = (_CONFLICT if wait else _LINE_COLORS[2] if lane == "GPU" else
+                     _BLOCK_COLORS[k % 2] if lane == "steps" else _LINE_COLORS[0])
+            gid = ("wait" if wait else {"GPU": "gpu", "steps": "step", "host: CUDA API": "api"}
+                   .get(lane, "op"))
+            ax.add_patch(Rectangle((x0, row + 0.1), max(w, 1e-4), 0.8, facecolor=color,
+                                   edgecolor="none", gid=gid))
+            if lane == "steps":
+                ax.text(x0 + w / 2, row + 0.5, e.get("name", ""), ha="center", va="center",
+                        fontsize=7)
+    ax.set_xlim((lo - t0) / 1e3, (hi - t0) / 1e3)
+    ax.set_ylim(len(lanes), 0)
+    ax.set_yticks([r + 0.5 for r in range(len(lanes))], lanes, fontsize=8)
+    ax.set_xlabel("time (ms from the first event)")
+    handles = []
+    if waited:
+        handles.append(Patch(facecolor=_CONFLICT, label="host waits for the GPU"))
+    if "GPU" in lanes:
+        handles.append(Patch(facecolor=_LINE_COLORS[2], label="GPU kernel or copy"))
+    if handles:
+        ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False,
+                  fontsize=7)
+    ax.set_title(title or "profiler timeline (the same trace opens in ui.perfetto.dev)",
+                 fontsize=9)
     return fig
