@@ -803,7 +803,7 @@ def plot_timeline(trace, *, start_us=None, span_us=None, title=None, ax=None):
             gid = ("wait" if wait else {"GPU": "gpu", "steps": "step", "host: CUDA API": "api"}
                    .get(lane, "op"))
             ax.add_patch(Rectangle((x0, row + 0.1), max(w, 1e-4), 0.8, facecolor=color,
-                                   edgecolor="none", gid=gid))
+                                   edgecolor="white", linewidth=0.3, gid=gid))
             if lane == "steps":
                 ax.text(x0 + w / 2, row + 0.5, e.get("name", ""), ha="center", va="center",
                         fontsize=7)
