@@ -169,3 +169,37 @@ def test_display():
     assert "Block limit registers" in text
     page = o._repr_html_()
     assert page.startswith("<b>") and "<table>" in page and "Block limit shared memory" in page
+
+
+def _recorded_ncu_cases():
+    import json
+    path = utils.RESULTS_DIR / "ncu-h100.json"
+    if not path.exists():
+        return []
+    rec = json.loads(path.read_text())
+    return [pytest.param(c["ncu"], id=name) for name, c in rec.get("cases", {}).items()
+            if "launch__occupancy_limit_warps" in c.get("ncu", {})]
+
+
+def _bytes(v):
+    # ncu's raw page may scale shared memory to Kbyte (1.02 for 1024 bytes): back to bytes
+    return int(round(v * 1000)) if isinstance(v, float) and v != int(v) else int(v or 0)
+
+
+@pytest.mark.parametrize("ncu", _recorded_ncu_cases() or [pytest.param(None, marks=pytest.mark.skip(
+    reason="benchmarks/results/ncu-h100.json is not recorded in this copy"))])
+def test_agrees_with_nsight_compute_on_the_h100(ncu):
+    """The launches recorded under Nsight Compute on the H100: the same limits and occupancy
+    from the same block size, registers and shared memory. The shared-memory limit is counted
+    against the carveout the driver configured for the launch, which can be smaller than the
+    calculator's largest one: ncu's may be lower, never higher."""
+    if "launch__block_size" not in ncu:
+        pytest.skip("this recording has no launch__block_size")
+    smem = _bytes(ncu.get("launch__shared_mem_per_block_static")) + \
+        _bytes(ncu.get("launch__shared_mem_per_block_dynamic"))
+    o = utils.occupancy(int(ncu["launch__block_size"]), int(ncu["launch__registers_per_thread"]), smem)
+    for key in ("launch__occupancy_limit_warps", "launch__occupancy_limit_registers",
+                "launch__occupancy_limit_blocks"):
+        assert o.limits[key] == ncu[key], key
+    assert ncu["launch__occupancy_limit_shared_mem"] <= o.limits["launch__occupancy_limit_shared_mem"]
+    assert 100 * o.theoretical == pytest.approx(ncu["sm__maximum_warps_per_active_cycle_pct"], abs=0.1)
