@@ -74,3 +74,17 @@ def test_exercise_7_kernels_in_the_emulator(index, ratio, capsys):
             utils.check_traffic(k, 4, 256, x, y, x.numel(), reject=True)
         assert "16 sectors where 4 would do" in str(e.value)
     assert torch.equal(y, torch.relu(x))      # the profiled launch really ran
+
+
+def test_on_a_gpu_without_ncu_traffic_is_not_graded(monkeypatch, capsys):
+    from utils import grading
+
+    def no_ncu(*a, **k):
+        raise RuntimeError("profiling on a GPU needs Nsight Compute (`ncu`)\nmore")
+    monkeypatch.setattr(grading, "SIMULATE", False)
+    monkeypatch.setattr(grading, "_utils_attr", lambda name: no_ncu)
+    assert utils.check_traffic(object(), 1, 32, reject=True) is None
+    assert "not measured on this GPU (profiling on a GPU needs Nsight Compute (`ncu`))" in capsys.readouterr().out
+    monkeypatch.setattr(grading, "SIMULATE", True)       # in simulation a failure is a failure
+    with pytest.raises(RuntimeError):
+        utils.check_traffic(object(), 1, 32)

@@ -754,7 +754,15 @@ def check_traffic(kernel_or_profile, *launch, max_ratio: float = TRAFFIC_SLACK,
         profile = _utils_attr("profile")
         if profile is None:
             raise RuntimeError("utils.profile is not available in this copy of the course")
-        p = profile(kernel_or_profile, *launch, **kwargs)
+        try:
+            p = profile(kernel_or_profile, *launch, **kwargs)
+        except RuntimeError as e:
+            if SIMULATE:
+                raise
+            # On a GPU the counters come from Nsight Compute, which a machine may lack: the
+            # traffic is then not graded (the same check runs in simulation).
+            print(f"traffic: not measured on this GPU ({str(e).splitlines()[0]})")
+            return None
     moved, needed = getattr(p, "bytes_moved", None), getattr(p, "bytes_needed", None)
     if not moved or not needed:
         print(f"traffic: not measured for this launch ({getattr(p, 'backend', 'no backend')} "
