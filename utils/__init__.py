@@ -27,3 +27,4 @@ from . import triton_compat  # noqa: F401,E402  tanh, do_bench, autotune that wo
 from .ship import *  # noqa: F401,F403  check_custom_op: lesson 07's grader
 from . import triton_sim  # noqa: F401,E402  races and poison in Triton's interpreter, its driver
 from .sim_race import SimulatorRaceError  # noqa: F401,E402
+from .profile import profile, Profile  # noqa: F401,E402  counters of one launch (emulator or ncu)

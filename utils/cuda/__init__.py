@@ -134,6 +134,7 @@ class CudaKernel:
         self.params: list[Param] | None = parse_params(self.text, self.name)
         self.uses_printf = "printf" in self.text
         self._lib = self._kernel = None
+        self._prof_lib = None  # the profiling variant of the library, built at the first profile
         self._launchers: dict = {}
         self._plan = None
         if not self.not_solved:
@@ -185,6 +186,19 @@ class CudaKernel:
         launcher = self._launchers.get(cfg) if type(cfg) is tuple and len(cfg) <= 3 else None
         if launcher is not None:  # the same [grid, block] as before: parsed and checked already
             return launcher
+        grid, block, shared, stream = self._parse_config(cfg)
+
+        def launcher(*args):
+            return self._launch(grid, block, int(shared), stream, args)
+        if len(cfg) <= 3 and all(type(c) is int or (type(c) is tuple and all(type(d) is int for d in c))
+                                 for c in cfg):
+            if len(self._launchers) > 256:
+                self._launchers.clear()
+            self._launchers[cfg] = launcher
+        return launcher
+
+    def _parse_config(self, cfg):
+        """(grid, block, shared bytes, stream) of ``k[cfg]``, checked."""
         if not isinstance(cfg, tuple) or not 2 <= len(cfg) <= 4:
             raise TypeError(f"{self.name}[...] takes grid, block and optionally shared_bytes (and a stream): "
                             f"{self.name}[grid, block](...), got {cfg!r}")
@@ -197,15 +211,37 @@ class CudaKernel:
             raise ValueError(f"{self.name}: {shared} bytes of dynamic shared memory requested; "
                              f"at most {max_dynamic_shared()} bytes per block here")
         stream = cfg[3] if len(cfg) > 3 else None
+        return grid, block, int(shared), stream
 
-        def launcher(*args):
-            return self._launch(grid, block, int(shared), stream, args)
-        if len(cfg) <= 3 and all(type(c) is int or (type(c) is tuple and all(type(d) is int for d in c))
-                                 for c in cfg):
-            if len(self._launchers) > 256:
-                self._launchers.clear()
-            self._launchers[cfg] = launcher
-        return launcher
+    # -- profiling (utils.profile; utils/cuda/_profile.py) -------------------------------
+    @property
+    def profile(self) -> "_ProfileLaunch":
+        """``k.profile[grid, block](*args)`` (or ``[grid, block, shared_bytes]``): run the launch
+        once and return its `utils.Profile`: the emulator's counters in simulation, Nsight
+        Compute's on a GPU."""
+        return _ProfileLaunch(self)
+
+    def _profile_run(self, grid, block, shared, args) -> dict:
+        if self.not_solved:
+            raise NotImplementedError(f"not solved yet: {self.name} still has a TODO")
+        self._check_not_stale()
+        from . import _profile
+        if not self.simulated:
+            from ._emulator import check_arg_count
+            check_arg_count(self.name, self.params, args)
+            return {"metrics": _profile.run_ncu(self, grid, block, shared, args), "backend": "ncu"}
+        from . import _emulator
+        if self._prof_lib is None:
+            self._prof_lib = _emulator.build(adapt_for_emulator(self.text), self.name, self.filename,
+                                             self.include_dir, profile=True)
+        rec = _profile.Recorder()
+        mode, seed = _current_schedule()
+        _emulator.launch(self._prof_lib, self.name, self.params, grid, block, shared, args, mode, seed,
+                         self.uses_printf, profiler=rec, racecheck=_racecheck.enabled())
+        info = _profile.gpu_compile_info(self)
+        out = _profile.analyze(rec.raw, rec, self._prof_lib, self.params, block, info.get("atom_kinds"))
+        out["backend"] = "cuda-emulator"
+        return out
 
     def _launch(self, grid, block, shared, stream, args):
         if self.not_solved:
@@ -288,6 +324,27 @@ class CudaKernel:
         else:
             _gpu.launch(self._kernel, grid, block, shared, out, stream)
         return None
+
+
+class _ProfileLaunch:
+    """``k.profile[grid, block(, shared_bytes)]``: a launcher that returns a `utils.Profile`."""
+
+    def __init__(self, kernel: CudaKernel):
+        self.kernel = kernel
+
+    def __getitem__(self, cfg):
+        k = self.kernel
+        if isinstance(cfg, tuple) and len(cfg) == 4:
+            raise TypeError(f"{k.name}.profile[...] takes grid, block and optionally shared_bytes (no stream)")
+        grid, block, shared, _ = k._parse_config(cfg)
+
+        def run(*args):
+            from ..profile import cuda_profile
+            return cuda_profile(k, grid, block, shared, args)
+        return run
+
+    def __call__(self, *args, **kwargs):
+        raise TypeError(f"profile a launch with a configuration: {self.kernel.name}.profile[grid, block](...)")
 
 
 #: (kernel name, source file) of the compiles that failed last: an older kernel of that name

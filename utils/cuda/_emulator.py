@@ -75,6 +75,7 @@ class EmuLibrary:
         self.lib.emu_stack_layout(layout)
         self.stack_layout = tuple(layout)
         self.racecheck = bool(self.lib.emu_race_instrumented())
+        self.profile = bool(self.lib.emu_prof_instrumented())  # the profiling variant (_profile.py)
         self.lib.emu_race_info.restype = ctypes.POINTER(_racecheck.RaceInfo)
         self.lib.emu_race_begin.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_ulonglong),
                                             ctypes.POINTER(ctypes.c_ulonglong)]
@@ -100,17 +101,22 @@ def stack_pool(layout: tuple) -> int:
 
 
 def build(text: str, name: str, filename: str, include_dir: Path | None, _retry: bool = True,
-          racecheck: bool = False) -> EmuLibrary:
+          racecheck: bool = False, profile: bool = False) -> EmuLibrary:
     """Compile (or fetch from the caches) the emulated kernel ``name`` of ``text``; with
-    ``racecheck`` instrumented for race detection (see _racecheck.py)."""
+    ``racecheck`` instrumented for race detection (see _racecheck.py); with ``profile`` the
+    profiling variant, which is also instrumented for race detection (see _profile.py)."""
     full = ('#include "cuda_emu.h"\n'
             f'#line 1 "{filename}"\n' + text + entry_code(name))
     cxx = compiler()
     flags = list(CXX_FLAGS)
     if os.environ.get("COURSE_EMU_UCONTEXT", "") not in ("", "0"):
         flags.append("-DEMU_FORCE_UCONTEXT")  # the portable fiber switch, also on x86-64
-    if racecheck:
+    if racecheck or profile:
         flags += _racecheck.FLAGS
+    if profile:
+        from . import _profile
+        flags += _profile.FLAGS
+    racecheck = racecheck or profile  # (both are compiled apart and linked without a runtime)
     if sys.platform.startswith("linux"):  # the header's exit() and __assert_fail win over the C library's
         flags.append("-Wl,-Bsymbolic-functions")
     key = hashlib.sha256("\0".join([full, emulator_key(cxx, flags), str(include_dir),
@@ -151,7 +157,7 @@ def build(text: str, name: str, filename: str, include_dir: Path | None, _retry:
         out.unlink(missing_ok=True)
         if not _retry:
             raise
-        return build(text, name, filename, include_dir, _retry=False, racecheck=racecheck)
+        return build(text, name, filename, include_dir, _retry=False, racecheck=racecheck, profile=profile)
     lib.source, lib.filename = text, filename
     _CACHE[key] = lib
     return lib
@@ -388,8 +394,12 @@ def _fmt3(v) -> str:
 
 
 def launch(lib: EmuLibrary, kname: str, params: list[Param], grid, block, shared: int, args,
-           schedule: int, seed: int, capture: bool):
+           schedule: int, seed: int, capture: bool, profiler=None, racecheck: bool | None = None):
+    """Run the kernel on CPU tensors. ``profiler`` (a _profile.Recorder, with a profiling
+    library) collects the counters of this launch; ``racecheck`` overrides whether an
+    instrumented library checks for races."""
     sig = lib.signature
+    check_races = lib.racecheck if racecheck is None else bool(racecheck and lib.racecheck)
     check_arg_count(kname, params, args)
     if len(sig) != len(args):  # the compiler knows best; names come from the parser
         raise TypeError(f"{kname} takes {len(sig)} arguments, got {len(args)}")
@@ -435,26 +445,31 @@ def launch(lib: EmuLibrary, kname: str, params: list[Param], grid, block, shared
         for k, h in enumerate(holders):
             argv[k] = ctypes.cast(ctypes.pointer(h), ctypes.c_void_p)
         lp = LaunchParams((ctypes.c_uint * 3)(*grid), (ctypes.c_uint * 3)(*block), shared, schedule, seed,
-                          stack_pool(lib.stack_layout), int(lib.racecheck))
+                          stack_pool(lib.stack_layout), int(check_races))
         with _LAUNCH_LOCK:
             # The race detector watches the buffers the kernel may write: a tensor passed only
             # as `const T*` is read by every thread, which is never a race.
             watched = [g for g in groups if any(not const for _, _, const in g["members"])]
-            if lib.racecheck:  # the shadows of the argument buffers
+            if check_races:  # the shadows of the argument buffers
                 n = len(watched)
                 lo = (ctypes.c_ulonglong * max(1, n))(*[g["buf"].start for g in watched])
                 ln = (ctypes.c_ulonglong * max(1, n))(*[g["hi"] - g["lo"] for g in watched])
                 if lib.lib.emu_race_begin(n, lo, ln) != 0:
                     raise MemoryError("cannot map the race detector's shadow memory")
+            rc = -1
             try:
+                if profiler is not None:
+                    profiler.begin(lib, groups)
                 if capture:
                     with CaptureStdout():
                         rc = lib.lib.emu_run(ctypes.byref(lp), argv)
                 else:
                     rc = lib.lib.emu_run(ctypes.byref(lp), argv)
             finally:
-                if lib.racecheck:
+                if check_races:
                     lib.lib.emu_race_end()
+                if profiler is not None:  # the counters are read (after a success) and freed
+                    profiler.end(lib, collect=rc == 0)
                 python_handles_interrupts()
             fault = lib.lib.emu_fault().contents if rc else None
             if rc == 8:

@@ -75,6 +75,20 @@
 #else
 #define EMU_NOTSAN
 #endif
+// Profiling (EMU_PROFILE, see "profiling" below) adds -fsanitize-coverage=trace-pc: the
+// emulator's own functions opt out of it too, and atomics are real calls, so that the code
+// address they report is the learner's line.
+#if defined(EMU_PROFILE)
+#undef EMU_NOTSAN
+#if defined(__clang__)
+#define EMU_NOTSAN __attribute__((no_sanitize("thread", "coverage")))
+#else
+#define EMU_NOTSAN __attribute__((no_sanitize("thread"), no_sanitize_coverage))
+#endif
+#define EMU_PROF_NOINLINE __attribute__((noinline))
+#else
+#define EMU_PROF_NOINLINE
+#endif
 EMU_NS {
 inline void race_atomic(const volatile void* p, unsigned n, void* pc);
 inline void race_fence();
@@ -202,7 +216,7 @@ static inline long long clock64() {
 // ---------------------------------------------------------------------------------------
 // With race detection each one reports itself as one atomic access (no plain read or write).
 #define EMU_ATOMIC_RMW(NAME, EXPR)                                                   \
-    template <class T, class U> EMU_NOTSAN static inline T NAME(T* addr, U val_) {   \
+    template <class T, class U> EMU_NOTSAN EMU_PROF_NOINLINE static inline T NAME(T* addr, U val_) {   \
         emu::race_atomic(addr, sizeof(T), __builtin_return_address(0));              \
         T old = *addr; T val = (T)val_; *addr = (EXPR); return old; }
 EMU_ATOMIC_RMW(atomicAdd, old + val)
@@ -214,17 +228,17 @@ EMU_ATOMIC_RMW(atomicAnd, old & val)
 EMU_ATOMIC_RMW(atomicOr, old | val)
 EMU_ATOMIC_RMW(atomicXor, old ^ val)
 #undef EMU_ATOMIC_RMW
-template <class T, class U, class V> EMU_NOTSAN static inline T atomicCAS(T* addr, U compare, V val) {
+template <class T, class U, class V> EMU_NOTSAN EMU_PROF_NOINLINE static inline T atomicCAS(T* addr, U compare, V val) {
     emu::race_atomic(addr, sizeof(T), __builtin_return_address(0));
     T old = *addr;
     if (old == (T)compare) *addr = (T)val;
     return old;
 }
-EMU_NOTSAN static inline unsigned atomicInc(unsigned* addr, unsigned val) {
+EMU_NOTSAN EMU_PROF_NOINLINE static inline unsigned atomicInc(unsigned* addr, unsigned val) {
     emu::race_atomic(addr, 4, __builtin_return_address(0));
     unsigned old = *addr; *addr = (old >= val) ? 0u : old + 1u; return old;
 }
-EMU_NOTSAN static inline unsigned atomicDec(unsigned* addr, unsigned val) {
+EMU_NOTSAN EMU_PROF_NOINLINE static inline unsigned atomicDec(unsigned* addr, unsigned val) {
     emu::race_atomic(addr, 4, __builtin_return_address(0));
     unsigned old = *addr; *addr = (old == 0u || old > val) ? val : old - 1u; return old;
 }
@@ -758,9 +772,311 @@ EMU_NOTSAN inline void race_access(const volatile void* p, unsigned n, int kind,
         if (off < R.g[i].len) { race_check(R.g[i].shadow, off, n, kind, (uintptr_t)pc, i, a); return; }
     }
 }
+inline void prof_access(const volatile void* p, unsigned n, int kind, void* pc);
 inline void race_atomic(const volatile void* p, unsigned n, void* pc) {
     if (R.active) { if (!((uintptr_t)p - R.sh_lo < R.sh_len)) R.block_atomic = 1; race_access(p, n, 2, pc); }
+#if defined(EMU_PROFILE)
+    prof_access(p, n, 2, pc);
+#endif
 }
+
+// ------------------------------------ profiling ----------------------------------------
+// Only in the profiling variant of a kernel library (EMU_PROFILE: the race detector's
+// -fsanitize=thread instrumentation plus -fsanitize-coverage=trace-pc). Every access of
+// kernel code to shared memory or to a tensor argument (all of them, `const T*` too) is
+// logged with its thread, code address and "how many times this thread has executed this
+// code address". At the end of each block the log is sorted into warp-wide instruction
+// instances (same warp, same code address, same count: the lanes of a warp run one after
+// the other here, so this is how their accesses meet again), and each instance is counted
+// as Nsight Compute counts a request: the 32-byte sectors its lanes touch, or for shared
+// memory the wavefronts (the most distinct 4-byte words that fall in one of the 32 banks).
+// trace-pc calls a hook at the start of every basic block: per warp-level instance of a
+// block, the active lanes (divergence). The Python side (utils/cuda/_profile.py) maps code
+// addresses to source lines and turns the counters into metrics and sentences.
+#if defined(EMU_PROFILE)
+constexpr int kProfMaxPc = 4096;        // distinct code addresses of one library
+constexpr int kProfHash = 16384;
+constexpr int kProfMaxRegions = 64;
+struct ProfRec { uint64_t key; uintptr_t addr; uint32_t size; int16_t region; uint8_t kind, space; };
+// Per code address and space (global, shared): what its warp-wide instances added up to.
+struct ProfSite {
+    long long requests, sectors, ideal_sectors, wavefronts, ideal_wavefronts, lanes, possible_lanes, bytes;
+    long long kind, size, region, stride, has_stride, worst_wavefronts, worst_bank, worst_lanes, used, first_offset;
+};
+// Per code address of a basic block: warp-level instances, lanes that ran them, lanes that existed.
+struct ProfBB { long long instances, lanes, possible_lanes; };
+struct ProfTraceRec { long long block, thread, space, op, region, offset, size, pcid, instr, shared_array; };
+struct ProfRegion { uintptr_t lo, len, phase; unsigned char *rd, *wr; size_t bits_bytes; };
+struct ProfResult {
+    long long npc; const unsigned long long* pcs; const ProfSite* sites; const ProfBB* bbs;
+    long long atomics_global, atomics_shared, hot_region, hot_offset, hot_count;
+    long long bytes_read, bytes_written;
+    const ProfTraceRec* trace; long long trace_n, trace_overflow, instr, pc_overflow;
+};
+struct Prof {
+    int want, active;
+    int n; ProfRegion g[kProfMaxRegions];
+    uintptr_t lib_base;
+    int npc, pc_overflow;
+    unsigned long long pcs[kProfMaxPc];
+    int hash[kProfHash];                 // id + 1, 0: empty
+    ProfSite sites[kProfMaxPc][2];
+    ProfBB bbs[kProfMaxPc];
+    uint32_t* cnt;                       // [thread][pc id]: executions so far in this block
+    uint32_t wmax[kMaxThreads / 32][kProfMaxPc];  // the most any lane of the warp has executed it
+    ProfRec* log; size_t log_n, log_cap;
+    unsigned long long block;
+    // global atomics per address (open addressing)
+    uintptr_t* at_keys; long long* at_counts; size_t at_cap, at_n;
+    long long atomics_global, atomics_shared;
+    ProfTraceRec* trace; size_t trace_n, trace_cap; int trace_overflow;
+    long long instr;
+    ProfResult result;
+};
+inline Prof P;
+
+EMU_NOTSAN inline int prof_pcid(uintptr_t pc) {
+    unsigned long long off = pc - P.lib_base;
+    unsigned h = (unsigned)((off * 0x9E3779B97F4A7C15ULL) >> 50) & (kProfHash - 1);
+    for (;;) {
+        int v = P.hash[h];
+        if (!v) break;
+        if (P.pcs[v - 1] == off) return v - 1;
+        h = (h + 1) & (kProfHash - 1);
+    }
+    if (P.npc >= kProfMaxPc) { P.pc_overflow = 1; return kProfMaxPc - 1; }
+    P.pcs[P.npc] = off;
+    P.hash[h] = ++P.npc;
+    return P.npc - 1;
+}
+EMU_NOTSAN inline uint32_t prof_count(int id) { return ++P.cnt[(size_t)S.cur * kProfMaxPc + id]; }
+EMU_NOTSAN inline int prof_warp_lanes(int warp) {
+    int n = (int)S.nthreads - warp * 32;
+    return n > 32 ? 32 : n;
+}
+
+// A basic block starts (trace-pc): one more lane in this warp-level instance of it.
+EMU_NOTSAN inline void prof_bb(uintptr_t pc) {
+    if (!P.active || S.cur < 0) return;
+    int id = prof_pcid(pc);
+    uint32_t c = prof_count(id);
+    int w = S.cur >> 5;
+    ProfBB& b = P.bbs[id];
+    if (c > P.wmax[w][id]) { P.wmax[w][id] = c; b.instances++; b.possible_lanes += prof_warp_lanes(w); }
+    b.lanes++;
+}
+
+EMU_NOTSAN inline void prof_set_bits(unsigned char* bits, uintptr_t off, unsigned n) {
+    for (uintptr_t b = off; b < off + n; ++b) bits[b >> 3] |= (unsigned char)(1u << (b & 7));
+}
+
+EMU_NOTSAN inline void prof_atomic_addr(uintptr_t a) {
+    if (P.at_n * 2 >= P.at_cap) {  // grow
+        size_t cap = P.at_cap ? P.at_cap * 2 : 1024;
+        uintptr_t* k = (uintptr_t*)calloc(cap, sizeof(uintptr_t));
+        long long* c = (long long*)calloc(cap, sizeof(long long));
+        for (size_t i = 0; i < P.at_cap; ++i) {
+            if (!P.at_keys[i]) continue;
+            size_t h = (P.at_keys[i] * 0x9E3779B97F4A7C15ULL) >> 20 & (cap - 1);
+            while (k[h]) h = (h + 1) & (cap - 1);
+            k[h] = P.at_keys[i]; c[h] = P.at_counts[i];
+        }
+        free(P.at_keys); free(P.at_counts);
+        P.at_keys = k; P.at_counts = c; P.at_cap = cap;
+    }
+    size_t h = (a * 0x9E3779B97F4A7C15ULL) >> 20 & (P.at_cap - 1);
+    while (P.at_keys[h] && P.at_keys[h] != a) h = (h + 1) & (P.at_cap - 1);
+    if (!P.at_keys[h]) { P.at_keys[h] = a; P.at_n++; }
+    P.at_counts[h]++;
+}
+
+// kind: 0 load, 1 store, 2 atomic.
+EMU_NOTSAN inline void prof_access(const volatile void* p, unsigned n, int kind, void* pc) {
+    if (!P.active || S.cur < 0) return;
+    uintptr_t a = (uintptr_t)p;
+    int space, region = -1;
+    char* ar = arena();
+    if (a - (uintptr_t)ar < kArenaBytes) {
+        if (!(a - (uintptr_t)ar < kStaticSharedArena || a - (uintptr_t)dyn_ptr < dyn_shared_bytes)) return;
+        space = 1;
+        if (kind == 2) P.atomics_shared++;
+    } else {
+        for (int i = 0; i < P.n; ++i) if (a - P.g[i].lo < P.g[i].len) { region = i; break; }
+        if (region < 0) return;  // the thread's own stack (local memory), host memory, ...
+        space = 0;
+        ProfRegion& g = P.g[region];
+        uintptr_t off = a - g.lo;
+        unsigned m = off + n <= g.len ? n : (unsigned)(g.len - off);
+        if (kind != 0) prof_set_bits(g.wr, off, m);
+        else prof_set_bits(g.rd, off, m);
+        if (kind == 2) { P.atomics_global++; prof_atomic_addr(a); }
+    }
+    int id = prof_pcid((uintptr_t)pc);
+    uint32_t k = prof_count(id);
+    if (k > (1u << 26) - 1) k = (1u << 26) - 1;
+    if (P.log_n == P.log_cap) {
+        P.log_cap = P.log_cap ? P.log_cap * 2 : 4096;
+        P.log = (ProfRec*)realloc(P.log, P.log_cap * sizeof(ProfRec));
+    }
+    ProfRec& r = P.log[P.log_n++];
+    // sorted by warp, code address, execution count, space, thread: an instance is a run
+    r.key = ((uint64_t)(S.cur >> 5) << 49) | ((uint64_t)id << 37) | ((uint64_t)k << 11) | ((uint64_t)space << 10) | (uint64_t)S.cur;
+    r.addr = a; r.size = n; r.region = (int16_t)region; r.kind = (uint8_t)kind; r.space = (uint8_t)space;
+}
+
+EMU_NOTSAN inline int prof_cmp_u64(const void* x, const void* y) {
+    uint64_t a = *(const uint64_t*)x, b = *(const uint64_t*)y;
+    return a < b ? -1 : a > b;
+}
+EMU_NOTSAN inline int prof_cmp_rec(const void* x, const void* y) {
+    return prof_cmp_u64(&((const ProfRec*)x)->key, &((const ProfRec*)y)->key);
+}
+// The __shared__ array an address belongs to: its index in shared_regions, kMaxSharedRegions for
+// the extern __shared__ buffer, -1 if none; *off: bytes from its start.
+EMU_NOTSAN inline int prof_shared_array(uintptr_t a, long long* off) {
+    if (a - (uintptr_t)dyn_ptr < dyn_shared_bytes) { *off = (long long)(a - (uintptr_t)dyn_ptr); return kMaxSharedRegions; }
+    for (int i = 0; i < n_shared_regions; ++i) {
+        uintptr_t lo = (uintptr_t)shared_regions[i].p;
+        if (a - lo < shared_regions[i].n) { *off = (long long)(a - lo); return i; }
+    }
+    *off = (long long)(a - (uintptr_t)arena_base);
+    return -1;
+}
+
+// One warp-wide instance: records [b, e) of the sorted log.
+EMU_NOTSAN inline void prof_instance(const ProfRec* r, size_t b, size_t e) {
+    static uint64_t units[kMaxThreads * 8];  // sectors or words (an access of up to 16 bytes: at most 2 sectors, 4 words)
+    static uint64_t spans[64 * 2];
+    int id = (int)((r[b].key >> 37) & 0xfff), space = r[b].space, warp = (int)(r[b].key >> 49);
+    ProfSite& s = P.sites[id][space];
+    size_t nu = 0;
+    long long lanes = 0, bytes = 0;
+    int last_tid = -1;
+    // banks are numbered from the start of the first lane's __shared__ array (bank 0 there, as
+    // for a GPU's first array; a shift of every address changes no conflict)
+    uintptr_t sbase = (uintptr_t)arena_base;
+    if (space == 1) { long long off; prof_shared_array(r[b].addr, &off); sbase = r[b].addr - (uintptr_t)off; }
+    for (size_t i = b; i < e; ++i) {
+        int tid = (int)(r[i].key & 1023);
+        if (tid != last_tid) { lanes++; last_tid = tid; }
+        bytes += r[i].size;
+        uintptr_t lo, hi;
+        if (space == 0) {
+            const ProfRegion& g = P.g[r[i].region];
+            lo = (r[i].addr - g.lo + g.phase) >> 5; hi = (r[i].addr - g.lo + g.phase + r[i].size - 1) >> 5;
+            lo |= (uint64_t)r[i].region << 56; hi |= (uint64_t)r[i].region << 56;
+        } else {
+            lo = (r[i].addr - sbase) >> 2; hi = (r[i].addr - sbase + r[i].size - 1) >> 2;
+        }
+        for (uintptr_t u = lo; u <= hi && nu < sizeof units / sizeof units[0]; ++u) units[nu++] = u;
+    }
+    qsort(units, nu, sizeof(uint64_t), prof_cmp_u64);
+    size_t distinct = 0;
+    for (size_t i = 0; i < nu; ++i) if (!i || units[i] != units[i - 1]) units[distinct++] = units[i];
+    s.used = 1;
+    s.requests++;
+    s.lanes += lanes;
+    s.possible_lanes += prof_warp_lanes(warp);
+    s.bytes += bytes;
+    if (space == 0) {
+        // the bytes this request needed: the union of its lanes' byte ranges
+        size_t ns = 0;
+        for (size_t i = b; i < e && ns < 64; ++i) { spans[2 * ns] = r[i].addr; spans[2 * ns + 1] = r[i].addr + r[i].size; ns++; }
+        qsort(spans, ns, 2 * sizeof(uint64_t), prof_cmp_u64);
+        uint64_t need = 0, cur_lo = 0, cur_hi = 0;
+        for (size_t i = 0; i < ns; ++i) {
+            if (i == 0 || spans[2 * i] > cur_hi) { need += cur_hi - cur_lo; cur_lo = spans[2 * i]; cur_hi = spans[2 * i + 1]; }
+            else if (spans[2 * i + 1] > cur_hi) cur_hi = spans[2 * i + 1];
+        }
+        need += cur_hi - cur_lo;
+        s.sectors += (long long)distinct;
+        s.ideal_sectors += (long long)((need + 31) / 32);
+    } else {
+        int per_bank[32] = {0};
+        int worst = 0, wbank = 0;
+        for (size_t i = 0; i < distinct; ++i) {
+            int bank = (int)(units[i] & 31);
+            if (++per_bank[bank] > worst) { worst = per_bank[bank]; wbank = bank; }
+        }
+        long long ideal = ((long long)distinct + 31) / 32;
+        if (ideal < 1) ideal = 1;
+        s.wavefronts += worst;
+        s.ideal_wavefronts += ideal;
+        if (worst > s.worst_wavefronts) {  // how many lanes touched the worst bank
+            long long wl = 0;
+            for (size_t i = b; i < e; ++i) {
+                uintptr_t w0 = (r[i].addr - sbase) >> 2, w1 = (r[i].addr - sbase + r[i].size - 1) >> 2;
+                for (uintptr_t w = w0; w <= w1; ++w) if ((int)(w & 31) == wbank) { wl++; break; }
+            }
+            s.worst_wavefronts = worst; s.worst_bank = wbank; s.worst_lanes = wl;
+        }
+    }
+    if (s.requests == 1) {  // the first instance describes the site
+        s.kind = r[b].kind; s.size = r[b].size;
+        if (space == 0) { s.region = r[b].region; s.first_offset = (long long)(r[b].addr - P.g[r[b].region].lo); }
+        else { long long off; s.region = prof_shared_array(r[b].addr, &off); s.first_offset = off; }
+        if (e - b >= 2) {
+            long long dl = (long long)(r[b + 1].key & 1023) - (long long)(r[b].key & 1023);
+            long long da = (long long)(r[b + 1].addr - r[b].addr);
+            s.has_stride = dl > 0;
+            s.stride = da;  // between the first two active lanes
+        }
+    }
+    long long instr = P.instr++;
+    for (size_t i = b; i < e; ++i) {
+        if (P.trace_n >= P.trace_cap) { if (P.trace_cap) P.trace_overflow = 1; break; }
+        ProfTraceRec& t = P.trace[P.trace_n++];
+        t.block = (long long)P.block; t.thread = (long long)(r[i].key & 1023); t.space = space; t.op = r[i].kind;
+        t.size = r[i].size; t.pcid = id; t.instr = instr; t.region = r[i].region;
+        if (space == 0) { t.offset = (long long)(r[i].addr - P.g[r[i].region].lo); t.shared_array = -1; }
+        else { long long off; t.shared_array = prof_shared_array(r[i].addr, &off); t.offset = off; }
+    }
+}
+
+EMU_NOTSAN inline void prof_block_start(unsigned long long lb) {
+    if (!P.active) return;
+    P.block = lb;
+    P.log_n = 0;
+    for (unsigned t = 0; t < S.nthreads; ++t) memset(P.cnt + (size_t)t * kProfMaxPc, 0, (size_t)P.npc * sizeof(uint32_t));
+    for (unsigned w = 0; w < (S.nthreads + 31) / 32; ++w) memset(P.wmax[w], 0, (size_t)P.npc * sizeof(uint32_t));
+}
+EMU_NOTSAN inline void prof_block_end() {
+    if (!P.active || !P.log_n) return;
+    qsort(P.log, P.log_n, sizeof(ProfRec), prof_cmp_rec);
+    size_t b = 0;
+    for (size_t i = 1; i <= P.log_n; ++i)
+        if (i == P.log_n || (P.log[i].key >> 10) != (P.log[b].key >> 10)) { prof_instance(P.log, b, i); b = i; }
+    P.log_n = 0;
+}
+EMU_NOTSAN inline void prof_launch_start() {
+    P.active = P.want && P.cnt;
+    if (P.active && !P.lib_base) {
+        Dl_info di;
+        if (dladdr((void*)&prof_bb, &di)) P.lib_base = (uintptr_t)di.dli_fbase;
+    }
+}
+EMU_NOTSAN inline void prof_free() {
+    for (int i = 0; i < kProfMaxRegions; ++i) {
+        ProfRegion& g = P.g[i];
+        if (g.rd) { munmap(g.rd, g.bits_bytes); munmap(g.wr, g.bits_bytes); g.rd = g.wr = nullptr; }
+    }
+    P.n = 0;
+    free(P.at_keys); free(P.at_counts); P.at_keys = nullptr; P.at_counts = nullptr; P.at_cap = P.at_n = 0;
+    free(P.trace); P.trace = nullptr; P.trace_n = P.trace_cap = 0;
+    free(P.log); P.log = nullptr; P.log_n = P.log_cap = 0;
+}
+EMU_NOTSAN inline long long prof_popcount(const unsigned char* bits, size_t n) {
+    long long c = 0;
+    for (size_t i = 0; i < n; ++i) c += __builtin_popcount(bits[i]);
+    return c;
+}
+}  // namespace emu
+extern "C" {
+// trace-pc: called at the start of every basic block of kernel code.
+EMU_NOTSAN void __sanitizer_cov_trace_pc() { emu::prof_bb((uintptr_t)__builtin_return_address(0)); }
+}
+EMU_NS {
+#endif  // EMU_PROFILE
 
 // -------------------------------- context switch ---------------------------------------
 #ifndef EMU_UCONTEXT
@@ -1288,6 +1604,9 @@ EMU_NOTSAN inline int launch(const emu_launch_params& p, void (*thunk)(void*), v
     if (sigsetjmp(S.jmp, 1) != 0) {
         S.in_launch = 0;
         R.active = 0;
+#if defined(EMU_PROFILE)
+        P.active = 0;
+#endif
         return S.fault.kind;
     }
 #if defined(EMU_RACECHECK)
@@ -1296,6 +1615,9 @@ EMU_NOTSAN inline int launch(const emu_launch_params& p, void (*thunk)(void*), v
     R.want = 0;
 #endif
     race_launch_start();
+#if defined(EMU_PROFILE)
+    prof_launch_start();
+#endif
     unsigned long long nblocks = (unsigned long long)p.grid[0] * p.grid[1] * p.grid[2];
     static unsigned long long* order = nullptr;  // freed here, also after a fault
     free(order);
@@ -1316,10 +1638,19 @@ EMU_NOTSAN inline int launch(const emu_launch_params& p, void (*thunk)(void*), v
         blockIdx = uint3{(unsigned)(lb % p.grid[0]), (unsigned)((lb / p.grid[0]) % p.grid[1]),
                          (unsigned)(lb / ((unsigned long long)p.grid[0] * p.grid[1]))};
         race_block_start(lb, nthreads);
+#if defined(EMU_PROFILE)
+        prof_block_start(lb);
         run_block();
+        prof_block_end();
+#else
+        run_block();
+#endif
     }
     S.in_launch = 0;
     R.active = 0;
+#if defined(EMU_PROFILE)
+    P.active = 0;
+#endif
     return 0;
 }
 
@@ -1596,17 +1927,25 @@ EMU_API inline void emu_stack_layout(unsigned long long* out) {
 // ---------------------------------------------------------------------------------------
 #if defined(EMU_RACECHECK)
 extern "C" {
+// (with profiling, each access is also logged for the counters)
+#if defined(EMU_PROFILE)
+#define EMU_ACCESS(p, n, kind) do { void* pc_ = __builtin_return_address(0); emu::race_access(p, n, kind, pc_); \
+                                    emu::prof_access(p, n, kind, pc_); } while (0)
+#else
+#define EMU_ACCESS(p, n, kind) emu::race_access(p, n, kind, __builtin_return_address(0))
+#endif
 #define EMU_TSAN_RW(N)                                                                                   \
-    EMU_NOTSAN void __tsan_read##N(void* p) { emu::race_access(p, N, 0, __builtin_return_address(0)); }  \
-    EMU_NOTSAN void __tsan_write##N(void* p) { emu::race_access(p, N, 1, __builtin_return_address(0)); } \
-    EMU_NOTSAN void __tsan_unaligned_read##N(void* p) { emu::race_access(p, N, 0, __builtin_return_address(0)); }  \
-    EMU_NOTSAN void __tsan_unaligned_write##N(void* p) { emu::race_access(p, N, 1, __builtin_return_address(0)); } \
-    EMU_NOTSAN void __tsan_volatile_read##N(void* p) { emu::race_access(p, N, 0, __builtin_return_address(0)); }  \
-    EMU_NOTSAN void __tsan_volatile_write##N(void* p) { emu::race_access(p, N, 1, __builtin_return_address(0)); }
+    EMU_NOTSAN void __tsan_read##N(void* p) { EMU_ACCESS(p, N, 0); }  \
+    EMU_NOTSAN void __tsan_write##N(void* p) { EMU_ACCESS(p, N, 1); } \
+    EMU_NOTSAN void __tsan_unaligned_read##N(void* p) { EMU_ACCESS(p, N, 0); }  \
+    EMU_NOTSAN void __tsan_unaligned_write##N(void* p) { EMU_ACCESS(p, N, 1); } \
+    EMU_NOTSAN void __tsan_volatile_read##N(void* p) { EMU_ACCESS(p, N, 0); }  \
+    EMU_NOTSAN void __tsan_volatile_write##N(void* p) { EMU_ACCESS(p, N, 1); }
 EMU_TSAN_RW(1) EMU_TSAN_RW(2) EMU_TSAN_RW(4) EMU_TSAN_RW(8) EMU_TSAN_RW(16)
 #undef EMU_TSAN_RW
-EMU_NOTSAN void __tsan_read_range(void* p, unsigned long n) { emu::race_access(p, (unsigned)n, 0, __builtin_return_address(0)); }
-EMU_NOTSAN void __tsan_write_range(void* p, unsigned long n) { emu::race_access(p, (unsigned)n, 1, __builtin_return_address(0)); }
+EMU_NOTSAN void __tsan_read_range(void* p, unsigned long n) { EMU_ACCESS(p, (unsigned)n, 0); }
+EMU_NOTSAN void __tsan_write_range(void* p, unsigned long n) { EMU_ACCESS(p, (unsigned)n, 1); }
+#undef EMU_ACCESS
 EMU_NOTSAN void __tsan_init() {}
 EMU_NOTSAN void __tsan_func_entry(void*) {}
 EMU_NOTSAN void __tsan_func_exit() {}
@@ -1681,6 +2020,83 @@ EMU_API inline int emu_race_instrumented() {
     return 0;
 #endif
 }
+
+// ------------------------------------ profiling ----------------------------------------
+// What utils/cuda/_profile.py calls around a profiled launch (see "profiling" above).
+EMU_API inline int emu_prof_instrumented() {
+#if defined(EMU_PROFILE)
+    return 1;
+#else
+    return 0;
+#endif
+}
+#if defined(EMU_PROFILE)
+// The tensor arguments' buffers (start, length, the start's offset from a 256-byte aligned
+// allocation on a GPU), and how many accesses to keep for the trace.
+EMU_API inline int emu_prof_begin(int n, const unsigned long long* lo, const unsigned long long* len,
+                                  const unsigned long long* phase, unsigned long long trace_cap) {
+    using namespace emu;
+    prof_free();
+    if (!P.cnt) {
+        void* c = mmap(nullptr, (size_t)kMaxThreads * kProfMaxPc * sizeof(uint32_t), PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (c == MAP_FAILED) return -1;
+        P.cnt = (uint32_t*)c;
+    }
+    memset(P.sites, 0, sizeof P.sites);
+    memset(P.bbs, 0, sizeof P.bbs);
+    // code addresses keep their ids from launch to launch: the per-thread counts stay valid
+    P.atomics_global = P.atomics_shared = 0;
+    P.instr = 0; P.trace_overflow = 0;
+    for (int i = 0; i < n && i < kProfMaxRegions; ++i) {
+        ProfRegion& g = P.g[i];
+        g.lo = (uintptr_t)lo[i]; g.len = (uintptr_t)len[i]; g.phase = (uintptr_t)phase[i];
+        g.bits_bytes = ((g.len + 7) / 8 + 4095) & ~(size_t)4095;
+        void* a = mmap(nullptr, g.bits_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        void* b = mmap(nullptr, g.bits_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (a == MAP_FAILED || b == MAP_FAILED) { prof_free(); return -1; }
+        g.rd = (unsigned char*)a; g.wr = (unsigned char*)b;
+        P.n = i + 1;
+    }
+    if (trace_cap) {
+        P.trace = (ProfTraceRec*)malloc(trace_cap * sizeof(ProfTraceRec));
+        if (!P.trace) { prof_free(); return -1; }
+        P.trace_cap = trace_cap;
+    }
+    P.want = 1;
+    return 0;
+}
+// After the launch: the counters (valid until the next emu_prof_begin or emu_prof_end).
+EMU_API inline const emu::ProfResult* emu_prof_result() {
+    using namespace emu;
+    ProfResult& r = P.result;
+    memset(&r, 0, sizeof r);
+    r.npc = P.npc; r.pcs = P.pcs; r.sites = &P.sites[0][0]; r.bbs = P.bbs;
+    r.atomics_global = P.atomics_global; r.atomics_shared = P.atomics_shared;
+    r.hot_region = -1;
+    for (size_t i = 0; i < P.at_cap; ++i) {
+        if (!P.at_keys[i] || P.at_counts[i] <= r.hot_count) continue;
+        for (int k = 0; k < P.n; ++k)
+            if (P.at_keys[i] - P.g[k].lo < P.g[k].len) {
+                r.hot_region = k; r.hot_offset = (long long)(P.at_keys[i] - P.g[k].lo); r.hot_count = P.at_counts[i];
+            }
+    }
+    for (int k = 0; k < P.n; ++k) {
+        r.bytes_read += prof_popcount(P.g[k].rd, (P.g[k].len + 7) / 8);
+        r.bytes_written += prof_popcount(P.g[k].wr, (P.g[k].len + 7) / 8);
+    }
+    r.trace = P.trace; r.trace_n = (long long)P.trace_n; r.trace_overflow = P.trace_overflow;
+    r.instr = P.instr; r.pc_overflow = P.pc_overflow;
+    return &r;
+}
+// The name of a static __shared__ array (index as in the trace), or null.
+EMU_API inline const char* emu_prof_shared_name(int i) {
+    using namespace emu;
+    if (i == kMaxSharedRegions) return dyn_name ? dyn_name : "extern __shared__ memory";
+    return i >= 0 && i < n_shared_regions ? shared_regions[i].name : nullptr;
+}
+EMU_API inline void emu_prof_end() { emu::P.want = emu::P.active = 0; emu::prof_free(); }
+#endif
 
 #if defined(EMU_RACECHECK)
 // The built-in variables never take part in a race: read them without the checker (a call
