@@ -351,7 +351,7 @@ def chrome_trace():
 def test_timeline_lanes_and_waits(tmp_path):
     fig = utils.plot_timeline(chrome_trace())
     labels = [t.get_text() for t in fig.axes[0].get_yticklabels()]
-    assert labels == ["steps", "host: PyTorch ops", "host: CUDA API", "GPU"]
+    assert labels == ["annotations", "host: PyTorch ops", "host: CUDA API", "GPU"]
     assert len(rects(fig, "op")) == 2               # aten::empty is nested in aten::mm
     assert len(rects(fig, "wait")) == 1 and len(rects(fig, "api")) == 1
     assert len(rects(fig, "gpu")) == 1 and len(rects(fig, "step")) == 1
@@ -369,6 +369,6 @@ def test_timeline_lanes_and_waits(tmp_path):
 def test_timeline_of_a_cpu_only_trace_has_no_gpu_lane():
     ev = [e for e in chrome_trace()["traceEvents"] if e.get("cat") in ("cpu_op", "user_annotation")]
     fig = utils.plot_timeline({"traceEvents": ev})
-    assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == ["steps", "host: PyTorch ops"]
+    assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == ["annotations", "host: PyTorch ops"]
     with pytest.raises(ValueError, match="no PyTorch ops"):
         utils.plot_timeline({"traceEvents": []})

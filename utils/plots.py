@@ -722,7 +722,7 @@ def plot_banks(p, *, block=0, warp=0, line=None, op=None, nth=0, instr=None, tit
 # ---------------------------------------------------------------------------------------
 # A profiler timeline (torch.profiler's Chrome trace, the format Perfetto opens)
 # ---------------------------------------------------------------------------------------
-_LANES = ("steps", "host: PyTorch ops", "host: CUDA API", "GPU")
+_LANES = ("annotations", "host: PyTorch ops", "host: CUDA API", "GPU")
 _GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 _API_CATS = ("cuda_runtime", "cuda_driver")
 #: CUDA calls in which the host waits for the GPU (a copy to the host waits for the kernels
@@ -754,7 +754,7 @@ def _lane(e) -> str | None:
     if cat == "cpu_op":
         return "host: PyTorch ops"
     if cat == "user_annotation":
-        return "steps"
+        return "annotations"
     return None
 
 
@@ -771,8 +771,8 @@ def _top_level(events):
 
 
 def plot_timeline(trace, *, start_us=None, span_us=None, title=None, ax=None):
-    """A profiler trace as lanes over time: the steps you annotated (``record_function``),
-    the host's PyTorch ops, its CUDA API calls and the GPU's kernels and copies. CUDA calls in
+    """A profiler trace as lanes over time: the spans you annotated (``record_function``, and
+    PyTorch's own, such as an optimizer step), the host's PyTorch ops, its CUDA API calls and the GPU's kernels and copies. CUDA calls in
     which the host waits for the GPU (synchronize, a copy to the host) are red: during them
     the host does nothing else. ``start_us``/``span_us`` pick a window, in microseconds from
     the first event. ``trace``: a path to a Chrome trace (``prof.export_chrome_trace``), or
@@ -791,7 +791,7 @@ def plot_timeline(trace, *, start_us=None, span_us=None, title=None, ax=None):
     waited = 0.0
     for row, lane in enumerate(lanes):
         mine = [e for e in events if _lane(e) == lane]
-        if lane in ("host: PyTorch ops", "steps"):
+        if lane in ("host: PyTorch ops", "annotations"):
             mine = _top_level(mine)
         for k, e in enumerate(sorted(mine, key=lambda e: e["ts"])):
             x0 = (max(e["ts"], lo) - t0) / 1e3
@@ -799,12 +799,12 @@ def plot_timeline(trace, *, start_us=None, span_us=None, title=None, ax=None):
             wait = lane == "host: CUDA API" and e.get("name", "").split("(")[0] in _WAITS
             waited += w if wait else 0
             color = (_CONFLICT if wait else _LINE_COLORS[2] if lane == "GPU" else
-                     _BLOCK_COLORS[k % 2] if lane == "steps" else _LINE_COLORS[0])
-            gid = ("wait" if wait else {"GPU": "gpu", "steps": "step", "host: CUDA API": "api"}
+                     _BLOCK_COLORS[k % 2] if lane == "annotations" else _LINE_COLORS[0])
+            gid = ("wait" if wait else {"GPU": "gpu", "annotations": "step", "host: CUDA API": "api"}
                    .get(lane, "op"))
             ax.add_patch(Rectangle((x0, row + 0.1), max(w, 1e-4), 0.8, facecolor=color,
                                    edgecolor="white", linewidth=0.3, gid=gid))
-            if lane == "steps":
+            if lane == "annotations" and w >= 0.12 * (hi - lo) / 1e3:   # room for its name
                 ax.text(x0 + w / 2, row + 0.5, e.get("name", ""), ha="center", va="center",
                         fontsize=7)
     ax.set_xlim((lo - t0) / 1e3, (hi - t0) / 1e3)
