@@ -55,11 +55,14 @@ pinned to one core during a launch, which makes each hand-over cheaper
 (``COURSE_NUMBA_SIM_PIN=0`` turns that off). A shorter ``sys.setswitchinterval`` only
 adds forced GIL hand-overs here, so the interval is left alone.
 
-What it cannot show: timings, memory coalescing, bank conflicts, true concurrency
-(threads run in one fixed order, so a race shows up as a wrong answer or not at all,
-deterministically, never intermittently). A thread that spins waiting for another
-thread of its block (a lock, a flag) never lets that thread run and loops forever; the
-notebook's interrupt button (Ctrl-C) stops it cleanly.
+What it cannot show: timings and true concurrency (threads run in one fixed order, so
+a race shows up as a wrong answer or not at all, deterministically, never
+intermittently). A thread that spins waiting for another thread of its block (a lock, a
+flag) never lets that thread run and loops forever; the notebook's interrupt button
+(Ctrl-C) stops it cleanly. Memory coalescing, bank conflicts and divergence are not
+timed either, but they are counted: ``utils.sim_profile.profile_numba`` (through
+``utils.profile``) records every access of a launch and groups the lanes of each warp as
+a GPU does.
 """
 from __future__ import annotations
 
@@ -326,7 +329,7 @@ def _thread_indices(block_dim):
 class _Block:
     """One thread block of one launch: its threads, barriers and warp buffers."""
 
-    def __init__(self, fn, args, grid_point, block_dim, debug):
+    def __init__(self, fn, args, grid_point, block_dim, debug, linear=0):
         from numba.cuda.simulator.kernelapi import Dim3
         self.fn, self.args, self.debug = fn, args, debug
         self.block_dim = tuple(block_dim)
@@ -346,6 +349,7 @@ class _Block:
         self.interval = 0       # barriers completed so far (race detection's clock)
         self.warp_intervals = [0] * ((self.n + 31) // 32)  # warp collectives completed
         self.key = tuple(grid_point)
+        self.linear = linear  # x + y*gridDim.x + z*gridDim.x*gridDim.y
         self.done = threading.Lock()
         self.done.acquire()
 
@@ -354,7 +358,7 @@ class _Block:
         """Run the whole block; called by the launching thread."""
         if self.n == 0:
             return
-        sim_race.begin_block(self.n)
+        sim_race.begin_block(self.n, self.linear)
         first = _idle_worker()
         first.block = self
         first.wake.release()
@@ -388,6 +392,11 @@ class _Block:
     def work(self, w: _Worker):
         """Start new threads of the block on worker ``w`` until none is left."""
         fn, args = self.fn, self.args
+        # A profiled launch (utils.sim_profile) follows the lines each thread runs, to
+        # count the active lanes of a warp at each line.
+        tracer = sim_race._T.prof.tracer if sim_race._T.prof is not None else None
+        if tracer is not None:
+            sys.settrace(tracer)
         while self.next_new < self.n and not self.abort:
             tid = self.next_new
             self.next_new += 1
@@ -419,6 +428,8 @@ class _Block:
             w.in_kernel = False
             self.exited.add(tid)
             self.n_done += 1
+        if tracer is not None:
+            sys.settrace(None)
         # Nothing left to start here: park this worker and pass the baton on.
         w.block = None
         w.tid = w.thread_id = -1
@@ -679,7 +690,9 @@ class _BlockManager:
 
     def run(self, grid_point, *args):
         args = sim_race.launch_arguments(self._f, args)
-        _Block(self._f, args, grid_point, self._block_dim, self._debug).run()
+        gx, gy = self._grid_dim[0], self._grid_dim[1]
+        linear = grid_point[0] + gx * (grid_point[1] + gy * grid_point[2])
+        _Block(self._f, args, grid_point, self._block_dim, self._debug, linear).run()
 
 
 # ---------------------------------------------------------------------------------------
@@ -728,12 +741,14 @@ def _shared_array(self, shape, dtype, alignment=None):
         dtype = np.dtype(dtype)
         count = self._dynshared_size // dtype.itemsize
         res = np.frombuffer(self._dynshared.data, dtype=dtype, count=count)
-        return sim_race.wrap_shared(res, _site_of(sys._getframe(1))) if sim_race._T.on else res
+        if sim_race.watching():
+            return sim_race.wrap_shared(res, _site_of(sys._getframe(1)), dynamic=True)
+        return res
     caller = _site_of(sys._getframe(1))
     res = self._allocations.get(caller)
     if res is None:
         res = np.empty(shape, dtype)
-        if sim_race._T.on:
+        if sim_race.watching():
             res = sim_race.wrap_shared(res, caller)
         self._allocations[caller] = res
     return res

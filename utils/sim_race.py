@@ -56,7 +56,8 @@ READ, WRITE, ATOMIC = "read", "write", "atomic"
 class _Context:
     """The state of the running launch: one simulated thread runs at a time."""
 
-    __slots__ = ("on", "kernel", "gshadow", "sshadow", "cur", "args", "threads", "gc_was_on")
+    __slots__ = ("on", "kernel", "gshadow", "sshadow", "cur", "args", "threads", "gc_was_on",
+                 "prof")
 
     def __init__(self):
         self.on = False       # inside a launch with detection on
@@ -68,9 +69,17 @@ class _Context:
         self.args = None      # the launch's arguments as kernel code sees them
         self.threads = 0      # threads per block
         self.gc_was_on = False
+        # The profiler of a ``utils.sim_profile`` launch (None otherwise): wrapped arrays
+        # then report every access to it, with or without race detection.
+        self.prof = None
 
 
 _T = _Context()
+
+
+def watching() -> bool:
+    """Whether the running launch wraps its arrays (race detection or profiling)."""
+    return _T.on or _T.prof is not None
 
 
 def begin_launch(kernel_name: str) -> None:
@@ -101,7 +110,7 @@ def end_launch() -> None:
 def launch_arguments(fn, args):
     """The arguments of a launch wrapped for checking (once per launch, the same for
     every block), or ``args`` unchanged when detection is off."""
-    if not _T.on:
+    if not _T.on and _T.prof is None:
         return args
     if _T.args is None:
         import inspect
@@ -110,17 +119,21 @@ def launch_arguments(fn, args):
         except (TypeError, ValueError):
             names = []
         names += [f"argument {i}" for i in range(len(names), len(args))]
-        _T.args = tuple(wrap_argument(a, n) for a, n in zip(args, names))
+        _T.args = tuple(wrap_argument(a, n, i) for i, (a, n) in enumerate(zip(args, names)))
     return _T.args
 
 
-def begin_block(threads: int) -> None:
+def begin_block(threads: int, linear: int = 0) -> None:
     _T.sshadow = {}  # shared memory is the block's own
     _T.threads = threads
+    if _T.prof is not None:
+        _T.prof.begin_block(linear, threads)
 
 
 def set_thread(block, tid: int, interval: int, warp_interval: int) -> None:
     _T.cur = (block, tid, interval, warp_interval)
+    if _T.prof is not None:
+        _T.prof.set_thread(tid)
 
 
 # ---------------------------------------------------------------------------------------
@@ -214,26 +227,113 @@ def _import_ndarray():
 _ndarray = _import_ndarray()
 
 
-def wrap_argument(value, name: str):
+def wrap_argument(value, name: str, index: int = -1):
     """What kernel code sees for one argument of a launch."""
     a = getattr(getattr(value, "_item", None), "_ary", None)  # FakeWithinKernelCUDAArray
     if a is None and type(value) is _ndarray:
         a = value
     if a is None or a.dtype.fields is not None or a.ndim == 0:
         return value  # scalars, records: left as the simulator passes them
+    if _T.prof is not None:
+        return _Profiled(a, name, False, _T.prof.argument(a, name, index))
     return _Tracked(a, name, shared=False)
 
 
-def wrap_shared(a, site):
+def wrap_shared(a, site, dynamic=False):
     filename, lineno = site
     import linecache
     m = re.match(r"\s*(\w+)\s*=", linecache.getline(filename, lineno))
     name = m.group(1) if m else "shared array"
+    if _T.prof is not None:
+        return _Profiled(a, name, True, _T.prof.shared_array(a, name, site, dynamic))
     return _Tracked(a, name, shared=True)
 
 
 def unwrap(value):
-    return value._a if type(value) is _Tracked else value
+    return value._a if isinstance(value, _Tracked) else value
+
+
+# ---------------------------------------------------------------------------------------
+# Profiled arrays: every access is also reported to the launch's profiler
+# (``utils.sim_profile``), which counts requests, sectors and bank conflicts from them.
+# ---------------------------------------------------------------------------------------
+class _Profiled(_Tracked):
+    """A tracked array whose accesses are also counted. ``_key`` names the argument or
+    shared array for the profiler; ``_off0`` is this view's byte offset in it."""
+
+    __slots__ = ("_key", "_off0")
+
+    def __init__(self, a, name, shared, key, off0=0):
+        _Tracked.__init__(self, a, name, shared)
+        self._key = key
+        self._off0 = off0
+
+    # Kept flat (no helper calls in the common 1-D case): a profiled launch also traces
+    # every Python call, so each call here costs twice.
+    def __getitem__(self, idx):
+        v = self._a[idx]
+        if type(v) is _ndarray:  # a view: offsets stay relative to the whole argument
+            off0 = self._off0 + v.__array_interface__["data"][0] - self._base
+            return _Profiled(v, f"{self._name}[{_fmt_index(idx)}]", self._shared, self._key,
+                             off0)
+        frame = sys._getframe(1)
+        p = _T.prof
+        d = ((idx if idx >= 0 else idx + self._shape[0]) * self._strides[0]
+             if type(idx) is int and self._nd == 1 else self._flat(idx))
+        if d is not None:
+            sid = p.sites.get((frame.f_code, frame.f_lasti, self._key, 0))
+            if sid is None:
+                sid = p.new_site(frame, self._key, 0)
+            p.rec.append((p.block, p.tid, sid, self._off0 + d))
+            if _T.on:
+                _check(self, idx, self._base + d, READ, frame)
+        else:
+            p.access(self, idx, 0, frame)
+            if _T.on:
+                _access(self, idx, READ, frame)
+        return v
+
+    def __setitem__(self, idx, value):
+        self._a[idx] = value  # an index past the end raises here, before anything is counted
+        frame = sys._getframe(1)
+        p = _T.prof
+        d = ((idx if idx >= 0 else idx + self._shape[0]) * self._strides[0]
+             if type(idx) is int and self._nd == 1 else self._flat(idx))
+        if d is not None:
+            sid = p.sites.get((frame.f_code, frame.f_lasti, self._key, 1))
+            if sid is None:
+                sid = p.new_site(frame, self._key, 1)
+            p.rec.append((p.block, p.tid, sid, self._off0 + d))
+            if _T.on:
+                _check(self, idx, self._base + d, WRITE, frame)
+        else:
+            p.access(self, idx, 1, frame)
+            if _T.on:
+                _access(self, idx, WRITE, frame)
+
+    def _flat(self, idx):
+        """The byte offset in this view of element ``idx`` (a full tuple of integers), or
+        None for anything else (slices, too few indices)."""
+        if type(idx) is not tuple or len(idx) != self._nd:
+            return None
+        d = 0
+        try:
+            for i, n, st in zip(idx, self._shape, self._strides):
+                i = operator.index(i)
+                if not -n <= i < n:
+                    return None
+                d += (i if i >= 0 else i + n) * st
+        except TypeError:
+            return None
+        return d
+
+    def offsets(self, idx):
+        """Byte offsets in the whole argument (or shared array) of the elements ``idx``
+        names."""
+        if self._nd == 1 and type(idx) is int:
+            return (self._off0 + (idx if idx >= 0 else idx + self._shape[0]) * self._strides[0],)
+        base = self._base - self._off0
+        return [a - base for a in self._addresses(idx)]
 
 
 # ---------------------------------------------------------------------------------------
@@ -367,17 +467,21 @@ def atomic_method(original, has_index=True):
     """A ``cuda.atomic.*`` method that records an atomic access on a tracked array."""
     if has_index:
         def method(self, array, index, *rest):
-            if type(array) is _Tracked:
+            if isinstance(array, _Tracked):
+                if _T.prof is not None and type(array) is _Profiled:
+                    _T.prof.access(array, index, 2, sys._getframe(1))
                 if _T.on:
                     _access(array, index, ATOMIC, sys._getframe(1))
                 array = array._a
             return original(self, array, index, *rest)
     else:  # compare_and_swap(array, old, val): element 0
         def method(self, array, *rest):
-            if type(array) is _Tracked:
+            if isinstance(array, _Tracked):
+                first = (0,) * array._nd if array._nd > 1 else 0
+                if _T.prof is not None and type(array) is _Profiled:
+                    _T.prof.access(array, first, 2, sys._getframe(1))
                 if _T.on:
-                    _access(array, (0,) * array._nd if array._nd > 1 else 0, ATOMIC,
-                            sys._getframe(1))
+                    _access(array, first, ATOMIC, sys._getframe(1))
                 array = array._a
             return original(self, array, *rest)
     method.__name__ = original.__name__

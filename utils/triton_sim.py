@@ -16,6 +16,9 @@ nothing. ``TRITON_SIM_PATCHES`` lists what was changed.
   masked-off lanes undefined on a GPU; the interpreter gives 0, which hides a forgotten
   ``other=0.0`` in a sum. Here they read NaN (floats) or the type's most negative
   (unsigned: largest) value, so a missing ``other`` shows up in the result.
+* **Profiling.** During ``utils.sim_profile.profile_triton`` every load, store and
+  atomic is also reported to the profiler (``profiler``), which counts the bytes and the
+  masked-off lanes of each program.
 * **A driver.** ``triton.runtime.driver.active`` raises "0 active drivers" without a GPU.
   A small driver answers the calls published code makes:
   ``get_active_torch_device()`` (``utils.DEVICE``), ``get_current_device()``,
@@ -90,6 +93,16 @@ class _Launch:
 
 
 _launch: list = [None]
+
+#: The profiler of a ``utils.sim_profile.profile_triton`` launch, or None: every load,
+#: store and atomic is reported to it as well.
+profiler: list = [None]
+
+
+def _profile(builder, ptrs, mask, kind):
+    p = profiler[0]
+    if p is not None:
+        p.access(builder, ptrs, mask, kind)
 
 
 def _program(builder):
@@ -195,7 +208,10 @@ def _tensor_args(fn, args, kwargs):
     """The tensor arguments of a launch: [(name, address, itemsize, numel, shape)], and
     their storages: [(first address, bytes, smallest itemsize on it)]."""
     try:
-        bound = inspect.signature(fn).bind_partial(*args, **kwargs)
+        sig = inspect.signature(fn)
+        # Launch options (num_warps, num_stages, ...) are not parameters of the kernel.
+        bound = sig.bind_partial(*args, **{k: v for k, v in kwargs.items()
+                                          if k in sig.parameters})
     except (TypeError, ValueError):
         return [], []
     out, storages = [], {}
@@ -373,18 +389,22 @@ def apply() -> bool:
             dtype_tt = ptrs.get_element_ty()
             other = interp.TensorHandle(_poison(np_dtype(dtype_tt), ptrs.data.shape), dtype_tt)
         _record(self, ptrs, mask, "load")
+        _profile(self, ptrs, mask, "load")
         return original_load(self, ptrs, mask, other, *rest, **kw)
 
     def create_masked_store(self, ptrs, value, mask, *rest, **kw):
         _record(self, ptrs, mask, "store")
+        _profile(self, ptrs, mask, "store")
         return original_store(self, ptrs, value, mask, *rest, **kw)
 
     def create_atomic_rmw(self, rmwOp, ptr, val, mask, *rest, **kw):
         _record(self, ptr, mask, "atomic")
+        _profile(self, ptr, mask, "atomic")
         return original_rmw(self, rmwOp, ptr, val, mask, *rest, **kw)
 
     def create_atomic_cas(self, ptr, cmp, val, *rest, **kw):
         _record(self, ptr, None, "atomic_cas")
+        _profile(self, ptr, None, "atomic")
         return original_cas(self, ptr, cmp, val, *rest, **kw)
 
     B.create_masked_load = create_masked_load

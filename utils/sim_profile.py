@@ -1,0 +1,852 @@
+"""Profiling counters from Numba's CUDA simulator and Triton's interpreter.
+
+    p = utils.profile(numba_kernel, grid, block, *args)      # through utils.profile
+    d = utils.sim_profile.profile_numba(kernel, grid, block, *args)   # the dict behind it
+    d = utils.sim_profile.profile_triton(kernel, grid, *args, **kwargs)
+
+Both run the launch once, in simulation, and return a dict
+``{"backend", "kernel", "metrics", "sites", "summary", "trace", "trace_names",
+"bytes_needed", "bytes_moved", "atomics"}``.
+
+Numba (``profile_numba``)
+-------------------------
+The simulator runs each CUDA thread as Python code, one thread at a time. During a
+profiled launch every array argument and shared array is wrapped
+(``utils.sim_race._Profiled``), so each element access of each thread is recorded with
+its source position (line and bytecode offset), the byte offset and the size. The
+accesses are then grouped as a GPU groups them: the lanes of a warp (32 consecutive
+linear thread ids, x fastest) that execute the same source position for the same time
+(the k-th execution of that position by each lane) form one warp-wide instruction, one
+*request*. From the requests the counters follow Nsight Compute's definitions:
+
+* global memory: the sectors of a request are the distinct 32-byte aligned sectors its
+  active lanes touch (``l1tex__t_sectors_pipe_lsu_mem_global_op_*``). Offsets count from
+  the start of the tensor's allocation, which a GPU aligns to 256 bytes, so a view that
+  starts one element in is misaligned here as it is there;
+* shared memory: the wavefronts of a request are the largest number of distinct 4-byte
+  words that fall in one of the 32 banks (lanes reading one word share it); bank conflicts
+  are the wavefronts beyond the ideal (1, 2 for 8-byte and 4 for 16-byte elements);
+* atomics: a ``cuda.atomic.*`` whose result the kernel ignores is a reduction
+  (``op_red``: the GPU compiles it to a RED instruction), one whose result is used an
+  ``op_atom``; the most contended element is named with its count;
+* divergence (``smsp__thread_inst_executed_per_inst_executed.ratio``): the simulator has
+  no machine instructions, so source lines stand in for them. Each thread's lines are
+  followed with ``sys.settrace``; the lanes of a warp that run a line for the same time
+  are one warp-level instance, and the ratio is the average number of lanes per instance.
+  A GPU counts machine instructions (several per line, more on the long lines), so the
+  ratio is an approximation, exact when every line runs with the same lanes.
+
+Where it can differ from Nsight Compute: the compiler may merge two reads of one element
+(``x[i] * x[i]`` is one load on a GPU, two requests here), widen neighbouring reads into
+one vector load, or keep a value in a register across a loop; and divergence is counted
+per line, not per machine instruction. What it cannot count: caches (every request goes
+to L1 and its sectors are counted, as ncu's l1tex counters do), registers and occupancy
+(there is no machine code), timings.
+
+Cost: the accesses are recorded by the wrapped arrays, and the lines by a ``sys.settrace``
+function that runs at every Python call and line of the launch, so a profiled launch
+takes several times as long as a plain one (a 2^16-thread elementwise launch: about one
+second of CPU time on a 2-core machine, against 0.2 s unprofiled). The trace is kept
+when a launch makes at most ``TRACE_LIMIT`` accesses.
+
+Triton (``profile_triton``)
+---------------------------
+The interpreter runs each program (one instance of the kernel over a whole block of
+elements) with NumPy. Every ``tl.load``, ``tl.store`` and ``tl.atomic_*`` is recorded
+with its pointers and mask. The interpreter does not know how a compiled kernel spreads a
+block over warps and registers, so there are no per-warp counters, and none of the keys
+are Nsight Compute metric names: ``bytes_loaded`` (bytes of the unmasked lanes of every
+load) is not ``dram__bytes_read.sum`` (which a cache or a repeated load changes), and the
+sectors are counted per program access, not per warp request. The keys:
+
+* ``programs``: the number of programs of the launch (the grid's size);
+* ``bytes_loaded``, ``bytes_stored``: bytes of the lanes that are not masked off;
+* ``bytes_loaded_per_program``, ``bytes_stored_per_program``: their averages;
+* ``masked_lane_fraction_ld``, ``masked_lane_fraction_st``: the fraction of the lanes
+  of all loads (stores) that their mask turns off;
+* ``sectors_ld``, ``sectors_st``: distinct 32-byte sectors each load (store) of each
+  program touches, summed (``bytes_moved`` is their total times 32).
+
+``per_program`` holds the bytes and masked fractions of each program (torch tensors
+indexed by the linear program id, x fastest), and ``sites`` one record per source line
+of a load, store or atomic (``requests`` there counts the line's executions by programs).
+
+On a GPU neither function runs: the profile of a real launch comes from Nsight Compute.
+"""
+from __future__ import annotations
+
+import dis
+import inspect
+import os
+import sys
+import time
+
+from .config import SIMULATE
+
+__all__ = ["profile_numba", "profile_triton"]
+
+#: A trace (for pictures) is kept for launches of at most this many accesses.
+TRACE_LIMIT = 1 << 18
+
+_OPS = ("ld", "st", "atom", "red")
+_OP_NAMES = {"ld": "load", "st": "store", "atom": "atomic", "red": "atomic"}
+
+
+def _on_gpu_error(what: str) -> NotImplementedError:
+    return NotImplementedError(
+        f"{what} counts accesses in simulation only (utils.SIMULATE is False: this machine "
+        "has a GPU). On a GPU, profile a CUDA C++ kernel with utils.profile(...), which runs "
+        "Nsight Compute on the launch, or run Nsight Compute (ncu) on your script.")
+
+
+def _fmt(x) -> str:
+    """A count or average for a sentence: 4, 4.5, 0.25."""
+    if abs(x - round(x)) < 1e-9:
+        return str(int(round(x)))
+    return f"{x:.2f}".rstrip("0").rstrip(".") if abs(x) < 10 else f"{x:.1f}"
+
+
+def _source_line(filename, line) -> str:
+    import linecache
+    return linecache.getline(filename, line).strip()
+
+
+# =======================================================================================
+# Numba
+# =======================================================================================
+class _NumbaProfiler:
+    """Collects one launch's accesses (called from ``utils.sim_race``'s wrapped arrays and
+    the scheduler of ``utils.numba_sim``)."""
+
+    def __init__(self, fn):
+        self.fn = fn
+        self.shared = {}      # allocation site -> key (negative ints: -1, -2, ...)
+        # key (argument index, or a negative int for a shared array) -> dict(name, space,
+        # itemsize, shape, strides, shift, nbytes)
+        self.keys = {}
+        self.sites = {}       # (code, lasti, key, op) -> site id
+        self.site_info = []   # site id -> (code, line, key, op)
+        self.rec = []         # (block, tid, site, byte offset) per element access
+        self.block = 0        # the running thread's linear block index and thread id
+        self.tid = 0
+        # Divergence: the (code, line) each thread runs, in order, by (block, tid).
+        self.lines: dict = {}
+        self.ev: list = []           # the running thread's list
+        self.traced_codes: dict = {}
+        skip = [os.path.dirname(os.path.abspath(__file__)),
+                os.path.dirname(os.path.abspath(os.__file__))]  # the standard library
+        for mod in ("numba", "numba.cuda", "numpy"):  # numba.cuda: numba-cuda's own folder
+            m = sys.modules.get(mod)
+            if m is not None and getattr(m, "__file__", None):
+                skip.append(os.path.dirname(os.path.abspath(m.__file__)))
+        self.skip = tuple(d + os.sep for d in skip)
+        self.tracer = self._make_tracer()
+
+    # -- the launch's arrays ----------------------------------------------------------
+    def argument(self, a, name, index):
+        """Register argument ``index`` (a NumPy array) and return its key."""
+        data = a.__array_interface__["data"][0]
+        # The allocation the array lives in: a GPU aligns it to 256 bytes, so the
+        # sector and alignment arithmetic counts from there.
+        root = a
+        while isinstance(getattr(root, "base", None), type(a)):
+            root = root.base
+        start = root.__array_interface__["data"][0]
+        owner = getattr(root, "base", None)
+        try:
+            import torch
+            if isinstance(owner, torch.Tensor):
+                start = owner.untyped_storage().data_ptr()
+        except ImportError:
+            pass
+        self.keys[index] = {"name": name, "space": "global", "itemsize": a.itemsize,
+                            "shape": a.shape, "strides": a.strides,
+                            "shift": (data - start) % 256}
+        return index
+
+    def shared_array(self, a, name, site, dynamic):
+        """Register the shared array allocated at ``site`` (file, line) and return its key
+        (-1, -2, ... in the order of first allocation). All views of the dynamic shared
+        memory are one array."""
+        where = "dynamic" if dynamic else site
+        key = self.shared.get(where)
+        if key is None:
+            key = self.shared[where] = -1 - len(self.shared)
+            self.keys[key] = {"name": name, "space": "shared", "itemsize": a.itemsize,
+                              "shape": a.shape, "strides": a.strides, "shift": 0,
+                              "nbytes": 0 if dynamic else a.nbytes}
+        return key
+
+    # -- the scheduler's calls ----------------------------------------------------------
+    def begin_block(self, linear, threads):
+        self.block = linear
+
+    def set_thread(self, tid):
+        self.tid = tid
+        key = (self.block, tid)
+        ev = self.lines.get(key)
+        if ev is None:
+            ev = self.lines[key] = []
+        self.ev = ev
+
+    # -- accesses ------------------------------------------------------------------------
+    def new_site(self, frame, key, op):
+        """The id of a new access site: a source position (code, bytecode offset), the
+        array it accesses and the kind of access (op 0 load, 1 store, 2 atomic)."""
+        code = frame.f_code
+        kind = ("ld", "st", None)[op] or _atomic_kind(code, frame.f_lasti)
+        sid = self.sites[(code, frame.f_lasti, key, op)] = len(self.site_info)
+        self.site_info.append((code, frame.f_lineno, key, kind))
+        return sid
+
+    def access(self, arr, idx, op, frame):
+        """One access of kernel code (utils.sim_race inlines the 1-D case)."""
+        sid = self.sites.get((frame.f_code, frame.f_lasti, arr._key, op))
+        if sid is None:
+            sid = self.new_site(frame, arr._key, op)
+        block, tid, rec = self.block, self.tid, self.rec
+        for off in arr.offsets(idx):
+            rec.append((block, tid, sid, off))
+
+    # -- divergence: a line tracer ------------------------------------------------------
+    def _make_tracer(self):
+        """sys.settrace functions (closures: the tracer runs at every call and line of
+        the launch, so it keeps its lookups local)."""
+        traced, skip, prof = self.traced_codes, self.skip, self
+
+        def line(frame, event, arg):
+            if event == "line":  # grouped into warp instances after the launch
+                prof.ev.append((frame.f_code, frame.f_lineno))
+            return line
+
+        def tracer(frame, event, arg):
+            want = traced.get(frame.f_code)
+            if want is None:
+                # Kernel code and device functions; not the simulator, the course's
+                # runtime, NumPy, the standard library or generated code ("<string>").
+                f = frame.f_code.co_filename
+                want = traced[frame.f_code] = not (f.startswith("<")
+                                                   or os.path.abspath(f).startswith(skip))
+            return line if want else None
+
+        return tracer
+
+
+_next_op_cache: dict = {}
+
+
+def _atomic_kind(code, lasti) -> str:
+    """"red" when the kernel discards the atomic's result (the call is followed by
+    POP_TOP): the GPU compiles such an atomic to a RED instruction, counted under
+    ``op_red``; "atom" otherwise."""
+    ins = _next_op_cache.get(code)
+    if ins is None:
+        ins = _next_op_cache[code] = [(i.offset, i.opname) for i in dis.get_instructions(code)]
+    # f_lasti may point into the call's inline cache (3.11+): the next instruction is the
+    # first one after it.
+    nxt = next((name for off, name in ins if off > lasti), None)
+    return "red" if nxt == "POP_TOP" else "atom"
+
+
+def _to_numba_args(args):
+    out = []
+    for a in args:
+        if type(a).__module__.startswith("torch") and hasattr(a, "data_ptr"):
+            from .interop import to_numba
+            a = to_numba(a)
+        out.append(a)
+    return out
+
+
+def profile_numba(kernel, griddim, blockdim, *args, shared=0) -> dict:
+    """Run a ``numba.cuda.jit`` kernel once in Numba's CUDA simulator and count its
+    memory requests, sectors, shared-memory wavefronts and bank conflicts, active lanes
+    and atomics (see the module's documentation). torch tensors may be passed directly;
+    ``shared`` is the dynamic shared memory in bytes."""
+    if not SIMULATE:
+        raise _on_gpu_error("utils.sim_profile.profile_numba")
+    from . import numba_sim, sim_race
+    if not numba_sim.is_applied():
+        raise RuntimeError("profile_numba needs the course's simulator patch "
+                           "(import utils before numba)")
+    fn = getattr(kernel, "py_func", None) or getattr(kernel, "fn", None)
+    if fn is None or not callable(kernel) or not hasattr(kernel, "__getitem__"):
+        raise TypeError(f"profile_numba expects a numba.cuda.jit kernel, got "
+                        f"{type(kernel).__name__}")
+    if getattr(kernel, "_device", False):
+        raise TypeError(f"`{fn.__name__}` is a device function (device=True): profile the "
+                        "kernel that calls it")
+    if sim_race._T.prof is not None:
+        raise RuntimeError("profile_numba cannot run inside another profiled launch")
+    prof = _NumbaProfiler(fn)
+    args = _to_numba_args(args)
+    import gc
+    gc_was_on = gc.isenabled()
+    gc.disable()  # millions of small tuples, none in a cycle (see sim_race.begin_launch)
+    sim_race._T.prof = prof
+    t0 = time.perf_counter()
+    try:
+        config = (griddim, blockdim) if not shared else (griddim, blockdim, 0, shared)
+        kernel[config](*args)
+    finally:
+        sim_race._T.prof = None
+        if gc_was_on:
+            gc.enable()
+    run_s = time.perf_counter() - t0
+    from numba.cuda.simulator.kernel import normalize_kernel_dimensions
+    gdim, bdim = normalize_kernel_dimensions(griddim, blockdim)
+    result = _numba_counts(prof, tuple(gdim), tuple(bdim), fn.__name__)
+    result["run_seconds"] = run_s
+    return result
+
+
+def _unique_rows(*cols, inverse=False, counts=False):
+    """``np.unique(np.stack(cols, 1), axis=0)`` (with the inverse and counts if asked),
+    by a lexsort of the columns: several times faster than NumPy's row-wise unique."""
+    import numpy as np
+    n = len(cols[0])
+    order = np.lexsort(cols[::-1])
+    new = np.zeros(n, dtype=bool)
+    if n:
+        new[0] = True
+    for c in cols:
+        sc = c[order]
+        new[1:] |= sc[1:] != sc[:-1]
+    starts = np.flatnonzero(new)
+    rows = np.stack([c[order[starts]] for c in cols], axis=1)
+    out = [rows]
+    if inverse:
+        inv = np.empty(n, dtype=np.int64)
+        inv[order] = np.cumsum(new) - 1
+        out.append(inv)
+    if counts:
+        out.append(np.diff(np.append(starts, n)))
+    return out[0] if len(out) == 1 else tuple(out)
+
+
+def _occurrence(blk, tid, key):
+    """For each event (in execution order per thread): how many events of the same thread
+    with the same key came before it."""
+    import numpy as np
+    n = len(key)
+    order = np.lexsort((np.arange(n), key, tid, blk))  # stable: execution order last
+    new = np.ones(n, dtype=bool)
+    sb, st, sk = blk[order], tid[order], key[order]
+    new[1:] = (sb[1:] != sb[:-1]) | (st[1:] != st[:-1]) | (sk[1:] != sk[:-1])
+    starts = np.flatnonzero(new)
+    occ = np.empty(n, dtype=np.int64)
+    occ[order] = np.arange(n) - starts[np.cumsum(new) - 1]
+    return occ
+
+
+def _numba_counts(prof: _NumbaProfiler, gdim, bdim, name) -> dict:
+    import numpy as np
+    threads = bdim[0] * bdim[1] * bdim[2]
+    nblocks = gdim[0] * gdim[1] * gdim[2]
+    metrics = {"launch__block_size": threads, "launch__grid_size": nblocks}
+    static = sum(k["nbytes"] for k in prof.keys.values() if k["space"] == "shared")
+    metrics["launch__shared_mem_per_block_static"] = static
+
+    # ---- divergence --------------------------------------------------------------------
+    div_sites = []
+    if any(prof.lines.values()):
+        # Lanes of a warp are matched by (line, how many times the lane ran it before):
+        # each match is one warp-level instance of the line.
+        ids: dict = {}
+        e_line, e_blk, e_tid = [], [], []
+        for (b, t), ev in prof.lines.items():
+            e_line.extend([ids.setdefault(k, len(ids)) for k in ev])
+            e_blk.extend([b] * len(ev))
+            e_tid.extend([t] * len(ev))
+        e_line, e_blk, e_tid = (np.array(v, dtype=np.int64) for v in (e_line, e_blk, e_tid))
+        occ = _occurrence(e_blk, e_tid, e_line)
+        inst, lanes = _unique_rows(e_blk, e_tid >> 5, e_line, occ, counts=True)
+        metrics["smsp__thread_inst_executed_per_inst_executed.ratio"] = \
+            float(lanes.sum() / len(lanes))
+        present = np.minimum(32, threads - 32 * inst[:, 1])
+        keys = list(ids)
+        n_inst = np.bincount(inst[:, 2], minlength=len(keys))
+        n_lanes = np.bincount(inst[:, 2], weights=lanes, minlength=len(keys))
+        n_present = np.bincount(inst[:, 2], weights=present, minlength=len(keys))
+        for j, (code, line) in enumerate(keys):
+            div_sites.append({"line": line, "function": code.co_name, "file": code.co_filename,
+                              "instances": int(n_inst[j]),
+                              "avg_lanes": float(n_lanes[j] / n_inst[j]),
+                              "lane_fraction": float(n_lanes[j] / n_present[j])})
+
+    # ---- memory ---------------------------------------------------------------------------
+    n = len(prof.rec)
+    sites = []
+    atomics = {"count": 0, "address": None, "address_count": 0}
+    bytes_needed = bytes_moved = 0
+    trace = None
+    for op in _OPS:
+        metrics[f"l1tex__t_requests_pipe_lsu_mem_global_op_{op}.sum"] = 0
+        metrics[f"l1tex__t_sectors_pipe_lsu_mem_global_op_{op}.sum"] = 0
+    for op in ("ld", "st"):
+        metrics[f"l1tex__data_pipe_lsu_wavefronts_mem_shared_op_{op}.sum"] = 0
+        metrics[f"l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_{op}.sum"] = 0
+        metrics[f"sm__sass_inst_executed_op_shared_{op}.sum"] = 0
+    if n:
+        R = np.array(prof.rec, dtype=np.int64)
+        blk, tid, sid, off = R[:, 0], R[:, 1], R[:, 2], R[:, 3]
+        info = prof.site_info
+        nsites = len(info)
+        s_key = np.array([i[2] for i in info], dtype=np.int64)
+        s_op = np.array([_OPS.index(i[3]) for i in info], dtype=np.int64)
+        s_line = np.array([i[1] for i in info], dtype=np.int64)
+        s_size = np.array([prof.keys[i[2]]["itemsize"] for i in info], dtype=np.int64)
+        s_shift = np.array([prof.keys[i[2]]["shift"] for i in info], dtype=np.int64)
+        s_global = np.array([prof.keys[i[2]]["space"] == "global" for i in info])
+
+        # Lanes are matched by (site, how many times this lane has executed it before).
+        occ = _occurrence(blk, tid, sid)
+        warp = tid >> 5
+        ukeys, inst = _unique_rows(blk, warp, sid, occ, inverse=True)
+        ninst = len(ukeys)
+        i_site = ukeys[:, 2]
+        i_lanes = np.bincount(inst, minlength=ninst)  # one access per lane per instance
+        size = s_size[sid]
+        rglobal = s_global[sid]
+
+        i_sectors = np.zeros(ninst, dtype=np.int64)
+        i_ideal = np.zeros(ninst, dtype=np.int64)
+        i_wave = np.zeros(ninst, dtype=np.int64)
+        i_ideal_wave = np.zeros(ninst, dtype=np.int64)
+        # Global: distinct 32-byte sectors per request (an element can straddle two).
+        g = np.flatnonzero(rglobal)
+        if g.size:
+            a = off[g] + s_shift[sid[g]]
+            first, last = a // 32, (a + size[g] - 1) // 32
+            two = first != last
+            gi = np.concatenate([inst[g], inst[g][two]])
+            sec = np.concatenate([first, last[two]])
+            pairs = _unique_rows(gi, sec)
+            i_sectors += np.bincount(pairs[:, 0], minlength=ninst)
+            elems = _unique_rows(inst[g], off[g])
+            distinct = np.bincount(elems[:, 0], minlength=ninst)
+            i_ideal += -(-distinct * s_size[i_site] // 32) * s_global[i_site]
+            # bytes the kernel needed: each distinct global element once.
+            keyed = _unique_rows(s_key[sid[g]], off[g], size[g])
+            bytes_needed = int(keyed[:, 2].sum())
+        # Shared: words per bank per request.
+        sh = np.flatnonzero(~rglobal)
+        if sh.size:
+            words_per = np.maximum(1, size[sh] // 4)
+            reps = words_per.max()
+            wi, ww = [], []
+            for w in range(reps):
+                m = words_per > w
+                wi.append(inst[sh][m])
+                ww.append(off[sh][m] // 4 + w)
+            words = _unique_rows(np.concatenate(wi), np.concatenate(ww))
+            # distinct words per (request, bank): the request's wavefronts are the most
+            # any bank holds
+            per_bank_keys, per_bank = _unique_rows(words[:, 0], words[:, 1] % 32, counts=True)
+            np.maximum.at(i_wave, per_bank_keys[:, 0], per_bank)
+            i_ideal_wave = np.where(~s_global[i_site], np.maximum(1, s_size[i_site] // 4), 0)
+        i_conf = np.maximum(0, i_wave - i_ideal_wave)
+
+        # Per site.
+        def per_site(v):
+            return np.bincount(i_site, weights=v, minlength=nsites)
+        req = np.bincount(i_site, minlength=nsites)
+        sec_s, ideal_s = per_site(i_sectors), per_site(i_ideal)
+        wave_s, conf_s, lanes_s = per_site(i_wave), per_site(i_conf), per_site(i_lanes)
+        ideal_wave_s = per_site(i_ideal_wave)
+        # The first request of each site (lowest block, warp, occurrence): its stride.
+        first_inst = np.full(nsites, -1, dtype=np.int64)
+        o = np.lexsort((ukeys[:, 3], ukeys[:, 1], ukeys[:, 0], i_site))
+        firsts = o[np.r_[True, i_site[o][1:] != i_site[o][:-1]]]
+        first_inst[i_site[firsts]] = firsts
+        in_first = first_inst[i_site[inst]] == inst
+        fr = np.flatnonzero(in_first)
+        for s in range(nsites):
+            code, line, key, opname = info[s]
+            k = prof.keys[key]
+            sel = fr[sid[fr] == s]
+            lane = tid[sel] & 31
+            o = np.argsort(lane, kind="stable")
+            lane, offs = lane[o], off[sel][o]
+            stride = int(offs[1] - offs[0]) if len(lane) > 1 else None
+            site = {"line": int(line), "name": k["name"], "space": k["space"],
+                    "op": "atom" if opname in ("atom", "red") else opname,
+                    "requests": int(req[s]), "avg_lanes": float(lanes_s[s] / max(1, req[s])),
+                    "stride_bytes": stride, "file": code.co_filename,
+                    "first_offset": int(offs.min() + k["shift"]) if len(offs) else 0,
+                    "itemsize": k["itemsize"]}
+            if k["space"] == "global":
+                # (a global access has no banks: wavefronts and conflicts are truly 0)
+                site.update(sectors=int(sec_s[s]), ideal_sectors=int(ideal_s[s]),
+                            wavefronts=0, ideal_wavefronts=0, bank_conflicts=0)
+                metrics[f"l1tex__t_requests_pipe_lsu_mem_global_op_{opname}.sum"] += int(req[s])
+                metrics[f"l1tex__t_sectors_pipe_lsu_mem_global_op_{opname}.sum"] += int(sec_s[s])
+            else:
+                site.update(sectors=0, ideal_sectors=0, wavefronts=int(wave_s[s]),
+                            ideal_wavefronts=int(ideal_wave_s[s]), bank_conflicts=int(conf_s[s]))
+                if opname in ("ld", "st"):
+                    metrics[f"l1tex__data_pipe_lsu_wavefronts_mem_shared_op_{opname}.sum"] += \
+                        int(wave_s[s])
+                    metrics[f"l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_{opname}.sum"] \
+                        += int(conf_s[s])
+                    metrics[f"sm__sass_inst_executed_op_shared_{opname}.sum"] += int(req[s])
+                if wave_s[s] > ideal_wave_s[s]:  # the worst request, for the sentence
+                    site.update(_worst_request(s, i_site, i_wave, inst, tid, off))
+            sites.append(site)
+        bytes_moved = 32 * int(sec_s.sum())
+
+        # Atomics: how many, and the element most of them hit.
+        at = np.flatnonzero(s_op[sid] >= 2)
+        if at.size:
+            pairs, counts = _unique_rows(s_key[sid[at]], off[at], counts=True)
+            j = int(np.argmax(counts))
+            key, o = int(pairs[j, 0]), int(pairs[j, 1])
+            atomics = {"count": int(at.size), "address": _element_name(prof.keys[key], o),
+                       "address_count": int(counts[j]),
+                       "line": int(s_line[sid[at][np.flatnonzero(
+                           (s_key[sid[at]] == key) & (off[at] == o))[0]]])}
+
+        if n <= TRACE_LIMIT:
+            import torch
+            trace = {"block": blk, "thread": tid, "warp": warp, "lane": tid & 31,
+                     "space": (~rglobal).astype(np.int64),
+                     "op": np.minimum(s_op[sid], 2), "arg": np.where(rglobal, s_key[sid], -1),
+                     "offset": off, "size": size, "line": s_line[sid], "instr": inst,
+                     # which shared array (0, 1, ... in trace_names["shared"]); -1: global
+                     "shared_array": np.where(rglobal, -1, -1 - s_key[sid])}
+            trace = {k: torch.from_numpy(np.ascontiguousarray(v, dtype=np.int64))
+                     for k, v in trace.items()}
+
+    trace_names = {k: v["name"] for k, v in prof.keys.items() if v["space"] == "global"}
+    shared_names = [prof.keys[k]["name"] for k in sorted(prof.keys, reverse=True) if k < 0]
+    if shared_names:
+        trace_names[-1] = ", ".join(shared_names)
+        trace_names["shared"] = shared_names
+
+    sites.sort(key=lambda s: (s["line"], s["space"], s["op"]))
+    summary = _numba_summary(sites, div_sites, atomics, nblocks)
+    if bytes_needed and bytes_moved > 1.1 * bytes_needed and not atomics["count"]:
+        summary.append(f"the launch moves {_fmt(bytes_moved / bytes_needed)}x the bytes it needs "
+                       f"({bytes_moved} bytes in 32-byte sectors for {bytes_needed} bytes "
+                       "read or written)")
+    for s in sites:
+        s.pop("file", None)
+    return {"backend": "numba-simulator", "kernel": name, "metrics": metrics,
+            "sites": sites, "summary": summary, "trace": trace, "trace_names": trace_names,
+            "bytes_needed": bytes_needed, "bytes_moved": bytes_moved, "atomics": atomics,
+            "divergence": sorted(({k: v for k, v in d.items() if k != "file"}
+                                  for d in div_sites), key=lambda d: d["line"])}
+
+
+def _worst_request(s, i_site, i_wave, inst, tid, off) -> dict:
+    """The bank conflict of site ``s``'s request with the most wavefronts: the bank most
+    lanes hit, how many different words of it they hit, and the distance between
+    neighbouring active lanes' addresses."""
+    import numpy as np
+    mine = np.flatnonzero(i_site == s)
+    worst = mine[np.argmax(i_wave[mine])]
+    sel = np.flatnonzero(inst == worst)
+    o = np.argsort(tid[sel] & 31, kind="stable")
+    offs = off[sel][o]
+    words = np.unique(offs // 4)
+    banks, cnt = np.unique(words % 32, return_counts=True)
+    return {"worst_bank": int(banks[np.argmax(cnt)]), "worst_bank_words": int(cnt.max()),
+            "worst_stride_bytes": int(offs[1] - offs[0]) if len(offs) > 1 else None}
+
+
+def _element_name(k, off) -> str:
+    """``x[5]`` or ``tile[3, 7]``: the element at byte offset ``off`` of an array."""
+    idx, rest = [], off
+    for s in k["strides"]:
+        q, rest = divmod(rest, s) if s else (0, rest)
+        idx.append(q)
+    return f"{k['name']}[{', '.join(str(int(i)) for i in idx)}]"
+
+
+def _numba_summary(sites, div_sites, atomics, nblocks) -> list:
+    """Plain-English sentences, the costliest first (by the bytes or the lane-slots it
+    wastes)."""
+    items = []  # (waste, sentence)
+    for s in sites:
+        what = f"{_OP_NAMES[s['op']]} of `{s['name']}` (line {s['line']})"
+        req = max(1, s["requests"])
+        if s["space"] == "global":
+            per, ideal = s["sectors"] / req, s["ideal_sectors"] / req
+            if s["sectors"] <= s["ideal_sectors"]:
+                continue
+            why = ""
+            stride, size = s["stride_bytes"], s["itemsize"]
+            if s["avg_lanes"] < 31.5 and s["requests"] > 0 and stride is not None:
+                why = (f": only {_fmt(s['avg_lanes'])} lanes of a warp take part on average "
+                       f"(the others took another branch or finished), {abs(stride)} bytes "
+                       "apart")
+            elif stride is not None and abs(stride) > size:
+                verb = {"ld": "read", "st": "write"}.get(s["op"], "update")
+                why = f": neighbouring threads {verb} addresses {abs(stride)} bytes apart"
+            elif stride == size and s["first_offset"] % 32:
+                why = (f": the warp's bytes start {s['first_offset'] % 32} bytes past a "
+                       "32-byte sector boundary, so one more sector is touched")
+            items.append(((s["sectors"] - s["ideal_sectors"]) * 32,
+                          f"each warp's {what} touches {_fmt(per)} sectors where "
+                          f"{_fmt(ideal)} would do{why}"))
+        elif s["op"] in ("ld", "st") and s["bank_conflicts"] > 0:
+            per, ideal = s["wavefronts"] / req, s["ideal_wavefronts"] / req
+            why = ""
+            if s.get("worst_bank_words", 0) > 1:
+                stride = s["worst_stride_bytes"]
+                worst = "" if s["requests"] == 1 else "in the worst request, "
+                why = (f": {worst}{s['worst_bank_words']} lanes hit different words of bank "
+                       f"{s['worst_bank']}")
+                if stride:
+                    why += f" (neighbouring lanes' addresses are {abs(stride)} bytes apart)"
+                if stride and stride % 128 == 0:
+                    why += f"; pad the row to {stride // s['itemsize'] + 1} elements"
+            items.append((s["bank_conflicts"] * 32,
+                          f"the {what} takes {_fmt(per)} wavefronts where {_fmt(ideal)} "
+                          f"would do{why}"))
+    # Lines where the lanes of a warp idle, if they idle in at least 5% of all the lane
+    # slots of the launch (one thread per block finishing the work is not worth a line).
+    slots = 32 * sum(d["instances"] for d in div_sites)
+    for d in div_sites:
+        idle = d["instances"] * 32 * (1 - d["lane_fraction"])
+        if d["lane_fraction"] < 0.9 and idle >= 0.05 * slots:
+            text = _source_line(d["file"], d["line"])
+            lanes = _fmt(d["avg_lanes"])
+            items.append((idle, f"line {d['line']} (`{text}`) runs with {lanes} active "
+                                f"{'lane' if lanes == '1' else 'lanes'} per warp on average: "
+                                "the other lanes of the warp took another branch or "
+                                "finished, and wait"))
+    # One atomic per block to one address is the usual way to combine blocks: worth a
+    # sentence only when the blocks' threads contend more than that.
+    if atomics["address_count"] > max(1, nblocks):
+        items.append((atomics["address_count"] * 32,
+                      f"{atomics['address_count']} of the {atomics['count']} atomic updates go "
+                      f"to `{atomics['address']}` (line {atomics['line']}): a GPU serialises "
+                      "updates of one address"))
+    items.sort(key=lambda t: -t[0])
+    out = [t for _, t in items]
+    if not out:
+        out.append("every warp access is coalesced and conflict-free, and no lane idles"
+                   if sites else "the launch made no access to global or shared memory")
+    return out
+
+
+# =======================================================================================
+# Triton
+# =======================================================================================
+class _TritonProfiler:
+    """Collects one interpreted launch's loads, stores and atomics (called from the
+    patched builder of ``utils.triton_sim``)."""
+
+    def __init__(self, fn, tensors):
+        self.fn = fn
+        self.tensors = tensors   # [(name, first address, itemsize, numel, shape)]
+        self.sites = {}          # (file, line, kind) -> site id
+        self.site_info = []      # (file, line, kind)
+        # per access: (program, site, lanes, active lanes, itemsize, sectors, tensor index)
+        self.rec = []
+        self.elements = []       # (tensor index, element addresses) of each access
+        self.atomic_addrs = []
+        self.programs = 0        # the launch's grid size, seen at the first access
+
+    def access(self, builder, ptrs, mask, kind):
+        import numpy as np
+        from .triton_sim import _program, _site
+        if not self.programs:
+            gx, gy, gz = builder.grid_dim
+            self.programs = gx * gy * gz
+        site = _site()
+        key = (site[0], site[1], kind)
+        sid = self.sites.get(key)
+        if sid is None:
+            sid = self.sites[key] = len(self.site_info)
+            self.site_info.append(key)
+        addrs = np.asarray(ptrs.data).astype(np.int64, copy=False).ravel()
+        lanes = addrs.size
+        first = int(addrs[0]) if lanes else 0
+        if mask is not None:
+            m = np.broadcast_to(np.asarray(mask.data, dtype=bool), np.shape(ptrs.data)).ravel()
+            addrs = addrs[m]
+        itemsize = int(ptrs.get_element_ty().primitive_bitwidth) // 8 or 1
+        active = addrs.size
+        sectors = int(np.unique(addrs // 32).size) if active else 0
+        # The tensor the pointers point into (by the first active lane, else the first).
+        tensor = self._tensor(int(addrs[0]) if active else first)
+        self.rec.append((_program(builder), sid, lanes, active, itemsize, sectors, tensor))
+        if active:
+            self.elements.append((addrs, itemsize))
+            if kind == "atomic":
+                self.atomic_addrs.append(addrs)
+
+    def _tensor(self, addr):
+        for i, (_, start, itemsize, numel, _) in enumerate(self.tensors):
+            if start <= addr < start + itemsize * numel:
+                return i
+        return -1
+
+
+def profile_triton(kernel, grid, *args, **kwargs) -> dict:
+    """Run a ``triton.jit`` kernel once in Triton's interpreter and count, per program and
+    in total, the bytes loaded and stored, the masked-off lanes and the sectors touched
+    (see the module's documentation). ``grid`` is a tuple or a callable of the meta-
+    parameters, as in ``kernel[grid](...)``."""
+    if not SIMULATE:
+        raise _on_gpu_error("utils.sim_profile.profile_triton")
+    from . import triton_sim
+    if not triton_sim.is_applied():
+        raise RuntimeError("profile_triton needs Triton's interpreter (TRITON_INTERPRET=1, "
+                           "set by import utils before import triton)")
+    from triton.runtime.jit import KernelInterface
+    # Through @triton.autotune, @triton.heuristics and utils.autotune to the Python function.
+    fn, jitted = kernel, False
+    while hasattr(fn, "fn") and hasattr(fn, "__getitem__") and not inspect.isfunction(fn):
+        jitted = jitted or isinstance(fn, KernelInterface)
+        fn = fn.fn
+    if not jitted or not inspect.isfunction(fn):
+        raise TypeError(f"profile_triton expects a triton.jit kernel, got "
+                        f"{type(kernel).__name__}")
+    if triton_sim.profiler[0] is not None:
+        raise RuntimeError("profile_triton cannot run inside another profiled launch")
+    tensors, _ = triton_sim._tensor_args(fn, args, kwargs)
+    prof = _TritonProfiler(fn, tensors)
+    triton_sim.profiler[0] = prof
+    t0 = time.perf_counter()
+    try:
+        kernel[grid](*args, **kwargs)
+    finally:
+        triton_sim.profiler[0] = None
+    result = _triton_counts(prof, fn.__name__)
+    result["run_seconds"] = time.perf_counter() - t0
+    return result
+
+
+def _ratio_words(a, b) -> str:
+    """4 and 1 -> "4 bytes per byte"; 8 and 4 -> "2 bytes per byte"."""
+    return f"{_fmt(a / b)} {'byte' if a == b else 'bytes'} per byte"
+
+
+def _triton_counts(prof: _TritonProfiler, name) -> dict:
+    import numpy as np
+    rec = np.array(prof.rec, dtype=np.int64).reshape(-1, 7)
+    prog, sid, lanes, active, isz, sectors, tens = rec.T
+    kinds = [k for _, _, k in prof.site_info]
+    s_kind = np.array([["load", "store", "atomic"].index(k) for k in kinds], dtype=np.int64)
+    kind = s_kind[sid] if len(rec) else np.zeros(0, np.int64)
+    programs = prof.programs
+    nbytes = active * isz
+
+    def total(sel, v):
+        return int(v[sel].sum())
+
+    ld, st, atm = kind == 0, kind == 1, kind == 2
+    metrics = {
+        "programs": programs,
+        "bytes_loaded": total(ld, nbytes),
+        "bytes_stored": total(st, nbytes),
+        "bytes_atomic": total(atm, nbytes),
+        "sectors_ld": total(ld, sectors),
+        "sectors_st": total(st, sectors),
+    }
+    for key, sel in (("ld", ld), ("st", st)):
+        n = total(sel, lanes)
+        if n:
+            metrics[f"masked_lane_fraction_{key}"] = 1.0 - total(sel, active) / n
+    if programs:
+        metrics["bytes_loaded_per_program"] = metrics["bytes_loaded"] / programs
+        metrics["bytes_stored_per_program"] = metrics["bytes_stored"] / programs
+    per_program = {
+        "bytes_loaded": np.bincount(prog[ld], weights=nbytes[ld], minlength=programs),
+        "bytes_stored": np.bincount(prog[st], weights=nbytes[st], minlength=programs),
+    }
+    lanes_ld = np.bincount(prog[ld], weights=lanes[ld], minlength=programs)
+    act_ld = np.bincount(prog[ld], weights=active[ld], minlength=programs)
+    lanes_st = np.bincount(prog[st], weights=lanes[st], minlength=programs)
+    act_st = np.bincount(prog[st], weights=active[st], minlength=programs)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        per_program["masked_lane_fraction_ld"] = np.where(lanes_ld > 0, 1 - act_ld / lanes_ld, 0)
+        per_program["masked_lane_fraction_st"] = np.where(lanes_st > 0, 1 - act_st / lanes_st, 0)
+    import torch
+    per_program = {k: torch.from_numpy(np.asarray(v, dtype=np.float64))
+                   for k, v in per_program.items()}
+
+    # Sites, one per tl.load / tl.store / tl.atomic_* line.
+    sites, summary_items = [], []
+    names = [t[0] for t in prof.tensors]
+    for s, (filename, line, k) in enumerate(prof.site_info):
+        sel = sid == s
+        n_lanes, n_act = int(lanes[sel].sum()), int(active[sel].sum())
+        t = tens[sel][tens[sel] >= 0]
+        arg = names[int(t[0])] if len(t) else None  # None: no tensor argument's memory
+        of = f" of `{arg}`" if arg else ""
+        size = int(isz[sel][0])
+        ideal = int((-(-active[sel] * isz[sel] // 32)).sum())
+        # "requests" here are executions of the line by a program (a whole block of
+        # lanes), not warp requests.
+        site = {"line": int(line), "name": arg, "space": "global",
+                "op": {"load": "ld", "store": "st", "atomic": "atom"}[k],
+                "requests": int(sel.sum()), "lanes": n_lanes, "active_lanes": n_act,
+                "avg_lanes": n_act / max(1, int(sel.sum())),
+                "masked_fraction": 1 - n_act / n_lanes if n_lanes else 0.0,
+                "bytes": n_act * size, "sectors": int(sectors[sel].sum()),
+                "ideal_sectors": ideal, "wavefronts": 0, "bank_conflicts": 0,
+                "stride_bytes": None}
+        sites.append(site)
+        if site["masked_fraction"] > 0:
+            per = lanes[sel]
+            act = active[sel]
+            partial = np.flatnonzero(act < per)
+            if len(partial) == 1:
+                j = partial[0]
+                p = int(prog[sel][j])
+                who = ("the last program" if p == programs - 1 else f"program {p}")
+                detail = f"{who} covers {int(act[j])} of its {int(per[j])} elements"
+            elif len(partial) == int(sel.sum()) and len(set(zip(act, per))) == 1:
+                detail = (f"each of the {len(partial)} programs uses {int(act[0])} of its "
+                          f"{int(per[0])} lanes")
+            else:
+                detail = (f"{len(partial)} of its {int(sel.sum())} executions run with lanes "
+                          "masked off")
+            summary_items.append((n_lanes - n_act, f"{_fmt(100 * site['masked_fraction'])}% "
+                                  f"of the lanes of the {k}{of} on line {line} are "
+                                  f"masked off: {detail}"))
+        if site["sectors"] > ideal > 0:
+            summary_items.append(((site["sectors"] - ideal) * 32,
+                                  f"the {k}{of} on line {line} touches "
+                                  f"{site['sectors']} sectors where {ideal} would do: its "
+                                  "addresses are not contiguous"))
+    summary_items.sort(key=lambda t: -t[0])
+    summary = [t for _, t in summary_items]
+    if metrics["bytes_stored"] and metrics["bytes_loaded"]:
+        ratio = _ratio_words(metrics["bytes_loaded"], metrics["bytes_stored"])
+        summary.append(f"each program loads {ratio} it stores "
+                       f"({_fmt(metrics['bytes_loaded_per_program'])} bytes loaded, "
+                       f"{_fmt(metrics['bytes_stored_per_program'])} stored per program)")
+    if not prof.rec:
+        summary.append("the launch loaded and stored nothing")
+
+    # Bytes needed: each distinct element once. Atomics: the most contended element.
+    bytes_needed = 0
+    if prof.elements:
+        allk = np.concatenate([a for a, _ in prof.elements])
+        itemsizes = np.concatenate([np.full(a.size, n, np.int64) for a, n in prof.elements])
+        _, first = np.unique(allk, return_index=True)
+        bytes_needed = int(itemsizes[first].sum())
+    atomics = {"count": 0, "address": None, "address_count": 0}
+    if prof.atomic_addrs:
+        a = np.concatenate(prof.atomic_addrs)
+        u, c = np.unique(a, return_counts=True)
+        j = int(np.argmax(c))
+        from .triton_sim import _Launch, _element
+        atomics = {"count": int(a.size), "address": _element(_Launch(name, prof.tensors, []),
+                                                              int(u[j])),
+                   "address_count": int(c[j])}
+        if c[j] > max(1, programs):  # more than one update per program
+            summary.append(f"{int(c[j])} of the {int(a.size)} atomic updates go to "
+                           f"`{atomics['address']}`: a GPU serialises updates of one address")
+    return {"backend": "triton-interpreter", "kernel": name, "metrics": metrics,
+            "sites": sorted(sites, key=lambda s: (s["line"], s["op"])), "summary": summary,
+            "trace": None, "per_program": per_program, "bytes_needed": bytes_needed,
+            "bytes_moved": 32 * (metrics["sectors_ld"] + metrics["sectors_st"]
+                                 + total(atm, sectors)),
+            "atomics": atomics}
+
