@@ -88,3 +88,64 @@ def test_on_a_gpu_without_ncu_traffic_is_not_graded(monkeypatch, capsys):
     monkeypatch.setattr(grading, "SIMULATE", True)       # in simulation a failure is a failure
     with pytest.raises(RuntimeError):
         utils.check_traffic(object(), 1, 32)
+
+
+# --- check_shared: bank conflicts and divergence of a block tree ---------------------------
+TREE_SRC = r"""
+__global__ void tree_kernel(const float* __restrict__ x_ptr, float* out_ptr, int n) {
+    extern __shared__ float sdata[];
+    unsigned int t = threadIdx.x;
+    int i = blockIdx.x * blockDim.x + t;
+    sdata[t] = (i < n) ? x_ptr[i] : 0.0f;
+    __syncthreads();
+    STEPS
+    if (t == 0) atomicAdd(out_ptr, sdata[0]);
+}
+"""
+TREES = {
+    "sequential": """for (unsigned int s = blockDim.x / 2; s > 0; s >>= 1) {
+        if (t < s) sdata[t] += sdata[t + s];
+        __syncthreads();
+    }""",
+    "interleaved": """for (unsigned int s = 1; s < blockDim.x; s *= 2) {
+        if (t % (2 * s) == 0) sdata[t] += sdata[t + s];
+        __syncthreads();
+    }""",
+    "strided index": """for (unsigned int s = 1; s < blockDim.x; s *= 2) {
+        unsigned int index = 2 * s * t;
+        if (index < blockDim.x) sdata[index] += sdata[index + s];
+        __syncthreads();
+    }""",
+}
+
+
+@pytest.mark.parametrize("tree, advice", [("sequential", None), ("interleaved", "lanes active"),
+                                          ("strided index", "bank conflicts")])
+def test_check_shared_on_the_three_trees(tree, advice, capsys):
+    if not hasattr(utils, "profile"):
+        pytest.skip("utils.profile is not in this copy of the course")
+    import torch
+    k = utils.cuda_kernel(TREE_SRC.replace("STEPS", TREES[tree]), "tree_kernel")
+    x, out = torch.randn(4 * 256), torch.zeros(())
+    if advice is None:
+        utils.check_shared(k, 4, 256, x, out, x.numel(), shared=1024, reject=True)
+        assert "no bank conflicts" in capsys.readouterr().out
+    else:
+        utils.check_shared(k, 4, 256, x, out, x.numel(), shared=1024)
+        said = capsys.readouterr().out
+        assert said.startswith("advice: your kernel is right, but") and advice in said
+        with pytest.raises(utils.GradingError, match=advice):
+            utils.check_shared(k, 4, 256, x, torch.zeros(()), x.numel(), shared=1024, reject=True)
+    assert out.item() == pytest.approx(x.sum().item(), abs=1e-3)    # the launch really ran
+
+
+def test_check_shared_reads_a_profile(capsys):
+    m = {"l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum": 760,
+         "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum": 560,
+         "smsp__thread_inst_executed_per_inst_executed.ratio": 31.4}
+    p = types.SimpleNamespace(metrics=m, summary=["a 16-way bank conflict on line 9"], backend="ncu")
+    assert utils.check_shared(p) is p
+    out = capsys.readouterr().out
+    assert "560 of its 760 shared-memory wavefronts are bank conflicts (a 16-way bank conflict" in out
+    utils.check_shared(types.SimpleNamespace(metrics={}, backend="triton-interpreter"))
+    assert "not measured" in capsys.readouterr().out
