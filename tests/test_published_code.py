@@ -121,3 +121,155 @@ __global__ void pixels(const uchar4* in, uchar4* out, unsigned* idx) {
     utils.cuda_kernel(src, "pixels")[2, 8](x, y, idx)
     assert torch.equal(y.view(16, 4), x.view(16, 4).flip(1))
     assert idx.tolist() == [(i + 1) // 2 - 6 for i in range(16)]
+
+
+# ---------------------------------------------------------------------------------------
+# Host code around the kernels, as published programs write it
+# ---------------------------------------------------------------------------------------
+emulator_only = pytest.mark.skipif(not utils.SIMULATE, reason="host code in a kernel's source: the CPU emulator's build")
+
+HOST_HELPERS = r"""
+#include <cuda_runtime.h>
+#include <stdio.h>
+#ifdef __DRIVER_TYPES_H__   // how the samples' helper_cuda.h decides to declare its checks
+#define CHECK(call) do { cudaError_t e = (call); if (e != cudaSuccess) printf("%s\n", cudaGetErrorName(e)); } while (0)
+#endif
+__global__ void twice(const float* x, float* y, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = 2.0f * x[i];
+}
+int pick_blocks(int n) {
+    cudaDeviceProp prop;
+    CHECK(cudaGetDeviceProperties(&prop, 0));
+    int major = 0, sms = 0;
+    CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
+    CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    CHECK(cudaFuncSetAttribute(twice, cudaFuncAttributeMaxDynamicSharedMemorySize, 0));
+    cudaStream_t s;
+    CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    CHECK(cudaStreamDestroy(s));
+    return major >= 7 ? prop.multiProcessorCount : sms;
+}
+"""
+
+
+@emulator_only
+def test_host_code_with_device_queries_compiles_and_its_kernel_runs(monkeypatch):
+    # The emulator's g++ build of a whole file, host code included (as load_inline and
+    # setup.py sources are built in simulation); NVRTC, a GPU's compiler, takes only the
+    # device part of such a file, so its check is left out here.
+    from utils.cuda import _toolchain
+    monkeypatch.setattr(_toolchain, "NVRTC_PARITY", False)
+    x = torch.randn(300, device=utils.DEVICE)
+    y = torch.full_like(x, float("nan"))
+    utils.cuda_kernel(HOST_HELPERS, "twice")[3, 128](x, y, 300)
+    torch.testing.assert_close(y, 2 * x)
+
+
+@emulator_only
+def test_a_header_beside_the_kernel_may_include_the_cuda_runtime(tmp_path):
+    (tmp_path / "helpers.cuh").write_text("#pragma once\n#include <cuda_runtime.h>\n#include <device_launch_parameters.h>\n"
+                                          "__device__ inline float sq(float v) { return v * v; }\n")
+    src = tmp_path / "square.cu"
+    src.write_text('#include "helpers.cuh"\n__global__ void square(const float* x, float* y, int n) {\n'
+                   "    int i = blockIdx.x * blockDim.x + threadIdx.x;\n    if (i < n) y[i] = sq(x[i]);\n}\n")
+    x = torch.randn(100, device=utils.DEVICE)
+    y = torch.empty_like(x)
+    utils.cuda_kernel(src, "square")[1, 128](x, y, 100)
+    torch.testing.assert_close(y, x * x)
+
+
+def test_dynamic_shared_memory_declared_type_first():
+    src = r"""
+__global__ void reverse(const float* x, float* y) {
+    extern float __shared__ buf[];
+    buf[threadIdx.x] = x[threadIdx.x];
+    __syncthreads();
+    y[threadIdx.x] = buf[blockDim.x - 1 - threadIdx.x];
+}
+"""
+    x = torch.randn(64, device=utils.DEVICE)
+    y = torch.empty_like(x)
+    utils.cuda_kernel(src, "reverse")[1, 64, 64 * 4](x, y)
+    assert torch.equal(y, x.flip(0))
+
+
+def test_tiles_shuffle_vector_types_and_accept_block_tile_memory():
+    src = r"""
+#include <cooperative_groups.h>
+namespace cg = cooperative_groups;
+__global__ void rotate(const uint4* x, uint4* y) {
+    __shared__ cg::block_tile_memory<64> scratch;
+    cg::thread_block block = cg::this_thread_block(scratch);
+    cg::thread_block_tile<32> tile = cg::tiled_partition<32>(block);
+    uint4 v = x[block.thread_rank()];
+    y[block.thread_rank()] = tile.shfl_down(v, 1);
+}
+"""
+    x = torch.randint(0, 2**31, (64 * 4,), dtype=torch.int32, device=utils.DEVICE)
+    y = torch.zeros_like(x)
+    utils.cuda_kernel(src, "rotate")[1, 64](x, y)
+    want = x.view(2, 32, 4).clone()
+    want[:, :31] = x.view(2, 32, 4)[:, 1:]  # lane 31 keeps its own value (no lane above it)
+    assert torch.equal(y.view(2, 32, 4), want)
+
+
+@pytest.mark.skipif(not utils.SIMULATE, reason="what only the CPU emulator cannot run")
+@pytest.mark.parametrize("src, what", [
+    ("#include <cooperative_groups.h>\nnamespace cg = cooperative_groups;\n__global__ void k(float* p) {\n"
+     "    auto t = cg::tiled_partition<64>(cg::this_thread_block()); p[0] = t.thread_rank(); }",
+     "does not support tiles of more than 32 threads"),
+    ("#include <cublas_v2.h>\n__global__ void k(float* p) {}", "does not support cuBLAS"),
+    ("__global__ void k(float* p, int n = 1) {}\nvoid host(float* p) { k<<<1, 1>>>(p); }",
+     "does not support a kernel's default arguments"),
+])
+def test_what_published_code_needs_and_the_emulator_lacks_is_named(src, what, monkeypatch):
+    from utils.cuda import _toolchain
+    monkeypatch.setattr(_toolchain, "NVRTC_PARITY", False)  # the emulator's own message (host code)
+    with pytest.raises(utils.CudaCompileError, match=what):
+        utils.cuda_kernel(src, "k")
+
+
+@emulator_only
+def test_a_library_included_by_a_header_of_the_project_is_named(tmp_path):
+    (tmp_path / "setup.h").write_text("#pragma once\n#include <cuda_runtime.h>\n#include <cublas_v2.h>\n")
+    src = tmp_path / "k.cu"
+    src.write_text('#include "setup.h"\n__global__ void k(float* p) { p[0] = 1.0f; }\n')
+    with pytest.raises(utils.CudaCompileError, match=r"setup\.h:3[\s\S]*does not support cuBLAS \(cublas_v2\.h\)"):
+        utils.cuda_kernel(src, "k")
+
+
+def test_the_device_part_leaves_out_declarations_of_cublas_types():
+    from utils.cuda._toolchain import device_part
+    src = ("#include <cublas_v2.h>\ncublasHandle_t handle;\nstruct Pair { float a, b; };\n"
+           "__global__ void k(Pair* p) { p->a = p->b; }\n")
+    part = device_part(src)
+    assert "cublasHandle_t" not in part and "struct Pair" in part and "__global__ void k" in part
+    assert part.count("\n") == src.count("\n")
+
+
+# ---------------------------------------------------------------------------------------
+# The survey of published kernels (benchmarks/published_survey.py): one case per repository
+# it has a mirror of, when COURSE_SURVEY_MIRRORS points at the mirrors
+# ---------------------------------------------------------------------------------------
+def _survey():
+    import os
+    import sys
+    from pathlib import Path
+    base = os.environ.get("COURSE_SURVEY_MIRRORS", "")
+    if not base or not utils.SIMULATE:
+        pytest.skip("no mirrors of the surveyed repositories (COURSE_SURVEY_MIRRORS), or not in simulation")
+    sys.path.insert(0, str(Path(utils.ROOT) / "benchmarks"))
+    import published_survey
+    return published_survey, Path(base)
+
+
+@pytest.mark.parametrize("kernel", ["transposeCoalesced", "gelu_forward_kernel2"])
+def test_a_published_kernel_runs_as_written(kernel):
+    survey, base = _survey()
+    case = next(c for c in survey.CASES if c.kernel == kernel)
+    mirror = survey.find_mirror(base, case.repo)
+    if mirror is None:
+        pytest.skip(f"no mirror of {case.repo}")
+    row = survey.run_case(case, survey.Checkout(mirror, case.repo))
+    assert row["status"] == "ok", row

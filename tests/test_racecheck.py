@@ -196,9 +196,17 @@ __global__ void fence_sum(const float* x_ptr, float* partial_ptr, float* out_ptr
     out = torch.zeros(1)
     k(src, "fence_sum")[16, 64](torch.ones(1000), torch.zeros(16), out, 1000)
     assert out.item() == 1000.0
+    # The samples' version writes the total over partial 0, which block 0 wrote: the fence and
+    # the ticket order that write before the last block's too.
+    partial = torch.zeros(16)
+    k(src.replace("out_ptr[0] = total;", "partial_ptr[0] = total;"), "fence_sum")[16, 64](torch.ones(1000), partial, out, 1000)
+    assert partial[0].item() == 1000.0
     # without the fence the last block may read a partial that is not written yet
     with pytest.raises(utils.KernelRace, match=r"`partial_ptr\[0\]`"):
         k(src.replace("__threadfence();", ""), "fence_sum")[16, 64](torch.ones(1000), torch.zeros(16), out, 1000)
+    with pytest.raises(utils.KernelRace, match=r"`partial_ptr\[0\]`"):
+        k(src.replace("__threadfence();", "").replace("out_ptr[0] = total;", "partial_ptr[0] = total;"),
+          "fence_sum")[16, 64](torch.ones(1000), torch.zeros(16), out, 1000)
 
 
 def test_dynamic_shared_memory_and_2d_blocks_are_checked():

@@ -229,7 +229,10 @@ class CudaKernel:
         if not self.simulated:
             from ._emulator import check_arg_count
             check_arg_count(self.name, self.params, args)
-            return {"metrics": _profile.run_ncu(self, grid, block, shared, args), "backend": "ncu"}
+            metrics = _profile.run_ncu(self, grid, block, shared, args)
+            sectors = [metrics.get(_profile.GLOBAL.format(what="sectors", op=op)) for op in ("ld", "st", "atom", "red")]
+            moved = _profile.SECTOR * sum(sectors) if all(v is not None for v in sectors) else None
+            return {"metrics": metrics, "backend": "ncu", "bytes_moved": moved}
         from . import _emulator
         if self._prof_lib is None:
             self._prof_lib = _emulator.build(adapt_for_emulator(self.text), self.name, self.filename,
@@ -239,7 +242,8 @@ class CudaKernel:
         _emulator.launch(self._prof_lib, self.name, self.params, grid, block, shared, args, mode, seed,
                          self.uses_printf, profiler=rec, racecheck=_racecheck.enabled())
         info = _profile.gpu_compile_info(self)
-        out = _profile.analyze(rec.raw, rec, self._prof_lib, self.params, block, info.get("atom_kinds"))
+        with _profile.one_thread():
+            out = _profile.analyze(rec.raw, rec, self._prof_lib, self.params, grid, block, info.get("atom_kinds"))
         out["backend"] = "cuda-emulator"
         return out
 

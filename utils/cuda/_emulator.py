@@ -122,7 +122,8 @@ def build(text: str, name: str, filename: str, include_dir: Path | None, _retry:
     key = hashlib.sha256("\0".join([full, emulator_key(cxx, flags), str(include_dir),
                                     headers_digest(include_dir)]).encode()).hexdigest()[:24]
     if key in _CACHE:
-        _show_warnings(_CACHE[key].path)
+        if not profile:  # (the profiling variant's warnings are the normal build's, shown already)
+            _show_warnings(_CACHE[key].path)
         return _CACHE[key]
     cache_dir = Path(paths.CACHE_DIR) / "cuda-emu"
     cache_dir.mkdir(parents=True, exist_ok=True)
@@ -150,7 +151,8 @@ def build(text: str, name: str, filename: str, include_dir: Path | None, _retry:
         warn = _warnings_of(compile_log)
         write_atomic(out.with_suffix(".warnings"), warn.encode())
         os.replace(tmp, out)  # atomic: a parallel process never loads half a file
-    _show_warnings(out)
+    if not profile:
+        _show_warnings(out)
     try:
         lib = EmuLibrary(out)
     except (OSError, AttributeError):  # a damaged cache entry: build it again, once

@@ -13,9 +13,11 @@ On a GPU the same call runs ``ncu`` on that one launch in a subprocess and parse
 """
 from __future__ import annotations
 
+import contextlib
 import csv
 import ctypes
 import io
+import math
 import os
 import re
 import shutil
@@ -29,8 +31,10 @@ import torch
 from .. import paths
 
 #: What g++ needs for the profiling variant (besides the race detector's flags): a hook at every
-#: basic block, and no tail calls, so that every hook's return address lies in the caller's code.
-FLAGS = ["-DEMU_PROFILE", "-fsanitize-coverage=trace-pc", "-fno-optimize-sibling-calls"]
+#: basic block; no tail calls, so that every hook's return address lies in the caller's code; and
+#: no scalar replacement of aggregates, which would load a float4 as four floats (a GPU loads it
+#: with one 16-byte instruction).
+FLAGS = ["-DEMU_PROFILE", "-fsanitize-coverage=trace-pc", "-fno-optimize-sibling-calls", "-fno-tree-sra"]
 #: Accesses kept for ``Profile.trace`` (pictures of small launches); a larger launch has no trace.
 TRACE_CAP = 1 << 18
 SECTOR = 32
@@ -40,7 +44,8 @@ SECTOR = 32
 # ---------------------------------------------------------------------------------------
 SITE_FIELDS = ["requests", "sectors", "ideal_sectors", "wavefronts", "ideal_wavefronts", "lanes",
                "possible_lanes", "bytes", "kind", "size", "region", "stride", "has_stride",
-               "worst_wavefronts", "worst_bank", "worst_lanes", "used", "first_offset"]
+               "worst_wavefronts", "worst_bank", "worst_lanes", "used", "first_offset", "worst_stride",
+               "has_worst_stride"]
 BB_FIELDS = ["instances", "lanes", "possible_lanes"]
 TRACE_FIELDS = ["block", "thread", "space", "op", "region", "offset", "size", "pcid", "instr", "shared_array"]
 _LL, _P = ctypes.c_longlong, ctypes.c_void_p
@@ -51,6 +56,18 @@ class _Result(ctypes.Structure):
                 ("atomics_global", _LL), ("atomics_shared", _LL), ("hot_region", _LL), ("hot_offset", _LL),
                 ("hot_count", _LL), ("bytes_read", _LL), ("bytes_written", _LL),
                 ("trace", _P), ("trace_n", _LL), ("trace_overflow", _LL), ("instr", _LL), ("pc_overflow", _LL)]
+
+
+@contextlib.contextmanager
+def one_thread():
+    """torch on one thread for a while: the arrays here are small (at most 2^18 rows), and on a
+    busy machine a parallel op can wait far longer for its threads than it computes."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def _int64s(ptr: int, rows: int, cols: int) -> torch.Tensor:
@@ -96,7 +113,8 @@ class Recorder:
     def end(self, lib, collect: bool):
         try:
             if collect:
-                self.raw = self._read(lib)
+                with one_thread():
+                    self.raw = self._read(lib)
         finally:
             lib.lib.emu_prof_end()
 
@@ -107,13 +125,13 @@ class Recorder:
         pcs = _int64s(r.pcs, npc, 1).view(-1).tolist()
         sites = _int64s(r.sites, npc * 2, len(SITE_FIELDS))
         bbs = _int64s(r.bbs, npc, len(BB_FIELDS))
-        trace = _int64s(r.trace, int(r.trace_n), len(TRACE_FIELDS)).clone() if r.trace_n else None
+        trace = _int64s(r.trace, int(r.trace_n), len(TRACE_FIELDS)) if r.trace_n else None
         name_of = lib.lib.emu_prof_shared_name
         name_of.restype = ctypes.c_char_p
         name_of.argtypes = [ctypes.c_int]
         shared_ids = set(sites[1::2, SITE_FIELDS.index("region")].tolist())
         if trace is not None:
-            shared_ids |= set(trace[:, TRACE_FIELDS.index("shared_array")].tolist())
+            shared_ids |= set(torch.unique(trace[:, TRACE_FIELDS.index("shared_array")]).tolist())
         shared_names = {}
         for i in shared_ids:
             if i >= 0:
@@ -148,13 +166,14 @@ SHARED_INSTS = "sm__sass_inst_executed_op_shared_{op}.sum"
 LANES_RATIO = "smsp__thread_inst_executed_per_inst_executed.ratio"
 
 
-def analyze(raw: dict, rec: Recorder, lib, params, block: tuple, atom_kinds: dict | None = None) -> dict:
+def analyze(raw: dict, rec: Recorder, lib, params, grid: tuple, block: tuple, atom_kinds: dict | None = None) -> dict:
     """The profile of one launch from the counters: metrics, sites, summary, trace, extras.
     ``atom_kinds`` (from the kernel's PTX) says which source lines' global atomics are
     reductions (``red``: the old value unused), {line: "red"|"atom"}; without it every
     global atomic is counted as ``atom``."""
     from . import _racecheck
-    pcs = raw["pcs"]
+    # (a piece of a split access carries its index above bit 48 of its code address)
+    pcs = [pc & ((1 << 48) - 1) for pc in raw["pcs"]]
     lines = _racecheck.source_lines(lib.path, pcs, lib.filename) if pcs else []
     src = lib.source.splitlines()
     F = {f: i for i, f in enumerate(SITE_FIELDS)}
@@ -180,7 +199,7 @@ def analyze(raw: dict, rec: Recorder, lib, params, block: tuple, atom_kinds: dic
                               "bank_conflicts": None if space == 0 else 0, "lanes": 0, "possible_lanes": 0,
                               "bytes": 0, "size": row[F["size"]],
                               "stride_bytes": row[F["stride"]] if row[F["has_stride"]] else None,
-                              "worst_wavefronts": 0, "worst_bank": None, "worst_lanes": 0,
+                              "worst_wavefronts": 0, "worst_bank": None, "worst_lanes": 0, "worst_stride": None,
                               "code": src[line - 1].strip() if line and 0 < line <= len(src) else ""}
         s["requests"] += row[F["requests"]]
         s["lanes"] += row[F["lanes"]]
@@ -196,12 +215,15 @@ def analyze(raw: dict, rec: Recorder, lib, params, block: tuple, atom_kinds: dic
             if row[F["worst_wavefronts"]] > s["worst_wavefronts"]:
                 s["worst_wavefronts"], s["worst_bank"], s["worst_lanes"] = (
                     row[F["worst_wavefronts"]], row[F["worst_bank"]], row[F["worst_lanes"]])
+                s["worst_stride"] = row[F["worst_stride"]] if row[F["has_worst_stride"]] else None
     site_list = sorted(sites.values(), key=lambda s: (s["line"] or 0, s["space"], s["op"], s["name"]))
     for s in site_list:
         s["avg_lanes"] = s["lanes"] / s["requests"] if s["requests"] else 0.0
         if s["space"] == "global" and s["op"] == "atom" and atom_kinds is not None \
                 and atom_kinds.get(s["line"]) == "red":
             s["op"] = "red"
+        if s["space"] == "global" and s["op"] in ("atom", "red") and getattr(atom_kinds, "aggregated", False):
+            s["sectors"] = s["requests"]  # one lane per warp, one sector per request
 
     metrics: dict[str, float] = {}
     for op in ("ld", "st", "atom", "red"):
@@ -248,7 +270,7 @@ def analyze(raw: dict, rec: Recorder, lib, params, block: tuple, atom_kinds: dic
                "shared": raw["atomics_shared"], "address": hot, "address_count": hot_count if hot else 0}
     out = {"metrics": metrics, "sites": site_list, "bytes_needed": raw["bytes_read"] + raw["bytes_written"],
            "bytes_moved": sectors_total * SECTOR, "atomics": atomics, "branches": branches}
-    out["summary"] = summarize(site_list, branches, atomics, block)
+    out["summary"] = summarize(site_list, branches, atomics, grid, block)
     out["trace"], out["trace_names"] = _trace(raw, rec, params, lines)
     return out
 
@@ -257,12 +279,10 @@ def _trace(raw, rec: Recorder, params, lines):
     t = raw["trace"]
     if t is None or raw["trace_overflow"]:
         return None, None
-    T = {f: i for i, f in enumerate(TRACE_FIELDS)}
-    thread = t[:, T["thread"]]
-    space = t[:, T["space"]]
-    offset = t[:, T["offset"]].clone()
+    cols = dict(zip(TRACE_FIELDS, t.t().contiguous()))  # one contiguous row per field
+    thread, space, region = cols["thread"], cols["space"], cols["region"]
+    offset = cols["offset"]
     arg = torch.full_like(thread, -1)
-    region = t[:, T["region"]]
     for r, reg in enumerate(rec.regions):
         sel = (space == 0) & (region == r)
         if not bool(sel.any()):
@@ -276,17 +296,16 @@ def _trace(raw, rec: Recorder, params, lines):
                 k, off, _ = rec.argument_at(r, int(offset[i]))
                 arg[i], offset[i] = k, off
     line_of = torch.tensor([ln or 0 for ln in lines] or [0], dtype=torch.int64)
-    pcid = t[:, T["pcid"]].clamp(max=len(line_of) - 1)
-    shared_array = t[:, T["shared_array"]]
+    pcid = cols["pcid"].clamp(max=len(line_of) - 1)
+    shared_array = cols["shared_array"]
     # (the dense index of the shared array among the names below, -1 for global accesses)
-    ids = sorted(i for i in set(shared_array.tolist()) if i >= 0)
+    ids = [i for i in torch.unique(shared_array).tolist() if i >= 0]
     dense = torch.full_like(shared_array, -1)
     for j, i in enumerate(ids):
         dense[shared_array == i] = j
-    trace = {"block": t[:, T["block"]].clone(), "thread": thread.clone(), "warp": thread // 32, "lane": thread % 32,
-             "space": space.clone(), "op": t[:, T["op"]].clone(), "arg": arg, "offset": offset,
-             "size": t[:, T["size"]].clone(), "line": line_of[pcid], "instr": t[:, T["instr"]].clone(),
-             "shared_array": dense}
+    trace = {"block": cols["block"], "thread": thread, "warp": thread // 32, "lane": thread % 32,
+             "space": space, "op": cols["op"], "arg": arg, "offset": offset, "size": cols["size"],
+             "line": line_of[pcid], "instr": cols["instr"], "shared_array": dense}
     names: dict = {k: p.name for k, p in enumerate(params)}
     shared = [raw["shared_names"].get(i, "shared memory") for i in ids]
     if shared:
@@ -308,7 +327,7 @@ def _num(x: float) -> str:
     return f"{x:.0f}" if abs(x - round(x)) < 0.05 else f"{x:.1f}"
 
 
-def summarize(sites: list[dict], branches: dict, atomics: dict, block: tuple) -> list[str]:
+def summarize(sites: list[dict], branches: dict, atomics: dict, grid: tuple, block: tuple) -> list[str]:
     """Plain-English sentences about the wasteful sites, worst first."""
     found: list[tuple[float, str]] = []
     for s in sites:
@@ -316,7 +335,9 @@ def summarize(sites: list[dict], branches: dict, atomics: dict, block: tuple) ->
         if not s["requests"]:
             continue
         partial = s["lanes"] < 0.9 * s["possible_lanes"]
-        if s["space"] == "global" and s["sectors"] > s["ideal_sectors"] * 1.2 + 0.5:
+        # (an atomic's extra sectors are its lanes' turns on one address: the sentence on
+        # contention below says it)
+        if s["space"] == "global" and s["op"] in ("ld", "st") and s["sectors"] > s["ideal_sectors"] * 1.2 + 0.5:
             per, ideal = s["sectors"] / s["requests"], s["ideal_sectors"] / s["requests"]
             stride, size = s["stride_bytes"], s["size"]
             if partial:
@@ -334,13 +355,13 @@ def summarize(sites: list[dict], branches: dict, atomics: dict, block: tuple) ->
                           f"{_num(max(ideal, 1))} would do: {why}"))
         if s["space"] == "shared" and s["bank_conflicts"] > 0:
             per, ideal = s["worst_wavefronts"], max(1, round(s["ideal_wavefronts"] / s["requests"]))
-            stride = s["stride_bytes"]
+            stride = s["worst_stride"]
             hint = ""
-            if stride and stride % 4 == 0 and (stride // 4) % 2 == 0 and stride // 4 >= 2:
-                words = stride // 4
+            if stride and stride % 4 == 0 and (stride // 4) % 2 == 0:
+                words = abs(stride) // 4
                 hint = (f"; pad the row to {words + 1}" if words % 32 == 0 else
-                        f"; neighbouring lanes are {words} words apart, an odd distance (e.g. {words + 1}) "
-                        "spreads them over all banks")
+                        f"; neighbouring lanes are {words} words apart, so lanes {32 // math.gcd(words, 32)} "
+                        "apart share a bank: have neighbouring lanes use neighbouring words")
             what = f"{s['worst_lanes']} lanes hit bank {s['worst_bank']}" if s["worst_bank"] is not None else ""
             found.append((s["bank_conflicts"] * SECTOR,
                           f"the {_noun(s['op'])} {'to' if s['op'] != 'ld' else 'of'} {where} takes {per} wavefronts "
@@ -355,9 +376,13 @@ def summarize(sites: list[dict], branches: dict, atomics: dict, block: tuple) ->
             b[1] += s["lanes"]
             b[2] += s["possible_lanes"]
     shown = False
+    all_req = sum(b[0] for b in by_line.values())
     for line, (n_req, n_lanes, n_possible) in sorted(by_line.items()):
         if n_lanes < 0.9 * n_possible:
             shown = True
+        # (a line that runs rarely, such as one thread per block writing the block's result, is
+        # no waste worth a sentence)
+        if n_lanes < 0.9 * n_possible and n_req >= 0.05 * all_req:
             found.append(((n_possible - n_lanes) / 32 * SECTOR,
                           f"line {line} runs with {_num(n_lanes / n_req)} of {_num(n_possible / n_req)} lanes per "
                           "warp on average: a branch sends the threads of one warp different ways (divergence), "
@@ -373,7 +398,8 @@ def summarize(sites: list[dict], branches: dict, atomics: dict, block: tuple) ->
     if nthreads % 32:
         found.append((0, f"blocks of {nthreads} threads: the last warp of each block has only {nthreads % 32} of 32 "
                          "lanes; a multiple of 32 threads per block keeps every lane busy"))
-    if atomics["address"] and atomics["address_count"] >= 32:
+    nblocks = grid[0] * grid[1] * grid[2]
+    if atomics["address"] and atomics["address_count"] >= 32 and atomics["address_count"] > nblocks:
         found.append((atomics["address_count"] * SECTOR,
                       f"{atomics['address_count']} atomic updates of `{atomics['address']}` all go to one address "
                       "and are serialized: combine values within each block first (shared memory or warp "
@@ -397,7 +423,8 @@ def gpu_compile_info(kernel, arch: str = "sm_90") -> dict:
     nv = tc.nvrtc()
     if nv is None:
         return {}
-    key = tc.cache_key("profile-info", kernel.text, kernel.name, arch, nv.version, tc.headers_digest(kernel.include_dir))
+    key = tc.cache_key("profile-info", kernel.text, kernel.name, arch, nv.version,
+                       tc.headers_digest(kernel.include_dir))
     if key in _GPU_INFO:
         return _GPU_INFO[key]
     path = Path(paths.CACHE_DIR) / "profile-info" / f"{key}.json"
@@ -436,16 +463,29 @@ def atom_kinds_from_sass(sass: str):
     if not kinds:
         return {}
     if len(kinds) == 1:
-        return _AllKinds(kinds.pop())
+        return _AllKinds(kinds.pop(), aggregated=atomics_aggregated(sass))
     return None
+
+
+def atomics_aggregated(sass: str) -> bool:
+    """Whether nvcc aggregated the kernel's global atomics across the warp. For an integer
+    atomic (add, sub, min, max, and, or, xor) to an address that is the same for every thread,
+    nvcc counts the active lanes (VOTEU.ANY), combines their operands (POPC of the vote for a
+    constant, REDUX for values), and one lane issues the atomic under a predicate: the hardware
+    sees one lane per warp, so 1 sector per request (Nsight Compute on an H100: 2048 requests,
+    2048 sectors for 2^16 threads' atomicAdd(counter, 1), against 32 sectors per request for a
+    float atomicAdd, which is never aggregated)."""
+    return bool(re.search(r"\bVOTEU\.ANY\b", sass) and re.search(r"\b(U?POPC|REDUX)\b", sass)
+                and re.search(r"@!?P\d\s+(REDG|ATOMG)\.", sass))
 
 
 class _AllKinds(dict):
     """Every line's global atomics are of one kind."""
 
-    def __init__(self, kind: str):
+    def __init__(self, kind: str, aggregated: bool = False):
         super().__init__()
         self.kind = kind
+        self.aggregated = aggregated  # one lane per warp issues them (see atomics_aggregated)
 
     def get(self, key, default=None):
         return self.kind
@@ -464,11 +504,13 @@ NCU_METRICS = [GLOBAL.format(what=w, op=op) for w in ("requests", "sectors") for
 
 
 def find_ncu() -> str | None:
-    """``ncu`` on PATH, else in $CUDA_HOME/bin (or /usr/local/cuda/bin)."""
+    """``ncu`` on PATH, else in $CUDA_HOME/bin (or $CUDA_PATH, /usr/local/cuda*/bin)."""
     found = shutil.which("ncu")
     if found:
         return found
-    for home in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
+    homes = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda",
+             *sorted(str(p) for p in Path("/usr/local").glob("cuda-*"))[::-1]]
+    for home in homes:
         if home and Path(home, "bin", "ncu").exists():
             return str(Path(home, "bin", "ncu"))
     return None
@@ -485,7 +527,8 @@ def _number(value: str, unit: str):
         x = float(v)
     except ValueError:
         return None
-    m = re.fullmatch(r"([kKMGTmun]?)(byte|sector|request|inst|warp|block|register|thread|wavefront|cycle|B)?", unit or "")
+    m = re.fullmatch(r"([kKMGTmun]?)(byte|sector|request|inst|warp|block|register|thread|wavefront|cycle|B)?",
+                     unit or "")
     if m and m.group(2) and m.group(1):
         x *= _UNIT_SCALE[m.group(1)]
     return int(x) if x.is_integer() and "." not in v else x
@@ -550,14 +593,17 @@ def run_ncu(kernel, grid, block, shared: int, args, timeout: float = 600) -> dic
         source = kernel.filename if kernel.include_dir is not None else kernel.text
         torch.save({"source": source, "name": kernel.name, "grid": grid, "block": block, "shared": shared,
                     "args": list(args)}, spec)
+        log = Path(d, "ncu.csv")  # (the CSV apart from the program's own output)
         cmd = [ncu, "--csv", "--page", "raw", "--print-units", "base", "--metrics", ",".join(NCU_METRICS),
                "--kernel-name-base", "function", "--kernel-name", f"regex:^{re.escape(base)}$",
-               "--launch-count", "1", sys.executable, str(script), str(spec), str(paths.ROOT)]
+               "--launch-count", "1", "--log-file", str(log), sys.executable, str(script), str(spec),
+               str(paths.ROOT)]
         env = dict(os.environ, COURSE_SIMULATE="0")
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
-        launches = parse_ncu_csv(proc.stdout)
+        text = log.read_text() if log.exists() else proc.stdout
+        launches = parse_ncu_csv(text)
         if proc.returncode != 0 or not launches:
-            tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
+            tail = "\n".join((text + proc.stdout + proc.stderr).strip().splitlines()[-15:])
             raise RuntimeError(f"Nsight Compute could not profile {kernel.name} (exit code {proc.returncode}):\n{tail}")
         out = Path(str(spec) + ".out")
         if out.exists():

@@ -231,9 +231,16 @@ _EXTERN_SHARED = re.compile(
     r"([A-Za-z_][\w:<>, ]*?)\s*(?:__align__\s*\([^)]*\)\s*)?([A-Za-z_]\w*)\s*\[\s*\]\s*;")
 
 
+#: the other order of the words, as some published code writes it: `extern float __shared__ s[];`
+_EXTERN_SHARED_AFTER_TYPE = re.compile(
+    r"extern\s+(?!__shared__)([A-Za-z_][\w:<>, ]*?)\s+__shared__\s+(?:__align__\s*\([^)]*\)\s*)?([A-Za-z_]\w*)"
+    r"\s*\[\s*\]\s*;")
+
+
 def _rewrite_extern_shared(text: str) -> str:
     # All `extern __shared__` arrays of a kernel alias the one dynamic buffer sized by the
     # launch, as on a GPU.
+    text = _EXTERN_SHARED_AFTER_TYPE.sub(lambda m: f"extern __shared__ {m.group(1)} {m.group(2)}[];", text)
     return _EXTERN_SHARED.sub(
         lambda m: f"{m.group(1)}* const {m.group(2)} = ({m.group(1)}*)::emu::dyn_shared(\"{m.group(2)}\", "
                   f"sizeof({m.group(1)}));", text)
@@ -355,6 +362,12 @@ OPTIONAL_HEADERS = {"cuda_fp16.h": "__half (cuda_fp16.h)", "cuda_bf16.h": "__nv_
                     "mma.h": "wmma / tensor-core fragments (mma.h)", "cuda_pipeline.h": "cuda_pipeline.h (memcpy_async)",
                     "cuda/pipeline": "cuda::pipeline", "cuda/barrier": "cuda::barrier",
                     "cooperative_groups/memcpy_async.h": "cooperative_groups::memcpy_async"}
+#: NVIDIA's libraries, which run their own GPU code: never in the emulator. Each has a header
+#: of its name in emu/ that stops with the same error where a header of the kernel's project
+#: includes it (the kernel's own file gets it from check_supported, without g++).
+LIBRARY_HEADERS = {"cublas_v2.h": "cuBLAS", "cublas.h": "cuBLAS", "cublasLt.h": "cuBLASLt", "cufft.h": "cuFFT",
+                   "curand.h": "cuRAND", "curand_kernel.h": "cuRAND", "cusparse.h": "cuSPARSE",
+                   "cusolverDn.h": "cuSOLVER", "cudnn.h": "cuDNN", "nccl.h": "NCCL"}
 _INCLUDE = re.compile(r"^[ \t]*#[ \t]*include[ \t]*[<\"]([^>\"]+)[>\"]", re.M)
 EMU_HEADER_DIR = Path(__file__).resolve().parent / "emu"
 
@@ -364,9 +377,11 @@ def check_supported(text: str) -> None:
     of g++ errors about names it never declared)."""
     for m in _INCLUDE.finditer(text):
         name = m.group(1)
-        if name in OPTIONAL_HEADERS and not (EMU_HEADER_DIR / name).exists():
+        what = f"{LIBRARY_HEADERS[name]} ({name})" if name in LIBRARY_HEADERS else \
+            OPTIONAL_HEADERS[name] if name in OPTIONAL_HEADERS and not (EMU_HEADER_DIR / name).exists() else None
+        if what:
             line = text.count("\n", 0, m.start()) + 1
-            raise CudaCompileError(f"line {line}: the CPU emulator does not support {OPTIONAL_HEADERS[name]} "
+            raise CudaCompileError(f"line {line}: the CPU emulator does not support {what} "
                                    f"(#include <{name}>); this kernel runs only on a GPU")
     for pattern, what in ((r"\bcudaLaunchCooperativeKernel\b|\bthis_grid\s*\(", "grid-wide synchronization (this_grid)"),
                           (r"\btex[123]D\w*\s*<|\bcudaTextureObject_t\b", "textures"),

@@ -460,7 +460,8 @@ _DEVICE_MARK = re.compile(r"\b(__global__|__device__|__constant__|__managed__)\b
 #: runtime and the course's host macros. Other top-level declarations (types, constants, plain
 #: helper functions) stay, so that a kernel calling a host helper is rejected as nvcc would.
 _HOST_ONLY = re.compile(r"\b(torch|at|c10|pybind11|py|std)\s*(::|;)|\b(PYBIND11|TORCH|AT|C10)_|<<<|"
-                        r"\bcuda[A-Z]\w*\s*\(|\b(CUDA_CHECK|CHECK_INPUT)\b")
+                        r"\bcuda[A-Z]\w*\s*\(|\b(CUDA_CHECK|CHECK_INPUT)\b|"
+                        r"\b(cublas|cublasLt|cufft|cusparse|cusolver|cudnn|nccl)[A-Z]\w*")  # NVIDIA's host libraries
 #: Headers a kernel may need, which NVRTC has; every other <...> header is host code.
 _DEVICE_HEADERS = re.compile(r'^\s*#\s*include\s*(<(cooperative_groups|cuda_fp16\.h|cuda_bf16\.h|mma\.h|'
                              r'cuda_pipeline|cuda/)[^>]*>|"common\.h")')

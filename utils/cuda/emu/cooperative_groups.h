@@ -25,11 +25,19 @@ public:
     dim3 dim_threads() const { return group_dim(); }
 };
 inline thread_block this_thread_block() { return thread_block(); }
+// Scratch memory that a GPU needs for tiles wider than a warp; the emulator needs none.
+template <unsigned MaxBlockSize = 1024, unsigned TileCommunicationSize = 8, unsigned MaxTileSize = 32>
+struct block_tile_memory { unsigned char unused; };
+template <unsigned A, unsigned B, unsigned C> inline thread_block this_thread_block(block_tile_memory<A, B, C>&) {
+    return thread_block();
+}
 inline void sync(const thread_block& g) { g.sync(); }
 
 // A tile of N consecutive threads (N divides 32): the lanes [k*N, k*N+N) of a warp.
 template <unsigned N> class thread_block_tile {
-    static_assert(N >= 1 && N <= 32 && (N & (N - 1)) == 0, "tiled_partition<N>: N must be a power of two <= 32");
+    static_assert(N >= 1 && N <= 32 && (N & (N - 1)) == 0,
+                  "tiled_partition<N>: the CPU emulator does not support tiles of more than 32 threads (N must be "
+                  "a power of two <= 32; a tile wider than a warp runs only on a GPU)");
     unsigned lane() const { return (unsigned)(thread_block().thread_rank() & 31); }
 public:
     unsigned mask() const { return N == 32 ? 0xffffffffu : (((1u << N) - 1u) << (lane() & ~(N - 1))); }
@@ -39,10 +47,29 @@ public:
     unsigned long long num_threads() const { return N; }
     unsigned long long meta_group_rank() const { return thread_block().thread_rank() / N; }
     unsigned long long meta_group_size() const { return (thread_block().size() + N - 1) / N; }
-    template <class T> T shfl(T v, int src) const { return __shfl_sync(mask(), v, src, N); }
-    template <class T> T shfl_up(T v, unsigned d) const { return __shfl_up_sync(mask(), v, d, N); }
-    template <class T> T shfl_down(T v, unsigned d) const { return __shfl_down_sync(mask(), v, d, N); }
-    template <class T> T shfl_xor(T v, unsigned m) const { return __shfl_xor_sync(mask(), v, m, N); }
+    // A tile shuffles values of any trivially copyable type (uint4, a struct), 8 bytes at a time.
+    template <class T> T shfl(T v, int src) const {
+        return chunks(v, [&](unsigned long long w) { return __shfl_sync(mask(), w, src, N); });
+    }
+    template <class T> T shfl_up(T v, unsigned d) const {
+        return chunks(v, [&](unsigned long long w) { return __shfl_up_sync(mask(), w, d, N); });
+    }
+    template <class T> T shfl_down(T v, unsigned d) const {
+        return chunks(v, [&](unsigned long long w) { return __shfl_down_sync(mask(), w, d, N); });
+    }
+    template <class T> T shfl_xor(T v, unsigned m) const {
+        return chunks(v, [&](unsigned long long w) { return __shfl_xor_sync(mask(), w, m, N); });
+    }
+private:
+    template <class T, class F> static T chunks(T v, F move) {
+        static_assert(std::is_trivially_copyable<T>::value, "a tile shuffles trivially copyable types only");
+        unsigned long long w[(sizeof(T) + 7) / 8] = {};
+        memcpy(w, &v, sizeof(T));
+        for (auto& x : w) x = move(x);
+        memcpy(&v, w, sizeof(T));
+        return v;
+    }
+public:
     int any(int p) const { return __any_sync(mask(), p); }
     int all(int p) const { return __all_sync(mask(), p); }
     unsigned ballot(int p) const { return __ballot_sync(mask(), p) >> (lane() & ~(N - 1)); }

@@ -514,8 +514,9 @@ inline dim3 blockDim, gridDim;
 //   * shared memory or same block: different threads and no barrier between them (no
 //     __syncthreads(), and for two lanes of one warp no warp collective of both);
 //   * global memory: different blocks of one launch (blocks cannot wait for each other),
-//     except a read after a __threadfence() by a block that has done an atomic since (the
-//     "last block" pattern of the CUDA samples).
+//     except a read or write, after a __threadfence(), of what another block wrote, by a block
+//     that has done an atomic since (the "last block" pattern of the CUDA samples: the
+//     fence and the atomic ticket order the earlier blocks' writes before the last block's).
 // Time is one counter, bumped at each block start, barrier and warp collective: an
 // access records the value at its thread's last synchronization ("interval"). The first
 // race stops the launch; the Python side turns the addresses into source lines.
@@ -662,7 +663,7 @@ EMU_NOTSAN inline uint32_t race_now() {
 EMU_NOTSAN inline bool race_conflict(const RaceCell& c, bool then_write, bool now_write) {
     int tid = S.cur;
     if (c.seq < R.block_start) {  // another block of this launch (global memory only)
-        if (then_write && !now_write && R.fence_seq > c.seq && R.block_atomic) return false;
+        if (then_write && R.fence_seq > c.seq && R.block_atomic) return false;
         return true;
     }
     if ((int)c.tid == tid || R.bar_seq > c.seq) return false;
@@ -772,7 +773,7 @@ EMU_NOTSAN inline void race_access(const volatile void* p, unsigned n, int kind,
         if (off < R.g[i].len) { race_check(R.g[i].shadow, off, n, kind, (uintptr_t)pc, i, a); return; }
     }
 }
-inline void prof_access(const volatile void* p, unsigned n, int kind, void* pc);
+inline void prof_access(const volatile void* p, unsigned n, int kind, void* pc, unsigned piece = 0);
 inline void race_atomic(const volatile void* p, unsigned n, void* pc) {
     if (R.active) { if (!((uintptr_t)p - R.sh_lo < R.sh_len)) R.block_atomic = 1; race_access(p, n, 2, pc); }
 #if defined(EMU_PROFILE)
@@ -802,6 +803,7 @@ struct ProfRec { uint64_t key; uintptr_t addr; uint32_t size; int16_t region; ui
 struct ProfSite {
     long long requests, sectors, ideal_sectors, wavefronts, ideal_wavefronts, lanes, possible_lanes, bytes;
     long long kind, size, region, stride, has_stride, worst_wavefronts, worst_bank, worst_lanes, used, first_offset;
+    long long worst_stride, has_worst_stride;  // between the first two active lanes of the worst request
 };
 // Per code address of a basic block: warp-level instances, lanes that ran them, lanes that existed.
 struct ProfBB { long long instances, lanes, possible_lanes; };
@@ -835,8 +837,10 @@ struct Prof {
 };
 inline Prof P;
 
-EMU_NOTSAN inline int prof_pcid(uintptr_t pc) {
-    unsigned long long off = pc - P.lib_base;
+// `piece`: the part of an access split as a GPU would do it (see prof_access_split), each its own
+// instruction; kept in the key's top bits (the Python side masks them off for the source line).
+EMU_NOTSAN inline int prof_pcid(uintptr_t pc, unsigned piece = 0) {
+    unsigned long long off = (pc - P.lib_base) | ((unsigned long long)piece << 48);
     unsigned h = (unsigned)((off * 0x9E3779B97F4A7C15ULL) >> 50) & (kProfHash - 1);
     for (;;) {
         int v = P.hash[h];
@@ -891,7 +895,7 @@ EMU_NOTSAN inline void prof_atomic_addr(uintptr_t a) {
 }
 
 // kind: 0 load, 1 store, 2 atomic.
-EMU_NOTSAN inline void prof_access(const volatile void* p, unsigned n, int kind, void* pc) {
+EMU_NOTSAN inline void prof_access(const volatile void* p, unsigned n, int kind, void* pc, unsigned piece) {
     if (!P.active || S.cur < 0) return;
     uintptr_t a = (uintptr_t)p;
     int space, region = -1;
@@ -911,7 +915,7 @@ EMU_NOTSAN inline void prof_access(const volatile void* p, unsigned n, int kind,
         else prof_set_bits(g.rd, off, m);
         if (kind == 2) { P.atomics_global++; prof_atomic_addr(a); }
     }
-    int id = prof_pcid((uintptr_t)pc);
+    int id = prof_pcid((uintptr_t)pc, piece);
     uint32_t k = prof_count(id);
     if (k > (1u << 26) - 1) k = (1u << 26) - 1;
     if (P.log_n == P.log_cap) {
@@ -922,6 +926,18 @@ EMU_NOTSAN inline void prof_access(const volatile void* p, unsigned n, int kind,
     // sorted by warp, code address, execution count, space, thread: an instance is a run
     r.key = ((uint64_t)(S.cur >> 5) << 49) | ((uint64_t)id << 37) | ((uint64_t)k << 11) | ((uint64_t)space << 10) | (uint64_t)S.cur;
     r.addr = a; r.size = n; r.region = (int16_t)region; r.kind = (uint8_t)kind; r.space = (uint8_t)space;
+}
+
+// An access that g++ reports as unaligned for its size, or as a byte range: a struct without the
+// alignment of a vector type (12 bytes of `struct {float x, y, z;}`, 8 of `{float a, b;}`). A GPU
+// cannot load it with one wide instruction and loads each field: split it into 4-byte (or
+// smaller) pieces, each its own instruction. (float2, float4, double and the like are aligned
+// to their size: g++ reports them as one access, as a GPU loads them with one instruction.)
+EMU_NOTSAN inline void prof_access_split(const volatile void* p, unsigned n, int kind, void* pc) {
+    if (!P.active) return;
+    unsigned piece = n % 4 == 0 ? 4 : n % 2 == 0 ? 2 : 1;
+    if (n <= 4 || n / piece > 32) { prof_access(p, n, kind, pc); return; }
+    for (unsigned j = 0; j < n / piece; ++j) prof_access((const volatile char*)p + j * piece, piece, kind, pc, j + 1);
 }
 
 EMU_NOTSAN inline int prof_cmp_u64(const void* x, const void* y) {
@@ -989,6 +1005,25 @@ EMU_NOTSAN inline void prof_instance(const ProfRec* r, size_t b, size_t e) {
             else if (spans[2 * i + 1] > cur_hi) cur_hi = spans[2 * i + 1];
         }
         need += cur_hi - cur_lo;
+        if (r[b].kind == 2) {
+            // Atomics: lanes that update the same address are served one after the other, and
+            // Nsight Compute counts a sector per turn (32 for a warp's atomicAdd to one address,
+            // on an H100): per sector, the most lanes on one of its addresses.
+            static uint64_t addrs[64];
+            size_t na = 0;
+            for (size_t i = b; i < e && na < 64; ++i) addrs[na++] = r[i].addr;
+            qsort(addrs, na, sizeof(uint64_t), prof_cmp_u64);
+            long long turns = 0, run = 0, best = 0;
+            uint64_t sector = ~(uint64_t)0;
+            for (size_t i = 0; i < na; ++i) {
+                const ProfRegion& g = P.g[r[b].region];
+                uint64_t sec = (addrs[i] - g.lo + g.phase) >> 5;
+                if (sec != sector) { turns += best; best = 0; sector = sec; run = 0; }
+                run = (i > 0 && addrs[i] == addrs[i - 1]) ? run + 1 : 1;
+                if (run > best) best = run;
+            }
+            distinct = (size_t)(turns + best);
+        }
         s.sectors += (long long)distinct;
         s.ideal_sectors += (long long)((need + 31) / 32);
     } else {
@@ -1009,6 +1044,8 @@ EMU_NOTSAN inline void prof_instance(const ProfRec* r, size_t b, size_t e) {
                 for (uintptr_t w = w0; w <= w1; ++w) if ((int)(w & 31) == wbank) { wl++; break; }
             }
             s.worst_wavefronts = worst; s.worst_bank = wbank; s.worst_lanes = wl;
+            s.has_worst_stride = e - b >= 2;
+            s.worst_stride = e - b >= 2 ? (long long)(r[b + 1].addr - r[b].addr) : 0;
         }
     }
     if (s.requests == 1) {  // the first instance describes the site
@@ -1735,7 +1772,8 @@ template <class... P> struct Launch {
     int line;
     emu_launch_params p;
     template <class... A> void operator()(A... a) {
-        static_assert(sizeof...(A) == sizeof...(P), "wrong number of arguments in a kernel launch");
+        static_assert(sizeof...(A) == sizeof...(P), "wrong number of arguments in a kernel launch (in the CPU "
+                      "emulator a launch passes every argument: it does not support a kernel's default arguments)");
         auto body = [this, a...]() { k(a...); };
         typedef decltype(body) F;
         p.schedule = schedule_mode;
@@ -1897,6 +1935,7 @@ static inline cudaError_t cudaGetDevice(int* d) { *d = 0; return cudaSuccess; }
 static inline cudaError_t cudaSetDevice(int) { return cudaSuccess; }
 static inline cudaError_t cudaDeviceReset() { return cudaSuccess; }
 static inline const char* cudaGetErrorName(cudaError_t e) { return e == cudaSuccess ? "cudaSuccess" : "cudaErrorLaunchFailure"; }
+#include "cuda_emu_device_api.h"  // device queries and attributes (cudaDeviceProp, ...)
 
 // What torch extensions call around a launch. The adapter removes the CUDA-only includes
 // (c10/cuda/..., ATen/cuda/...), so the names they would declare are provided here.
@@ -1931,21 +1970,25 @@ extern "C" {
 #if defined(EMU_PROFILE)
 #define EMU_ACCESS(p, n, kind) do { void* pc_ = __builtin_return_address(0); emu::race_access(p, n, kind, pc_); \
                                     emu::prof_access(p, n, kind, pc_); } while (0)
+#define EMU_ACCESS_SPLIT(p, n, kind) do { void* pc_ = __builtin_return_address(0); emu::race_access(p, n, kind, pc_); \
+                                          emu::prof_access_split(p, n, kind, pc_); } while (0)
 #else
 #define EMU_ACCESS(p, n, kind) emu::race_access(p, n, kind, __builtin_return_address(0))
+#define EMU_ACCESS_SPLIT(p, n, kind) EMU_ACCESS(p, n, kind)
 #endif
 #define EMU_TSAN_RW(N)                                                                                   \
     EMU_NOTSAN void __tsan_read##N(void* p) { EMU_ACCESS(p, N, 0); }  \
     EMU_NOTSAN void __tsan_write##N(void* p) { EMU_ACCESS(p, N, 1); } \
-    EMU_NOTSAN void __tsan_unaligned_read##N(void* p) { EMU_ACCESS(p, N, 0); }  \
-    EMU_NOTSAN void __tsan_unaligned_write##N(void* p) { EMU_ACCESS(p, N, 1); } \
+    EMU_NOTSAN void __tsan_unaligned_read##N(void* p) { EMU_ACCESS_SPLIT(p, N, 0); }  \
+    EMU_NOTSAN void __tsan_unaligned_write##N(void* p) { EMU_ACCESS_SPLIT(p, N, 1); } \
     EMU_NOTSAN void __tsan_volatile_read##N(void* p) { EMU_ACCESS(p, N, 0); }  \
     EMU_NOTSAN void __tsan_volatile_write##N(void* p) { EMU_ACCESS(p, N, 1); }
 EMU_TSAN_RW(1) EMU_TSAN_RW(2) EMU_TSAN_RW(4) EMU_TSAN_RW(8) EMU_TSAN_RW(16)
 #undef EMU_TSAN_RW
-EMU_NOTSAN void __tsan_read_range(void* p, unsigned long n) { EMU_ACCESS(p, (unsigned)n, 0); }
-EMU_NOTSAN void __tsan_write_range(void* p, unsigned long n) { EMU_ACCESS(p, (unsigned)n, 1); }
+EMU_NOTSAN void __tsan_read_range(void* p, unsigned long n) { EMU_ACCESS_SPLIT(p, (unsigned)n, 0); }
+EMU_NOTSAN void __tsan_write_range(void* p, unsigned long n) { EMU_ACCESS_SPLIT(p, (unsigned)n, 1); }
 #undef EMU_ACCESS
+#undef EMU_ACCESS_SPLIT
 EMU_NOTSAN void __tsan_init() {}
 EMU_NOTSAN void __tsan_func_entry(void*) {}
 EMU_NOTSAN void __tsan_func_exit() {}

@@ -1,0 +1,2 @@
+// cublas_v2.h in the CPU emulator: cuBLAS runs its own GPU code, which the emulator cannot.
+#error "the CPU emulator does not support cuBLAS (cublas_v2.h); this code runs only on a GPU"

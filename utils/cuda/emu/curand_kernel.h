@@ -1,0 +1,2 @@
+// curand_kernel.h in the CPU emulator: cuRAND runs its own GPU code, which the emulator cannot.
+#error "the CPU emulator does not support cuRAND (curand_kernel.h); this code runs only on a GPU"
