@@ -169,3 +169,80 @@ def test_display():
     assert "Block limit registers" in text
     page = o._repr_html_()
     assert page.startswith("<b>") and "<table>" in page and "Block limit shared memory" in page
+
+
+def _recorded(name):
+    return utils.RESULTS_DIR / name
+
+
+def _recorded_ncu_cases():
+    import json
+    path = _recorded("ncu-h100.json")
+    if not path.exists():
+        return []
+    rec = json.loads(path.read_text())
+    return [pytest.param(c["ncu"], id=name) for name, c in rec.get("cases", {}).items()
+            if "launch__occupancy_limit_warps" in c.get("ncu", {})]
+
+
+def _bytes(v):
+    # ncu's raw page may scale shared memory to Kbyte (1.02 for 1024 bytes): back to bytes
+    return int(round(v * 1000)) if isinstance(v, float) and v != int(v) else int(v or 0)
+
+
+@pytest.mark.parametrize("ncu", _recorded_ncu_cases() or [pytest.param(None, marks=pytest.mark.skip(
+    reason="benchmarks/results/ncu-h100.json is not recorded in this copy"))])
+def test_agrees_with_nsight_compute_on_the_h100(ncu):
+    """The launches recorded under Nsight Compute on the H100: the same limits and occupancy
+    from the same block size, registers and shared memory, with the shared-memory limit counted
+    against the carveout the driver configured for the launch (launch__shared_mem_config_size)."""
+    if "launch__block_size" not in ncu:
+        pytest.skip("this recording has no launch__block_size")
+    smem = _bytes(ncu.get("launch__shared_mem_per_block_static")) + \
+        _bytes(ncu.get("launch__shared_mem_per_block_dynamic"))
+    block, regs = int(ncu["launch__block_size"]), int(ncu["launch__registers_per_thread"])
+    o = utils.occupancy(block, regs, smem, carveout=ncu.get("launch__shared_mem_config_size"))
+    assert o.limits == {k: ncu[k] for k in o.limits}
+    assert 100 * o.theoretical == pytest.approx(ncu["sm__maximum_warps_per_active_cycle_pct"], abs=0.1)
+    # at the calculator's default (largest) carveout the shared-memory limit is never lower
+    default = utils.occupancy(block, regs, smem)
+    assert default.limits["launch__occupancy_limit_shared_mem"] >= ncu["launch__occupancy_limit_shared_mem"]
+
+
+def _ncu_curve(text, title):
+    """The values of one "Impact of Varying ..." table of Nsight Compute's occupancy section."""
+    import re
+    i = text.index(f"Table Name : {title}")
+    body = text[text.index("(", i) + 1:text.index(")", i)]
+    return [float(v) for v in re.split(r"[;\s]+", body) if v]
+
+
+def test_agrees_with_nsight_compute_occupancy_curves():
+    """ncu's occupancy section of sum_interleaved_kernel on the H100 (256 threads, 16 registers,
+    1 KiB of dynamic shared memory, a 32 KiB carveout) tabulates the occupancy, in whole
+    percent, for every register count from 0 to 256 and every block size from 0 to 1024 in
+    steps of 16: the calculator must give the same at each."""
+    import re
+    path = _recorded("ncu-h100-sections.txt")
+    if not path.exists():
+        pytest.skip(f"benchmarks/results/{path.name} is not recorded in this copy")
+    text = path.read_text()
+
+    def value(label):
+        return float(re.search(rf"^\s*{label}\s+(?:\S+\s+)?([\d.,]+)\s*$", text, re.M).group(1).replace(",", ""))
+    block, regs = int(value("Block Size")), int(value("Registers Per Thread"))
+    # ncu prints these in Kbyte (1000 bytes) with two decimals: 1.02, 32.77. Shared memory is
+    # allocated in units of 128 bytes, so the nearest multiple of 128 is the exact value.
+    smem = 128 * round(1000 * value("Dynamic Shared Memory Per Block") / 128)
+    carveout = 128 * round(1000 * value("Shared Memory Configuration Size") / 128)
+    assert (smem, carveout) == (1024, 32 * 1024)
+    assert (block, regs) == (256, 16)
+
+    def pct(b, r):
+        return int(100 * utils.occupancy(b, r, smem, carveout=carveout).theoretical)
+    by_regs = _ncu_curve(text, "Impact of Varying Register Count Per Thread")
+    assert len(by_regs) == 257
+    assert [pct(block, r) for r in range(1, 256)] == by_regs[1:256]
+    by_block = _ncu_curve(text, "Impact of Varying Block Size")
+    assert len(by_block) == 65
+    assert [pct(16 * k, regs) for k in range(1, 65)] == by_block[1:]

@@ -197,3 +197,178 @@ def test_figure_shows_once_in_a_notebook(monkeypatch):
     fig._ipython_display_()
     assert len(shown) == 1 and shown[0].data[:8] == b"\x89PNG\r\n\x1a\n"
     assert not plt.fignum_exists(fig.number)  # nothing left for a second display
+
+
+# --- pictures of a profiled launch, from a trace shaped like utils.profile's p.trace -------
+def make_trace(accesses, names):
+    """A profile-like object from (block, thread, space, op, arg, offset, size, line, it)
+    tuples, where `it` counts the times a thread ran that line; one warp's lanes with the same
+    (line, it) form one instruction instance, as the contract's `instr` says."""
+    import types
+
+    import torch
+    cols = {c: [] for c in ("block", "thread", "warp", "lane", "space", "op", "arg", "offset",
+                            "size", "line", "instr")}
+    instrs = {}
+    for block, thread, space, op, arg, offset, size, line, it in accesses:
+        key = (block, thread // 32, line, it)
+        instrs.setdefault(key, len(instrs))
+        for c, v in zip(cols, (block, thread, thread // 32, thread % 32, space, op, arg, offset,
+                               size, line, instrs[key])):
+            cols[c].append(v)
+    trace = {c: torch.tensor(v, dtype=torch.int64) for c, v in cols.items()}
+    return types.SimpleNamespace(trace=trace, trace_names=names, kernel="k")
+
+
+def strided_copy_trace(stride, threads=64):
+    # y[i] = x[i * stride]: float32 loads of x (arg 0) at line 3, stores of y (arg 1) at line 4
+    acc = []
+    for t in range(threads):
+        acc.append((0, t, 0, 0, 0, 4 * t * stride, 4, 3, 0))
+        acc.append((0, t, 0, 1, 1, 4 * t, 4, 4, 0))
+    return make_trace(acc, {0: "x", 1: "y"})
+
+
+def test_access_map_colours_elements_by_warp_and_leaves_gaps_for_a_stride():
+    fig = utils.plot_access_map(strided_copy_trace(1), arg="x")
+    assert len(rects(fig, "warp 0")) == 32 and len(rects(fig, "warp 1")) == 32
+    assert not rects(fig, "untouched")               # contiguous: 64 elements, 2 full rows
+    assert "64 elements" in fig.axes[0].get_title() and "2 warps" in fig.axes[0].get_title()
+    fig2 = utils.plot_access_map(strided_copy_trace(2), arg=0)
+    assert len(rects(fig2, "warp")) == 64 and len(rects(fig2, "untouched")) == 64  # odd ones, to the row end
+    # stores of y are contiguous whatever the stride of x
+    fig3 = utils.plot_access_map(strided_copy_trace(2), arg="y", op="st")
+    assert len(rects(fig3, "warp")) == 64 and not rects(fig3, "untouched")
+
+
+def test_access_map_marks_elements_touched_by_several_threads():
+    # every thread reads x[0] (a broadcast) and its own x[1 + t]
+    acc = [(0, t, 0, 0, 0, 0, 4, 3, 0) for t in range(8)]
+    acc += [(0, t, 0, 0, 0, 4 + 4 * t, 4, 4, 0) for t in range(8)]
+    fig = utils.plot_access_map(make_trace(acc, {0: "x"}), arg="x")
+    assert len(rects(fig, "warp 0 shared")) == 1 and rects(fig, "warp 0 shared")[0].get_x() == 0
+
+
+def test_access_map_errors_name_the_problem():
+    p = strided_copy_trace(1)
+    with pytest.raises(ValueError, match="no argument named 'z'"):
+        utils.plot_access_map(p, arg="z")
+    with pytest.raises(ValueError, match="no global atom"):
+        utils.plot_access_map(p, arg="x", op="atom")
+    import types
+    with pytest.raises(ValueError, match="too large"):
+        utils.plot_access_map(types.SimpleNamespace(trace=None, trace_names={}), arg=0)
+
+
+def test_sectors_of_contiguous_and_strided_warp_loads():
+    fig = utils.plot_sectors(strided_copy_trace(1), arg="x")
+    # 32 lanes x 4 bytes = 128 bytes: 4 sectors, the fewest possible
+    assert len(rects(fig, "sector")) == 4 and "as few as" in fig.axes[0].get_title()
+    assert len(rects(fig, "lane")) == 32
+    fig32 = utils.plot_sectors(strided_copy_trace(32), arg="x")
+    # 128 bytes apart: each lane its own sector; 4 would hold the 128 bytes needed
+    title = fig32.axes[0].get_title()
+    assert "32 sectors" in title and "4 would hold its 128 bytes" in title
+    assert len(rects(fig32, "sector")) == 32
+    # warp 1 of the stride-2 copy starts at byte 256
+    fig_w1 = utils.plot_sectors(strided_copy_trace(2), arg="x", warp=1)
+    assert "8 sectors" in fig_w1.axes[0].get_title() and "warp 1" in fig_w1.axes[0].get_title()
+
+
+def test_sectors_of_a_misaligned_load_and_of_a_partial_warp():
+    acc = [(0, t, 0, 0, 0, 4 * (t + 1), 4, 3, 0) for t in range(32)]   # x[i + 1]
+    fig = utils.plot_sectors(make_trace(acc, {0: "x"}))
+    assert len(rects(fig, "sector")) == 5 and "4 would hold" in fig.axes[0].get_title()
+    half = [(0, t, 0, 0, 0, 4 * t, 4, 3, 0) for t in range(16)]         # 16 active lanes
+    fig = utils.plot_sectors(make_trace(half, {0: "x"}))
+    assert len(rects(fig, "lane")) == 16 and len(rects(fig, "idle lane")) == 16
+    assert len(rects(fig, "sector")) == 2
+
+
+def shared_trace(word_of_lane, size=4):
+    acc = [(0, lane, 1, 0, -1, 4 * w, size, 9, 0) for lane, w in enumerate(word_of_lane)]
+    return make_trace(acc, {-1: "tile"})
+
+
+def test_banks_without_and_with_conflicts():
+    fig = utils.plot_banks(shared_trace(range(32)))                 # tile[lane]
+    assert len(rects(fig, "word")) == 32 and not rects(fig, "conflict")
+    assert "1 wavefront, 0 bank conflicts" in fig.axes[0].get_title()
+    # tile[2 * lane]: lanes 0 and 16 both need bank 0 (words 0 and 32): 2 passes
+    fig = utils.plot_banks(shared_trace([2 * k for k in range(32)]))
+    assert len(rects(fig, "conflict")) == 16
+    assert "2 wavefronts, 1 bank conflict, 2-way" in fig.axes[0].get_title()
+    # a 32 x 32 tile read down a column: tile[lane * 32], all in bank 0: 32 passes
+    fig = utils.plot_banks(shared_trace([32 * k for k in range(32)]))
+    assert len(rects(fig, "conflict")) == 31 and "32 wavefronts" in fig.axes[0].get_title()
+    # padded to 33 columns: tile[lane * 33], one word per bank
+    fig = utils.plot_banks(shared_trace([33 * k for k in range(32)]))
+    assert not rects(fig, "conflict") and "`tile`" in fig.axes[0].get_title()
+
+
+def test_banks_broadcast_and_64_bit_words():
+    fig = utils.plot_banks(shared_trace([0] * 32))                  # every lane reads tile[0]
+    assert len(rects(fig, "word")) == 1 and not rects(fig, "conflict")
+    # 8-byte accesses of consecutive doubles: 64 words, 2 per bank = the 2 passes 64-bit needs
+    fig = utils.plot_banks(shared_trace([2 * k for k in range(32)], size=8))
+    assert len(rects(fig, "word")) == 64 and not rects(fig, "conflict")
+    assert "2 wavefronts, 0 bank conflicts" in fig.axes[0].get_title()
+
+
+def test_banks_and_sectors_pick_the_nth_access_of_a_line():
+    # a loop at line 9 whose step k reads tile[lane * 2^k]: step 0 conflict-free... step 2 4-way
+    acc = [(0, lane, 1, 0, -1, 4 * lane * (1 << k), 4, 9, k) for k in range(3) for lane in range(32)]
+    acc += [(0, lane, 1, 1, -1, 4 * lane, 4, 9, 10 + k) for k in range(3) for lane in range(32)]
+    p = make_trace(acc, {-1: "tile"})
+    assert "1 wavefront" in utils.plot_banks(p, line=9, op="ld").axes[0].get_title()
+    assert "2 wavefronts" in utils.plot_banks(p, line=9, op="ld", nth=1).axes[0].get_title()
+    assert "4 wavefronts" in utils.plot_banks(p, line=9, op="ld", nth=2).axes[0].get_title()
+    assert "store" in utils.plot_banks(p, line=9, op="st", nth=2).axes[0].get_title()
+    with pytest.raises(ValueError, match=r"number 3"):
+        utils.plot_banks(p, line=9, op="ld", nth=3)
+    g = make_trace([(0, t, 0, 0, 0, 4 * t * (k + 1), 4, 3, k) for k in range(2) for t in range(32)],
+                   {0: "x"})
+    assert "8 sectors" in utils.plot_sectors(g, nth=1).axes[0].get_title()
+
+
+# --- profiler timelines --------------------------------------------------------------------
+def chrome_trace():
+    """A hand-made torch.profiler trace: one step, two ops (one nested), a launch, a kernel,
+    and a host copy that waits for the kernel."""
+    ev = [
+        {"ph": "X", "cat": "user_annotation", "name": "step 0", "ts": 1000, "dur": 900, "pid": 1, "tid": 1},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 1010, "dur": 100, "pid": 1, "tid": 1},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::empty", "ts": 1020, "dur": 10, "pid": 1, "tid": 1},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::item", "ts": 1200, "dur": 650, "pid": 1, "tid": 1},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": 1050, "dur": 5, "pid": 1, "tid": 1},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaMemcpyAsync", "ts": 1210, "dur": 600, "pid": 1, "tid": 1},
+        {"ph": "X", "cat": "kernel", "name": "sgemm", "ts": 1100, "dur": 700, "pid": 0, "tid": 7},
+        {"ph": "i", "name": "marker", "ts": 1500, "pid": 1, "tid": 1},
+    ]
+    return {"traceEvents": ev}
+
+
+def test_timeline_lanes_and_waits(tmp_path):
+    fig = utils.plot_timeline(chrome_trace())
+    labels = [t.get_text() for t in fig.axes[0].get_yticklabels()]
+    assert labels == ["annotations", "host: PyTorch ops", "host: CUDA API", "GPU"]
+    assert len(rects(fig, "op")) == 2               # aten::empty is nested in aten::mm
+    assert len(rects(fig, "wait")) == 1 and len(rects(fig, "api")) == 1
+    assert len(rects(fig, "gpu")) == 1 and len(rects(fig, "step")) == 1
+    assert rects(fig, "wait")[0].get_width() == pytest.approx(0.6)   # ms
+    # from a .json.gz file, as the recorded traces are stored; and a window of it
+    import gzip
+    path = tmp_path / "t.json.gz"
+    with gzip.open(path, "wt") as f:
+        json.dump(chrome_trace(), f)
+    fig = utils.plot_timeline(path, start_us=0, span_us=150)
+    assert not rects(fig, "wait")                     # the copy starts after the window
+    assert len(utils.load_trace(path)) == 7
+
+
+def test_timeline_of_a_cpu_only_trace_has_no_gpu_lane():
+    ev = [e for e in chrome_trace()["traceEvents"] if e.get("cat") in ("cpu_op", "user_annotation")]
+    fig = utils.plot_timeline({"traceEvents": ev})
+    assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == ["annotations", "host: PyTorch ops"]
+    with pytest.raises(ValueError, match="no PyTorch ops"):
+        utils.plot_timeline({"traceEvents": []})

@@ -8,10 +8,10 @@ This module gathers every topic's graders under one flat name each.
 """
 from __future__ import annotations
 
-from .grading import POISON_BITS, GradingError, show_rejection  # noqa: F401
+from .grading import POISON_BITS, GradingError, check_shared, check_traffic, show_rejection  # noqa: F401
 from .topics import CHECKS, topic, TOPICS  # noqa: F401
 from .topics.gelu import gelu_tanh_ref  # noqa: F401
 
 globals().update(CHECKS)
 
-__all__ = ["GradingError", "show_rejection", "POISON_BITS", "gelu_tanh_ref", "topic", *CHECKS]
+__all__ = ["GradingError", "show_rejection", "check_traffic", "check_shared", "POISON_BITS", "gelu_tanh_ref", "topic", *CHECKS]

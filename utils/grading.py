@@ -38,7 +38,7 @@ from . import check as _check
 from .config import DEVICE, SIMULATE, SIZES
 
 # What ``utils`` exports; topic modules import the rest of the harness by name.
-__all__ = ["GradingError", "show_rejection", "POISON_BITS"]
+__all__ = ["GradingError", "show_rejection", "POISON_BITS", "check_traffic", "check_shared"]
 
 
 #: Set to 1 (in the environment, or ``os.environ`` in a cell) to see a GradingError's full
@@ -727,3 +727,115 @@ def show_rejection(check, *args, **kwargs) -> GradingError:
         print("REJECTED:", e)
         return e
     raise AssertionError(f"{check.__name__} accepted a kernel that is wrong on purpose")
+
+
+# ---------------------------------------------------------------------------------------
+# Efficiency: the bytes a kernel moves against the bytes it needs
+# ---------------------------------------------------------------------------------------
+#: A kernel that moves up to this multiple of the bytes it needs passes as coalesced: a
+#: misaligned start or a partial last warp adds a sector here and there, never 25 %.
+TRAFFIC_SLACK = 1.25
+
+
+def _profiled(kernel_or_profile, launch, kwargs, what: str):
+    """A profile: the one given, or one launch of the kernel given (``utils.profile``). None on
+    a GPU whose Nsight Compute cannot profile (the same check runs in simulation)."""
+    if hasattr(kernel_or_profile, "metrics") or hasattr(kernel_or_profile, "bytes_moved"):
+        return kernel_or_profile
+    profile = _utils_attr("profile")
+    if profile is None:
+        raise RuntimeError("utils.profile is not available in this copy of the course")
+    try:
+        return profile(kernel_or_profile, *launch, **kwargs)
+    except RuntimeError as e:
+        if SIMULATE:
+            raise
+        # On a GPU the counters come from Nsight Compute, which a machine may lack.
+        print(f"{what}: not measured on this GPU ({str(e).splitlines()[0]})")
+        return None
+
+
+def _advise(msg: str, reject: bool) -> None:
+    if reject:
+        raise GradingError(msg)
+    print("advice:", msg)
+
+
+def check_traffic(kernel_or_profile, *launch, max_ratio: float = TRAFFIC_SLACK,
+                  reject: bool = False, **kwargs):
+    """How many bytes a kernel moves against the bytes it needs, as advice or as a verdict.
+
+    ``check_traffic(k, grid, block, *args)`` profiles one launch (``utils.profile``) and
+    ``check_traffic(p)`` reads a profile already taken. Global memory moves whole 32-byte
+    sectors: a warp whose threads read neighbouring 4-byte elements uses every byte of the
+    sectors it touches, a warp whose threads read elements far apart drags in a whole sector
+    for each 4 bytes. When the kernel moves more than ``max_ratio`` times the bytes it needs,
+    this prints the ratio and the worst access in words, or, with ``reject=True`` (for the
+    exercises that say they grade traffic), raises ``GradingError``. Returns the profile.
+    """
+    p = _profiled(kernel_or_profile, launch, kwargs, "traffic")
+    if p is None:
+        return None
+    moved, needed = getattr(p, "bytes_moved", None), getattr(p, "bytes_needed", None)
+    if not moved or not needed:
+        print(f"traffic: not measured for this launch ({getattr(p, 'backend', 'no backend')} "
+              "reported no global sectors)")
+        return p
+    ratio = moved / needed
+    if ratio <= max_ratio:
+        print(f"traffic: {moved:,} bytes moved for the {needed:,} needed ({ratio:.2f}x): coalesced")
+        return p
+    summary = list(getattr(p, "summary", None) or [])
+    why = f" Worst access: {summary[0]}" if summary else ""
+    _advise(f"your kernel moves {ratio:.1f}x the bytes it needs ({moved:,} bytes in 32-byte sectors "
+            f"for {needed:,} bytes of data).{why} Let neighbouring threads touch neighbouring "
+            "elements at every step (in a loop: element = thread + k * total threads), so that a "
+            "warp's 32 accesses share sectors.", reject)
+    return p
+
+
+_LANES = "smsp__thread_inst_executed_per_inst_executed.ratio"
+_SHARED = {op: (f"l1tex__data_pipe_lsu_wavefronts_mem_shared_op_{op}.sum",
+                f"l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_{op}.sum") for op in ("ld", "st")}
+#: Below this many active lanes per warp instruction (of 32), the warps of a block tree diverge
+#: for most of its steps: interleaved addressing gives about 28 in a block of 256, sequential 31.
+DIVERGENCE_LANES = 30.0
+
+
+def check_shared(kernel_or_profile, *launch, min_lanes: float = DIVERGENCE_LANES,
+                 reject: bool = False, **kwargs):
+    """Bank conflicts and divergence of a kernel that works in shared memory, as advice (or,
+    with ``reject=True``, as a verdict).
+
+    ``check_shared(k, grid, block, *args, shared=...)`` profiles one launch; ``check_shared(p)``
+    reads a profile. It reports the shared-memory wavefronts against the requests' minimum
+    (every extra one is a bank conflict: lanes of a warp on different words of one bank) and the
+    active lanes per warp instruction (fewer than ``min_lanes`` of 32: the warps diverge).
+    Returns the profile.
+    """
+    p = _profiled(kernel_or_profile, launch, kwargs, "shared memory")
+    if p is None:
+        return None
+    m = getattr(p, "metrics", {}) or {}
+    waves = sum(m.get(_SHARED[op][0]) or 0 for op in _SHARED)
+    conflicts = sum(m.get(_SHARED[op][1]) or 0 for op in _SHARED)
+    lanes = m.get(_LANES)
+    if lanes is None and not waves:
+        print(f"shared memory: not measured for this launch ({getattr(p, 'backend', 'no backend')})")
+        return p
+    problems = []
+    if conflicts:
+        worst = next((s for s in getattr(p, "summary", None) or [] if "bank" in s or "wavefront" in s), None)
+        problems.append(f"{conflicts:,} of its {waves:,} shared-memory wavefronts are bank conflicts"
+                        + (f" ({worst})" if worst else "") + ": lanes of a warp should touch "
+                        "consecutive words, as sequential addressing does")
+    if lanes is not None and lanes < min_lanes:
+        problems.append(f"its warps run with {lanes:.1f} of 32 lanes active on average: the working "
+                        "threads are spread over all the warps (divergence); keep them packed at the "
+                        "front (thread t < s works), so that whole warps retire")
+    if not problems:
+        print(f"shared memory: {waves:,} wavefronts, no bank conflicts"
+              + (f"; {lanes:.1f} of 32 lanes active per warp instruction" if lanes is not None else ""))
+        return p
+    _advise("your kernel is right, but " + "; and ".join(problems) + ".", reject)
+    return p

@@ -11,6 +11,11 @@ Pass ``ax=`` to draw into an existing axes instead (the function then returns it
     utils.plot_bandwidth({"triton": [(4096, 50.0), ...]}, roofline_gbps=3000)
     utils.plot_recorded_bandwidth("relu")             # the recorded H100 sweep of a topic
     utils.plot_bars({"cuda v1": 1900.0, "triton": 2900.0}, roofline_gbps=3000)
+    p = utils.profile(k, grid, block, *args)          # then, from its trace:
+    utils.plot_access_map(p, arg="x")                 # which thread touched which element
+    utils.plot_sectors(p, arg="x")                    # the 32-byte sectors of one warp's load
+    utils.plot_banks(p)                               # the banks of one shared access
+    utils.plot_timeline("trace.json")                 # a torch.profiler trace, host and GPU
 """
 from __future__ import annotations
 
@@ -23,6 +28,11 @@ __all__ = [
     "plot_bandwidth",
     "plot_recorded_bandwidth",
     "plot_bars",
+    "plot_access_map",
+    "plot_sectors",
+    "plot_banks",
+    "plot_timeline",
+    "load_trace",
 ]
 
 _MASKED = "#d9d9d9"   # threads past the end: launched, but the bounds check stops them
@@ -375,4 +385,440 @@ def plot_bars(values: dict, roofline_gbps: float | None = None, *, title: str = 
     ax.set_ylim(len(labels) - 0.5, -1.2)  # room above the first bar for the roofline label
     ax.set_xlabel(ylabel)
     ax.set_title(_provenance(title, recorded_on, label_simulated), fontsize=10)
+    return fig
+
+
+# ---------------------------------------------------------------------------------------
+# Pictures of a profiled launch (``p = utils.profile(...)``), drawn from ``p.trace``
+# ---------------------------------------------------------------------------------------
+_SECTOR = 32        # bytes: the unit global memory moves between L1/L2 and DRAM
+_LINE = 128         # bytes: a cache line, 4 sectors
+_BANKS = 32         # shared memory banks, each 4 bytes wide
+_OPS = {"ld": 0, "st": 1, "atom": 2}
+_OP_WORDS = {0: "load", 1: "store", 2: "atomic"}
+_CONFLICT = "#d62728"
+
+
+def _trace_of(p) -> dict:
+    """The trace columns as Python lists (a Profile, or a dict shaped like ``p.trace``)."""
+    trace = p.get("trace", p) if isinstance(p, dict) else getattr(p, "trace", None)
+    if trace is None:
+        raise ValueError("this profile has no trace (the launch was too large to record every "
+                         "access): profile a smaller launch, e.g. one or two blocks, to draw it")
+    cols = ("block", "thread", "warp", "lane", "space", "op", "arg", "offset", "size", "line",
+            "instr")
+    missing = [c for c in cols if c not in trace]
+    if missing:
+        raise ValueError(f"the trace lacks the columns {missing}")
+    out = {c: [int(v) for v in (trace[c].tolist() if hasattr(trace[c], "tolist") else trace[c])]
+           for c in cols}
+    if len({len(v) for v in out.values()}) != 1:
+        raise ValueError("the trace's columns differ in length")
+    return out
+
+
+def _trace_names(p) -> dict:
+    names = p.get("trace_names") if isinstance(p, dict) else getattr(p, "trace_names", None)
+    return dict(names or {})
+
+
+def _arg_index(p, arg) -> int:
+    """An argument given by name or by index, as its index in the trace."""
+    names = _trace_names(p)
+    if isinstance(arg, str):
+        for k, v in names.items():
+            if v == arg and isinstance(k, int) and k >= 0:
+                return k
+        known = sorted(v for k, v in names.items() if isinstance(k, int) and k >= 0)
+        raise ValueError(f"no argument named {arg!r} in this trace (it has {known})")
+    return int(arg)
+
+
+def _arg_name(p, arg: int) -> str:
+    return str(_trace_names(p).get(arg, f"argument {arg}"))
+
+
+def _rows(t, keep):
+    """Indices of the trace rows for which keep(row dict) is true."""
+    n = len(t["block"])
+    return [i for i in range(n) if keep({c: t[c][i] for c in t})]
+
+
+def _one_instance(t, space, block, warp, instr, line, arg, op=None, nth=0):
+    """The rows of one warp-wide access: ``instr`` if given, else the ``nth`` (from 0)
+    instruction instance of (block, warp) in this space (at ``line``, on ``arg``, of kind ``op``
+    if given), in the order of the trace's ``instr`` ids. The emulator numbers the executions
+    of each access site in order, site after site, so in a loop ``nth=k`` is step k of the
+    first matching site."""
+    op_code = None if op is None else _OPS[op]
+
+    def match(r):
+        return (r["space"] == space and (arg is None or r["arg"] == arg)
+                and (line is None or r["line"] == line)
+                and (op_code is None or r["op"] == op_code)
+                and (instr is not None or (r["block"] == block and r["warp"] == warp)))
+    rows = _rows(t, match)
+    if instr is None and rows:
+        instrs = sorted({t["instr"][i] for i in rows})
+        instr = instrs[nth] if nth < len(instrs) else None
+    rows = [i for i in rows if t["instr"][i] == instr]
+    if not rows:
+        where = "shared" if space == 1 else "global"
+        raise ValueError(f"no {where} {op or 'access'} of block {block}, warp {warp}"
+                         f"{'' if line is None else f' at line {line}'}"
+                         f"{f' (number {nth})' if nth else ''} in this trace")
+    return rows
+
+
+def _warp_color(w):
+    return _LINE_COLORS[w % len(_LINE_COLORS)]
+
+
+def plot_access_map(p, arg=0, *, op=None, elem_size=None, per_row=32, show_ids=None,
+                    title=None, ax=None):
+    """Which thread touched which element of argument ``arg`` (a name or an index), coloured
+    by warp, from the trace of a profiled launch (``utils.profile``).
+
+    One cell per element, ``per_row`` to a row (32 four-byte elements make a row of one
+    128-byte line); the number in a cell is the thread (``threadIdx.x``) that touched it, and
+    its colour that thread's warp. Elements nobody touched stay white, so a strided access
+    shows as gaps. ``op="ld"`` or ``"st"`` keeps loads or stores only. ``elem_size``: bytes
+    per element (default: the smallest access, e.g. 4 for float32).
+    """
+    _, Patch, Rectangle = _mpl()
+    t = _trace_of(p)
+    a = _arg_index(p, arg)
+    op_code = None if op is None else _OPS[op]
+    rows = _rows(t, lambda r: r["space"] == 0 and r["arg"] == a
+                 and (op_code is None or r["op"] == op_code))
+    name = _arg_name(p, a)
+    if not rows:
+        raise ValueError(f"the trace has no global {op or 'access'} of `{name}`")
+    esize = elem_size or min(t["size"][i] for i in rows)
+    wpb = max(t["warp"]) + 1
+    touched = {}        # element -> [(global warp, thread, block)]
+    for i in rows:
+        gw = t["block"][i] * wpb + t["warp"][i]
+        first, last = t["offset"][i] // esize, (t["offset"][i] + t["size"][i] - 1) // esize
+        for e in range(first, last + 1):
+            who = (gw, t["thread"][i], t["block"][i])
+            if who not in touched.setdefault(e, []):
+                touched[e].append(who)
+    top = max(touched) + 1
+    start = (min(touched) // per_row) * per_row
+    cells = top - start
+    if cells > 4096:
+        raise ValueError(f"the accesses span {cells} elements, too many to draw: profile a "
+                         "smaller launch")
+    nrows = _cdiv(cells, per_row)
+    if show_ids is None:
+        show_ids = per_row <= 32 and nrows <= 16
+    fig, ax = _new_axes(ax, (min(14, 1.5 + per_row * 0.36), 1.4 + 0.36 * nrows))
+    warps_seen, shared_cells = [], 0
+    for e in range(start, start + nrows * per_row):
+        r, c = divmod(e - start, per_row)
+        who = touched.get(e)
+        if who is None:
+            ax.add_patch(Rectangle((c, r), 1, 1, facecolor="white", edgecolor="#bbbbbb",
+                                   linewidth=0.5, gid="untouched"))
+            continue
+        gw, thread, _ = who[0]
+        if gw not in warps_seen:
+            warps_seen.append(gw)
+        many = len({w[1:] for w in who}) > 1
+        shared_cells += many
+        ax.add_patch(Rectangle((c, r), 1, 1, facecolor=_warp_color(gw), edgecolor="black"
+                               if many else "white", linewidth=1.2 if many else 0.5,
+                               hatch="xx" if many else None, alpha=0.85,
+                               gid=f"warp {gw}" if not many else f"warp {gw} shared"))
+        if show_ids:
+            ax.text(c + 0.5, r + 0.5, str(thread), ha="center", va="center", fontsize=6)
+    if _SECTOR % esize == 0 and per_row % (_SECTOR // esize) == 0:
+        # 32-byte sector boundaries: every element between two lines moves together
+        for c in range(_SECTOR // esize, per_row, _SECTOR // esize):
+            ax.plot([c, c], [0, nrows], color="black", linewidth=1.2, gid="sector boundary")
+    ax.set_xlim(0, per_row)
+    ax.set_ylim(nrows, 0)
+    ax.set_aspect("equal")
+    ax.set_xticks([])
+    ax.set_yticks([k + 0.5 for k in range(nrows)], [str(start + k * per_row) for k in range(nrows)],
+                  fontsize=7)
+    ax.set_ylabel("first element of the row", fontsize=8)
+    for side in ("top", "right", "bottom"):
+        ax.spines[side].set_visible(False)
+    handles = [Patch(facecolor=_warp_color(w), label=f"block {w // wpb}, warp {w % wpb}")
+               for w in warps_seen[:10]]
+    if shared_cells:
+        handles.append(Patch(facecolor="white", edgecolor="black", hatch="xx",
+                             label="touched by several threads"))
+    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False,
+              fontsize=7)
+    what = {None: "accesses", "ld": "loads", "st": "stores", "atom": "atomics"}[op]
+    threads = len({(t["block"][i], t["thread"][i]) for i in rows})
+    ax.set_title(title or f"{what} of `{name}`: {len(touched)} elements of {esize} bytes "
+                          f"touched by {threads} threads in {len(warps_seen)} warps\n"
+                          f"cell: the element, its number: threadIdx.x, colour: the warp; "
+                          f"black lines: 32-byte sectors",
+                 fontsize=9)
+    return fig
+
+
+def _sector_slots(sectors):
+    """Sectors to draw, in order, with runs of more than 4 untouched ones shown as one gap
+    (None)."""
+    slots = []
+    for s in sorted(sectors):
+        if slots:
+            gap = s - slots[-1] - 1
+            if gap > 4:
+                slots.append(None)
+            else:
+                slots.extend(range(slots[-1] + 1, s))
+        slots.append(s)
+    return slots
+
+
+def plot_sectors(p, arg=None, *, block=0, warp=0, line=None, op=None, nth=0, instr=None,
+                 title=None, ax=None):
+    """The 32-byte sectors one warp-wide global access touches (one request).
+
+    Top: the 32 lanes of the warp; bottom: memory, in 32-byte sectors (thick marks at the
+    128-byte line boundaries); a line joins each active lane to the sector its address falls
+    in. Touched sectors are coloured; the title compares them with the fewest that would hold
+    the same bytes. The access is the first one of ``block``/``warp`` (on argument ``arg``, at
+    source ``line``, a load or store by ``op``; ``nth=k`` for the k-th such access instead, in
+    the order of the trace's ``instr`` ids), or the instruction instance ``instr`` of the trace.
+    """
+    _, _, Rectangle = _mpl()
+    t = _trace_of(p)
+    a = None if arg is None else _arg_index(p, arg)
+    rows = _one_instance(t, 0, block, warp, instr, line, a, op, nth)
+    a = t["arg"][rows[0]]
+    name = _arg_name(p, a)
+    lane_sectors = {}
+    needed = set()
+    for i in rows:
+        off, size = t["offset"][i], t["size"][i]
+        lane_sectors[t["lane"][i]] = sorted({b // _SECTOR for b in (off, off + size - 1)})
+        needed.update(range(off, off + size))
+    sectors = sorted({s for ss in lane_sectors.values() for s in ss})
+    ideal = _cdiv(len(needed), _SECTOR)
+    slots = _sector_slots(sectors)
+    width = max(32, len(slots))
+    fig, ax = _new_axes(ax, (min(14, 2 + width * 0.3), 3.4))
+    lane_w = width / 32
+    for lane in range(32):
+        active = lane in lane_sectors
+        ax.add_patch(Rectangle((lane * lane_w, 2.2), lane_w * 0.9, 0.6,
+                               facecolor=_LINE_COLORS[0] if active else _IDLE,
+                               edgecolor="#888888", linewidth=0.5,
+                               gid="lane" if active else "idle lane"))
+        if lane % 4 == 0 or width <= 40:
+            ax.text((lane + 0.45) * lane_w, 2.95, str(lane), ha="center", fontsize=6)
+    x_of = {}
+    sw = width / len(slots)          # few sectors are drawn wide, under the lanes they serve
+    for k, s in enumerate(slots):
+        if s is None:
+            ax.text((k + 0.45) * sw, 0.3, "...", ha="center", va="center", fontsize=9)
+            continue
+        x_of[s] = k * sw
+        used = s in sectors
+        ax.add_patch(Rectangle((k * sw, 0), 0.9 * sw, 0.6, facecolor=_ACTIVE if used else "white",
+                               edgecolor="#888888", linewidth=0.5,
+                               gid="sector" if used else "unused sector"))
+        if (s * _SECTOR) % _LINE == 0:
+            ax.plot([k * sw - 0.05, k * sw - 0.05], [-0.15, 0.75], color="black", linewidth=1.5,
+                    gid="line boundary")
+        if len(slots) <= 40 or (s * _SECTOR) % _LINE == 0:
+            ax.text((k + 0.45) * sw, -0.25, str(s * _SECTOR), ha="center", va="top",
+                    fontsize=7 if len(slots) <= 16 else 5, rotation=0 if len(slots) <= 16 else 90)
+    for lane, ss in lane_sectors.items():
+        for s in ss:
+            ax.plot([(lane + 0.45) * lane_w, x_of[s] + 0.45 * sw], [2.2, 0.6],
+                    color=_LINE_COLORS[0], linewidth=0.6, alpha=0.7, gid="lane to sector")
+    ax.text(-0.3, 2.5, "lanes", ha="right", va="center", fontsize=8)
+    ax.text(-0.3, 0.3, "sectors", ha="right", va="center", fontsize=8)
+    ax.set_xlim(-0.2, width)
+    ax.set_ylim(-1.4, 3.3)
+    ax.axis("off")
+    what = _OP_WORDS.get(t["op"][rows[0]], "access")
+    blk, wp = t["block"][rows[0]], t["warp"][rows[0]]
+    verdict = "as few as can hold its bytes" if len(sectors) <= ideal else \
+        f"{ideal} would hold its {len(needed)} bytes"
+    ax.set_title(title or f"block {blk}, warp {wp}: {what} of `{name}` (line {t['line'][rows[0]]}) "
+                          f"touches {len(sectors)} sectors of 32 bytes; {verdict}\n"
+                          f"byte offsets below; thick marks: 128-byte line boundaries",
+                 fontsize=9)
+    return fig
+
+
+def _bank_rows(t, rows):
+    """{bank: [(word, [lanes])]} for one shared access: the distinct 4-byte words each bank
+    serves, with the lanes that asked for each (several lanes on one word: a broadcast)."""
+    banks = {}
+    for i in rows:
+        off, size = t["offset"][i], t["size"][i]
+        for word in range(off // 4, (off + size - 1) // 4 + 1):
+            words = banks.setdefault(word % _BANKS, {})
+            words.setdefault(word, []).append(t["lane"][i])
+    return {b: sorted(ws.items()) for b, ws in banks.items()}
+
+
+def plot_banks(p, *, block=0, warp=0, line=None, op=None, nth=0, instr=None, title=None,
+               ax=None):
+    """The 32 banks of one warp-wide shared-memory access, conflicts marked.
+
+    A column per bank (bank = (byte address / 4) % 32); a cell per distinct 4-byte word the
+    bank must deliver, labelled with the lanes that asked for it (lanes on the same word get
+    it in one go: a broadcast). A bank can deliver one word per pass (wavefront), so the
+    tallest column is the number of wavefronts; red cells are the extra passes, the bank
+    conflicts. The access is the first shared one of ``block``/``warp`` (at source ``line``, a
+    load or store by ``op``; ``nth=k`` for the k-th such access in the order of the trace's
+    ``instr`` ids: step k of a loop), or the instruction instance ``instr``.
+    """
+    _, Patch, Rectangle = _mpl()
+    t = _trace_of(p)
+    rows = _one_instance(t, 1, block, warp, instr, line, None, op, nth)
+    banks = _bank_rows(t, rows)
+    size = max(t["size"][i] for i in rows)
+    ideal = max(1, size // 4)      # 64-bit accesses take 2 passes at best, 128-bit 4
+    wavefronts = max(len(ws) for ws in banks.values())
+    conflicts = max(0, wavefronts - ideal)
+    fig, ax = _new_axes(ax, (10, 1.6 + 0.32 * max(wavefronts, 2)))
+    for b in range(_BANKS):
+        ax.text(b + 0.45, -0.15, str(b), ha="center", va="bottom", fontsize=6)
+        for k, (word, lanes) in enumerate(banks.get(b, [])):
+            extra = k >= ideal
+            ax.add_patch(Rectangle((b, k), 0.9, 0.9, facecolor=_CONFLICT if extra else
+                                   _LINE_COLORS[0], alpha=0.85, edgecolor="white",
+                                   gid="conflict" if extra else "word"))
+            label = str(lanes[0]) if len(lanes) == 1 else f"{lanes[0]}+{len(lanes) - 1}"
+            ax.text(b + 0.45, k + 0.45, label, ha="center", va="center", fontsize=6,
+                    color="white")
+    ax.set_xlim(-0.2, _BANKS)
+    ax.set_ylim(max(wavefronts, 1) + 0.1, -0.6)
+    ax.set_xticks([])
+    ax.set_yticks([k + 0.45 for k in range(wavefronts)], [f"pass {k + 1}" for k in range(wavefronts)],
+                  fontsize=7)
+    for side in ("top", "right", "bottom"):
+        ax.spines[side].set_visible(False)
+    ax.set_xlabel("bank (cell: the lane(s) reading one 4-byte word; 3+2 = lane 3 and 2 more)",
+                  fontsize=8)
+    handles = [Patch(facecolor=_LINE_COLORS[0], label="served in the passes it needs")]
+    if conflicts:
+        handles.append(Patch(facecolor=_CONFLICT, label="extra pass: bank conflict"))
+    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False,
+              fontsize=7)
+    what = _OP_WORDS.get(t["op"][rows[0]], "access")
+    name = _trace_names(p).get(-1, "shared memory")
+    worst = f", {wavefronts}-way" if conflicts else ""
+    ax.set_title(title or f"block {t['block'][rows[0]]}, warp {t['warp'][rows[0]]}: {what} of "
+                          f"`{name}` (line {t['line'][rows[0]]}): {wavefronts} wavefront"
+                          f"{'s' if wavefronts > 1 else ''}, {conflicts} bank conflict"
+                          f"{'s' if conflicts != 1 else ''}{worst}", fontsize=9)
+    return fig
+
+
+# ---------------------------------------------------------------------------------------
+# A profiler timeline (torch.profiler's Chrome trace, the format Perfetto opens)
+# ---------------------------------------------------------------------------------------
+_LANES = ("annotations", "host: PyTorch ops", "host: CUDA API", "GPU")
+_GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
+_API_CATS = ("cuda_runtime", "cuda_driver")
+#: CUDA calls in which the host waits for the GPU (a copy to the host waits for the kernels
+#: queued before it, as ``loss.item()`` does)
+_WAITS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize",
+          "cudaMemcpy", "cudaMemcpyAsync")
+
+
+def load_trace(trace) -> list:
+    """The complete events (``"ph": "X"``) of a Chrome trace: a path (``.json`` or
+    ``.json.gz``, as ``prof.export_chrome_trace`` writes and Perfetto opens) or its dict."""
+    import gzip
+    import json
+    if not isinstance(trace, (dict, list)):
+        path = str(trace)
+        opener = gzip.open if path.endswith(".gz") else open
+        with opener(path, "rt") as f:
+            trace = json.load(f)
+    events = trace.get("traceEvents", []) if isinstance(trace, dict) else trace
+    return [e for e in events if e.get("ph") == "X" and "dur" in e]
+
+
+def _lane(e) -> str | None:
+    cat = e.get("cat", "")
+    if cat in _GPU_CATS:
+        return "GPU"
+    if cat in _API_CATS:
+        return "host: CUDA API"
+    if cat == "cpu_op":
+        return "host: PyTorch ops"
+    if cat == "user_annotation":
+        return "annotations"
+    return None
+
+
+def _top_level(events):
+    """Events not nested in an earlier one of the same lane and thread (nested ops would hide
+    their parents)."""
+    out, end = [], {}
+    for e in sorted(events, key=lambda e: (e["ts"], -e["dur"])):
+        key = (e.get("pid"), e.get("tid"))
+        if e["ts"] >= end.get(key, -math.inf):
+            out.append(e)
+            end[key] = e["ts"] + e["dur"]
+    return out
+
+
+def plot_timeline(trace, *, start_us=None, span_us=None, title=None, ax=None):
+    """A profiler trace as lanes over time: the spans you annotated (``record_function``, and
+    PyTorch's own, such as an optimizer step), the host's PyTorch ops, its CUDA API calls and the GPU's kernels and copies. CUDA calls in
+    which the host waits for the GPU (synchronize, a copy to the host) are red: during them
+    the host does nothing else. ``start_us``/``span_us`` pick a window, in microseconds from
+    the first event. ``trace``: a path to a Chrome trace (``prof.export_chrome_trace``), or
+    its dict.
+    """
+    _, Patch, Rectangle = _mpl()
+    events = [e for e in load_trace(trace) if _lane(e)]
+    if not events:
+        raise ValueError("the trace has no PyTorch ops, CUDA calls, kernels or annotations")
+    t0 = min(e["ts"] for e in events)
+    lo = t0 + (start_us or 0)
+    hi = lo + span_us if span_us else max(e["ts"] + e["dur"] for e in events)
+    events = [e for e in events if e["ts"] < hi and e["ts"] + e["dur"] > lo]
+    lanes = [ln for ln in _LANES if any(_lane(e) == ln for e in events)]
+    fig, ax = _new_axes(ax, (11, 0.9 + 0.55 * len(lanes)))
+    waited = 0.0
+    for row, lane in enumerate(lanes):
+        mine = [e for e in events if _lane(e) == lane]
+        if lane in ("host: PyTorch ops", "annotations"):
+            mine = _top_level(mine)
+        for k, e in enumerate(sorted(mine, key=lambda e: e["ts"])):
+            x0 = (max(e["ts"], lo) - t0) / 1e3
+            w = (min(e["ts"] + e["dur"], hi) - max(e["ts"], lo)) / 1e3
+            wait = lane == "host: CUDA API" and e.get("name", "").split("(")[0] in _WAITS
+            waited += w if wait else 0
+            color = (_CONFLICT if wait else _LINE_COLORS[2] if lane == "GPU" else
+                     _BLOCK_COLORS[k % 2] if lane == "annotations" else _LINE_COLORS[0])
+            gid = ("wait" if wait else {"GPU": "gpu", "annotations": "step", "host: CUDA API": "api"}
+                   .get(lane, "op"))
+            ax.add_patch(Rectangle((x0, row + 0.1), max(w, 1e-4), 0.8, facecolor=color,
+                                   edgecolor="white", linewidth=0.3, gid=gid))
+            if lane == "annotations" and w >= 0.12 * (hi - lo) / 1e3:   # room for its name
+                ax.text(x0 + w / 2, row + 0.5, e.get("name", ""), ha="center", va="center",
+                        fontsize=7)
+    ax.set_xlim((lo - t0) / 1e3, (hi - t0) / 1e3)
+    ax.set_ylim(len(lanes), 0)
+    ax.set_yticks([r + 0.5 for r in range(len(lanes))], lanes, fontsize=8)
+    ax.set_xlabel("time (ms from the first event)")
+    handles = []
+    if waited:
+        handles.append(Patch(facecolor=_CONFLICT, label="host waits for the GPU"))
+    if "GPU" in lanes:
+        handles.append(Patch(facecolor=_LINE_COLORS[2], label="GPU kernel or copy"))
+    if handles:
+        ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False,
+                  fontsize=7)
+    ax.set_title(title or "profiler timeline (the same trace opens in ui.perfetto.dev)",
+                 fontsize=9)
     return fig
