@@ -712,3 +712,5 @@ def test_on_a_gpu_nsight_compute_measures_the_same_counts(copy):
     p = copy.profile[N // 256, 256](x, y, N, 32, 0)
     assert p.metrics[LD_SEC] == 32 * N // 32
     assert "32.0 per request" in repr(p)
+    with pytest.raises(TypeError, match="is on cpu"):  # said at once, not as "ncu failed"
+        copy.profile[N // 256, 256](x.cpu(), y, N, 1, 0)

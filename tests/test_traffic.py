@@ -57,6 +57,10 @@ __global__ void relu_items_kernel(const float* __restrict__ x_ptr, float* __rest
 """
 
 
+emulator = pytest.mark.skipif(not utils.SIMULATE, reason="the emulator's counters (on a GPU, ncu measures)")
+
+
+@emulator
 @pytest.mark.parametrize("index, ratio", [("t + k * threads", None), ("4 * t + k", "4.0x")])
 def test_exercise_7_kernels_in_the_emulator(index, ratio, capsys):
     # Lesson 02's exercise 7: a grid-stride step passes, neighbours per thread move 4x the bytes.
@@ -119,6 +123,7 @@ TREES = {
 }
 
 
+@emulator
 @pytest.mark.parametrize("tree, advice", [("sequential", None), ("interleaved", "lanes active"),
                                           ("strided index", "bank conflicts")])
 def test_check_shared_on_the_three_trees(tree, advice, capsys):

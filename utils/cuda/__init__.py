@@ -227,8 +227,13 @@ class CudaKernel:
         self._check_not_stale()
         from . import _profile
         if not self.simulated:
-            from ._emulator import check_arg_count
+            from ._emulator import check_arg_count, check_tensor
             check_arg_count(self.name, self.params, args)
+            # The same checks as a launch, here rather than in ncu's subprocess, where a wrong
+            # argument would only show as "ncu failed".
+            for p, a in zip(self.params, args):
+                if isinstance(a, torch.Tensor) and p.code and p.code.startswith("p"):
+                    check_tensor(self.name, p, p.code, a, torch.device("cuda"))
             metrics = _profile.run_ncu(self, grid, block, shared, args)
             sectors = [metrics.get(_profile.GLOBAL.format(what="sectors", op=op)) for op in ("ld", "st", "atom", "red")]
             moved = _profile.SECTOR * sum(sectors) if all(v is not None for v in sectors) else None
