@@ -248,7 +248,8 @@ class CudaKernel:
                          self.uses_printf, profiler=rec, racecheck=_racecheck.enabled())
         info = _profile.gpu_compile_info(self)
         with _profile.one_thread():
-            out = _profile.analyze(rec.raw, rec, self._prof_lib, self.params, grid, block, info.get("atom_kinds"))
+            out = _profile.analyze(rec.raw, rec, self._prof_lib, self.params, grid, block, info.get("atom_kinds"),
+                                   info.get("predicated_lines"))
         out["backend"] = "cuda-emulator"
         return out
 

@@ -197,7 +197,7 @@ LANES_RATIO = "smsp__thread_inst_executed_per_inst_executed.ratio"
 
 
 def analyze(raw: dict, rec: Recorder, lib, params, grid: tuple, block: tuple,
-            atom_kinds: dict | None = None) -> dict:
+            atom_kinds: dict | None = None, predicated=()) -> dict:
     """The profile of one launch from the counters: metrics, sites, summary, trace, extras.
     ``atom_kinds`` (atom_kinds_from_sass) says which source lines' global atomics are
     reductions (``red``: the old value unused); None: unknown, every global atomic is
@@ -276,14 +276,20 @@ def analyze(raw: dict, rec: Recorder, lib, params, grid: tuple, block: tuple,
     # A `__shared__` declaration runs no instruction on a GPU; here it is a C++ static whose
     # first-use guard is a branch: left out too.
     declares = {i + 1 for i, text in enumerate(src) if "__shared__" in text}
+    # A body nvcc predicates (see predicated_lines) is issued with every lane that reached its
+    # `if`: in Nsight Compute's ratio it counts as its surroundings do, so its blocks are left
+    # out of the ratio here. Its lanes with the predicate off still idle: the sentences, which
+    # come from the lanes that did the work, say so.
+    predicated = set(predicated or ())
     branches: dict[int, list[int]] = {}
     inst = lanes = 0
     for pcid, (n_inst, n_lanes, n_possible) in enumerate(raw["bbs"].tolist()):
         line = lines[pcid] if pcid < len(lines) else None
         if not n_inst or line is None or line in declares:
             continue
-        inst += n_inst
-        lanes += n_lanes
+        if line not in predicated:
+            inst += n_inst
+            lanes += n_lanes
         b = branches.setdefault(line, [0, 0, 0])
         b[0] += n_inst
         b[1] += n_lanes
@@ -465,7 +471,7 @@ def gpu_compile_info(kernel, arch: str = "sm_90") -> dict:
     nv = tc.nvrtc()
     if nv is None:
         return {}
-    key = tc.cache_key("profile-info", kernel.text, kernel.name, arch, nv.version,
+    key = tc.cache_key("profile-info-2", kernel.text, kernel.name, arch, nv.version,
                        tc.headers_digest(kernel.include_dir))
     if key in _GPU_INFO:
         return _GPU_INFO[key]
@@ -480,6 +486,10 @@ def gpu_compile_info(kernel, arch: str = "sm_90") -> dict:
             info["resources"] = {**tc.resources(res.log, res.ptx, mangled), "arch": arch}
             try:
                 info["sass"] = tc.sass(res.cubin, mangled)
+                res2, _ = tc.compile_for_gpu(kernel.text, kernel.name, kernel.filename, kernel.include_dir, arch,
+                                             "profile", extra=["-lineinfo"])
+                info["predicated_lines"] = predicated_lines(tc.sass(res2.cubin, mangled, line_info=True),
+                                                            kernel.filename)
             except Exception:  # noqa: BLE001  no nvdisasm: RED and ATOM cannot be told apart
                 pass
             tc.write_atomic(path, json.dumps(info).encode())
@@ -489,6 +499,29 @@ def gpu_compile_info(kernel, arch: str = "sm_90") -> dict:
         info["atom_kinds"] = atom_kinds_from_sass(info["sass"])
     _GPU_INFO[key] = info
     return info
+
+
+def predicated_lines(sass: str, filename: str) -> list[int]:
+    """The lines of the kernel's own file whose machine instructions all run under a guard
+    predicate (``@P1``, ``@!P0``): a short ``if`` body that nvcc turned into predicated
+    instructions instead of a branch. Every lane that reached the ``if`` executes them (the
+    predicate only switches the result off), so Nsight Compute counts the warp's lanes there,
+    not the lanes whose condition held. From SASS with line information (``-lineinfo``,
+    ``nvdisasm -g``)."""
+    base = Path(filename).name
+    line, mine = None, False
+    guarded: dict[int, bool] = {}
+    for text in sass.splitlines():
+        m = re.match(r'\s*//## File "([^"]*)", line (\d+)', text)
+        if m:
+            mine, line = Path(m.group(1)).name == base, int(m.group(2))
+            continue
+        ins = re.match(r"\s*/\*[0-9a-f]+\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", text)
+        if not ins or not mine or line is None or ins.group(2) == "NOP":
+            continue
+        guard = ins.group(1) is not None and not re.match(r"@!?U?PT\b", ins.group(1))
+        guarded[line] = guarded.get(line, True) and guard
+    return sorted(ln for ln, g in guarded.items() if g)
 
 
 def atom_kinds_from_sass(sass: str):

@@ -645,7 +645,7 @@ def nvrtc_check_device_code(text: str, filename: str, include_dir: Path | None =
 # PTX, SASS, resources
 # ---------------------------------------------------------------------------------------
 def compile_for_gpu(text: str, name: str, filename: str, include_dir: Path | None, arch: str,
-                    what: str) -> tuple[NvrtcResult, str]:
+                    what: str, extra=()) -> tuple[NvrtcResult, str]:
     """(NVRTC's result with the PTX, the cubin and ptxas's report, the kernel's mangled name)."""
     nv = nvrtc(required=what)
     arch = _check_arch(arch)
@@ -656,7 +656,7 @@ def compile_for_gpu(text: str, name: str, filename: str, include_dir: Path | Non
     os.environ["CUDA_CACHE_DISABLE"] = "1"
     try:
         res = nv.compile(nvrtc_source(text, filename), filename,
-                         nvrtc_options(sm, include_dir, ["-Xptxas=-v"]), name_expressions=(name,), cubin=True)
+                         nvrtc_options(sm, include_dir, ["-Xptxas=-v", *extra]), name_expressions=(name,), cubin=True)
     finally:
         if before is None:
             os.environ.pop("CUDA_CACHE_DISABLE", None)
@@ -682,8 +682,9 @@ def _ptxas_report(ptx: str, sm: str) -> str:
     return proc.stdout + proc.stderr
 
 
-def sass(cubin: bytes, mangled: str) -> str:
-    """The SASS of one kernel of a cubin, from ``nvdisasm``."""
+def sass(cubin: bytes, mangled: str, line_info: bool = False) -> str:
+    """The SASS of one kernel of a cubin, from ``nvdisasm`` (with ``//## File "...", line N``
+    comments when ``line_info`` and the cubin was compiled with ``-lineinfo``)."""
     tool = find_tool("nvdisasm")
     if tool is None:
         raise ToolkitMissing("cuda_sass needs nvdisasm, NVIDIA's disassembler (pip package "
@@ -691,7 +692,8 @@ def sass(cubin: bytes, mangled: str) -> str:
     with tempfile.TemporaryDirectory(prefix="course-sass-") as d:
         f = Path(d, "kernel.cubin")
         f.write_bytes(cubin)
-        proc = subprocess.run([str(tool), "-c", str(f)], capture_output=True, text=True, timeout=120)
+        proc = subprocess.run([str(tool), *(["-g"] if line_info else []), "-c", str(f)], capture_output=True,
+                              text=True, timeout=120)
     if proc.returncode != 0:
         raise RuntimeError(f"nvdisasm failed:\n{proc.stderr}")
     out, keep = [], False
