@@ -69,12 +69,7 @@ LEFT_OUT = {
 #: Cases where the simulation counts differently from the hardware, and why (read from the
 #: SASS: ``utils.cuda_sass``). The CI test expects exactly these to fail (strictly: once the
 #: counting is fixed, the entry must go).
-KNOWN = {
-    "sum_interleaved": ("nvcc turns the short `if (t % (2 * s) == 0)` body into predicated instructions "
-                        "(@!P1 LDS, LDS, FADD, STS: no branch), so every lane of the warp stays active in "
-                        "ncu's lanes per instruction (31.9; 23.5 with the predicate on); the emulator counts "
-                        "the lanes that take the branch (27.6)"),
-}
+KNOWN: dict[str, str] = {}
 
 
 def _family(metric: str) -> str:
