@@ -714,3 +714,26 @@ def test_on_a_gpu_nsight_compute_measures_the_same_counts(copy):
     assert "32.0 per request" in repr(p)
     with pytest.raises(TypeError, match="is on cpu"):  # said at once, not as "ncu failed"
         copy.profile[N // 256, 256](x.cpu(), y, N, 1, 0)
+
+
+def test_predicated_lines_from_sass_with_line_information():
+    # A short `if` body compiled to guarded instructions (line 76), a line with a guarded exit
+    # but also an unguarded compare (line 82), another file's line (not the kernel's), and the
+    # always-true predicate PT, which guards nothing.
+    from utils.cuda._profile import predicated_lines
+    sass = """
+	//## File "/tmp/x/reduction.cu", line 75
+        /*0280*/                   ISETP.NE.AND P1, PT, R3, RZ, PT ;
+	//## File "/tmp/x/reduction.cu", line 76
+        /*0290*/              @!P1 IADD3 R0, R6, UR5, RZ ;
+        /*02a0*/              @!P1 LDS R2, [R5] ;
+        /*02f0*/              @!P1 STS [R5], R2 ;
+	//## File "/tmp/x/reduction.cu", line 82
+        /*00f0*/                   ISETP.NE.AND P0, PT, R6, RZ, PT ;
+        /*0330*/               @P0 EXIT ;
+	//## File "/tmp/x/common.h", line 9
+        /*0340*/               @P2 FADD R1, R1, R2 ;
+	//## File "/tmp/x/reduction.cu", line 90
+        /*0350*/               @PT FADD R1, R1, R2 ;
+"""
+    assert predicated_lines(sass, "kernels/cuda/reduction.cu") == [76]

@@ -282,11 +282,13 @@ def analyze(raw: dict, rec: Recorder, lib, params, grid: tuple, block: tuple,
     # come from the lanes that did the work, say so.
     predicated = set(predicated or ())
     branches: dict[int, list[int]] = {}
-    inst = lanes = 0
+    inst = lanes = work_inst = work_lanes = 0
     for pcid, (n_inst, n_lanes, n_possible) in enumerate(raw["bbs"].tolist()):
         line = lines[pcid] if pcid < len(lines) else None
         if not n_inst or line is None or line in declares:
             continue
+        work_inst += n_inst
+        work_lanes += n_lanes
         if line not in predicated:
             inst += n_inst
             lanes += n_lanes
@@ -296,6 +298,9 @@ def analyze(raw: dict, rec: Recorder, lib, params, grid: tuple, block: tuple,
         b[2] += n_possible
     if inst:
         metrics[LANES_RATIO] = lanes / inst
+    # the lanes that did the work, predicated bodies with only the lanes whose condition held
+    # (no Nsight Compute name: its predicate-on ratio also counts inside the instructions)
+    working_lanes = work_lanes / work_inst if work_inst else None
 
     sectors_total = sum(s["sectors"] for s in site_list if s["space"] == "global")
     hot_region, hot_offset, hot_count = raw["hot"]
@@ -310,8 +315,9 @@ def analyze(raw: dict, rec: Recorder, lib, params, grid: tuple, block: tuple,
     # other simulators' profiles count it).
     needed, moved = raw["bytes_read"] + raw["bytes_written"], sectors_total * SECTOR
     out = {"metrics": metrics, "sites": site_list, "bytes_needed": needed, "bytes_moved": moved,
-           "atomics": atomics, "branches": branches}
-    out["summary"] = summarize(site_list, branches, atomics, grid, block)
+           "atomics": atomics, "branches": branches,
+           "working_lanes": working_lanes}
+    out["summary"] = summarize(site_list, branches, atomics, grid, block, predicated)
     if raw["pc_overflow"] or raw["lost"]:  # said first: the numbers above are incomplete
         out["summary"].insert(0, "the counts are incomplete: " + (
             "the kernel has more than 4096 memory instructions and basic blocks, and the last ones were counted "
@@ -375,7 +381,8 @@ def _num(x: float) -> str:
     return f"{x:.0f}" if abs(x - round(x)) < 0.05 else f"{x:.1f}"
 
 
-def summarize(sites: list[dict], branches: dict, atomics: dict, grid: tuple, block: tuple) -> list[str]:
+def summarize(sites: list[dict], branches: dict, atomics: dict, grid: tuple, block: tuple,
+              predicated=frozenset()) -> list[str]:
     """Plain-English sentences about the wasteful sites, worst first."""
     found: list[tuple[float, str]] = []
     for s in sites:
@@ -431,10 +438,13 @@ def summarize(sites: list[dict], branches: dict, atomics: dict, grid: tuple, blo
         # (a line that runs rarely, such as one thread per block writing the block's result, is
         # no waste worth a sentence)
         if n_lanes < 0.9 * n_possible and n_req >= 0.05 * all_req:
+            how = ("the compiler predicates this short `if`: the warp issues it with every lane and the "
+                   "others idle through it" if line in predicated else
+                   "a branch sends the threads of one warp different ways (divergence), and the warp runs "
+                   "each way in turn")
             found.append(((n_possible - n_lanes) / 32 * SECTOR,
                           f"line {line} runs with {_num(n_lanes / n_req)} of {_num(n_possible / n_req)} lanes per "
-                          "warp on average: a branch sends the threads of one warp different ways (divergence), "
-                          "and the warp runs each way in turn; make the condition the same for all 32 threads of "
+                          f"warp on average: {how}; make the condition the same for all 32 threads of "
                           "a warp (e.g. on threadIdx.x / 32) or rearrange the work"))
     all_inst = sum(b[0] for b in branches.values())
     all_lanes, all_possible = sum(b[1] for b in branches.values()), sum(b[2] for b in branches.values())
