@@ -927,7 +927,7 @@ def main(argv=None) -> int:
         if RESULT.exists():
             rec = json.loads(RESULT.read_text())
             n = rec.get("counts", {})
-            print(f"recorded at commit {rec.get('course_commit')}: {n.get('ok')} of {n.get('kernels')} published "
+            print(f"recorded at commit {rec.get('commit')}: {n.get('ok')} of {n.get('kernels')} published "
                   f"kernels ran as written and matched torch")
             for repo, c in rec.get("per_repo", {}).items():
                 print(f"  {repo}: {c['ok']} of {c['kernels']}")
@@ -960,7 +960,7 @@ def main(argv=None) -> int:
                             text=True).stdout.strip()
     record = {"what": "published CUDA C++ kernels compiled as written and launched in the CPU emulator "
                       "(race detection on), results compared with torch",
-              "course_commit": course or None,
+              "commit": course or None,
               "command": "python benchmarks/published_survey.py --mirrors DIR",
               "mirrors": {repo: f"github.com/{repo}@{co.commit}" for repo, co in checkouts.items()},
               "counts": counts, "per_repo": per_repo, "results": rows}
