@@ -370,8 +370,12 @@ def apply() -> bool:
     if not SIMULATE or os.environ.get("TRITON_INTERPRET") != "1":
         return False
     try:
+        import numpy as np
+        import triton.language as tl
         from triton.runtime import interpreter as interp
         from triton.runtime.driver import driver
+
+        from . import tensor_core
     except ImportError:  # a Triton without the interpreter this module knows
         return False
     B = interp.InterpreterBuilder
@@ -414,6 +418,23 @@ def apply() -> bool:
     TRITON_SIM_PATCHES.append(
         "tl.load with a mask and no `other`: masked-off lanes read NaN (ints: the type's "
         "most negative value), not 0")
+
+    original_dot = B.create_dot
+
+    def create_dot(self, a, b, d, input_precision, max_num_imprecise_acc):
+        # bfloat16 is stored as raw uint16 bits in the interpreter: widen it (exactly) to
+        # float32 first, or np.matmul multiplies the bit patterns as integers.
+        if tl.bfloat16 not in (a.dtype.scalar, b.dtype.scalar):
+            return original_dot(self, a, b, d, input_precision, max_num_imprecise_acc)
+        a_data, b_data = (tensor_core.bf16_bits_to_f32(h.data) if h.dtype.scalar == tl.bfloat16
+                          else h.data for h in (a, b))
+        return interp.TensorHandle(np.matmul(a_data, b_data, dtype=d.data.dtype) + d.data,
+                                   d.dtype.scalar)
+
+    B.create_dot = create_dot
+    TRITON_SIM_PATCHES.append(
+        "tl.dot on bfloat16: the inputs are widened to float32 (the interpreter multiplied "
+        "their raw bits)")
 
     original_call = interp.GridExecutor.__call__
 
