@@ -1,0 +1,909 @@
+"""Attention (lesson 10): ``softmax(Q Kᵀ / √d) V`` per batch and head, from three kernels to
+FlashAttention, forward and backward.
+
+Layout: ``q`` (B, H, Nq, d), ``k`` and ``v`` (B, H, Nk, d), the output ``o`` (B, H, Nq, d) and
+the logsumexp ``L`` (B, H, Nq) that a FlashAttention forward saves for its backward:
+``L[i] = log Σ_j exp(S[i, j])`` with ``S = Q Kᵀ / √d``, in natural log, in float32.
+
+The causal mask is aligned to the bottom right, as FlashAttention aligns it: query ``i`` sees
+key ``j`` when ``j <= i + Nk - Nq``. With ``Nq == Nk`` that is ``j <= i``, what
+``torch.nn.functional.scaled_dot_product_attention(..., is_causal=True)`` computes; with
+``Nq < Nk`` (new queries after a cache of keys) the last query sees every key; with
+``Nq > Nk`` the first ``Nq - Nk`` queries see no key at all. Such a row has output 0 and
+``L = +inf`` (FlashAttention's convention: the backward's ``exp(S - L)`` is then 0, not NaN).
+
+The graders:
+
+* ``check_attention(fn, causal=False, dtype=torch.float32, lse=False)``: ``fn(q, k, v)`` (and
+  ``causal=True`` as a keyword when grading the causal mask) returns ``o`` or ``(o, L)``;
+  ``lse=True`` requires ``L``.
+* ``check_attention_backward(fn, causal=False, dtype=torch.float32)``:
+  ``fn(q, k, v, o, L, do)`` returns ``(dq, dk, dv)``.
+
+FLOPs: ``4 B H Nq Nk d`` for a forward (two products of ``2 Nq Nk d``), half of it causal,
+3.5 times it for a forward and a backward (the backward recomputes ``Q Kᵀ`` and does four
+more products: 2.5 times the forward). The benchmarks of this topic (several dtypes, the
+causal mask, forward and backward, SDPA's backends as baselines) are in
+``benchmarks/attention.py``.
+"""
+from __future__ import annotations
+
+import inspect
+import math
+from dataclasses import dataclass
+
+import torch
+
+from .. import check as _check
+from ..grading import INPUT_GUARD_BITS, Grader, GradingError, _Guarded, success
+from ._spec import Baseline, Spec, Target, generator
+
+#: Unit roundoff of each input dtype (half an ulp at 1).
+UNIT_ROUNDOFF = {torch.float32: 2.0 ** -24, torch.float16: 2.0 ** -11, torch.bfloat16: 2.0 ** -8}
+EPS32 = 2.0 ** -24
+#: Half the smallest subnormal of each dtype: what rounding a tiny value to it can lose.
+UNDERFLOW = {torch.float32: 2.0 ** -150, torch.float16: 2.0 ** -25, torch.bfloat16: 2.0 ** -134}
+DTYPE_NAMES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
+#: Head dimensions the course's tensor-core kernels take (tl.dot and wmma need multiples of 16).
+HEAD_DIMS = (16, 32, 64, 128)
+#: The dtype codes of a benchmark configuration (``BenchConfig.dtype``).
+BENCH_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
+
+
+# ----------------------------------------------------------------------------------------
+# The float64 reference
+# ----------------------------------------------------------------------------------------
+def scale_of(d: int) -> float:
+    return 1.0 / math.sqrt(d)
+
+
+def visible(nq: int, nk: int, device=None) -> torch.Tensor:
+    """(nq, nk) bool: key j is visible to query i under the causal mask (bottom-right aligned)."""
+    i = torch.arange(nq, device=device).unsqueeze(1)
+    j = torch.arange(nk, device=device).unsqueeze(0)
+    return j <= i + (nk - nq)
+
+
+def scores64(q, k, causal=False, scale=None):
+    """S = Q Kᵀ · scale in float64, -inf where the causal mask hides a key."""
+    d = q.shape[-1]
+    s = (q.double() @ k.double().transpose(-1, -2)) * (scale_of(d) if scale is None else scale)
+    if causal:
+        s = s.masked_fill(~visible(q.shape[-2], k.shape[-2], s.device), float("-inf"))
+    return s
+
+
+def _probabilities(s):
+    """P = softmax(S) along the keys, 0 on a row with no visible key; and L (+inf there)."""
+    m = s.amax(dim=-1, keepdim=True) if s.shape[-1] else torch.full(s.shape[:-1] + (1,), float("-inf"),
+                                                                       dtype=s.dtype, device=s.device)
+    empty = torch.isinf(m) & (m < 0)
+    m_safe = torch.where(empty, torch.zeros_like(m), m)
+    e = torch.exp(s - m_safe)
+    l = e.sum(dim=-1, keepdim=True)
+    p = torch.where(empty, torch.zeros_like(e), e / torch.where(empty, torch.ones_like(l), l))
+    lse = torch.where(empty, torch.full_like(m, float("inf")), m_safe + torch.log(torch.where(empty, torch.ones_like(l), l)))
+    return p, lse.squeeze(-1)
+
+
+def attention_ref64(q, k, v, causal=False):
+    """``softmax(Q Kᵀ / √d) V`` in float64 (a row with no visible key gives 0)."""
+    p, _ = _probabilities(scores64(q, k, causal))
+    return p @ v.double()
+
+
+def attention_lse64(q, k, causal=False):
+    """The logsumexp of each query's scores, natural log, float64; +inf for a row with no key."""
+    return _probabilities(scores64(q, k, causal))[1]
+
+
+def attention_backward_ref64(q, k, v, do, causal=False):
+    """(dq, dk, dv) of ``o = attention(q, k, v)`` for the upstream gradient ``do``, float64."""
+    scale = scale_of(q.shape[-1])
+    p, _ = _probabilities(scores64(q, k, causal))
+    do, v64 = do.double(), v.double()
+    dv = p.transpose(-1, -2) @ do
+    dp = do @ v64.transpose(-1, -2)
+    delta = (p * dp).sum(dim=-1, keepdim=True)          # = rowsum(dO ∘ O)
+    ds = p * (dp - delta)
+    dq = scale * (ds @ k.double())
+    dk = scale * (ds.transpose(-1, -2) @ q.double())
+    return dq, dk, dv
+
+
+# ----------------------------------------------------------------------------------------
+# Tolerances: from the dtype and the number of keys
+# ----------------------------------------------------------------------------------------
+def _unit(dtype, nk: int, d: int) -> float:
+    """The relative error a right kernel may make in one probability (and one product term):
+    the input dtype's roundoff (P is rounded to it before the P V product on tensor cores),
+    plus float32 sums over the keys and the head dimension."""
+    return UNIT_ROUNDOFF[dtype] + 4.0 * EPS32 * math.sqrt(max(nk, d, 1))
+
+
+def output_tolerance(q, k, v, causal=False, dtype=None, factor: float = 3.0):
+    """Allowed |o - ref| per element: ``factor * unit * (P |V|)``, the bound on what rounding the
+    probabilities to ``dtype`` and summing over Nk keys can do, plus one rounding of o to
+    ``dtype`` (a kernel returns o in its inputs' dtype), plus float32 rounding of exp() of
+    large scores."""
+    dtype = dtype or q.dtype
+    nk, d = k.shape[-2], q.shape[-1]
+    s = scores64(q, k, causal)
+    p, _ = _probabilities(s)
+    smax = float(s[torch.isfinite(s)].abs().max()) if bool(torch.isfinite(s).any()) else 0.0
+    unit = _unit(dtype, nk, d) + 4.0 * EPS32 * smax       # exp(x) of a float32 x of size |x|
+    weight = p @ v.double().abs()
+    ref = p @ v.double()
+    flush = UNDERFLOW[dtype] * v.double().abs().sum(dim=-2, keepdim=True)   # P below 2^-24 flushed (l >= 1)
+    return factor * (unit * weight + flush) + UNIT_ROUNDOFF[dtype] * ref.abs() + 1e-30
+
+
+def lse_tolerance(q, k, causal=False, dtype=None, factor: float = 4.0):
+    """Allowed |L - ref|: the scores are float32 sums of products of ``dtype`` values (a kernel
+    may round Q · scale to ``dtype`` first), L = m + log(l) in float32."""
+    dtype = dtype or q.dtype
+    s = scores64(q, k, causal)
+    finite = torch.where(torch.isfinite(s), s.abs(), torch.zeros_like(s))
+    smax = finite.amax(dim=-1) if s.shape[-1] else torch.zeros(s.shape[:-1], dtype=s.dtype)
+    nk, d = k.shape[-2], q.shape[-1]
+    return factor * (UNIT_ROUNDOFF[dtype] * smax + 4.0 * EPS32 * math.sqrt(max(nk, d, 1)) * (1.0 + smax))
+
+
+def backward_tolerances(q, k, v, do, causal=False, dtype=None, factor: float = 4.0):
+    """Allowed errors of (dq, dk, dv): each is a product whose terms a right kernel rounds to
+    ``dtype`` once (P and dS before the tensor-core products), with float32 sums."""
+    dtype = dtype or q.dtype
+    nq, nk, d = q.shape[-2], k.shape[-2], q.shape[-1]
+    scale = scale_of(d)
+    s = scores64(q, k, causal)
+    p, _ = _probabilities(s)
+    smax = float(s[torch.isfinite(s)].abs().max()) if bool(torch.isfinite(s).any()) else 0.0
+    unit = _unit(dtype, max(nq, nk), d) + 4.0 * EPS32 * smax
+    do64, v64, q64, k64 = do.double(), v.double(), q.double(), k.double()
+    o = p @ v64
+    dp_abs = do64.abs() @ v64.abs().transpose(-1, -2)
+    d_abs = (do64.abs() * o.abs()).sum(dim=-1, keepdim=True) + (p * dp_abs).sum(dim=-1, keepdim=True)
+    ds_bound = p * (dp_abs + d_abs)                     # bounds |dS| and the error of each term
+    # P and dS rounded to float16 flush values below its smallest subnormal (2^-24) to 0:
+    # an absolute error of up to 2^-25 in each term, whatever its size.
+    flush = UNDERFLOW[dtype]
+    tiny = 1e-30
+    tol_dv = factor * (unit * (p.transpose(-1, -2) @ do64.abs()) + flush * do64.abs().sum(dim=-2, keepdim=True)) + tiny
+    tol_dq = factor * scale * (unit * (ds_bound @ k64.abs()) + flush * k64.abs().sum(dim=-2, keepdim=True)) + tiny
+    tol_dk = factor * scale * (unit * (ds_bound.transpose(-1, -2) @ q64.abs())
+                               + flush * q64.abs().sum(dim=-2, keepdim=True)) + tiny
+    return tol_dq, tol_dk, tol_dv
+
+
+# ----------------------------------------------------------------------------------------
+# Inputs
+# ----------------------------------------------------------------------------------------
+def make_qkv(gen, B, H, nq, nk, d, dtype=torch.float32, kind="mixed", device="cpu"):
+    """q, k, v on ``device``, values exactly representable in ``dtype``.
+
+    ``kind="mixed"``: random values, plus a direction along which the scores of a query rise
+    (or fall) steadily over the keys, by up to about ±20: rows whose maximum comes late need
+    the running max (and the rescaling of the accumulator and the sum); rows whose maximum
+    comes first do not. ``kind="flat"``: every score exactly 0 (q = 0), so each output is the
+    mean of V's rows; V's columns are constant along the keys (values like 1.333), so a
+    running sum kept in float16 loses the same fraction at every step.
+    """
+    if kind == "flat":
+        q = torch.zeros(B, H, nq, d)
+        k = torch.randn(B, H, nk, d, generator=gen)
+        cols = (torch.tensor([4.0 / 3.0, 0.7, -1.1, 1.9]).repeat(d // 4 + 1)[:d])
+        v = cols.expand(B, H, nk, d).clone() * (1 + 0.01 * torch.randn(B, H, 1, 1, generator=gen))
+    else:
+        q = torch.randn(B, H, nq, d, generator=gen)
+        k = torch.randn(B, H, nk, d, generator=gen)
+        v = torch.randn(B, H, nk, d, generator=gen)
+        # Direction 0: k's component ramps from -3 to 3 along the keys; queries alternate
+        # between rising (+), falling (-) and flat (0) rows. The score varies by
+        # amp * 6 / sqrt(d) along a row: about 20.
+        ramp = torch.linspace(-3.0, 3.0, max(nk, 1))[:nk] if nk > 1 else torch.zeros(nk)
+        k[..., 0] = ramp + 0.1 * k[..., 0]
+        amp = 20.0 * math.sqrt(d) / 6.0
+        sign = torch.tensor([1.0, -1.0, 0.0, 0.5])[torch.arange(nq) % 4]
+        q[..., 0] = amp * sign + 0.1 * q[..., 0]
+    q, k, v = (t.to(dtype).to(device) for t in (q, k, v))
+    return q, k, v
+
+
+def _bench_shape_input(shape, seed=0, device=None, dtype=torch.float16):
+    from ..config import DEVICE
+    device = device or DEVICE
+    B, H, N, d = (int(s) for s in shape)
+    g = generator(seed, device)
+    q, k, v = (torch.randn(B, H, N, d, generator=g, device=device).to(dtype) for _ in range(3))
+    return q, k, v
+
+
+def attention_input(shape, seed=0, device=None):
+    """The benchmark's inputs of ``shape = (B, H, N, d)``: q, k, v, float16 on the GPU (the
+    dtype the targets are for) and float32 in simulation (the dtype every kernel takes)."""
+    from ..config import SIMULATE
+    return _bench_shape_input(shape, seed, device, torch.float32 if SIMULATE else torch.float16)
+
+
+def attention_nbytes(shape, elem: int = 2, backward: bool = False) -> int:
+    """Bytes one call must move at the least: q, k, v read and o written (and L, 4 bytes a
+    row); a backward also reads o, dO and L and writes dq, dk and dv."""
+    B, H, N, d = shape
+    fwd = elem * 4 * B * H * N * d + 4 * B * H * N
+    if not backward:
+        return fwd
+    return fwd + elem * 5 * B * H * N * d + 4 * B * H * N + elem * 3 * B * H * N * d
+
+
+def attention_flops(shape, causal: bool = False, backward: bool = False) -> float:
+    """4·B·H·N²·d for a forward (Nq = Nk = N), halved for causal, ×3.5 for forward + backward."""
+    B, H, N, d = shape
+    f = 4 * B * H * N * N * d
+    if causal:
+        f //= 2
+    return f * 7 // 2 if backward else f
+
+
+def _spec_tolerance(inputs, ref):
+    q, k, v = inputs[:3]
+    return output_tolerance(q.cpu(), k.cpu(), v.cpu(), causal=False).to(ref.device)
+
+
+# ----------------------------------------------------------------------------------------
+# Grading: the cases
+# ----------------------------------------------------------------------------------------
+def _label(B, H, nq, nk, d, dtype, causal, note=""):
+    mask = ", causal" if causal else ""
+    return (f"q {B}x{H}x{nq}x{d}, k and v {B}x{H}x{nk}x{d} ({DTYPE_NAMES[dtype]}{mask}{note})")
+
+
+def _padded(t: torch.Tensor, dtype):
+    """``t`` as ``dtype`` on the course's device, inside a buffer of NaN (reads past either
+    end give NaN), and the guard record that says whether anything wrote outside it."""
+    from ..config import DEVICE
+    g = _Guarded(t.shape, dtype, DEVICE, INPUT_GUARD_BITS, "input")
+    g.view.copy_(t.to(dtype))
+    g.orig = g.view.detach().clone()
+    return g.view, g
+
+
+@dataclass
+class _Case:
+    label: str
+    shape: tuple            # B, H, nq, nk, d
+    values: tuple           # CPU tensors of dtype (q, k, v[, o, lse, do])
+    layout: str = "contiguous"   # or "bnhd": q, k, v given as (B, N, H, d) tensors permuted to (B, H, N, d)
+    kind: str = "mixed"
+    note: str = ""
+
+    @property
+    def numel(self):
+        B, H, nq, nk, d = self.shape
+        return B * H * nq * d
+
+
+def _shapes(backward=False):
+    from ..config import SIZES
+    return [tuple(int(x) for x in s) for s in (SIZES.attention_grader_shapes if not backward
+                                              else SIZES.attention_backward_grader_shapes)]
+
+
+def _make_inputs(case: _Case, dtype):
+    """The case's tensors on the device in guarded buffers, in the case's layout."""
+    guards, out = [], []
+    for i, t in enumerate(case.values):
+        if case.layout == "bnhd" and i < 3:
+            view, g = _padded(t.transpose(1, 2).contiguous(), t.dtype)
+            out.append(view.transpose(1, 2))
+        else:
+            view, g = _padded(t, t.dtype)
+            out.append(view)
+        guards.append(g)
+    return tuple(out), guards
+
+
+def _accepts_causal(fn) -> bool | None:
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return None
+    return "causal" in sig.parameters or any(p.kind == p.VAR_KEYWORD for p in sig.parameters.values())
+
+
+class _AttentionGrader(Grader):
+    """The shared harness (poisoned outputs, guards, races, stubs), for functions that return
+    several tensors."""
+
+    def __init__(self, name, fn, seed, causal):
+        super().__init__(name, fn, seed)
+        self.causal = causal
+        if causal and _accepts_causal(fn) is False:
+            raise GradingError(f"{name} failed:\nyour function takes no `causal` argument, but this check "
+                               "grades the causal mask: add `causal=False` to its parameters and pass it to "
+                               "the kernel (CAUSAL: tl.constexpr in Triton).")
+        inner = fn
+        self.fn = (lambda *a: inner(*a, causal=True)) if causal else inner
+
+    def run(self, case: _Case, dtype, schedule_seed=None):
+        from ..grading import Case as _HCase
+        hc = _HCase(case.label, (), torch.zeros(case.numel, dtype=torch.float64),
+                    make=lambda: _make_inputs(case, dtype))
+        return self.call(hc, schedule_seed=schedule_seed)
+
+    def as_tensor(self, out, what, shape, dtypes):
+        from ..config import DEVICE
+        if not isinstance(out, torch.Tensor):
+            self.fail(f"{what} is a {type(out).__name__}, not a torch tensor.")
+        if out.device.type != DEVICE.type:
+            self.fail(f"{what} is on {out.device}, but the course runs on {DEVICE}: create it on the "
+                      "input's device (torch.empty_like(q)).")
+        if tuple(out.shape) != tuple(shape):
+            hint = None
+            if out.numel() == math.prod(shape):
+                hint = f"the number of elements is right: reshape it to {tuple(shape)}."
+            self.fail(f"{what} has shape {tuple(out.shape)}, expected {tuple(shape)}.", hint)
+        if out.dtype not in dtypes:
+            want = " or ".join(DTYPE_NAMES.get(d, str(d)) for d in dtypes)
+            self.fail(f"{what} has dtype {out.dtype}, expected {want}.")
+        return out
+
+    def unwritten(self, run, out, what, hint):
+        mask = self.unwritten_mask(run, out)
+        if mask is None or not bool(mask.any()):
+            return
+        rows = mask.reshape(-1, mask.shape[-1]).any(dim=-1) if mask.dim() >= 2 else mask.reshape(-1)
+        where = _rows_text(mask)
+        self.fail(f"{where} of {what} {'was' if int(mask.sum()) == 1 else 'were'} never written (still the "
+                  f"grader's NaN marker, {int(rows.sum())} of {rows.numel()} rows).", hint)
+
+    def guards(self, run, outs):
+        for g in run.allocs.records:
+            names = [n for n, t in outs if t is not None and g.view.data_ptr() == t.data_ptr()]
+            noun = names[0] if names else f"a temporary of shape {tuple(g.view.shape)} made with {g.how}"
+            after, before = g.written_after(), g.written_before()
+            if after or before:
+                self.fail(f"wrote {after + before} element{'s' if after + before > 1 else ''} "
+                          f"{'past the end' if after else 'before the start'} of {noun}.",
+                          "is every store masked? A tile at the end of the rows (or of the keys) reaches past "
+                          "them: mask the rows >= Nq (and keys >= Nk) in tl.store / with an if in CUDA.")
+        for i, g in enumerate(run.in_guards):
+            if g.written_after() or g.written_before():
+                self.fail("wrote outside an input tensor (past its end or before its start).",
+                          "is every store masked, and does it go to an output, not an input?")
+            now = g.view.detach()
+            same = torch.equal(now.isnan(), g.orig.isnan()) and bool(
+                (now.nan_to_num(0) == g.orig.nan_to_num(0)).all())
+            if not same:
+                name = ("q", "k", "v", "o", "L", "dO")[i] if i < 6 else f"input {i}"
+                self.fail(f"your function changed its input {name}.",
+                          "write results into new tensors (torch.empty_like(q)), never into an input.")
+
+
+def _rows_text(mask):
+    """'rows 17..31 of batch 0, head 1' style text for a (B, H, N[, d]) mask."""
+    m = mask
+    if m.dim() == 4:
+        m = m.any(dim=-1)
+    if m.dim() != 3:
+        return _check.describe_positions(m.reshape(-1))
+    parts = []
+    for b in range(m.shape[0]):
+        for h in range(m.shape[1]):
+            r = _check.index_ranges(m[b, h])
+            if r:
+                parts.append(f"{_check.format_ranges(r, noun='rows')} (batch {b}, head {h})")
+    more = len(parts) - 3
+    text = "; ".join(parts[:3]) + (f"; and {more} more heads" if more > 0 else "")
+    return text
+
+
+def _describe(got, ref, tol, what):
+    bad = ~((got - ref).abs() <= tol)
+    # NaN where the reference is NaN never happens (the reference has none); inf L rows:
+    if bool(torch.isinf(ref).any()):
+        inf = torch.isinf(ref)
+        bad = bad & ~(inf & (got == ref))
+        bad = bad | (inf & (got != ref))
+    if not bool(bad.any()):
+        return None, bad
+    idx = torch.nonzero(bad)[0].tolist()
+    pos = tuple(idx)
+    err = (got - ref).abs()
+    err = torch.where(torch.isnan(err), torch.full_like(err, math.inf), err)
+    err = torch.where(torch.isinf(ref) & (got == ref), torch.zeros_like(err), err)
+    worst = float(err.max())
+    where = _rows_text(bad)
+    msg = (f"{int(bad.sum())} of {bad.numel()} values of {what} are wrong: {where}.\n"
+           f"First wrong: {what}[{', '.join(map(str, pos))}] = {float(got[pos]):.7g}, expected "
+           f"{float(ref[pos]):.7g} (allowed error there {float(tol[pos] if tol.dim() else tol):.2g}); "
+           f"largest error {worst:.3g}.")
+    return msg, bad
+
+
+# ----------------------------------------------------------------------------------------
+# Diagnoses: what the classic mistakes compute instead
+# ----------------------------------------------------------------------------------------
+_TILES = (16, 32, 64, 128, 256)
+
+
+def _flash_variant(q, k, v, causal, block, *, rescale_acc=True, rescale_sum=True, drop_tail=False,
+                   scale=None):
+    """A FlashAttention forward in float64 over key tiles of ``block``, with a mistake switched on."""
+    s = scores64(q, k, causal, scale)
+    nk = s.shape[-1]
+    shape = s.shape[:-1]
+    m = torch.full(shape, float("-inf"), dtype=torch.float64)
+    l = torch.zeros(shape, dtype=torch.float64)
+    acc = torch.zeros(shape + (v.shape[-1],), dtype=torch.float64)
+    stop = (nk // block) * block if drop_tail else nk
+    for j0 in range(0, stop, block):
+        st = s[..., j0:j0 + block]
+        m_new = torch.maximum(m, st.amax(dim=-1))
+        m_safe = torch.where(torch.isinf(m_new), torch.zeros_like(m_new), m_new)
+        p = torch.exp(st - m_safe.unsqueeze(-1))
+        alpha = torch.exp(m - m_safe)
+        l = (l * alpha if rescale_sum else l) + p.sum(dim=-1)
+        acc = (acc * alpha.unsqueeze(-1) if rescale_acc else acc) + p @ v.double()[..., j0:j0 + block, :]
+        m = m_new
+    with torch.no_grad():
+        return acc / l.unsqueeze(-1)
+
+
+def _close(a, b, tol, frac=0.98):
+    """Most of ``a`` matches ``b`` within 4x the tolerance (NaN matches NaN)."""
+    if a.shape != b.shape:
+        return False
+    ok = ((a - b).abs() <= 4 * tol + 1e-6 * b.abs()) | (torch.isnan(a) & torch.isnan(b))
+    return float(ok.double().mean()) >= frac
+
+
+def _forward_diagnosis(case, dtype, causal, got, bad, tol):
+    q, k, v = (t.double() for t in case.values[:3])
+    B, H, nq, nk, d = case.shape
+    ref = attention_ref64(q, k, v, causal)
+    finite = torch.isfinite(got)
+    if causal and nq > nk:
+        empty = ~visible(nq, nk).any(dim=1)          # rows with no visible key
+        nan_rows = (~finite).any(dim=-1)
+        if bool(nan_rows.any()) and bool(nan_rows[..., empty].all()) and not bool(nan_rows[..., ~empty].any()):
+            return (f"rows {int(empty.nonzero()[0])}..{int(empty.nonzero()[-1])} are NaN: with Nq = {nq} > Nk = {nk} "
+                    "the causal mask (aligned to the bottom right) leaves these queries no visible key, so their "
+                    "running max stays -inf and exp(-inf - (-inf)) is NaN, and l = 0. Shift by 0 where the max is "
+                    "-inf (tl.where(m == -inf, 0, m)), and write 0 (and L = +inf) where l == 0.")
+    if not bool(finite.all()):
+        return ("some outputs are NaN or inf: is the running max subtracted before exp (and the mask applied "
+                "as -inf before the max, with masked lanes loaded with other=0.0)? A row whose first tile of keys "
+                "is all masked needs its max shift set to 0 while the max is still -inf.")
+    if _close(got, attention_ref64(q * math.sqrt(d), k, v, causal), tol):
+        return ("the result is softmax(Q Kᵀ) V without the 1/√d scale: multiply the scores by "
+                f"1/√d = {scale_of(d):.4g} (in an exp2 kernel, fold it into qk_scale = log2(e)/√d).")
+    if _close(got, attention_ref64(q / math.sqrt(d), k, v, causal), tol):
+        return "the scores look scaled by 1/d instead of 1/√d (or the scale is applied twice)."
+    if causal:
+        for shift, text in ((-1, "excludes the diagonal: query i must see key i (j <= i, not j < i)"),
+                            (1, "lets each query see one key too many: key j is visible for j <= i, not j <= i + 1")):
+            vis = visible(nq, nk) if shift == 0 else (
+                torch.arange(nk).unsqueeze(0) <= torch.arange(nq).unsqueeze(1) + (nk - nq) + shift)
+            s = scores64(q, k, False).masked_fill(~vis, float("-inf"))
+            p, _ = _probabilities(s)
+            if _close(got, p @ v, tol, frac=0.95):
+                return f"the causal mask is off by one on the diagonal: it {text} (with Nq != Nk, j <= i + Nk - Nq)."
+        if _close(got, attention_ref64(q, k, v, False), tol):
+            return "the result has no causal mask: hide key j from query i when j > i + Nk - Nq."
+        top_left = torch.arange(nk).unsqueeze(0) <= torch.arange(nq).unsqueeze(1)
+        if nq != nk:
+            s = scores64(q, k, False).masked_fill(~top_left, float("-inf"))
+            p, _ = _probabilities(s)
+            if _close(got, p @ v, tol, frac=0.95):
+                return ("the causal mask is aligned to the top left (j <= i); the course aligns it to the bottom "
+                        "right, as FlashAttention does: j <= i + Nk - Nq.")
+    # Tile-by-tile mistakes, for the usual key-tile sizes.
+    for block in _TILES:
+        if block >= nk and block > _TILES[0]:
+            break
+        if nk % block and _close(got, _flash_variant(q, k, v, causal, block, drop_tail=True), tol, frac=0.95):
+            return (f"the keys past the last whole tile are missing (it looks like tiles of {block} keys, and "
+                    f"Nk = {nk} is not a multiple of it): loop over cdiv(Nk, BLOCK_N) tiles and mask the keys "
+                    ">= Nk in the last one (other=0.0 for K and V, -inf for their scores).")
+        for acc_ok, sum_ok, text in (
+                (False, True, "the accumulator is not rescaled when the running max grows: multiply acc by "
+                              "alpha = exp(m_old - m_new) before adding the new tile's P V"),
+                (True, False, "the running sum is not rescaled when the running max grows: l = l * alpha + "
+                              "rowsum(P), with alpha = exp(m_old - m_new)"),
+                (False, False, "neither the accumulator nor the running sum is rescaled when the running max "
+                               "grows: both need * alpha = exp(m_old - m_new) before the new tile is added")):
+            if _close(got, _flash_variant(q, k, v, causal, block, rescale_acc=acc_ok, rescale_sum=sum_ok), tol,
+                      frac=0.95):
+                return text + f" (it looks like tiles of {block} keys)."
+    if case.kind == "flat":
+        rel = float(((got - ref).abs() / ref.abs().clamp_min(1e-3)).max())
+        if rel < 0.1:
+            return (f"small errors (up to {rel:.1%}) on a long row of keys ({nk}): the sums look accumulated in "
+                    "float16 or bfloat16. Keep the accumulator and the running sum in float32 "
+                    "(tl.zeros(..., dtype=tl.float32), a float accumulator fragment in wmma) and round once, "
+                    "when o is stored.")
+    # Rows whose maximum is in their first tile right, the others wrong: a rescaling problem.
+    rows_bad = bad.any(dim=-1)
+    rising = torch.arange(nq) % 4 == 0
+    falling = torch.arange(nq) % 4 == 1
+    if nk > 16 and bool(rows_bad[..., rising].float().mean() > 0.5) and not bool(rows_bad[..., falling].any()):
+        return ("the rows whose largest score comes late are wrong, those whose largest score is among the first "
+                "keys are right: when a new tile raises the running max, the accumulator and the running sum "
+                "must both be multiplied by exp(m_old - m_new).")
+    return ("compare one row by hand: S = q · Kᵀ / √d, m = max S, P = exp(S - m) / Σ exp(S - m), o = P V. "
+            "Check the strides of the batch and head dimensions, and the masks of the last tiles.")
+
+
+def _lse_diagnosis(case, causal, got_l, bad):
+    q, k = (t.double() for t in case.values[:2])
+    s = scores64(q, k, causal)
+    lse = attention_lse64(q, k, causal)
+    m = s.amax(dim=-1)
+    fin = torch.isfinite(lse)
+    tol = 1e-3 * (1 + lse.abs())
+    def near(a):
+        return bool(((got_l - a).abs()[fin] <= tol[fin]).float().mean() > 0.9)
+    if near(m):
+        return ("L holds the row maximum of the scores, not the logsumexp: save L = m + log(l), where l is the "
+                "running sum of exp(S - m).")
+    if near(lse / math.log(2)):
+        return ("L looks like the logsumexp in base 2 (m2 + log2(l) of an exp2 kernel): save it in natural log, "
+                "L = (m2 + log2(l)) * ln(2), or use it consistently in your own backward and say so.")
+    if near(torch.log(torch.exp(s - m.unsqueeze(-1)).nan_to_num(0).sum(dim=-1))):
+        return "L looks like log(l) alone: the logsumexp is m + log(l), with m the running max."
+    if near(lse * math.sqrt(q.shape[-1])):
+        return "L looks computed from unscaled scores: the scores are Q Kᵀ / √d."
+    return "L[i] = log Σ_j exp(S[i, j]) with S = Q Kᵀ / √d: m + log(l) from the running max m and sum l."
+
+
+# ----------------------------------------------------------------------------------------
+# The forward grader
+# ----------------------------------------------------------------------------------------
+def _draw_cases(g, dtype, causal, backward=False):
+    cases = []
+    for B, H, nq, nk, d in _shapes(backward):
+        seed = int(torch.randint(0, 2**31 - 1, (1,), generator=g.gen))
+        q, k, v = make_qkv(torch.Generator().manual_seed(seed), B, H, nq, nk, d, dtype)
+        cases.append(_Case(_label(B, H, nq, nk, d, dtype, causal), (B, H, nq, nk, d), (q, k, v)))
+    return cases
+
+
+def _flat_case(g, dtype, causal, nk):
+    seed = int(torch.randint(0, 2**31 - 1, (1,), generator=g.gen))
+    B, H, nq, d = 1, 1, 16, 64
+    q, k, v = make_qkv(torch.Generator().manual_seed(seed), B, H, nq, nk, d, dtype, kind="flat")
+    return _Case(_label(B, H, nq, nk, d, dtype, causal, ", every score 0: a long sum"), (B, H, nq, nk, d),
+                 (q, k, v), kind="flat")
+
+
+def _layout_case(g, dtype, causal):
+    seed = int(torch.randint(0, 2**31 - 1, (1,), generator=g.gen))
+    B, H, nq, nk, d = 2, 2, 31, 31, 32
+    q, k, v = make_qkv(torch.Generator().manual_seed(seed), B, H, nq, nk, d, dtype)
+    return _Case(_label(B, H, nq, nk, d, dtype, causal, "; q, k, v transposed views of (B, N, H, d) tensors"),
+                 (B, H, nq, nk, d), (q, k, v), layout="bnhd")
+
+
+def check_attention(fn, *, causal: bool = False, dtype=torch.float32, lse: bool = False, seed=None):
+    """``fn(q, k, v)`` must return ``softmax(q kᵀ / √d) v`` per batch and head, or ``(o, L)``.
+
+    q (B, H, Nq, d), k and v (B, H, Nk, d), all of ``dtype`` (float32, float16 or bfloat16).
+    o has q's shape, in ``dtype`` or float32; L (B, H, Nq) float32 is the logsumexp of each
+    query's scores (natural log; +inf for a query with no visible key). It is checked when
+    ``fn`` returns it, and required with ``lse=True``. With ``causal=True`` the grader calls
+    ``fn(q, k, v, causal=True)``: key j is visible to query i when j <= i + Nk - Nq.
+
+    The shapes are awkward on purpose: N = 1, 17, 31, 130, Nq != Nk (with the causal mask and
+    Nq > Nk some queries see no key), d = 16 .. 128, several batches and heads, a long row of
+    equal scores (a float16 running sum drifts), and q, k, v as transposed views of
+    (B, N, H, d) tensors (compute with them, or refuse with an error that says "contiguous").
+    """
+    if dtype not in UNIT_ROUNDOFF:
+        raise ValueError(f"check_attention: dtype must be float32, float16 or bfloat16, got {dtype}")
+    from ..config import SIZES
+    g = _AttentionGrader("check_attention", fn, seed, causal)
+    cases = _draw_cases(g, dtype, causal)
+    cases.append(_flat_case(g, dtype, causal, int(SIZES.attention_long_keys)))
+    layout = _layout_case(g, dtype, causal)
+    refused = _try_layout(g, layout, dtype)
+    if refused is None:
+        cases.append(layout)
+    race_case = min(range(len(cases)), key=lambda i: abs(cases[i].numel - 2048))
+    worst = 0.0
+    checked_lse = False
+    for i, case in enumerate(cases):
+        g.case = case
+        o_got, l_got, run = _run_forward(g, case, dtype, lse)
+        o_ref = attention_ref64(*case.values[:3], causal=causal)
+        tol = output_tolerance(*case.values[:3], causal=causal, dtype=dtype)
+        if i == race_case:
+            o2, _, _ = _run_forward(g, case, dtype, lse, schedule_seed=g.seed + i)
+            if not bool((((o2 - o_got).abs() <= tol) | (o2.isnan() & o_got.isnan())).all()):
+                g.fail("the result changes between runs on the same input: a race (threads or programs "
+                       "write or read the same element without synchronization).",
+                       "a tile of scores or of P kept in shared memory needs a barrier between writing it "
+                       "and reading it, and another before it is overwritten by the next tile.")
+        msg, bad = _describe(o_got, o_ref, tol, "o")
+        if msg:
+            g.fail(msg, _forward_diagnosis(case, dtype, causal, o_got, bad, tol))
+        worst = max(worst, float((o_got - o_ref).abs().max()) if o_ref.numel() else 0.0)
+        if l_got is not None:
+            checked_lse = True
+            l_ref = attention_lse64(*case.values[:2], causal=causal)
+            l_tol = lse_tolerance(*case.values[:2], causal=causal, dtype=dtype)
+            msg, bad = _describe(l_got, l_ref, l_tol, "L")
+            if msg:
+                if causal and case.shape[2] > case.shape[3]:
+                    empty = ~visible(case.shape[2], case.shape[3]).any(dim=1)
+                    rows_bad = bad
+                    if bool(rows_bad[..., empty].any()) and not bool(rows_bad[..., ~empty].any()):
+                        g.fail(msg, "the queries that see no key must save L = +inf (so that the backward's "
+                                    "exp(S - L) is 0 for them): m + log(l) there is -inf + log(0).")
+                g.fail(msg, _lse_diagnosis(case, causal, l_got, bad))
+    extra = "" if refused is None else "; refuses transposed q, k, v clearly"
+    what = "o and L" if checked_lse else "o"
+    shapes = ", ".join("x".join(map(str, c.shape)) for c in cases if c.layout == "contiguous")
+    success("check_attention", cases, worst,
+            f"{what}, {DTYPE_NAMES[dtype]}{', causal' if causal else ''}; B x H x Nq x Nk x d = {shapes}{extra}")
+
+
+def _try_layout(g, case, dtype):
+    """None if ``fn`` takes transposed views (its result is checked like any case), else the
+    first line of its error when that error says "contiguous"."""
+    try:
+        (ins, _guards) = _make_inputs(case, dtype)
+        g.fn(*ins)
+    except Exception as e:  # noqa: BLE001
+        if "contiguous" in str(e).lower():
+            return str(e).splitlines()[0]
+    return None
+
+
+def _run_forward(g, case, dtype, need_lse, schedule_seed=None):
+    B, H, nq, nk, d = case.shape
+    run = g.run(case, dtype, schedule_seed)
+    out = run.out
+    o, l = out, None
+    if isinstance(out, (tuple, list)):
+        if len(out) == 2:
+            o, l = out
+        elif len(out) == 1:
+            o = out[0]
+        else:
+            g.fail(f"your function returned {len(out)} values: return o, or (o, L).")
+    if o is None:
+        g.fail("your function returned None: return the output tensor o (or (o, L)).")
+    if need_lse and l is None:
+        g.fail("your function returned only o: this check also grades the logsumexp the backward needs.",
+               "return (o, L) where L (B, H, Nq), float32, holds m + log(l) of each query row: save it at the "
+               "end of the forward (tl.store(L_ptr + ..., m + tl.log(l))).")
+    o = g.as_tensor(o, "o", (B, H, nq, d), (torch.float32, dtype))
+    if l is not None:
+        l = g.as_tensor(l, "L", (B, H, nq), (torch.float32,))
+    g.guards(run, [("o", o), ("L", l)])
+    o64 = o.detach().to("cpu", torch.float64)
+    l64 = None if l is None else l.detach().to("cpu", torch.float64)
+    if g.causal and nq > nk:
+        # NaN on exactly the rows that see no key: the classic mistake, named before a float16
+        # output's NaN could be taken for the grader's "never written" marker.
+        empty = ~visible(nq, nk).any(dim=1)
+        nan_rows = torch.isnan(o64).any(dim=-1)
+        if bool(nan_rows[..., empty].all()) and not bool(nan_rows[..., ~empty].any()):
+            g.fail(f"o is NaN on rows {int(empty.nonzero()[0])}..{int(empty.nonzero()[-1])}: the queries that see "
+                   "no key.",
+                   f"with Nq = {nq} > Nk = {nk} the causal mask (aligned to the bottom right, j <= i + Nk - Nq) "
+                   "leaves these queries no visible key: their running max stays -inf, exp(-inf - (-inf)) is NaN "
+                   "and l = 0. Shift by 0 while the max is -inf (tl.where(m == -inf, 0, m)), and write o = 0 "
+                   "(and L = +inf) where l == 0.")
+    g.unwritten(run, o, "o", "is every query row written? The grid needs cdiv(Nq, BLOCK_M) programs per batch "
+                             "and head (the last tile of queries is partial), and each program stores its rows.")
+    if l is not None:
+        g.unwritten(run, l, "L", "save L for every query row at the end of the forward (L not saved?).")
+    return o64, l64, run
+
+
+# ----------------------------------------------------------------------------------------
+# The backward grader
+# ----------------------------------------------------------------------------------------
+def _backward_inputs(case: _Case, dtype, causal, gen):
+    q, k, v = case.values[:3]
+    o = attention_ref64(q, k, v, causal).to(dtype)
+    lse = attention_lse64(q, k, causal).to(torch.float32)
+    do = torch.randn(o.shape, generator=gen).to(dtype)
+    return (q, k, v, o, lse, do)
+
+
+def _backward_diagnosis(case, causal, which, gots, refs, tols):
+    q, k, v, o, lse, do = (t.double() for t in case.values)
+    B, H, nq, nk, d = case.shape
+    names = ("dq", "dk", "dv")
+    wrong = [n for n in names if n in which]
+    sc = math.sqrt(d)
+    dq, dk, dv = gots
+    rq, rk, rv = refs
+    tq, tk, tv = tols
+    if "dv" not in wrong and _close(dq, rq * sc, tq) and _close(dk, rk * sc, tk):
+        return ("dv is right, dq and dk are √d too large: the scores were scaled by 1/√d in the forward, so "
+                "dq = scale · dS K and dk = scale · dSᵀ Q.")
+    if causal and _close(dv, attention_backward_ref64(q, k, v, do, False)[2], tv):
+        return "the backward ignores the causal mask: recompute P with the same mask as the forward (P = 0 above it)."
+    # D = rowsum(dO ∘ O): the usual slips
+    p, _ = _probabilities(scores64(q, k, causal))
+    dp = do @ v.transpose(-1, -2)
+    for delta, text in ((torch.zeros_like(dp[..., :1]), "D is missing: dS = P ∘ (dP - D)"),
+                        (do.sum(dim=-1, keepdim=True), "D looks like rowsum(dO): it is rowsum(dO ∘ O)"),
+                        ((do * o).sum(dim=-2, keepdim=True).sum(dim=-1, keepdim=True).expand_as(dp[..., :1]),
+                         "D looks summed over the rows too: D_i = Σ_c dO[i, c] O[i, c], one number per query")):
+        ds = p * (dp - delta)
+        alt_dq = (ds @ k) / sc
+        if "dv" not in wrong and _close(dq, alt_dq, tq):
+            return text + " (dv is right: P is recomputed correctly)."
+    if wrong == ["dq"]:
+        return ("dk and dv are right but dq is not: dq gets a contribution from every tile of keys. With one "
+                "program (block) per key tile, add into dq with tl.atomic_add (atomicAdd); or compute dq in a "
+                "pass of its own, one program per query tile looping over the keys.")
+    if "dv" in wrong:
+        l_as_max = torch.exp(scores64(q, k, causal) - scores64(q, k, causal).amax(dim=-1, keepdim=True))
+        if _close(dv, l_as_max.nan_to_num(0).transpose(-1, -2) @ do, tv):
+            return "P is recomputed as exp(S - max): use the saved logsumexp, P = exp(S - L), which is normalized."
+        return ("dv = Pᵀ dO is wrong, so P is recomputed wrongly: P = exp(Q Kᵀ / √d - L) with the L the forward "
+                "saved (mind the masks of the last, partial tiles of queries and keys).")
+    return ("dv is right; check dP = dO Vᵀ, D = rowsum(dO ∘ O), dS = P ∘ (dP - D), then dq = scale · dS K and "
+            "dk = scale · dSᵀ Q.")
+
+
+def check_attention_backward(fn, *, causal: bool = False, dtype=torch.float32, seed=None):
+    """``fn(q, k, v, o, L, do)`` must return ``(dq, dk, dv)``, the gradients of
+    ``o = attention(q, k, v)`` for the upstream gradient ``do``.
+
+    q, k, v, o and do are of ``dtype``; o and L (float32 logsumexp, +inf for a query with no
+    visible key) are the forward's outputs, computed in float64 and rounded. The gradients may
+    be of ``dtype`` or float32. With ``causal=True``: ``fn(..., causal=True)``.
+    """
+    if dtype not in UNIT_ROUNDOFF:
+        raise ValueError(f"check_attention_backward: dtype must be float32, float16 or bfloat16, got {dtype}")
+    g = _AttentionGrader("check_attention_backward", fn, seed, causal)
+    base = _draw_cases(g, dtype, causal, backward=True)
+    cases = []
+    for c in base:
+        vals = _backward_inputs(c, dtype, causal, g.gen)
+        cases.append(_Case(c.label, c.shape, vals))
+    race_case = min(range(len(cases)), key=lambda i: abs(cases[i].numel - 2048))
+    worst = 0.0
+    for i, case in enumerate(cases):
+        g.case = case
+        gots = _run_backward(g, case, dtype)
+        q, k, v, o, lse, do = case.values
+        refs = attention_backward_ref64(q, k, v, do, causal)
+        tols = backward_tolerances(q, k, v, do, causal, dtype)
+        if i == race_case:
+            again = _run_backward(g, case, dtype, schedule_seed=g.seed + i)
+            for name, a, b, t in zip(("dq", "dk", "dv"), gots, again, tols):
+                if not bool(((a - b).abs() <= t).all()):
+                    g.fail(f"{name} changes between runs on the same input: a race.",
+                           "several programs (blocks) add into the same elements of dq: use tl.atomic_add "
+                           "(atomicAdd), or compute dq in a pass of its own.")
+        wrong, first = [], None
+        for name, got, ref, tol in zip(("dq", "dk", "dv"), gots, refs, tols):
+            msg, _ = _describe(got, ref, tol, name)
+            if msg:
+                wrong.append(name)
+                first = first or msg
+        if wrong:
+            g.fail(first + (f"\n(wrong: {', '.join(wrong)}; right: "
+                            f"{', '.join(n for n in ('dq', 'dk', 'dv') if n not in wrong) or 'none'}.)"),
+                   _backward_diagnosis(case, causal, wrong, gots, refs, tols))
+        worst = max([worst] + [float((a - b).abs().max()) for a, b in zip(gots, refs) if b.numel()])
+    shapes = ", ".join("x".join(map(str, c.shape)) for c in cases)
+    success("check_attention_backward", cases, worst,
+            f"dq, dk, dv, {DTYPE_NAMES[dtype]}{', causal' if causal else ''}; B x H x Nq x Nk x d = {shapes}")
+
+
+def _run_backward(g, case, dtype, schedule_seed=None):
+    B, H, nq, nk, d = case.shape
+    run = g.run(case, dtype, schedule_seed)
+    out = run.out
+    if out is None:
+        g.fail("your function returned None: return (dq, dk, dv).")
+    if not isinstance(out, (tuple, list)) or len(out) != 3:
+        g.fail(f"your function returned {type(out).__name__}"
+               f"{f' of {len(out)} values' if isinstance(out, (tuple, list)) else ''}: return (dq, dk, dv).")
+    dq, dk, dv = out
+    dq = g.as_tensor(dq, "dq", (B, H, nq, d), (torch.float32, dtype))
+    dk = g.as_tensor(dk, "dk", (B, H, nk, d), (torch.float32, dtype))
+    dv = g.as_tensor(dv, "dv", (B, H, nk, d), (torch.float32, dtype))
+    g.guards(run, [("dq", dq), ("dk", dk), ("dv", dv)])
+    for t, name in ((dq, "dq"), (dk, "dk"), (dv, "dv")):
+        g.unwritten(run, t, name, "is every row written? The last tile of queries (for dq) or of keys (for dk "
+                                  "and dv) is partial: the grid needs cdiv(N, BLOCK) programs.")
+    return tuple(t.detach().to("cpu", torch.float64) for t in (dq, dk, dv))
+
+
+# ----------------------------------------------------------------------------------------
+# Benchmarks: SDPA per backend and FlexAttention
+# ----------------------------------------------------------------------------------------
+def _sdpa(backend: str | None):
+    """fn(q, k, v, causal=False) running torch's SDPA with one backend (None: torch picks)."""
+    def factory(dynamic=False):
+        import torch.nn.functional as F
+
+        if backend is None:
+            return lambda q, k, v, causal=False: F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        which = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION,
+                 "efficient": SDPBackend.EFFICIENT_ATTENTION, "math": SDPBackend.MATH}[backend]
+
+        def fn(q, k, v, causal=False):
+            with sdpa_kernel([which]):
+                return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        return fn
+    return factory
+
+
+def _flex(dynamic=False):
+    """FlexAttention (torch.compile'd), with a block mask for the causal case."""
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+    compiled = torch.compile(flex_attention, dynamic=False)
+    masks = {}
+
+    def causal_mod(b, h, q_idx, kv_idx):
+        return q_idx >= kv_idx
+
+    def fn(q, k, v, causal=False):
+        if not causal:
+            return compiled(q, k, v)
+        key = (q.shape[-2], k.shape[-2], str(q.device))
+        if key not in masks:
+            masks[key] = create_block_mask(causal_mod, None, None, q.shape[-2], k.shape[-2], device=q.device)
+        return compiled(q, k, v, block_mask=masks[key])
+    return fn
+
+
+@dataclass(frozen=True)
+class AttentionTarget(Target):
+    """A target at one (B, H, N, d) shape that holds for each causal flag and dtype listed,
+    for the forward or for the forward and backward together."""
+    causal: tuple = (False, True)
+    dtypes: tuple = ("float16", "bfloat16")
+    backward: bool = False
+
+
+def _targets():
+    out = []
+    for n_shape in ((4, 32, 4096, 64), (4, 32, 4096, 128), (1, 32, 16384, 64), (1, 32, 16384, 128)):
+        out.append(AttentionTarget("triton", "torch", 1.0, shape=n_shape, baseline="flash",
+                                   baseline_label="SDPA flash"))
+        out.append(AttentionTarget("triton", "torch", 1.0, shape=n_shape, baseline="flash",
+                                   baseline_label="SDPA flash (forward + backward)", backward=True))
+    out.append(AttentionTarget("triton", "torch", 0.9, shape=(4, 32, 4096, 64), baseline="default",
+                               baseline_label="SDPA default", causal=(False,), dtypes=("float16",)))
+    out.append(AttentionTarget("cuda", "torch", 0.5, shape=(4, 32, 4096, 64), baseline="flash",
+                               baseline_label="SDPA flash", causal=(False,), dtypes=("float16",)))
+    return out
+
+
+def _sweep(sizes):
+    return [tuple(s) for s in sizes.attention_sweep_shapes]
+
+
+SPEC = Spec(
+    name="attention", title="Attention", lesson="10_attention",
+    reference=attention_ref64, make_input=attention_input,
+    nbytes=attention_nbytes, flops=attention_flops, tolerance=_spec_tolerance,
+    out_dtypes=(torch.float32, torch.float16, torch.bfloat16),
+    checks={"check_attention": check_attention, "check_attention_backward": check_attention_backward},
+    baselines=[
+        Baseline("SDPA flash", "flash", "F.scaled_dot_product_attention with the FlashAttention-2 backend",
+                 _sdpa("flash")),
+        Baseline("SDPA cuDNN", "cudnn", "F.scaled_dot_product_attention with the cuDNN backend", _sdpa("cudnn")),
+        Baseline("SDPA efficient", "efficient", "F.scaled_dot_product_attention with the memory-efficient backend",
+                 _sdpa("efficient")),
+        Baseline("SDPA default", "default", "F.scaled_dot_product_attention, the backend torch picks", _sdpa(None)),
+        Baseline("FlexAttention", "flex", "torch.nn.attention.flex_attention, torch.compile'd", _flex),
+    ],
+    baseline_label="SDPA flash",
+    targets=_targets(),
+    main_shapes=lambda sizes: [tuple(s) for s in sizes.attention_bench_shapes],
+    sweep_shapes=_sweep, sweep_label="sequence length N (Nq = Nk)",
+    check_shapes=lambda sizes: [tuple(s) for s in sizes.attention_bench_check_shapes],
+)
