@@ -41,6 +41,8 @@ import triton.language as tl
 LOG2E = 1.4426950408889634   # log2(e): exp(x) = exp2(x * log2(e))
 LN2 = 0.6931471805599453     # ln(2)
 MAX_D = 256
+#: v3 and the backward also take float64 (float64 accumulators): for gradcheck.
+WITH_F64 = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 NAIVE_BLOCK = 1024           # v1's softmax: columns per step
 ROW_BLOCK_N = 64             # v2: keys per step
 
@@ -100,12 +102,14 @@ def attn_softmax_kernel(s_ptr, lse_ptr, Nk, BLOCK: tl.constexpr):
     row_max = tl.max(m, axis=0)
     shift = tl.where(row_max == float("-inf"), 0.0, row_max)
     row_sum = tl.sum(tl.where(m == float("-inf"), 0.0, l * tl.exp(m - shift)), axis=0)
-    inv = tl.where(row_sum > 0, 1.0 / row_sum, 0.0)           # a row with no visible key: P = 0
+    seen = row_sum > 0                                         # False: a row with no visible key
+    safe_sum = tl.where(seen, row_sum, 1.0)
+    inv = tl.where(seen, 1.0 / safe_sum, 0.0)                  # ... whose P is 0
     for start in range(0, Nk, BLOCK):
         offs = start + tl.arange(0, BLOCK)
         x = tl.load(s_row + offs, mask=offs < Nk, other=float("-inf"))
         tl.store(s_row + offs, tl.exp(x - shift) * inv, mask=offs < Nk)
-    tl.store(lse_ptr + row, tl.where(row_sum > 0, shift + tl.log(row_sum), float("inf")))
+    tl.store(lse_ptr + row, tl.where(seen, shift + tl.log(safe_sum), float("inf")))
 
 
 @triton.jit
@@ -380,7 +384,7 @@ def _n_key(n: int) -> int:
 
 def attention_forward(q, k, v, causal=False):
     """v3 returning (o, L): o of q's dtype, L (B, H, Nq) float32 in natural log."""
-    q, k, v, squeeze = check_qkv(q, k, v, op="attention_flash", max_d=MAX_D, contiguous=False)
+    q, k, v, squeeze = check_qkv(q, k, v, op="attention_flash", dtypes=WITH_F64, max_d=MAX_D, contiguous=False)
     B, H, nq, d = q.shape
     nk = k.shape[2]
     if nq == 0 or nk == 0 or d == 0 or B * H == 0:
@@ -625,7 +629,7 @@ def attention_backward(q, k, v, o, lse, do, causal=False, dq_mode="separate"):
     atomics, deterministic) or "atomic" (every key-tile program adds into dq atomically)."""
     if dq_mode not in DQ_MODES:
         raise ValueError(f"attention_backward: dq_mode must be one of {DQ_MODES}, got {dq_mode!r}")
-    q, k, v, squeeze = check_qkv(q, k, v, op="attention_backward", max_d=MAX_D, contiguous=False)
+    q, k, v, squeeze = check_qkv(q, k, v, op="attention_backward", dtypes=WITH_F64, max_d=MAX_D, contiguous=False)
     for name, t in (("o", o), ("do", do)):
         if not isinstance(t, torch.Tensor) or t.dtype != q.dtype:
             raise TypeError(f"attention_backward: {name} must be a tensor of q's dtype ({q.dtype})")
