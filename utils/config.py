@@ -98,11 +98,12 @@ PROBLEM_SIZES = {
                               (5, 3, 0), (0, 4, 3), (4, 0, 3)],
         matmul_probe_shape=(256, 256, 256),
         matmul_bench_check_shapes=[(1, 1, 1), (300, 7, 1), (127, 255, 63)],
-        # lesson 10: attention, shapes (B, H, Nq, Nk, d) for the graders (N = 1, 17, 31, 130,
+        # lesson 10: attention, the demo shape (B, H, N, d), shapes (B, H, Nq, Nk, d) for the graders (N = 1, 17, 31, 130,
         # Nq != Nk both ways, d = 16 .. 128, several batches and heads, and large ones), the
         # length of the long row of equal scores, the benchmark shapes (B, H, N, d) and the
         # sweep of N at a fixed number of tokens (B * N = 16384), and the awkward shapes every
         # kernel must get right before it is timed.
+        attention_shape=(4, 16, 2048, 64),
         attention_grader_shapes=[(1, 1, 1, 1, 16), (1, 2, 17, 17, 32), (2, 1, 31, 31, 64), (1, 1, 130, 130, 128),
                                  (2, 2, 17, 130, 16), (1, 1, 40, 17, 64), (2, 3, 1000, 1000, 64),
                                  (1, 2, 1029, 4097, 128)],
@@ -134,6 +135,7 @@ PROBLEM_SIZES = {
         matmul_grader_shapes=[(37, 45, 29), (1, 1, 1), (20, 7, 1), (9, 33, 70), (5, 3, 0), (0, 4, 3), (4, 0, 3)],
         matmul_probe_shape=(64, 64, 64),
         matmul_bench_check_shapes=[(1, 1, 1), (20, 7, 1), (37, 45, 29)],
+        attention_shape=(1, 2, 96, 32),
         attention_grader_shapes=[(1, 1, 1, 1, 16), (1, 2, 17, 17, 32), (2, 1, 31, 31, 64), (1, 1, 130, 130, 128),
                                  (2, 2, 17, 130, 16), (1, 1, 40, 17, 64)],
         attention_backward_grader_shapes=[(1, 1, 1, 1, 16), (1, 2, 17, 17, 32), (2, 1, 31, 31, 64),

@@ -683,6 +683,27 @@ def attention_backward(q, k, v, o, lse, do, causal=False, dq_mode="separate"):
     return _unsqueeze_grads(dq, dk, dv, squeeze)
 
 
+def attention_backward_with_delta(q, k, v, lse, do, delta, causal=False):
+    """(dq, dk, dv) from a D = rowsum(dO ∘ O) computed elsewhere (lesson 10's exercise computes
+    it): the two kernels of the "separate" design, with 4-D contiguous q, k, v, do."""
+    B, H, nq, d = q.shape
+    nk = k.shape[2]
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    bd = _block_d(d)
+    scale = 1.0 / math.sqrt(d)
+    common = (H, nq, nk, d, LOG2E * scale, scale, nk - nq)
+    strides = (*_strides(q), *_strides(k), *_strides(v), *_strides(do))
+    ieee = q.dtype in (torch.float32, torch.float64)
+    key = _n_key(max(nq, nk))
+    attn_bwd_kv[lambda meta: (triton.cdiv(nk, meta["BLOCK_N"]), B * H)](
+        q, k, v, do, lse.float().contiguous(), delta, dq, dk, dv, *common, *strides, 0, 0, 0, 0, key,
+        CAUSAL=bool(causal), ATOMIC_DQ=False, IEEE=ieee, ACC_DT=_acc_dt(q), BLOCK_D=bd)
+    attn_bwd_q[lambda meta: (triton.cdiv(nq, meta["BLOCK_M"]), B * H)](
+        q, k, v, do, lse.float().contiguous(), delta, dq, *common, *strides, key,
+        CAUSAL=bool(causal), IEEE=ieee, ACC_DT=_acc_dt(q), BLOCK_D=bd)
+    return dq, dk, dv
+
+
 def _unsqueeze_grads(dq, dk, dv, squeeze):
     if squeeze:
         return dq.squeeze(1), dk.squeeze(1), dv.squeeze(1)
