@@ -295,10 +295,20 @@ def configure_torch_compile() -> None:
             setattr(cfg, name, max(getattr(cfg, name), 256))
 
 
+#: Topics that measure more than one tensor per shape (several dtypes, masks, forward and
+#: backward) bring their own worker: ``<module>.run_topic(events, sizes, **same keywords)``.
+CUSTOM_WORKERS = {"attention": "benchmarks.attention"}
+
+
 def run_topic(topic: str, events: Events, sizes, *, skip=(), languages=None, sweep: bool = True,
               deadline: float | None = None, sweep_deadline: float | None = None,
               warmup: float = 25, rep: float = 100) -> None:
     """Check and time every variant of a topic at its main shapes, then the size sweep."""
+    if topic in CUSTOM_WORKERS:
+        import importlib
+        return importlib.import_module(CUSTOM_WORKERS[topic]).run_topic(
+            events, sizes, skip=skip, languages=languages, sweep=sweep, deadline=deadline,
+            sweep_deadline=sweep_deadline, warmup=warmup, rep=rep)
     configure_torch_compile()
     warnings.filterwarnings("ignore", message=".*under-utilization.*")  # Numba, small sizes
     t = TOPICS[topic]

@@ -38,6 +38,9 @@ def evaluate_targets(rows: list[dict], topics, shapes: dict | None = None) -> li
     for topic, target in TARGETS:
         if topic not in topics:
             continue
+        if hasattr(target, "evaluate"):   # a target that knows its configurations (dtype, mask, pass)
+            out += target.evaluate(rows)
+            continue
         spec = TOPICS[topic]
         lang, kind, thr = target.lang, target.kind, target.threshold
         mine = [r for r in rows if r["topic"] == topic and r["lang"] == lang
@@ -180,7 +183,7 @@ def markdown(data: dict) -> str:
                          f"{r['p80_ms']:.4f} | {r['gbps']:,.0f} | {last} |")
         lines.append("")
         img = Path(f"{data.get('machine', {}).get('name', 'h100')}-{topic}.png")
-        if topic in data.get("sweeps", {}):
+        if topic in data.get("sweeps", {}) or topic in CUSTOM_PLOTS:
             lines += [f"![{topic}: GB/s against size]({img.name})", ""]
     failed = data.get("failed", [])
     if failed:
@@ -220,6 +223,10 @@ def _style_by_language(ax, refs: set) -> None:
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
 
 
+#: Topics that draw their own plot: ``<module>.plot(data, outdir, name)`` (None: nothing to draw).
+CUSTOM_PLOTS = {"attention": "benchmarks.attention"}
+
+
 def plot_sweeps(data: dict, outdir: Path, name: str) -> list[Path]:
     """One PNG per topic: GB/s against the number of elements, with the copy roofline
     (drawn by ``utils.plot_bandwidth``, the same function the notebooks use)."""
@@ -252,4 +259,9 @@ def plot_sweeps(data: dict, outdir: Path, name: str) -> list[Path]:
         fig.savefig(path, dpi=110, bbox_inches="tight")
         plt.close(fig)
         written.append(path)
+    import importlib
+    for topic, module in CUSTOM_PLOTS.items():
+        path = importlib.import_module(module).plot(data, outdir, name)
+        if path is not None:
+            written.append(path)
     return written

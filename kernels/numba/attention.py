@@ -31,6 +31,7 @@ ROW_THREADS = 128
 #: v3 and the backward: tiles of T queries x T keys, T x T threads per block; each thread owns
 #: the columns c, c + T, ... (at most MAX_D / T of them).
 T = 16
+TPAD = T + 1            # a padded row of a T x T tile in shared memory (a constant: Numba needs one)
 COLS = MAX_D // T
 
 
@@ -185,7 +186,7 @@ def attn_flash_kernel(q, k, v, o, lse, scale, diag, causal):
     q_s = cuda.shared.array((T, MAX_D), float32)
     k_s = cuda.shared.array((T, MAX_D), float32)
     v_s = cuda.shared.array((T, MAX_D), float32)
-    p_s = cuda.shared.array((T, T + 1), float32)
+    p_s = cuda.shared.array((T, TPAD), float32)
     c, r = cuda.threadIdx.x, cuda.threadIdx.y
     bh = cuda.blockIdx.y
     i0 = cuda.blockIdx.x * T
@@ -280,8 +281,8 @@ def attn_bwd_kv_kernel(q, k, v, do, lse, delta, dq, dk, dv, scale, diag, causal,
     v_s = cuda.shared.array((T, MAX_D), float32)
     q_s = cuda.shared.array((T, MAX_D), float32)
     do_s = cuda.shared.array((T, MAX_D), float32)
-    p_s = cuda.shared.array((T, T + 1), float32)
-    ds_s = cuda.shared.array((T, T + 1), float32)
+    p_s = cuda.shared.array((T, TPAD), float32)
+    ds_s = cuda.shared.array((T, TPAD), float32)
     lse_s = cuda.shared.array(T, float32)
     delta_s = cuda.shared.array(T, float32)
     c, r = cuda.threadIdx.x, cuda.threadIdx.y
@@ -343,8 +344,8 @@ def attn_bwd_q_kernel(q, k, v, do, lse, delta, dq, scale, diag, causal):
     v_s = cuda.shared.array((T, MAX_D), float32)
     q_s = cuda.shared.array((T, MAX_D), float32)
     do_s = cuda.shared.array((T, MAX_D), float32)
-    p_s = cuda.shared.array((T, T + 1), float32)
-    ds_s = cuda.shared.array((T, T + 1), float32)
+    p_s = cuda.shared.array((T, TPAD), float32)
+    ds_s = cuda.shared.array((T, TPAD), float32)
     lse_s = cuda.shared.array(T, float32)
     delta_s = cuda.shared.array(T, float32)
     c, r = cuda.threadIdx.x, cuda.threadIdx.y

@@ -343,33 +343,83 @@ def attn_flash_fwd_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, H, Nq, Nk, D, qk_
     tl.store(lse_ptr + bh.to(tl.int64) * Nq + offs_m, lse.to(tl.float32), mask=offs_m < Nq)
 
 
-def _fwd_configs():
-    """Configs to try on a GPU; the first is what simulation runs (32 x 32 tiles: the interpreter
-    pays per operation, so fewer, larger tiles are quicker, and 130 keys still take 5 tiles)."""
-    small = [triton.Config({"BLOCK_M": 32, "BLOCK_N": 32}, num_warps=4, num_stages=1)]
+# Tiles (BLOCK_M, BLOCK_N, num_warps, num_stages). In simulation one config runs: 32 x 32 tiles
+# (the interpreter pays per operation, so fewer, larger tiles are quicker, and 130 keys still
+# take 5 tiles). On a GPU, short sequences run a fixed config (autotuning would time every
+# config again for each new length), long ones the autotuner's pick among a few candidates per
+# head dimension. The candidates are the configs that compile for an H100 (sm_90) without
+# spilling registers, as ptxas reports (Triton's own FlashAttention tutorial explores the same
+# ranges); benchmarks/attention_tune.py times a wider set on a GPU.
+SIM_TILE = (32, 32, 4, 1)
+#: From this length (max(Nq, Nk)) on, and for d <= 128 in float16/bfloat16, a GPU autotunes.
+TUNE_MIN_N = 1024
+FWD_CANDIDATES = {64: [(128, 64, 4, 3), (128, 64, 4, 4), (128, 128, 8, 3), (64, 64, 4, 3)],
+                  128: [(128, 64, 8, 3), (128, 128, 8, 3), (64, 64, 4, 3)]}
+BWD_KV_CANDIDATES = {64: [(64, 128, 8, 3), (32, 128, 8, 2), (64, 64, 4, 3)],
+                     128: [(32, 64, 4, 3), (32, 128, 8, 2), (64, 128, 8, 3)]}
+BWD_Q_CANDIDATES = {64: [(128, 64, 8, 3), (128, 32, 4, 3), (128, 32, 8, 2)],
+                    128: [(128, 64, 8, 3), (128, 32, 8, 2), (64, 64, 4, 3)]}
+#: The atomic design is not autotuned (timing a config runs it, and every run adds into dq).
+BWD_ATOMIC_TILE = {64: (64, 64, 8, 3), 128: (64, 64, 8, 3)}
+
+
+_HEAD_DIMS: dict = {}   # id(config) -> the head dimensions it is a candidate for
+
+
+def _configs(tiles_by_d):
+    out = {}
+    for d, tiles in tiles_by_d.items():
+        for tile in tiles:
+            if tile not in out:
+                m, n, w, st = tile
+                out[tile] = triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=st)
+            _HEAD_DIMS.setdefault(id(out[tile]), set()).add(d)
+    return list(out.values())
+
+
+def _prune_by_head_dim(configs, named_args, **kwargs):
+    """The candidates of this head dimension (BLOCK_D 16 and 32 take those of 64)."""
+    bd = kwargs.get("BLOCK_D", named_args.get("BLOCK_D", 64))
+    want = 64 if bd <= 64 else 128
+    return [c for c in configs if want in _HEAD_DIMS.get(id(c), {want})] or configs[:1]
+
+
+def _tuned(kernel, candidates, key):
+    if utils.SIMULATE:  # utils.triton_compat.autotune runs the first config: SIM_TILE
+        return autotune(configs=_configs({64: [SIM_TILE]}), key=key)(kernel)
+    return autotune(configs=_configs(candidates), key=key,
+                    prune_configs_by={"early_config_prune": _prune_by_head_dim})(kernel)
+
+
+def _meta(tile):
+    m, n, w, st = tile
+    return dict(BLOCK_M=m, BLOCK_N=n, num_warps=w, num_stages=st)
+
+
+def _use_tuned(q, nq, nk, d) -> bool:
+    return not utils.SIMULATE and max(nq, nk) >= TUNE_MIN_N and d <= 128 and q.dtype in (torch.float16,
+                                                                                      torch.bfloat16)
+
+
+def _fixed_tile(q, d):
+    """The tile of a launch that is not autotuned: short sequences, float32 and float64 (whose
+    exact products run on the CUDA cores and need small tiles not to spill), d > 128."""
     if utils.SIMULATE:
-        return small
-    shapes = [(128, 64, 4, 3), (128, 64, 8, 3), (128, 128, 8, 3), (64, 64, 4, 3), (128, 32, 4, 4),
-              (64, 32, 4, 4), (32, 32, 4, 2), (16, 16, 4, 1)]
-    return [triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=s) for m, n, w, s in shapes]
+        return SIM_TILE
+    if q.dtype in (torch.float32, torch.float64):
+        return (32, 32, 4, 2)
+    return (64, 64, 4, 2) if d <= 64 else (32, 64, 4, 2) if d <= 128 else (16, 32, 4, 1)
 
 
-def _prune_fwd(configs, named_args, **kwargs):
-    """Tiles no larger than the problem (and d = 128 with 128 x 128 tiles only)."""
-    nq, nk, bd = named_args["Nq"], named_args["Nk"], kwargs.get("BLOCK_D", named_args.get("BLOCK_D", 64))
-    keep = []
-    for c in configs:
-        m, n = c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"]
-        if m > max(16, triton.next_power_of_2(nq)) or n > max(16, triton.next_power_of_2(nk)):
-            continue
-        if bd > 128 and m * n > 64 * 64:
-            continue
-        keep.append(c)
-    return keep or configs[-1:]
+attn_flash_fwd = _tuned(attn_flash_fwd_kernel, FWD_CANDIDATES, ["N_KEY", "BLOCK_D", "CAUSAL"])
 
 
-attn_flash_fwd = autotune(configs=_fwd_configs(), key=["N_KEY", "BLOCK_D", "CAUSAL", "IEEE"],
-                          prune_configs_by={"early_config_prune": _prune_fwd})(attn_flash_fwd_kernel)
+def _launch(tuned, raw, grid_of, args, meta, use_tuned, tile):
+    """Run the autotuned kernel, or the plain one with ``tile``. ``grid_of(BLOCK_M, BLOCK_N)``."""
+    if use_tuned:
+        tuned[lambda m: grid_of(m["BLOCK_M"], m["BLOCK_N"])](*args, **meta)
+    else:
+        raw[grid_of(tile[0], tile[1])](*args, **meta, **_meta(tile))
 
 
 def _acc_dt(q):
@@ -393,12 +443,12 @@ def attention_forward(q, k, v, causal=False):
     lse = torch.empty((B, H, nq), dtype=torch.float32, device=q.device)
     bd = _block_d(d)
 
-    def grid(meta):
-        return (triton.cdiv(nq, meta["BLOCK_M"]), B * H)
-    attn_flash_fwd[grid](q, k, v, o, lse, H, nq, nk, d, LOG2E / math.sqrt(d), nk - nq,
-                         *_strides(q), *_strides(k), *_strides(v), *_strides(o), _n_key(max(nq, nk)),
-                         CAUSAL=bool(causal), IEEE=q.dtype in (torch.float32, torch.float64),
-                         EVEN_D=bd == d, ACC_DT=_acc_dt(q), BLOCK_D=bd)
+    args = (q, k, v, o, lse, H, nq, nk, d, LOG2E / math.sqrt(d), nk - nq,
+            *_strides(q), *_strides(k), *_strides(v), *_strides(o), _n_key(max(nq, nk)))
+    meta = dict(CAUSAL=bool(causal), IEEE=q.dtype in (torch.float32, torch.float64), EVEN_D=bd == d,
+                ACC_DT=_acc_dt(q), BLOCK_D=bd)
+    _launch(attn_flash_fwd, attn_flash_fwd_kernel, lambda bm, bn: (triton.cdiv(nq, bm), B * H), args, meta,
+            _use_tuned(q, nq, nk, d), _fixed_tile(q, d))
     return finish(o, lse, squeeze)
 
 
@@ -589,36 +639,27 @@ def attn_bwd_q_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr,
              (dq * scale).to(dq_ptr.dtype.element_ty), mask=qmask)
 
 
-def _bwd_configs():
-    small = [triton.Config({"BLOCK_M": 32, "BLOCK_N": 32}, num_warps=4, num_stages=1)]
-    if utils.SIMULATE:
-        return small
-    shapes = [(64, 128, 8, 3), (32, 128, 4, 3), (64, 64, 4, 3), (128, 128, 8, 2), (32, 64, 4, 3),
-              (16, 16, 4, 1)]
-    return [triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=s) for m, n, w, s in shapes]
+attn_bwd_kv = _tuned(attn_bwd_kv_kernel, BWD_KV_CANDIDATES, ["N_KEY", "BLOCK_D", "CAUSAL", "ATOMIC_DQ"])
+attn_bwd_q = _tuned(attn_bwd_q_kernel, BWD_Q_CANDIDATES, ["N_KEY", "BLOCK_D", "CAUSAL"])
 
 
-def _dq_configs():
-    small = [triton.Config({"BLOCK_M": 32, "BLOCK_N": 32}, num_warps=4, num_stages=1)]
-    if utils.SIMULATE:
-        return small
-    shapes = [(128, 64, 8, 3), (128, 32, 4, 3), (64, 64, 4, 3), (128, 128, 8, 2), (64, 32, 4, 3),
-              (16, 16, 4, 1)]
-    return [triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=s) for m, n, w, s in shapes]
+def _bwd_main(q, k, v, do, lse, delta, dq, dk, dv, causal, use_tuned, tile):
+    """The two kernels of the "separate" design (dK/dV per key tile, then dQ per query tile)."""
+    B, H, nq, d = q.shape
+    nk = k.shape[2]
+    scale = 1.0 / math.sqrt(d)
+    common = (H, nq, nk, d, LOG2E * scale, scale, nk - nq)
+    strides = (*_strides(q), *_strides(k), *_strides(v), *_strides(do))
+    meta = dict(CAUSAL=bool(causal), IEEE=q.dtype in (torch.float32, torch.float64), ACC_DT=_acc_dt(q),
+                BLOCK_D=_block_d(d))
+    key = _n_key(max(nq, nk))
+    # dq is not written by the first kernel (ATOMIC_DQ=False): its strides are not used.
+    _launch(attn_bwd_kv, attn_bwd_kv_kernel, lambda bm, bn: (triton.cdiv(nk, bn), B * H),
+            (q, k, v, do, lse, delta, dq, dk, dv, *common, *strides, 0, 0, 0, 0, key), dict(meta, ATOMIC_DQ=False),
+            use_tuned, tile)
+    _launch(attn_bwd_q, attn_bwd_q_kernel, lambda bm, bn: (triton.cdiv(nq, bm), B * H),
+            (q, k, v, do, lse, delta, dq, *common, *strides, key), meta, use_tuned, tile)
 
-
-def _prune_bwd(configs, named_args, **kwargs):
-    nq, nk = named_args["Nq"], named_args["Nk"]
-    keep = [c for c in configs if c.kwargs["BLOCK_M"] <= max(16, triton.next_power_of_2(nq))
-            and c.kwargs["BLOCK_N"] <= max(16, triton.next_power_of_2(nk))]
-    return keep or configs[-1:]
-
-
-# The atomic design must not be autotuned: timing a config runs it, and every run adds into dq.
-attn_bwd_kv = autotune(configs=_bwd_configs(), key=["N_KEY", "BLOCK_D", "CAUSAL", "IEEE", "ATOMIC_DQ"],
-                       prune_configs_by={"early_config_prune": _prune_bwd})(attn_bwd_kv_kernel)
-attn_bwd_q = autotune(configs=_dq_configs(), key=["N_KEY", "BLOCK_D", "CAUSAL", "IEEE"],
-                      prune_configs_by={"early_config_prune": _prune_bwd})(attn_bwd_q_kernel)
 
 DQ_MODES = ("separate", "atomic")
 
@@ -654,32 +695,23 @@ def attention_backward(q, k, v, o, lse, do, causal=False, dq_mode="separate"):
     pre = 32 if utils.SIMULATE else 64
     attn_bwd_delta_kernel[(triton.cdiv(nq, pre), B * H)](o, do, delta, H, nq, d, *_strides(o), *_strides(do),
                                                          ACC_DT=acc_dt, BLOCK_M=pre, BLOCK_D=bd)
-    scale = 1.0 / math.sqrt(d)
-    common = (H, nq, nk, d, LOG2E * scale, scale, nk - nq)
-    key = _n_key(max(nq, nk))
-    kv_strides = (*_strides(q), *_strides(k), *_strides(v), *_strides(do))
+    use_tuned = _use_tuned(q, nq, nk, d)
+    tile = _fixed_tile(q, d)
     if dq_mode == "atomic":
+        # Not autotuned: timing a config runs it, and every run adds into dq.
         dq32 = torch.zeros((B, H, nq, d), dtype=torch.float64 if q.dtype == torch.float64 else torch.float32,
                            device=q.device)
-        kern = attn_bwd_kv_kernel
-        bm, bn, w = (32, 32, 4) if utils.SIMULATE else ((64, 64, 4) if nq >= 64 and nk >= 64 else (16, 16, 4))
-        kern[(triton.cdiv(nk, bn), B * H)](q, k, v, do, lse, delta, dq32, dk, dv, *common, *kv_strides,
-                                           *_strides(dq32), key, CAUSAL=bool(causal), ATOMIC_DQ=True, IEEE=ieee,
-                                           ACC_DT=acc_dt, BLOCK_D=bd, BLOCK_M=bm, BLOCK_N=bn, num_warps=w)
+        scale = 1.0 / math.sqrt(d)
+        bm, bn, w, st = tile if not use_tuned else BWD_ATOMIC_TILE[64 if d <= 64 else 128]
+        attn_bwd_kv_kernel[(triton.cdiv(nk, bn), B * H)](
+            q, k, v, do, lse, delta, dq32, dk, dv, H, nq, nk, d, LOG2E * scale, scale, nk - nq,
+            *_strides(q), *_strides(k), *_strides(v), *_strides(do), *_strides(dq32), _n_key(max(nq, nk)),
+            CAUSAL=bool(causal), ATOMIC_DQ=True, IEEE=ieee, ACC_DT=acc_dt, BLOCK_D=bd, BLOCK_M=bm, BLOCK_N=bn,
+            num_warps=w, num_stages=st)
         dq = dq32.to(q.dtype)
     else:
         dq = torch.empty((B, H, nq, d), dtype=q.dtype, device=q.device)
-
-        def grid_kv(meta):
-            return (triton.cdiv(nk, meta["BLOCK_N"]), B * H)
-
-        def grid_q(meta):
-            return (triton.cdiv(nq, meta["BLOCK_M"]), B * H)
-        # dq is not written by this kernel (ATOMIC_DQ=False): any tensor serves as its pointer.
-        attn_bwd_kv[grid_kv](q, k, v, do, lse, delta, dq, dk, dv, *common, *kv_strides, 0, 0, 0, 0, key,
-                             CAUSAL=bool(causal), ATOMIC_DQ=False, IEEE=ieee, ACC_DT=acc_dt, BLOCK_D=bd)
-        attn_bwd_q[grid_q](q, k, v, do, lse, delta, dq, *common, *kv_strides, key,
-                           CAUSAL=bool(causal), IEEE=ieee, ACC_DT=acc_dt, BLOCK_D=bd)
+        _bwd_main(q, k, v, do, lse, delta, dq, dk, dv, causal, use_tuned, tile)
     return _unsqueeze_grads(dq, dk, dv, squeeze)
 
 
@@ -689,18 +721,8 @@ def attention_backward_with_delta(q, k, v, lse, do, delta, causal=False):
     B, H, nq, d = q.shape
     nk = k.shape[2]
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-    bd = _block_d(d)
-    scale = 1.0 / math.sqrt(d)
-    common = (H, nq, nk, d, LOG2E * scale, scale, nk - nq)
-    strides = (*_strides(q), *_strides(k), *_strides(v), *_strides(do))
-    ieee = q.dtype in (torch.float32, torch.float64)
-    key = _n_key(max(nq, nk))
-    attn_bwd_kv[lambda meta: (triton.cdiv(nk, meta["BLOCK_N"]), B * H)](
-        q, k, v, do, lse.float().contiguous(), delta, dq, dk, dv, *common, *strides, 0, 0, 0, 0, key,
-        CAUSAL=bool(causal), ATOMIC_DQ=False, IEEE=ieee, ACC_DT=_acc_dt(q), BLOCK_D=bd)
-    attn_bwd_q[lambda meta: (triton.cdiv(nq, meta["BLOCK_M"]), B * H)](
-        q, k, v, do, lse.float().contiguous(), delta, dq, *common, *strides, key,
-        CAUSAL=bool(causal), IEEE=ieee, ACC_DT=_acc_dt(q), BLOCK_D=bd)
+    _bwd_main(q, k, v, do, lse.float().contiguous(), delta, dq, dk, dv, causal, _use_tuned(q, nq, nk, d),
+              _fixed_tile(q, d))
     return dq, dk, dv
 
 

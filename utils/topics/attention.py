@@ -893,6 +893,31 @@ class AttentionTarget(Target):
     dtypes: tuple = ("float16", "bfloat16")
     backward: bool = False
 
+    def evaluate(self, rows) -> list[dict]:
+        """One result per dtype and mask: the course's kernel against the baseline, as a ratio
+        of TFLOP/s (same shape, same work); ``value`` None where either was not measured."""
+        kind = "forward+backward" if self.backward else "forward"
+        label = self.baseline_label or "SDPA flash"
+        goal = f">= {label}" if self.threshold == 1 else f">= {self.threshold:.0%} of {label}"
+        out = []
+        for dtype in self.dtypes:
+            for causal in self.causal:
+                sel = [r for r in rows if r.get("topic") == "attention" and not r.get("sweep")
+                       and tuple(r.get("shape") or ()) == tuple(self.shape) and r.get("dtype") == dtype
+                       and r.get("causal") == causal and r.get("pass") == kind]
+                mine = next((r for r in sel if r.get("lang") == self.lang and (
+                    r.get("version") == self.version if self.version else r.get("reference"))), None)
+                base = next((r for r in sel if r.get("lang") == "torch" and r.get("version") == self.baseline), None)
+                value = (mine["tflops"] / base["tflops"]) if (mine and base and mine.get("tflops")
+                                                               and base.get("tflops")) else None
+                config = f"[{dtype}, {'causal' if causal else 'full'}, {kind}]"
+                out.append(dict(topic="attention", lang=self.lang,
+                                variant=mine["variant"] if mine else f"{self.lang} (reference) {config}",
+                                shape=list(self.shape), goal=goal, value=value, threshold=self.threshold,
+                                unit="ratio_to_torch", met=None if value is None else bool(value >= self.threshold),
+                                versus=label, dtype=dtype, causal=causal, **{"pass": kind}))
+        return out
+
 
 def _targets():
     out = []
