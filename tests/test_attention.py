@@ -458,3 +458,54 @@ def test_graders_report_stubs():
         raise NotImplementedError("not solved yet: write the kernel")
     rejects(utils.check_attention, stub, r"^not solved yet: write the kernel")
     rejects(utils.check_attention_backward, stub, r"^not solved yet: write the kernel")
+
+
+# =======================================================================================
+# The benchmark's own pieces: targets per configuration, the plot
+# =======================================================================================
+def _row(base, lang, version, tflops, dtype="float16", causal=False, kind="forward", shape=(4, 32, 4096, 64),
+         reference=False, sweep=False):
+    from benchmarks.attention import variant_name
+    return dict(topic="attention", variant=variant_name(base, dtype, causal, kind), lang=lang, version=version,
+                reference=reference, shape=list(shape), dtype=dtype, causal=causal, sweep=sweep, tflops=tflops,
+                **{"pass": kind})
+
+
+def test_attention_targets_are_evaluated_per_dtype_mask_and_pass():
+    from benchmarks import report
+    rows = [_row("triton v3", "triton", "v3", 330.0, reference=True), _row("SDPA flash", "torch", "flash", 300.0),
+            _row("SDPA default", "torch", "default", 440.0),
+            _row("triton v3", "triton", "v3", 250.0, causal=True, reference=True),
+            _row("SDPA flash", "torch", "flash", 280.0, causal=True)]
+    out = [t for t in report.evaluate_targets(rows, ["attention"]) if t["shape"] == [4, 32, 4096, 64]]
+    full = next(t for t in out if t["dtype"] == "float16" and not t["causal"] and t["pass"] == "forward"
+                and t["versus"] == "SDPA flash" and t["lang"] == "triton")
+    assert full["value"] == pytest.approx(1.1) and full["met"] is True and full["variant"].startswith("triton v3")
+    causal = next(t for t in out if t["causal"] and t["pass"] == "forward" and t["dtype"] == "float16"
+                  and t["lang"] == "triton" and t["versus"] == "SDPA flash")
+    assert causal["value"] == pytest.approx(250 / 280) and causal["met"] is False
+    default = next(t for t in out if t["versus"] == "SDPA default")
+    assert default["value"] == pytest.approx(0.75) and default["goal"] == ">= 90% of SDPA default"
+    unmeasured = [t for t in out if t["dtype"] == "bfloat16"]
+    assert unmeasured and all(t["value"] is None and t["met"] is None for t in unmeasured)
+
+
+def test_attention_plot_of_the_sweep(tmp_path):
+    from benchmarks.attention import plot
+    rows = [_row(b, "torch" if b.startswith("SDPA") else "triton", "x", tf * n / 4096, causal=c, kind=k,
+                 shape=(16384 // n, 32, n, 64), sweep=True)
+            for b, tf in (("triton v3", 300.0), ("SDPA flash", 280.0)) for n in (1024, 4096)
+            for c in (False, True) for k in ("forward", "forward+backward")]
+    path = plot(dict(rows=rows, machine=dict(gpu="test GPU"), date="2026-01-01"), tmp_path, "h100")
+    assert path.exists() and path.stat().st_size > 10_000
+    assert plot(dict(rows=[]), tmp_path, "none") is None
+
+
+def test_triton_autotuning_candidates_by_head_dimension():
+    from kernels.triton import attention as tri
+    configs = tri._configs(tri.FWD_CANDIDATES)
+    for d in (16, 64, 128):
+        picked = tri._prune_by_head_dim(configs, {}, BLOCK_D=d)
+        want = tri.FWD_CANDIDATES[64 if d <= 64 else 128]
+        assert sorted((c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_warps, c.num_stages) for c in picked) == \
+            sorted(want)
