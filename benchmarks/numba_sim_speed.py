@@ -56,7 +56,7 @@ def _child(variant: str, n_elementwise: int, n_reduction: int, repeats: int) -> 
             os.environ["COURSE_RACECHECK"] = "0"
         sys.path.insert(0, str(ROOT))
         import utils
-        assert utils.numba_sim.is_applied()
+        assert utils.backends.numba.simulator.is_applied()
     if variant.endswith("switchinterval"):
         sys.setswitchinterval(1e-4)
 

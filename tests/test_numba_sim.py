@@ -305,7 +305,7 @@ def elementwise_kernel(x, out):
 @sim_only
 def test_speed_patch_is_applied_and_elementwise_reuses_one_os_thread():
     from numba.cuda.simulator import kernel
-    from utils import numba_sim
+    from utils.backends.numba import simulator as numba_sim
     assert kernel.BlockManager is numba_sim._BlockManager
     assert any("scheduler" in p for p in utils.NUMBA_SIM_PATCHES)
     x = np.arange(4099, dtype=np.float32)
@@ -337,7 +337,7 @@ def test_barriers_do_not_leak_os_threads():
 
 
 def test_gpu_leaves_simulator_unpatched():
-    from utils import numba_sim
+    from utils.backends.numba import simulator as numba_sim
     assert numba_sim.is_applied() == utils.SIMULATE
     assert bool(utils.NUMBA_SIM_PATCHES) == utils.SIMULATE
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import utils
-from utils import sim_profile
+from utils.backends.numba import profile as sim_profile
 from numba import cuda, float32, float64
 import triton
 import triton.language as tl
@@ -337,7 +337,7 @@ def racy_sum_kernel(x_ptr, out_ptr):
 
 
 def test_races_are_still_reported_while_profiling():
-    if not utils.sim_race.RACECHECK:
+    if not utils.backends.numba.races.RACECHECK:
         pytest.skip("race detection turned off (COURSE_RACECHECK=0)")
     with pytest.raises(utils.SimulatorRaceError, match="data race in kernel `racy_sum_kernel`"):
         sim_profile.profile_numba(racy_sum_kernel, 2, 32, torch.randn(64), torch.zeros(1))
@@ -493,7 +493,7 @@ def overlapping_tl_kernel(x_ptr, y_ptr, BLOCK_SIZE: tl.constexpr):
 
 def test_triton_races_found_with_launch_options():
     # Launch options such as num_warps used to hide a launch's tensors from race detection.
-    if not utils.sim_race.RACECHECK:
+    if not utils.backends.numba.races.RACECHECK:
         pytest.skip("race detection turned off (COURSE_RACECHECK=0)")
     x, y = torch.randn(64), torch.zeros(64)
     with pytest.raises(utils.SimulatorRaceError, match="y_ptr\\[16\\]"):

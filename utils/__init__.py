@@ -12,8 +12,8 @@ from .config import DEVICE, MODE, PROBLEM_SIZES, REASON, SIMULATE, SIZES, descri
 from . import paths  # noqa: F401
 from .paths import ROOT, KERNELS_DIR, CUDA_INCLUDE_DIR, RESULTS_DIR  # noqa: F401
 
-from .cuda import *  # noqa: F401,F403  cuda_kernel, load_inline, emulation_schedule, ...
-from .numba_sim import *  # noqa: F401,F403  simulator patches (applied in simulation)
+from .backends.cuda import *  # noqa: F401,F403  cuda_kernel, load_inline, emulation_schedule, ...
+from .backends.numba.simulator import *  # noqa: F401,F403  simulator patches (applied in simulation)
 from .interop import *  # noqa: F401,F403  torch <-> numba arrays
 from .check import *  # noqa: F401,F403  tolerance table, assert_close
 from .graders import *  # noqa: F401,F403  check_relu, check_gelu, check_sum, check_softmax, ...
@@ -23,8 +23,8 @@ from .occupancy import *  # noqa: F401,F403  occupancy: the CUDA occupancy calcu
 from .progress import *  # noqa: F401,F403  progress bars on long sweeps
 from .report import *  # noqa: F401,F403  environment report
 from .inputs import *  # noqa: F401,F403  check_input: the input rules of every launcher
-from . import triton_compat  # noqa: F401,E402  tanh, do_bench, autotune that work in both modes
+from .backends.triton import compat as triton_compat  # noqa: F401,E402  tanh, do_bench, autotune that work in both modes
 from .ship import *  # noqa: F401,F403  check_custom_op: lesson 07's grader
-from . import triton_sim  # noqa: F401,E402  races and poison in Triton's interpreter, its driver
-from .sim_race import SimulatorRaceError  # noqa: F401,E402
+from .backends.triton import interpreter as triton_sim  # noqa: F401,E402  races and poison in Triton's interpreter, its driver
+from .backends.numba.races import SimulatorRaceError  # noqa: F401,E402
 from .profile import profile, Profile  # noqa: F401,E402  counters of one launch (emulator or ncu)

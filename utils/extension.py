@@ -32,8 +32,8 @@ from pathlib import Path
 from torch.utils import cpp_extension as _ce
 
 from . import config, paths
-from .cuda import _toolchain as _tc
-from .cuda._source import adapt_for_emulator, adapt_torch_host_code
+from .backends.cuda import _toolchain as _tc
+from .backends.cuda._source import adapt_for_emulator, adapt_torch_host_code
 
 __all__ = ["CUDAExtension", "BuildExtension", "CppExtension", "EMULATED"]
 

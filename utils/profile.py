@@ -120,7 +120,7 @@ class Profile:
 
 
 def _is_cuda_kernel(k) -> bool:
-    from .cuda import CudaKernel
+    from .backends.cuda import CudaKernel
     return isinstance(k, CudaKernel)
 
 
@@ -153,7 +153,7 @@ def profile(kernel, grid, *args, shared: int = 0, **kwargs) -> Profile:
         return kernel.profile[grid, args[0], shared](*args[1:])
     if kind in ("numba", "triton"):
         try:
-            from . import sim_profile
+            from .backends.numba import profile as sim_profile
         except ImportError:
             raise NotImplementedError(f"profiling {kind.capitalize()} kernels is not available in this version of "
                                       "the course (utils.sim_profile is missing)") from None
@@ -176,7 +176,7 @@ def profile(kernel, grid, *args, shared: int = 0, **kwargs) -> Profile:
 
 def cuda_profile(k, grid, block, shared: int, args) -> Profile:
     """The profile of one launch of a ``cuda_kernel`` kernel (``k.profile[...]`` calls this)."""
-    from .cuda import _profile
+    from .backends.cuda import _profile
     data = k._profile_run(grid, block, shared, args)
     info = _profile.gpu_compile_info(k) if k.simulated else {}
     metrics = data.pop("metrics")

@@ -20,7 +20,7 @@ from collections import OrderedDict
 import torch
 
 import utils  # noqa: F401  (configures the interpreter before triton loads)
-from utils.triton_compat import autotune
+from utils.backends.triton.compat import autotune
 from kernels.cuda.matmul import HALF, check_operands, matmul_ref  # noqa: F401  (shared rules, reference)
 import triton
 import triton.language as tl

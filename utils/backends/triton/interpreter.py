@@ -35,8 +35,8 @@ import os
 import sys
 import time
 
-from .config import SIMULATE
-from .sim_race import RACECHECK, SimulatorRaceError
+from ...config import SIMULATE
+from ..numba.races import RACECHECK, SimulatorRaceError
 
 __all__ = ["TRITON_SIM_PATCHES", "H100_PROPERTIES"]
 
@@ -139,7 +139,7 @@ def _element(launch, addr):
 
 
 def _report(builder, launch, addr, first, first_kind, second, second_kind):
-    from .numba_sim import _describe_site
+    from ..numba.simulator import _describe_site
     (p, psite), (c, csite) = first, second
     both_store = first_kind == second_kind == "store"
     lines = [
@@ -292,7 +292,7 @@ class _SimDriver:
         return True
 
     def get_active_torch_device(self):
-        from .config import DEVICE
+        from ...config import DEVICE
         return DEVICE
 
     def get_current_device(self):

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import torch
 
-from .. import paths
+from ... import paths
 
 #: What g++ needs for the profiling variant (besides the race detector's flags): a hook at every
 #: basic block; no tail calls, so that every hook's return address lies in the caller's code; and

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from .. import paths
+from ... import paths
 from . import _racecheck
 from ._errors import KernelFault
 from ._source import CODE_NAMES, CudaCompileError, Param

@@ -38,7 +38,7 @@ import os
 import re
 import sys
 
-from .cuda._errors import KernelFault
+from ..cuda._errors import KernelFault
 
 __all__ = ["SimulatorRaceError", "RACECHECK"]
 
@@ -410,7 +410,7 @@ def _fmt_index(idx) -> str:
 
 
 def _line(rec):
-    from .numba_sim import _describe_site
+    from .simulator import _describe_site
     return _describe_site((rec[1].co_filename, rec[2]))
 
 

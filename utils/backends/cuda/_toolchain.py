@@ -30,7 +30,7 @@ import sysconfig
 import tempfile
 from pathlib import Path
 
-from .. import paths
+from ... import paths
 from ._source import CudaCompileError
 
 #: Set to 1 to ignore any CUDA toolkit installed on the system (only the pip wheels count).

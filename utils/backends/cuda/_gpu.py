@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .. import paths
+from ... import paths
 from . import _toolchain as _tc
 from ._source import CudaCompileError
 

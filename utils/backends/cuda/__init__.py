@@ -24,7 +24,7 @@ import threading
 
 import torch
 
-from .. import config
+from ... import config
 from . import _toolchain as _tc
 from ._errors import CudaCompileError, KernelFault
 from ._toolchain import ToolkitMissing
@@ -349,7 +349,7 @@ class _ProfileLaunch:
         grid, block, shared, _ = k._parse_config(cfg)
 
         def run(*args):
-            from ..profile import cuda_profile
+            from ...profile import cuda_profile
             return cuda_profile(k, grid, block, shared, args)
         return run
 

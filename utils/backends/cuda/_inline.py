@@ -16,7 +16,7 @@ import functools
 import re
 import types
 
-from .. import config, paths
+from ... import config, paths
 from . import _toolchain as _tc
 from ._errors import CudaCompileError, KernelFault
 from ._source import adapt_for_emulator, adapt_torch_host_code, has_marker

@@ -74,9 +74,9 @@ import threading
 import warnings
 from collections import deque
 
-from . import sim_race
-from .config import MAX_BLOCK, MAX_GRID, MAX_THREADS_PER_BLOCK, SIMULATE
-from .sim_race import SimulatorRaceError
+from . import races as sim_race
+from ...config import MAX_BLOCK, MAX_GRID, MAX_THREADS_PER_BLOCK, SIMULATE
+from .races import SimulatorRaceError
 
 __all__ = ["NUMBA_SIM_PATCHES", "SimulatorSyncError", "SimulatorRaceError"]
 

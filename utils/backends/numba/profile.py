@@ -81,7 +81,7 @@ import os
 import sys
 import time
 
-from .config import SIMULATE
+from ...config import SIMULATE
 
 __all__ = ["profile_numba", "profile_triton"]
 
@@ -252,7 +252,7 @@ def _to_numba_args(args):
     out = []
     for a in args:
         if type(a).__module__.startswith("torch") and hasattr(a, "data_ptr"):
-            from .interop import to_numba
+            from ...interop import to_numba
             a = to_numba(a)
         out.append(a)
     return out
@@ -265,7 +265,7 @@ def profile_numba(kernel, griddim, blockdim, *args, shared=0) -> dict:
     ``shared`` is the dynamic shared memory in bytes."""
     if not SIMULATE:
         raise _on_gpu_error("utils.sim_profile.profile_numba")
-    from . import numba_sim, sim_race
+    from . import simulator as numba_sim, races as sim_race
     if not numba_sim.is_applied():
         raise RuntimeError("profile_numba needs the course's simulator patch "
                            "(import utils before numba)")
@@ -652,7 +652,7 @@ class _TritonProfiler:
 
     def access(self, builder, ptrs, mask, kind):
         import numpy as np
-        from .triton_sim import _program, _site
+        from ..triton.interpreter import _program, _site
         if not self.programs:
             gx, gy, gz = builder.grid_dim
             self.programs = gx * gy * gz
@@ -694,7 +694,7 @@ def profile_triton(kernel, grid, *args, **kwargs) -> dict:
     parameters, as in ``kernel[grid](...)``."""
     if not SIMULATE:
         raise _on_gpu_error("utils.sim_profile.profile_triton")
-    from . import triton_sim
+    from ..triton import interpreter as triton_sim
     if not triton_sim.is_applied():
         raise RuntimeError("profile_triton needs Triton's interpreter (TRITON_INTERPRET=1, "
                            "set by import utils before import triton)")
@@ -839,7 +839,7 @@ def _triton_counts(prof: _TritonProfiler, name) -> dict:
         a = np.concatenate(prof.atomic_addrs)
         u, c = np.unique(a, return_counts=True)
         j = int(np.argmax(c))
-        from .triton_sim import _Launch, _element
+        from ..triton.interpreter import _Launch, _element
         atomics = {"count": int(a.size), "address": _element(_Launch(name, prof.tensors, []),
                                                               int(u[j])),
                    "address_count": int(c[j])}

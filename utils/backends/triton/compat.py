@@ -25,7 +25,7 @@ import warnings
 import triton
 import triton.language as tl
 
-from .config import SIMULATE
+from ...config import SIMULATE
 
 __all__ = ["tanh", "do_bench", "autotune"]
 
