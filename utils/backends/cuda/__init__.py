@@ -17,10 +17,8 @@ between barriers (it exposes a missing ``__syncthreads()``); it does nothing on 
 """
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import numbers
-import threading
 
 import torch
 
@@ -31,48 +29,11 @@ from ._toolchain import ToolkitMissing
 from ._racecheck import KernelRace, race_detection
 from . import _racecheck
 from ._source import Param, adapt_for_emulator, has_marker, parse_params, read_source
+from ._schedule import _current_schedule, emulation_schedule
 
 __all__ = ["cuda_kernel", "MAX_DYNAMIC_SHARED", "max_dynamic_shared", "load_inline", "emulation_schedule", "CudaCompileError", "KernelFault",
            "KernelRace", "race_detection",
            "cuda_ptx", "cuda_sass", "cuda_resources", "CudaKernel", "ToolkitMissing"]
-
-# ---------------------------------------------------------------------------------------
-# Scheduling of emulated threads
-# ---------------------------------------------------------------------------------------
-_SCHEDULES = {"in_order": 0, "sequential": 0, "default": 0, "random": 1}
-_schedule = threading.local()
-
-
-def _current_schedule() -> tuple[int, int]:
-    """(mode, seed for this launch); each launch in a random block gets the next seed."""
-    st = getattr(_schedule, "stack", None)
-    if not st:
-        return 0, 0
-    top = st[-1]
-    top["count"] += 1
-    return top["mode"], top["seed"] * 1_000_003 + top["count"]
-
-
-@contextlib.contextmanager
-def emulation_schedule(mode: str = "random", seed: int = 0):
-    """Run emulated kernels with the threads of each block in ``mode`` order:
-    ``"random"`` (a seeded shuffle at the start and after every barrier, and blocks in a
-    random order) or ``"in_order"`` (threadIdx order, the default). A kernel whose result
-    changes under a random schedule has a race: usually a missing ``__syncthreads()``.
-    On a GPU this does nothing: the hardware already schedules as it likes."""
-    if mode not in _SCHEDULES:
-        raise ValueError(f"mode must be one of {sorted(_SCHEDULES)}, got {mode!r}")
-    if not isinstance(seed, numbers.Integral):
-        raise TypeError(f"seed must be an int, got {type(seed).__name__}")
-    st = getattr(_schedule, "stack", None)
-    if st is None:
-        st = _schedule.stack = []
-    st.append({"mode": _SCHEDULES[mode], "seed": int(seed) & 0xFFFFFFFF, "count": 0})
-    try:
-        yield
-    finally:
-        st.pop()
-
 
 # ---------------------------------------------------------------------------------------
 # Launch configuration
@@ -349,7 +310,7 @@ class _ProfileLaunch:
         grid, block, shared, _ = k._parse_config(cfg)
 
         def run(*args):
-            from ...profile import cuda_profile
+            from ._profile import cuda_profile
             return cuda_profile(k, grid, block, shared, args)
         return run
 

@@ -116,7 +116,8 @@ def wrap_emulated_module(mod, uses_printf: bool):
     """A module whose functions run like the GPU version would look from Python: faults
     in kernels raise ``KernelFault``, kernel ``printf`` output goes to ``sys.stdout``, and
     the current ``emulation_schedule`` applies."""
-    from . import _current_schedule
+    from ..launches import launching
+    from ._schedule import _current_schedule
     from ._emulator import _LAUNCH_LOCK, CaptureStdout, FaultInfo, python_handles_interrupts
     lib = ctypes.CDLL(mod.__file__)
     lib.emu_fault.restype = ctypes.POINTER(FaultInfo)
@@ -133,7 +134,7 @@ def wrap_emulated_module(mod, uses_printf: bool):
                                        "build that no longer matches your source: fix the error and run that "
                                        "cell again")
             mode, seed = _current_schedule()
-            with _LAUNCH_LOCK:
+            with launching("cuda", f"{mod.__name__}.{fn.__name__}"), _LAUNCH_LOCK:
                 lib.emu_set_schedule(mode, seed)
                 fault = lib.emu_fault().contents
                 fault.kind = 0

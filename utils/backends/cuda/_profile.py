@@ -7,7 +7,7 @@ instrumentation every load and store of kernel code reaches the emulator, and wi
 (``emu/cuda_emu.h``, "profiling") groups the accesses of a warp into warp-wide instruction
 instances and counts them as Nsight Compute does; this module reads the counters, names the
 source lines and arrays, and turns them into ncu-named metrics, per-site rows, sentences and a
-trace of the accesses (see ``utils/profile.py`` for the result, ``docs/cuda-emulator.md``).
+trace of the accesses (see ``utils/backends/profile_report.py`` for the result, ``docs/cuda-emulator.md``).
 
 On a GPU the same call runs ``ncu`` on that one launch in a subprocess and parses its CSV.
 """
@@ -703,3 +703,29 @@ def run_ncu(kernel, grid, block, shared: int, args, timeout: float = 600) -> dic
                     a.copy_(b.to(a.device))
     m = launches[0]
     return {k: v for k, v in m.items() if k in NCU_METRICS}
+
+
+def cuda_profile(k, grid, block, shared: int, args) -> "Profile":
+    """The `utils.Profile` of one launch of a ``cuda_kernel`` kernel (``k.profile[...]`` calls this)."""
+    from ..profile_report import MIN_REGISTERS, Profile, occupancy_of
+    data = k._profile_run(grid, block, shared, args)
+    info = gpu_compile_info(k) if k.simulated else {}
+    metrics = data.pop("metrics")
+    res = info.get("resources")
+    nthreads = block[0] * block[1] * block[2]
+    if res:
+        # A launch gets at least 16 registers per thread whatever ptxas needs: Nsight Compute shows
+        # 16 on an H100 for a kernel of 10 (benchmarks/results/ncu-h100.json).
+        metrics.setdefault("launch__registers_per_thread", max(MIN_REGISTERS, res["registers"]))
+        metrics.setdefault("launch__shared_mem_per_block_static", res["shared_bytes"])
+    occ = occupancy_of(nthreads, metrics.get("launch__registers_per_thread"),
+                       (metrics.get("launch__shared_mem_per_block_static") or 0) + shared)
+    if occ is not None:
+        for key, v in (getattr(occ, "limits", None) or {}).items():
+            metrics.setdefault(key, v)
+        theo = getattr(occ, "theoretical", None)
+        if theo is not None and not (isinstance(theo, float) and math.isnan(theo)):
+            metrics.setdefault("sm__maximum_warps_per_active_cycle_pct", 100.0 * theo)
+    data.pop("branches", None)
+    launch = {"grid": tuple(grid), "block": tuple(block), "shared": shared}
+    return Profile(k.name, data.pop("backend"), metrics, occupancy=occ, launch=launch, resources=res, **data)

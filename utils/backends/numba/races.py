@@ -410,7 +410,7 @@ def _fmt_index(idx) -> str:
 
 
 def _line(rec):
-    from .simulator import _describe_site
+    from .sites import describe_site as _describe_site
     return _describe_site((rec[1].co_filename, rec[2]))
 
 

@@ -67,7 +67,6 @@ a GPU does.
 from __future__ import annotations
 
 import ctypes
-import linecache
 import os
 import sys
 import threading
@@ -77,6 +76,7 @@ from collections import deque
 from . import races as sim_race
 from ...config import MAX_BLOCK, MAX_GRID, MAX_THREADS_PER_BLOCK, SIMULATE
 from .races import SimulatorRaceError
+from .sites import describe_site
 
 __all__ = ["NUMBA_SIM_PATCHES", "SimulatorSyncError", "SimulatorRaceError"]
 
@@ -123,14 +123,7 @@ def _site_of(frame) -> tuple[str, int]:
     return frame.f_code.co_filename, frame.f_lineno
 
 
-def _describe_site(site) -> str:
-    filename, lineno = site
-    text = linecache.getline(filename, lineno).strip()
-    if "ipykernel_" in filename or filename.startswith("<ipython-input"):
-        where = f"line {lineno} of its notebook cell"  # the cell's file name means nothing
-    else:
-        where = f"{os.path.basename(filename)}:{lineno}"
-    return f"{where} `{text}`" if text else where
+_describe_site = describe_site  # shared with the race detector and Triton's interpreter (sites.py)
 
 
 # ---------------------------------------------------------------------------------------

@@ -139,7 +139,7 @@ def _element(launch, addr):
 
 
 def _report(builder, launch, addr, first, first_kind, second, second_kind):
-    from ..numba.simulator import _describe_site
+    from ..numba.sites import describe_site as _describe_site
     (p, psite), (c, csite) = first, second
     both_store = first_kind == second_kind == "store"
     lines = [
