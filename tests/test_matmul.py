@@ -326,7 +326,8 @@ def test_check_matmul_accepts_numba_with_other_tiles(capsys):
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_check_matmul_half_inputs(dtype, capsys):
     utils.check_matmul(kernels.get("matmul_fp16", "cuda"), dtype=dtype)
-    utils.check_matmul(lambda a, b: (a.float() @ b.float()).to(dtype), dtype=dtype)  # C rounded once
+    fp32 = kernels.get("matmul", "cuda")  # a float32 product, rounded once to the half type
+    utils.check_matmul(lambda a, b: fp32(a.float(), b.float()).to(dtype), dtype=dtype)
     assert capsys.readouterr().out.count("correct on") == 2
 
 

@@ -36,6 +36,7 @@ import torch
 
 from . import check as _check
 from .config import DEVICE, SIMULATE, SIZES
+from .backends.launches import record_launches
 
 # What ``utils`` exports; topic modules import the rest of the harness by name.
 __all__ = ["GradingError", "show_rejection", "POISON_BITS", "check_traffic", "check_shared"]
@@ -302,11 +303,17 @@ class Case:
 
 
 class _Run:
-    def __init__(self, out, inputs, in_guards, allocs):
+    def __init__(self, out, inputs, in_guards, allocs, launches=None):
         self.out = out
         self.inputs = inputs
         self.in_guards = in_guards
         self.allocs = allocs
+        self.launches = launches  # the kernels and torch operators the call ran (utils.record_launches)
+
+
+#: Grader name -> the aten operators (beyond allocation, views, fills, copies and casts) a
+#: launcher may run, where its exercise says so: the topic spec's ``torch_ops_allowed``.
+TORCH_OPS_ALLOWED: dict[str, frozenset] = {}
 
 
 class Grader:
@@ -346,7 +353,7 @@ class Grader:
         ctx = sched("random", seed=schedule_seed) if sched is not None else contextlib.nullcontext()
         fault_cls = _utils_attr("KernelFault")
         try:
-            with ctx, allocs.active():
+            with ctx, allocs.active(), record_launches() as launches:
                 out = self.fn(*inputs)
                 _sync()
         except NotImplementedError as e:
@@ -375,7 +382,7 @@ class Grader:
             self.fail(f"your function raised {type(e).__name__}: {e}",
                       "the inputs are float32 tensors on utils.DEVICE; the traceback above "
                       "shows where it failed.", cause=e)
-        return _Run(out, inputs, in_guards, allocs)
+        return _Run(out, inputs, in_guards, allocs, launches)
 
     # -- checks on one run -----------------------------------------------------------------
     def output_tensor(self, run: _Run, shape, *, scalar=False, dtypes=(torch.float32,)) -> torch.Tensor:
@@ -468,6 +475,17 @@ class Grader:
         finally:
             self.case = saved
 
+    def check_launched(self, run: _Run):
+        """The right values must come from a kernel: reject a call that launched none, or where a
+        torch operator computed what the kernel should (``return torch.softmax(x, -1)``)."""
+        if run.launches is None:
+            return
+        # an empty input needs no kernel (a launcher may return torch.zeros for a K=0 product)
+        need_kernel = all(t.numel() for t in run.inputs if isinstance(t, torch.Tensor))
+        why = run.launches.verdict(TORCH_OPS_ALLOWED.get(self.name, ()), need_kernel, self.fn)
+        if why:
+            self.fail(why)
+
     def check_unwritten(self, run: _Run, out: torch.Tensor, hint_fn=None, case=None):
         mask = self.unwritten_mask(run, out)
         if mask is None:
@@ -544,6 +562,7 @@ def run_cases(g: Grader, cases, *, names, shape_of, scalar=False, tol_of=None,
             hint = diagnose(case, got, bad) if diagnose else None
             msg = _check.describe_mismatch(got, case.expected, mask=bad, what="result", **tol)
             g.fail(msg, hint)
+        g.check_launched(run)
         worst = max(worst, _check.max_abs_err(got, case.expected))
     return worst
 

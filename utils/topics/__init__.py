@@ -23,6 +23,10 @@ for _m in _MODULES:
 #: Every grader of every topic, by name (``check_relu``, ...): exported from ``utils``.
 CHECKS = {name: fn for spec in TOPICS.values() for name, fn in spec.checks.items()}
 
+# What each grader lets a launcher compute with torch (Spec.torch_ops_allowed).
+from ..grading import TORCH_OPS_ALLOWED  # noqa: E402
+TORCH_OPS_ALLOWED.update({name: frozenset(spec.torch_ops_allowed) for spec in TOPICS.values() for name in spec.checks})
+
 
 def topic(name: str) -> Spec:
     """The spec of one topic: inputs, float64 reference, tolerance, bytes, targets, graders."""
