@@ -602,10 +602,13 @@ def test_numba_and_triton_kernels_go_to_the_simulators_profiler(monkeypatch):
     fake = types.ModuleType("utils.backends.numba.profile")
     fake.profile_numba = lambda k, grid, block, *args, shared=0: {
         "metrics": {LD_REQ: 3}, "sites": [], "summary": ["s"], "trace": None, "backend": "numba-simulator"}
-    fake.profile_triton = lambda k, grid, *args, **kw: {
+    monkeypatch.setitem(sys.modules, "utils.backends.numba.profile", fake)
+    fake_triton = types.ModuleType("utils.backends.triton.profile")
+    fake_triton.profile_triton = lambda k, grid, *args, **kw: {
         "metrics": {LD_REQ: 5}, "sites": [], "summary": [], "trace": None, "backend": "triton-interpreter",
         "per_program": {"bytes_loaded": [8, 8]}}
-    monkeypatch.setitem(sys.modules, "utils.backends.numba.profile", fake)
+    monkeypatch.delattr(utils.backends.triton, "profile", raising=False)
+    monkeypatch.setitem(sys.modules, "utils.backends.triton.profile", fake_triton)
     p = utils.profile(kern, 1, 32)
     assert p.backend == "numba-simulator" and p.metrics[LD_REQ] == 3 and p.summary == ["s"]
     tk = type("JITFunction", (), {"__module__": "triton.runtime.jit", "__name__": "add_kernel"})()

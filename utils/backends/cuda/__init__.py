@@ -7,7 +7,7 @@
 * With a GPU the source is compiled by NVRTC (``cuda.core``) and launched on torch's
   current stream.
 * Without one it is compiled by g++ against the course's CPU emulator
-  (``utils/cuda/emu/cuda_emu.h``) and runs on CPU tensors: every thread of a block is a
+  (``utils/backends/cuda/emu/cuda_emu.h``) and runs on CPU tensors: every thread of a block is a
   fiber, shared memory and barriers behave as on a GPU, and faults become exceptions.
 
 ``load_inline`` is torch's ``load_inline`` on a GPU and its emulated twin on a CPU.
@@ -174,7 +174,7 @@ class CudaKernel:
         stream = cfg[3] if len(cfg) > 3 else None
         return grid, block, int(shared), stream
 
-    # -- profiling (utils.profile; utils/cuda/_profile.py) -------------------------------
+    # -- profiling (utils.profile; _profile.py) -------------------------------
     @property
     def profile(self) -> "_ProfileLaunch":
         """``k.profile[grid, block](*args)`` (or ``[grid, block, shared_bytes]``): run the launch

@@ -1,4 +1,4 @@
-"""Data-race detection in Numba's CUDA simulator (applied with ``utils.numba_sim``).
+"""Data-race detection in Numba's CUDA simulator (applied by ``simulator.py``).
 
 A racy kernel often computes the right value on a CPU: the simulator runs blocks one
 after another and the threads of a block in a fixed order, so a lost update between
@@ -47,7 +47,7 @@ RACECHECK = os.environ.get("COURSE_RACECHECK", "1").strip() not in ("0", "false"
 
 
 class SimulatorRaceError(KernelFault):
-    """Two accesses of a simulated kernel that race on a GPU (see ``utils.sim_race``)."""
+    """Two accesses of a simulated kernel that race on a GPU (see ``utils/backends/numba/races.py``)."""
 
 
 READ, WRITE, ATOMIC = "read", "write", "atomic"
@@ -69,7 +69,7 @@ class _Context:
         self.args = None      # the launch's arguments as kernel code sees them
         self.threads = 0      # threads per block
         self.gc_was_on = False
-        # The profiler of a ``utils.sim_profile`` launch (None otherwise): wrapped arrays
+        # The profiler of a ``profile.py`` launch (None otherwise): wrapped arrays
         # then report every access to it, with or without race detection.
         self.prof = None
 
@@ -255,7 +255,7 @@ def unwrap(value):
 
 # ---------------------------------------------------------------------------------------
 # Profiled arrays: every access is also reported to the launch's profiler
-# (``utils.sim_profile``), which counts requests, sectors and bank conflicts from them.
+# (``profile.py``), which counts requests, sectors and bank conflicts from them.
 # ---------------------------------------------------------------------------------------
 class _Profiled(_Tracked):
     """A tracked array whose accesses are also counted. ``_key`` names the argument or

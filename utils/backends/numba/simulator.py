@@ -60,7 +60,7 @@ a race shows up as a wrong answer or not at all, deterministically, never
 intermittently). A thread that spins waiting for another thread of its block (a lock, a
 flag) never lets that thread run and loops forever; the notebook's interrupt button
 (Ctrl-C) stops it cleanly. Memory coalescing, bank conflicts and divergence are not
-timed either, but they are counted: ``utils.sim_profile.profile_numba`` (through
+timed either, but they are counted: ``utils/backends/numba/profile.py`` (through
 ``utils.profile``) records every access of a launch and groups the lanes of each warp as
 a GPU does.
 """

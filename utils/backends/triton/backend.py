@@ -66,10 +66,10 @@ class TritonBackend:
     def profile(self, kernel, grid, *args, shared: int = 0, **kwargs):
         from ..profile_report import from_counts
         try:
-            from ..numba import profile as counters
+            from . import profile as counters
         except ImportError:
             raise NotImplementedError("profiling Triton kernels is not available in this version of the course "
-                                      "(utils/backends/numba/profile.py is missing)") from None
+                                      "(utils/backends/triton/profile.py is missing)") from None
         return from_counts(counters.profile_triton(kernel, grid, *args, **kwargs), kernel, "triton")
 
 

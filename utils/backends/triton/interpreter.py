@@ -16,7 +16,7 @@ nothing. ``TRITON_SIM_PATCHES`` lists what was changed.
   masked-off lanes undefined on a GPU; the interpreter gives 0, which hides a forgotten
   ``other=0.0`` in a sum. Here they read NaN (floats) or the type's most negative
   (unsigned: largest) value, so a missing ``other`` shows up in the result.
-* **Profiling.** During ``utils.sim_profile.profile_triton`` every load, store and
+* **Profiling.** During ``utils/backends/triton/profile.py`` every load, store and
   atomic is also reported to the profiler (``profiler``), which counts the bytes and the
   masked-off lanes of each program.
 * **A driver.** ``triton.runtime.driver.active`` raises "0 active drivers" without a GPU.
@@ -94,7 +94,7 @@ class _Launch:
 
 _launch: list = [None]
 
-#: The profiler of a ``utils.sim_profile.profile_triton`` launch, or None: every load,
+#: The profiler of a ``utils/backends/triton/profile.py`` launch, or None: every load,
 #: store and atomic is reported to it as well.
 profiler: list = [None]
 
