@@ -12,7 +12,7 @@ import torch
 
 from .check import assert_close, tolerance
 from .config import DEVICE
-from .graders import GradingError
+from .grading import GradingError
 
 __all__ = ["check_custom_op"]
 
