@@ -32,3 +32,8 @@ from .backends.triton import interpreter as triton_sim  # noqa: F401,E402  races
 from .backends.numba.races import SimulatorRaceError  # noqa: F401,E402
 from .profile import profile, Profile  # noqa: F401,E402  counters of one launch (emulator or ncu)
 from .backends import Backend, BACKENDS, backend_of, record_launches  # noqa: F401,E402  one interface to the three
+
+# The modules' earlier paths, which learners' code may import (`from utils.triton_compat import tanh`).
+import sys as _sys  # noqa: E402
+_sys.modules.setdefault(__name__ + ".triton_compat", triton_compat)
+_sys.modules.setdefault(__name__ + ".triton_sim", triton_sim)
