@@ -357,6 +357,7 @@ def test_bad_arguments_and_gpu(monkeypatch):
     with pytest.raises(TypeError, match="triton.jit kernel"):
         triton_profile.profile_triton(copy_kernel, (1,))
     monkeypatch.setattr(sim_profile, "SIMULATE", False)
+    monkeypatch.setattr(triton_profile, "SIMULATE", False)
     with pytest.raises(NotImplementedError, match="utils.profile"):
         sim_profile.profile_numba(copy_kernel, 1, 32, torch.zeros(32), torch.zeros(32), 32)
     with pytest.raises(NotImplementedError, match="Nsight Compute"):
