@@ -124,3 +124,37 @@ def test_launch_hooks_cost_nothing_outside_a_recording():
         _relu_rows_kernel[(1,)](x, y, 64, BLOCK=64)
         torch.relu(x)
     assert seen.kernels == [launches.Launch("triton", "_relu_rows_kernel")] and not seen.torch_ops
+
+
+def test_the_gpu_hooks_record_launches_and_skip_warmups():
+    """The GPU launch paths cannot run here; their hook is the same wrapper, on the same
+    signatures: numba-cuda's CUDADispatcher.call(args, launch_config) and Triton's
+    JITFunction.run(*args, grid, warmup, **kwargs)."""
+    from utils.backends.numba import backend as nb
+    from utils.backends.triton import backend as tb
+
+    def scale_kernel(x):
+        pass
+
+    def add_kernel(x):
+        pass
+
+    class Dispatcher:  # numba-cuda: kernel[grid, block](...) ends in dispatcher.call
+        py_func = staticmethod(scale_kernel)
+
+        def call(self, args, launch_config):
+            return args
+
+    class JITFunction:  # triton: kernel[grid](...) and autotuners end in run
+        fn = staticmethod(add_kernel)
+
+        def run(self, *args, grid, warmup, **kwargs):
+            return args
+
+    Dispatcher.call = launches.recorded("numba", nb._name)(Dispatcher.call)
+    JITFunction.run = launches.recorded("triton", tb._name, tb._warmup)(JITFunction.run)
+    with utils.record_launches() as seen:
+        Dispatcher().call((1,), None)
+        JITFunction().run(1, grid=(1,), warmup=True)    # kernel.warmup(...): compiles only
+        JITFunction().run(1, grid=(1,), warmup=False)
+    assert seen.kernels == [launches.Launch("numba", "scale_kernel"), launches.Launch("triton", "add_kernel")]
