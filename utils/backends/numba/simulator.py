@@ -41,7 +41,9 @@ the same kind with the same mask; each lane then reads the others' values from t
 warp's buffer. Shuffles follow the PTX rules: the lane operand is taken modulo 32, and a
 lane whose source is outside the warp (``shfl_up``/``shfl_down`` past the edge) gets its
 own value back. A source lane inside the warp but outside the mask is undefined on a GPU,
-so it raises :class:`SimulatorSyncError` instead of being given a meaning.
+so it raises :class:`SimulatorSyncError` instead of being given a meaning; so does a source
+lane that does not exist (a block of 16 threads shuffling down by 16), as the CUDA emulator
+reports it.
 
 ``activemask()`` is rebuilt the same way: a lane waits until the other lanes of its warp
 that have not returned reach an ``activemask()`` too, and learns which lanes reached the
@@ -577,16 +579,30 @@ class _Block:
         """A lane reading a lane of its warp that is not in the mask gets an undefined
         value on a GPU: report it instead of giving it a meaning."""
         select, named = _SHFL_SOURCE[kind], set(members)
-        bad = []
+        bad, absent = [], []
         for i in members:
             src = select(i, int(lanes[i].result[1]) & 31)
-            if src != i and src not in named and (present >> src) & 1:
-                bad.append((i, src))
-        if not bad:
+            if src != i and src not in named:
+                (bad if (present >> src) & 1 else absent).append((i, src))
+        if not bad and not absent:
             return
         warp = w.tid // 32
         del lanes[w.tid % 32]  # this lane leaves by the exception; the others unwind
         w.waiting_for = None
+        if absent:
+            # A partial warp (a block that is not a multiple of 32 threads): the source
+            # lane does not exist, and what the GPU returns for it is undefined.
+            pairs = ", ".join(f"lane {i} reads lane {src}" for i, src in absent[:8])
+            more = f" (and {len(absent) - 8} more)" if len(absent) > 8 else ""
+            nlanes = bin(present).count("1")
+            raise SimulatorSyncError(
+                f"undefined warp shuffle in kernel `{self.fn.__name__}`, block "
+                f"{tuple(self.blockIdx)}, warp {warp}: cuda.{kind}() at "
+                f"{_describe_site(site)}: {pairs}{more}, which does not exist (the block has "
+                f"{self.n} thread{'s' * (self.n != 1)}, so warp {warp} has only {nlanes} "
+                f"lane{'s' * (nlanes != 1)}).\n"
+                "Fix: keep every source lane inside the block (shuffle offsets smaller than "
+                "the number of threads), or give the block a multiple of 32 threads.")
         pairs = ", ".join(f"lane {i} reads lane {src}" for i, src in bad[:8])
         more = f" (and {len(bad) - 8} more)" if len(bad) > 8 else ""
         raise SimulatorSyncError(

@@ -16,6 +16,13 @@ nothing. ``TRITON_SIM_PATCHES`` lists what was changed.
   masked-off lanes undefined on a GPU; the interpreter gives 0, which hides a forgotten
   ``other=0.0`` in a sum. Here they read NaN (floats) or the type's most negative
   (unsigned: largest) value, so a missing ``other`` shows up in the result.
+* **Tensor-core numerics** (``utils/tensor_core.py``). ``tl.dot`` of float32 tiles follows
+  ``input_precision`` as an H100 does: "tf32" (Triton's default on NVIDIA GPUs, unless
+  ``TRITON_F32_DEFAULT`` or ``allow_tf32=False`` say otherwise) reads the inputs as TF32,
+  "tf32x3" sums three TF32 products, "ieee" is exact float32; the interpreter computed all
+  three exactly. ``tl.dot`` of bfloat16 widens the inputs to float32 (the interpreter
+  multiplied their raw uint16 bits), and casts to bfloat16 round to nearest even (it
+  truncated).
 * **Profiling.** During ``utils/backends/triton/profile.py`` every load, store and
   atomic is also reported to the profiler (``profiler``), which counts the bytes and the
   masked-off lanes of each program.
@@ -370,8 +377,12 @@ def apply() -> bool:
     if not SIMULATE or os.environ.get("TRITON_INTERPRET") != "1":
         return False
     try:
+        import numpy as np
+        import triton.language as tl
         from triton.runtime import interpreter as interp
         from triton.runtime.driver import driver
+
+        from . import tensor_core
     except ImportError:  # a Triton without the interpreter this module knows
         return False
     B = interp.InterpreterBuilder
@@ -414,6 +425,50 @@ def apply() -> bool:
     TRITON_SIM_PATCHES.append(
         "tl.load with a mask and no `other`: masked-off lanes read NaN (ints: the type's "
         "most negative value), not 0")
+
+    original_dot = B.create_dot
+
+    def create_dot(self, a, b, d, input_precision, max_num_imprecise_acc):
+        # float32 x float32 runs on the tensor cores of an H100 unless input_precision="ieee":
+        # the inputs are read as TF32 (see utils/tensor_core.py). The interpreter computed
+        # every precision exactly, so a kernel right only in float32 passed here.
+        if a.dtype.scalar == tl.float32 and b.dtype.scalar == tl.float32:
+            precision = getattr(input_precision, "name", None) or "ieee"
+            return interp.TensorHandle(
+                tensor_core.f32_dot(a.data, b.data, d.data, precision), d.dtype.scalar)
+        # bfloat16 is stored as raw uint16 bits in the interpreter: widen it (exactly) to
+        # float32 first, or np.matmul multiplies the bit patterns as integers.
+        if tl.bfloat16 not in (a.dtype.scalar, b.dtype.scalar):
+            return original_dot(self, a, b, d, input_precision, max_num_imprecise_acc)
+        a_data, b_data = (tensor_core.bf16_bits_to_f32(h.data) if h.dtype.scalar == tl.bfloat16
+                          else h.data for h in (a, b))
+        return interp.TensorHandle(np.matmul(a_data, b_data, dtype=d.data.dtype) + d.data,
+                                   d.dtype.scalar)
+
+    B.create_dot = create_dot
+
+    original_cast = B.cast_impl
+
+    def cast_impl(self, src, dst_type):
+        # The interpreter truncated float32 -> bfloat16 (a GPU rounds to nearest even) and
+        # converted bfloat16 <-> float64 or integers as if the raw bits were integers.
+        src_bf16 = src.dtype.scalar == tl.bfloat16
+        dst_bf16 = dst_type.scalar == tl.bfloat16
+        if src_bf16 == dst_bf16:
+            return original_cast(self, src, dst_type)
+        dst_np = np_dtype(dst_type)
+        data = tensor_core.cast_bf16(src.data, src_bf16, dst_np)
+        return interp.TensorHandle(data.astype(dst_np, copy=False), dst_type.scalar)
+
+    B.cast_impl = cast_impl
+    TRITON_SIM_PATCHES.append(
+        "tl.dot on bfloat16: the inputs are widened to float32 (the interpreter multiplied "
+        "their raw bits); casts to bfloat16 round to nearest even, and bfloat16 <-> "
+        "float64 or integer casts convert values, not bits")
+    TRITON_SIM_PATCHES.append(
+        "tl.dot on float32 follows input_precision as an H100 does: 'tf32' (the default, "
+        "TRITON_F32_DEFAULT or allow_tf32 aside) reads the inputs as TF32, 'tf32x3' sums "
+        "three TF32 products, 'ieee' is exact float32")
 
     original_call = interp.GridExecutor.__call__
 
