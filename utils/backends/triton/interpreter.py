@@ -16,7 +16,7 @@ nothing. ``TRITON_SIM_PATCHES`` lists what was changed.
   masked-off lanes undefined on a GPU; the interpreter gives 0, which hides a forgotten
   ``other=0.0`` in a sum. Here they read NaN (floats) or the type's most negative
   (unsigned: largest) value, so a missing ``other`` shows up in the result.
-* **Tensor-core numerics** (``utils/tensor_core.py``). ``tl.dot`` of float32 tiles follows
+* **Tensor-core numerics** (``utils/backends/triton/tensor_core.py``). ``tl.dot`` of float32 tiles follows
   ``input_precision`` as an H100 does: "tf32" (Triton's default on NVIDIA GPUs, unless
   ``TRITON_F32_DEFAULT`` or ``allow_tf32=False`` say otherwise) reads the inputs as TF32,
   "tf32x3" sums three TF32 products, "ieee" is exact float32; the interpreter computed all
@@ -381,10 +381,11 @@ def apply() -> bool:
         import triton.language as tl
         from triton.runtime import interpreter as interp
         from triton.runtime.driver import driver
-
-        from . import tensor_core
     except ImportError:  # a Triton without the interpreter this module knows
         return False
+    # The course's own modules are imported outside that try: an error in them must show,
+    # not silently switch every interpreter patch off.
+    from . import tensor_core
     B = interp.InterpreterBuilder
     np_dtype = interp._get_np_dtype
 
@@ -430,7 +431,7 @@ def apply() -> bool:
 
     def create_dot(self, a, b, d, input_precision, max_num_imprecise_acc):
         # float32 x float32 runs on the tensor cores of an H100 unless input_precision="ieee":
-        # the inputs are read as TF32 (see utils/tensor_core.py). The interpreter computed
+        # the inputs are read as TF32 (see tensor_core.py). The interpreter computed
         # every precision exactly, so a kernel right only in float32 passed here.
         if a.dtype.scalar == tl.float32 and b.dtype.scalar == tl.float32:
             precision = getattr(input_precision, "name", None) or "ieee"
