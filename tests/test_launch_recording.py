@@ -158,3 +158,15 @@ def test_the_gpu_hooks_record_launches_and_skip_warmups():
         JITFunction().run(1, grid=(1,), warmup=True)    # kernel.warmup(...): compiles only
         JITFunction().run(1, grid=(1,), warmup=False)
     assert seen.kernels == [launches.Launch("numba", "scale_kernel"), launches.Launch("triton", "add_kernel")]
+
+
+def test_a_launcher_that_needs_no_launch_for_one_element_is_accepted(capsys):
+    def tree_sum(x):  # passes of per-block sums until one value is left: none for one element
+        x = x.reshape(-1)
+        while x.numel() > 1:
+            partial = torch.empty(triton.cdiv(x.numel(), 128), device=x.device)
+            _block_sum_kernel[(partial.numel(),)](x, partial, x.numel(), BLOCK=128)
+            x = partial
+        return x.clone()
+    utils.check_sum(tree_sum)
+    assert "check_sum: correct on" in capsys.readouterr().out

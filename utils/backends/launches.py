@@ -86,6 +86,16 @@ class _State(threading.local):
 _STATE = _State()
 #: The recordings in progress (nested ones all see each launch). Empty: the hooks do nothing.
 _ACTIVE: list["Launches"] = []
+#: The backends' hook installers, run when a recording starts: a backend hooks its launch path
+#: once the library is imported (no numba.cuda imported yet: no Numba kernel to launch), so that
+#: ``import utils`` imports nothing more for it.
+_INSTALLERS: list = []
+
+
+def install_hooks_on_record(install) -> None:
+    """Register ``install()`` (idempotent, cheap): run at the start of every recording."""
+    _INSTALLERS.append(install)
+    install()
 
 
 class Launches:
@@ -166,6 +176,8 @@ def _dispatch_mode():
 def record_launches(torch_ops: bool = True):
     """Record the kernel launches (and, with ``torch_ops``, the torch operators run outside
     them) of the ``with`` block; yields a :class:`Launches`."""
+    for install in _INSTALLERS:
+        install()
     rec = Launches()
     _ACTIVE.append(rec)
     try:

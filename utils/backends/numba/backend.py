@@ -5,6 +5,7 @@ by ``profile.py``."""
 from __future__ import annotations
 
 import contextlib
+import sys
 
 from ...config import SIMULATE
 from .. import launches
@@ -22,6 +23,8 @@ def _hook_launches() -> None:
     """Record launches where they happen: the simulator's ``FakeCUDAKernel.__call__`` (a
     configured kernel called from the host, not a device function), or on a GPU
     ``CUDADispatcher.call``, which every ``kernel[grid, block](...)`` of numba-cuda reaches."""
+    if _hooked:
+        return
     if simulator.is_applied():
         from numba.cuda.simulator import kernel as K
         cls, attr = K.FakeCUDAKernel, "__call__"
@@ -29,21 +32,27 @@ def _hook_launches() -> None:
         def skip(k, *args, **kwargs):
             return k._device or K._kernel_context is not None
     elif not SIMULATE:
-        try:
-            from numba.cuda.dispatcher import CUDADispatcher
-        except Exception:  # noqa: BLE001  no numba, or a numba without the CUDA target
+        dispatcher = sys.modules.get("numba.cuda.dispatcher")  # imported with numba.cuda
+        if dispatcher is None or not hasattr(dispatcher, "CUDADispatcher"):
             return
-        cls, attr, skip = CUDADispatcher, "call", None
+        cls, attr, skip = dispatcher.CUDADispatcher, "call", None
     else:
         return
+    _hook(cls, attr, skip)
+
+
+def _hook(cls, attr, skip) -> None:
+    global _hooked
     fn = cls.__dict__.get(attr)
     if fn is not None and not getattr(fn, "_records_launches", False):
         hooked = launches.recorded("numba", _name, skip)(fn)
         hooked._records_launches = True
         setattr(cls, attr, hooked)
+    _hooked = True
 
 
-_hook_launches()
+_hooked = False
+launches.install_hooks_on_record(_hook_launches)
 
 
 class NumbaBackend:

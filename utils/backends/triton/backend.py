@@ -5,6 +5,7 @@ driver) in simulation and by Triton on a GPU; ``compat.py`` holds what works in 
 from __future__ import annotations
 
 import contextlib
+import sys
 
 from ...config import SIMULATE
 from .. import launches
@@ -24,23 +25,27 @@ def _warmup(k, *args, **kwargs) -> bool:
 def _hook_launches() -> None:
     """Record launches at ``run``, which ``kernel[grid](...)``, autotuners and heuristics all
     reach: ``InterpretedFunction.run`` in the interpreter, ``JITFunction.run`` on a GPU."""
-    try:
-        if interpreter.is_applied():
-            from triton.runtime.interpreter import InterpretedFunction as cls
-        elif not SIMULATE:
-            from triton.runtime.jit import JITFunction as cls
-        else:
-            return
-    except ImportError:
+    global _hooked
+    if _hooked:
+        return
+    if interpreter.is_applied():
+        cls = getattr(sys.modules.get("triton.runtime.interpreter"), "InterpretedFunction", None)
+    elif not SIMULATE:
+        cls = getattr(sys.modules.get("triton.runtime.jit"), "JITFunction", None)  # imported with triton
+    else:
+        return
+    if cls is None:
         return
     fn = cls.__dict__.get("run")
     if fn is not None and not getattr(fn, "_records_launches", False):
         hooked = launches.recorded("triton", _name, _warmup)(fn)
         hooked._records_launches = True
         cls.run = hooked
+    _hooked = True
 
 
-_hook_launches()
+_hooked = False
+launches.install_hooks_on_record(_hook_launches)
 
 
 class TritonBackend:
