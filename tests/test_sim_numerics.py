@@ -141,3 +141,58 @@ def test_bf16_casts_round_to_nearest_even():
     torch.testing.assert_close(y.cpu(), want.cpu(), rtol=0, atol=0, equal_nan=True)
     torch.testing.assert_close(z.cpu(), want.double().cpu(), rtol=0, atol=0, equal_nan=True)
     assert w[:5].tolist() == [1, 1, 1, -2, 300]
+
+
+# ---------------------------------------------------------------------------------------
+# The CUDA emulator: fast intrinsics and half conversions as the GPU computes them.
+# ---------------------------------------------------------------------------------------
+INTRINSICS = r"""
+#include <cuda_fp16.h>
+__global__ void intrinsics_kernel(const float* x_ptr, const float* y_ptr, float* out_ptr,
+                                  unsigned short* h_ptr, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        float x = x_ptr[i], y = y_ptr[i];
+        out_ptr[0 * n + i] = __expf(x);
+        out_ptr[1 * n + i] = __logf(fabsf(x) + 1e-3f);
+        out_ptr[2 * n + i] = __fdividef(x, y);
+        out_ptr[3 * n + i] = __frcp_rn(y);
+        h_ptr[i] = __half_as_ushort(__float2half_rn(x * y));
+    }
+}
+"""
+
+
+def test_emulator_fast_intrinsics_and_half_rounding():
+    import numpy as np
+    if not utils.SIMULATE:
+        pytest.skip("about the CPU emulator")
+    k = utils.cuda_kernel(INTRINSICS, "intrinsics_kernel")
+    g = torch.Generator().manual_seed(3)
+    n = 4096
+    x = (torch.rand(n, generator=g) * 160 - 80)
+    y = torch.randn(n, generator=g) * 4
+    y[:4] = torch.tensor([2.0 ** 127, -3e38, 1.5, 2.0 ** 126])  # __fdividef's documented 0 range
+    out = torch.empty(4 * n)
+    h = torch.empty(n, dtype=torch.int16)
+    k[(n + 255) // 256, 256](x, y, out, h, n)
+    e, lg, div, rcp = out.view(4, n).double()
+    xd, yd = x.double(), y.double()
+    # __expf: ex2.approx(x * log2 e) with the product rounded to float, as on the GPU: exactly
+    # that product's exp2, and within CUDA's documented 2 + floor(|1.16 x|) ulp of exp(x).
+    prod = (x * torch.tensor(1.44269502, dtype=torch.float32)).double()
+    normal = torch.exp(xd) > 1.2e-38  # .ftz: subnormal results are 0
+    torch.testing.assert_close(e[normal], torch.exp2(prod)[normal], rtol=2.5e-7, atol=0)
+    assert (e[~normal] == 0).all()
+    ulp = torch.exp(xd).float().double().abs() * 2.0 ** -23
+    assert ((e - torch.exp(xd)).abs()[normal] <= (2 + (1.16 * xd.abs()).floor())[normal] * ulp[normal]).all()
+    # __logf within CUDA's bound (2^-21.41 absolute for x in [0.5, 2], else 3 ulp); here 3 ulp.
+    want_log = torch.log(xd.abs() + 1e-3)
+    assert ((lg - want_log).abs() <= 3 * 2.0 ** -23 * want_log.abs() + 2.0 ** -21.41).all()
+    # __fdividef: 0 for 2^126 < |y| < 2^128, else within 2 ulp; __frcp_rn correctly rounded.
+    assert div[:2].tolist() == [0.0, 0.0] and div[3].item() != 0.0
+    torch.testing.assert_close(div[4:], (xd / yd)[4:], rtol=2.5e-7, atol=0)
+    assert torch.equal(rcp.float(), (1.0 / yd).float())
+    # __float2half_rn: round to nearest even, as torch's .half() (and the GPU's cvt.rn.f16.f32).
+    want_h = (x * y).half().view(torch.int16)
+    assert torch.equal(h, want_h)

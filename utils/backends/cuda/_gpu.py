@@ -42,18 +42,18 @@ def _device():
     return dev
 
 
-def prepare(text: str, filename: str) -> str:
-    return _tc.nvrtc_source(text, filename)
+def prepare(text: str, filename: str, include_dir: Path | None = None) -> str:
+    return _tc.nvrtc_source(text, filename, include_dir)
 
 
 def _options(core, arch: str, filename: str, include_dir: Path | None):
-    incs = [str(paths.CUDA_INCLUDE_DIR)] + ([str(include_dir)] if include_dir else []) + _tc.include_dirs()
+    incs = [str(paths.CUDA_INCLUDE_DIR)] + ([str(include_dir)] if include_dir else []) + _tc.nvrtc_include_dirs()
     return core.ProgramOptions(arch=arch, std="c++17", include_path=incs, name=filename)
 
 
 def _compile(text: str, name: str, filename: str, include_dir: Path | None, target: str, arch: str):
     core = _core()
-    prog = core.Program(prepare(text, filename), "c++", _options(core, arch, filename, include_dir))
+    prog = core.Program(prepare(text, filename, include_dir), "c++", _options(core, arch, filename, include_dir))
     logs = io.StringIO()
     try:
         try:
@@ -79,7 +79,7 @@ def build(text: str, name: str, filename: str, include_dir: Path | None):
     dev = _device()
     arch = "sm_" + "".join(map(str, dev.compute_capability))
     nv = _tc.nvrtc()
-    key = _tc.cache_key(prepare(text, filename), name, arch, _tc.headers_digest(include_dir), str(include_dir),
+    key = _tc.cache_key(prepare(text, filename, include_dir), name, arch, _tc.headers_digest(include_dir), str(include_dir),
                         _tc.include_dirs(), nv.version if nv else getattr(core, "__version__", ""))
     if key in _MEM:
         return _MEM[key]

@@ -124,6 +124,12 @@ def find_library(stem: str) -> Path | None:
     return None
 
 
+def nvrtc_include_dirs() -> list[str]:
+    """``include_dirs()`` and the course's C standard headers for NVRTC (utils/nvrtc_include)."""
+    from utils.nvrtc_compat import INCLUDE_DIR
+    return include_dirs() + [str(INCLUDE_DIR)]
+
+
 def include_dirs() -> list[str]:
     """CUDA's own headers (``cuda_fp16.h``...) for NVRTC: the runtime wheel's, else the system's.
     A folder that also has the ``crt`` and CCCL headers (``<mma.h>`` includes ``crt/mma.h``,
@@ -197,8 +203,9 @@ def _dir_digest(h, d: Path | None, recursive: bool = True):
 def headers_digest(include_dir: Path | None = None) -> str:
     """A digest of every header a kernel may include (the emulator's, the course's prelude,
     and the kernel's own directory): a change to any of them rebuilds the kernels."""
+    from utils.nvrtc_compat import INCLUDE_DIR
     h = hashlib.sha256()
-    for d in (EMU_DIR, paths.CUDA_INCLUDE_DIR):
+    for d in (EMU_DIR, paths.CUDA_INCLUDE_DIR, INCLUDE_DIR):
         _dir_digest(h, d)
     _dir_digest(h, include_dir, recursive=False)  # a kernel's folder may be large: its own headers only
     return h.hexdigest()
@@ -238,56 +245,46 @@ def write_atomic(path: Path, data: bytes):
 # ---------------------------------------------------------------------------------------
 # NVRTC
 # ---------------------------------------------------------------------------------------
-#: What NVRTC lacks compared with nvcc: the C headers of the host compiler. Their lines
-#: are blanked (NVRTC has its own math functions and printf) and the few macros they
-#: would define come from this prelude instead.
+#: What NVRTC lacks compared with nvcc: the C headers of the host compiler (the course's
+#: stand-ins are in utils/nvrtc_include, see utils/nvrtc_compat.py) and host code (set aside
+#: where no device code names it). The macros kernels have always had here without an
+#: include come from this prelude.
 NVRTC_PRELUDE = r"""
-#if __has_include(<cuda/std/climits>)
-#include <cuda/std/climits>
-#include <cuda/std/cfloat>
-#endif
-#ifndef INFINITY
-#define INFINITY __int_as_float(0x7f800000)
-#endif
-#ifndef NAN
-#define NAN __int_as_float(0x7fffffff)
-#endif
-#ifndef FLT_MAX
-#define FLT_MAX 3.402823466e+38f
-#endif
-#ifndef FLT_MIN
-#define FLT_MIN 1.175494351e-38f
-#endif
-#ifndef INT_MAX
-#define INT_MAX 2147483647
-#endif
-#ifndef INT_MIN
-#define INT_MIN (-2147483647 - 1)
-#endif
-#ifndef M_PI
-#define M_PI 3.14159265358979323846
-#endif
-#if __has_include(<cuda/std/cstdint>)
-/* libcu++ (CUDA's CCCL headers) is there: its <cstdint>, as <cooperative_groups.h> uses it */
-#include <cuda/std/cstdint>
-using cuda::std::int8_t; using cuda::std::uint8_t; using cuda::std::int16_t; using cuda::std::uint16_t;
-using cuda::std::int32_t; using cuda::std::uint32_t; using cuda::std::int64_t; using cuda::std::uint64_t;
-#else
-typedef signed char int8_t; typedef unsigned char uint8_t;
-typedef short int16_t; typedef unsigned short uint16_t;
-typedef int int32_t; typedef unsigned int uint32_t;
-typedef long int64_t; typedef unsigned long uint64_t;  /* as in glibc on 64-bit Linux */
-#endif
+#include <float.h>
+#include <limits.h>
+#include <stdint.h>
+#include <math.h>
 """
+#: Host-only headers: the CUDA runtime's and its host libraries', and the C++ library's that
+#: kernels do not use. NVRTC compiles device code only and has none of them, so they are left
+#: out, and the host code that uses them is set aside (a kernel that names one of their
+#: functions is refused: "identifier ... is undefined").
 _HOST_HEADERS = re.compile(
-    r"^[ \t]*#[ \t]*include[ \t]*<(cstdio|stdio\.h|cmath|math\.h|cstdint|stdint\.h|cfloat|float\.h|climits|"
-    r"limits\.h|cstdlib|stdlib\.h|cassert|assert\.h|cuda_runtime\.h|cuda\.h|device_launch_parameters\.h)>[^\n]*$",
+    r"^[ \t]*#[ \t]*include[ \t]*[<\"](cuda_runtime\.h|cuda_runtime_api\.h|cuda\.h|device_launch_parameters\.h|"
+    r"cuda_profiler_api\.h|curand\.h|cufft\.h|cusparse\.h|"
+    r"iostream|fstream|sstream|iomanip|string|vector|map|unordered_map|set|algorithm|numeric|functional|"
+    r"memory|chrono|random|thread|mutex|time\.h|ctime|sys/time\.h|unistd\.h|strings\.h|exception|stdexcept|typeinfo)[>\"][^\n]*$",
     re.M)
 
 
-def nvrtc_source(text: str, filename: str) -> str:
-    """The source as NVRTC compiles it: the prelude, then the learner's lines unchanged."""
-    return NVRTC_PRELUDE + f'#line 1 "{filename}"\n' + _HOST_HEADERS.sub("", text)
+#: cuBLAS's headers: host code, but they include cuda_fp16.h and cuda_bf16.h, on which code
+#: that includes only cuBLAS may rely for __half and __nv_bfloat16.
+_CUBLAS_HEADERS = re.compile(r"^[ \t]*#[ \t]*include[ \t]*[<\"](cublas_v2|cublas_api|cublasLt)\.h[>\"][^\n]*$", re.M)
+
+
+def _without_host_headers(text: str) -> str:
+    return _CUBLAS_HEADERS.sub("#include <cuda_fp16.h>\n#include <cuda_bf16.h>",
+                               _HOST_HEADERS.sub("", text))
+
+
+def nvrtc_source(text: str, filename: str, include_dir: Path | None = None) -> str:
+    """The source as NVRTC compiles it: the prelude, then the learner's lines (with the quoted
+    headers of ``include_dir`` put in place), where the host code that no device code names
+    is blanked (nvcc compiles it for the CPU; NVRTC refuses every host function)."""
+    from ._source import strip_comments
+    from utils.nvrtc_compat import expand_includes, set_aside_host
+    text = expand_includes(text, filename, include_dir, strip=_without_host_headers)
+    return NVRTC_PRELUDE + f'#line 1 "{filename}"\n' + set_aside_host(text, strip_comments(text))
 
 
 class NvrtcResult:
@@ -365,7 +362,7 @@ def nvrtc(required: str | None = None) -> Nvrtc | None:
 
 
 def nvrtc_options(arch: str, include_dir: Path | None = None, extra=()) -> list[str]:
-    incs = [str(paths.CUDA_INCLUDE_DIR)] + ([str(include_dir)] if include_dir else []) + include_dirs()
+    incs = [str(paths.CUDA_INCLUDE_DIR)] + ([str(include_dir)] if include_dir else []) + nvrtc_include_dirs()
     return [f"-arch={arch}", "-std=c++17", *[f"-I{d}" for d in incs], *extra]
 
 
@@ -403,7 +400,7 @@ def nvrtc_check(text: str, name: str, filename: str, include_dir: Path | None):
     nv = nvrtc()
     if nv is None or not NVRTC_PARITY:
         return
-    src = nvrtc_source(text, filename)
+    src = nvrtc_source(text, filename, include_dir)
     opts = nvrtc_options("compute_90", include_dir)
     key = cache_key("check", src, name, " ".join(opts), nv.version, headers_digest(include_dir))
     ok = _cache_dir("nvrtc-check") / f"{key}.ok"
@@ -425,6 +422,12 @@ def _clean_log(log: str, name: str) -> str:
             line = (f"error: the source has no __global__ function named `{name}` (or it cannot be "
                     "instantiated with these template arguments)")
         lines.append(line)
+    from utils.nvrtc_compat import INCLUDE_DIR
+    for m in re.finditer(r'function "(\w+)\([^"]*\)" \(declared at line \d+ of [^)]*nvrtc_include/(\w+\.h)\) '
+                         r'cannot be referenced -- it is a deleted function', log):
+        lines.append(f"hint: {m.group(1)}() of <{m.group(2)}> exists only on the host (the C library): a kernel "
+                     "cannot call it")
+    lines = [line.replace(str(INCLUDE_DIR) + "/", "") for line in lines]
     if "host functions are not allowed" in log:
         lines.append("hint: a kernel can only call device functions: mark the helper `__device__` "
                      "(or `__host__ __device__` to use it on both sides)")
@@ -655,7 +658,7 @@ def compile_for_gpu(text: str, name: str, filename: str, include_dir: Path | Non
     before = os.environ.get("CUDA_CACHE_DISABLE")
     os.environ["CUDA_CACHE_DISABLE"] = "1"
     try:
-        res = nv.compile(nvrtc_source(text, filename), filename,
+        res = nv.compile(nvrtc_source(text, filename, include_dir), filename,
                          nvrtc_options(sm, include_dir, ["-Xptxas=-v", *extra]), name_expressions=(name,), cubin=True)
     finally:
         if before is None:

@@ -153,19 +153,39 @@ static inline long long llmin(long long a, long long b) { return a < b ? a : b; 
 static inline long long llmax(long long a, long long b) { return a > b ? a : b; }
 static inline unsigned long long ullmin(unsigned long long a, unsigned long long b) { return a < b ? a : b; }
 static inline unsigned long long ullmax(unsigned long long a, unsigned long long b) { return a > b ? a : b; }
+// The fast intrinsics as a GPU computes them (CUDA C Programming Guide, "Intrinsic
+// Functions"; the SASS of sm_90): __expf(x) is ex2.approx.ftz(x * log2(e)), the product
+// rounded to float first, so its error grows with |x| (2 + floor(|1.16 x|) ulp at most) as
+// on the GPU; __logf(x) is lg2.approx.ftz(x) * ln(2); __powf(x, y) is ex2(y * lg2(x));
+// __fdividef(x, y) is x * (1/y), and 0 for 2^126 < |y| < 2^128. ".ftz": subnormal inputs
+// and results are 0. Here ex2 and lg2 are exp2f and log2f (correctly rounded or nearly), a
+// little more accurate than the GPU's 2-ulp units: the error a kernel sees is the GPU's
+// within a couple of ulp. __sinf, __cosf and __tanf are sinf, cosf and tanf: more
+// accurate than the GPU's (2^-21.4 absolute in [-pi, pi], much worse outside).
 // glibc declares these names itself, so they are macros here.
-#define __expf(x) expf(x)
-#define __logf(x) logf(x)
-#define __log2f(x) log2f(x)
+static inline float emu_ftz(float x) { return fabsf(x) < 1.17549435e-38f ? copysignf(0.0f, x) : x; }
+static inline float emu_ex2_approx(float x) { return emu_ftz(exp2f(emu_ftz(x))); }
+static inline float emu_lg2_approx(float x) { return log2f(emu_ftz(x)); }
+static inline float emu_fast_expf(float x) { return emu_ex2_approx(x * 1.44269502f); }
+static inline float emu_fast_exp10f(float x) { return emu_ex2_approx(x * 3.32192802f); }
+static inline float emu_fast_logf(float x) { return emu_lg2_approx(x) * 0.693147182f; }
+static inline float emu_fast_powf(float x, float y) { return emu_ex2_approx(y * emu_lg2_approx(x)); }
+#define __expf(x) emu_fast_expf(x)
+#define __logf(x) emu_fast_logf(x)
+#define __log2f(x) emu_lg2_approx(x)
 #define __sinf(x) sinf(x)
 #define __cosf(x) cosf(x)
 #define __tanf(x) tanf(x)
-#define __powf(x, y) powf(x, y)
-#define __exp10f(x) powf(10.0f, x)
+#define __powf(x, y) emu_fast_powf(x, y)
+#define __exp10f(x) emu_fast_exp10f(x)
 static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
 static inline double rsqrt(double x) { return 1.0 / sqrt(x); }
-static inline float __fdividef(float x, float y) { return x / y; }
-static inline float fdividef(float x, float y) { return x / y; }
+static inline float __fdividef(float x, float y) {
+    float ay = fabsf(y);
+    if (ay > 8.50705917e+37f && ay <= 3.40282347e+38f) return std::isinf(x) ? NAN : 0.0f;  // 2^126 < |y| < 2^128
+    return x * emu_ftz(1.0f / y);
+}
+static inline float fdividef(float x, float y) { return __fdividef(x, y); }
 static inline float __frcp_rn(float x) { return 1.0f / x; }
 static inline float __fsqrt_rn(float x) { return sqrtf(x); }
 static inline float __fadd_rn(float a, float b) { return a + b; }
