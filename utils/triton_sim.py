@@ -382,7 +382,7 @@ def apply() -> bool:
         from triton.runtime import interpreter as interp
         from triton.runtime.driver import driver
 
-        from . import tensor_core
+        from utils import tensor_core  # absolute: this module may move under utils/backends
     except ImportError:  # a Triton without the interpreter this module knows
         return False
     B = interp.InterpreterBuilder
