@@ -125,8 +125,8 @@ def find_library(stem: str) -> Path | None:
 
 
 def nvrtc_include_dirs() -> list[str]:
-    """``include_dirs()`` and the course's C standard headers for NVRTC (utils/nvrtc_include)."""
-    from utils.nvrtc_compat import INCLUDE_DIR
+    """``include_dirs()`` and the course's C standard headers for NVRTC (utils/backends/cuda/nvrtc_include)."""
+    from .nvrtc_compat import INCLUDE_DIR
     return include_dirs() + [str(INCLUDE_DIR)]
 
 
@@ -203,7 +203,7 @@ def _dir_digest(h, d: Path | None, recursive: bool = True):
 def headers_digest(include_dir: Path | None = None) -> str:
     """A digest of every header a kernel may include (the emulator's, the course's prelude,
     and the kernel's own directory): a change to any of them rebuilds the kernels."""
-    from utils.nvrtc_compat import INCLUDE_DIR
+    from .nvrtc_compat import INCLUDE_DIR
     h = hashlib.sha256()
     for d in (EMU_DIR, paths.CUDA_INCLUDE_DIR, INCLUDE_DIR):
         _dir_digest(h, d)
@@ -246,7 +246,7 @@ def write_atomic(path: Path, data: bytes):
 # NVRTC
 # ---------------------------------------------------------------------------------------
 #: What NVRTC lacks compared with nvcc: the C headers of the host compiler (the course's
-#: stand-ins are in utils/nvrtc_include, see utils/nvrtc_compat.py) and host code (set aside
+#: stand-ins are in utils/backends/cuda/nvrtc_include, see utils/backends/cuda/nvrtc_compat.py) and host code (set aside
 #: where no device code names it). The macros kernels have always had here without an
 #: include come from this prelude.
 NVRTC_PRELUDE = r"""
@@ -282,7 +282,7 @@ def nvrtc_source(text: str, filename: str, include_dir: Path | None = None) -> s
     headers of ``include_dir`` put in place), where the host code that no device code names
     is blanked (nvcc compiles it for the CPU; NVRTC refuses every host function)."""
     from ._source import strip_comments
-    from utils.nvrtc_compat import expand_includes, set_aside_host
+    from .nvrtc_compat import expand_includes, set_aside_host
     text = expand_includes(text, filename, include_dir, strip=_without_host_headers)
     return NVRTC_PRELUDE + f'#line 1 "{filename}"\n' + set_aside_host(text, strip_comments(text))
 
@@ -422,7 +422,7 @@ def _clean_log(log: str, name: str) -> str:
             line = (f"error: the source has no __global__ function named `{name}` (or it cannot be "
                     "instantiated with these template arguments)")
         lines.append(line)
-    from utils.nvrtc_compat import INCLUDE_DIR
+    from .nvrtc_compat import INCLUDE_DIR
     for m in re.finditer(r'function "(\w+)\([^"]*\)" \(declared at line \d+ of [^)]*nvrtc_include/(\w+\.h)\) '
                          r'cannot be referenced -- it is a deleted function', log):
         lines.append(f"hint: {m.group(1)}() of <{m.group(2)}> exists only on the host (the C library): a kernel "
