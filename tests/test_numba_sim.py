@@ -72,6 +72,7 @@ def partial_warp_sum_kernel(x, out):
         out[0] = v
 
 
+@sim_only
 def test_shuffle_from_a_lane_that_does_not_exist():
     # A block of min(cols, 64) = 16 threads doing a whole-warp reduction: lane 0 reads
     # lane 16, which the block does not have (the CUDA emulator reports it the same way).
