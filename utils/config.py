@@ -98,6 +98,10 @@ PROBLEM_SIZES = {
                               (5, 3, 0), (0, 4, 3), (4, 0, 3)],
         matmul_probe_shape=(256, 256, 256),
         matmul_bench_check_shapes=[(1, 1, 1), (300, 7, 1), (127, 255, 63)],
+        # lesson 09: LayerNorm demo shape, benchmark shapes, awkward shapes checked before timing
+        layernorm_shape=(1823, 781),
+        layernorm_bench_shapes=[(4096, 4096), (4096, 16384), (65536, 512)],
+        layernorm_check_shapes=[(1, 1), (7, 3), (1823, 781), (33, 4097)],
     ),
     "simulation": dict(
         elementwise_n=4099,
@@ -119,6 +123,9 @@ PROBLEM_SIZES = {
         matmul_grader_shapes=[(37, 45, 29), (1, 1, 1), (20, 7, 1), (9, 33, 70), (5, 3, 0), (0, 4, 3), (4, 0, 3)],
         matmul_probe_shape=(64, 64, 64),
         matmul_bench_check_shapes=[(1, 1, 1), (20, 7, 1), (37, 45, 29)],
+        layernorm_shape=(13, 100),
+        layernorm_bench_shapes=[(8, 256), (4, 1024)],
+        layernorm_check_shapes=[(1, 1), (7, 3), (5, 257)],
     ),
 }
 

@@ -12,7 +12,7 @@ import importlib
 from ._spec import Baseline, Spec, Target  # noqa: F401
 
 #: In lesson order.
-_MODULES = ("add", "relu", "gelu", "reduction", "softmax", "matmul", "matmul_fp16")
+_MODULES = ("add", "relu", "gelu", "reduction", "softmax", "matmul", "matmul_fp16", "layernorm")
 
 #: name -> Spec, in lesson order.
 TOPICS: dict[str, Spec] = {}
