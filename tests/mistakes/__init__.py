@@ -198,3 +198,17 @@ def explain(exercise: str, m: Mistake, v: Verdict) -> list[str]:
         if bad:
             problems.append(f"{exercise}/{m.name}: the message names a wrong cause {bad}: {v.message[:800]}")
     return problems
+
+
+_GRADERS: dict[str, Grader] = {}
+_VERDICTS: dict[tuple[str, str], Verdict] = {}
+
+
+def verdict(exercise: str, m: Mistake) -> Verdict:
+    """The verdict of one entry, graded once per process (the catalog test and the
+    simulation-versus-GPU test share it)."""
+    key = (exercise, m.name)
+    if key not in _VERDICTS:
+        grader = _GRADERS.setdefault(exercise, Grader(exercise))
+        _VERDICTS[key] = grader.grade(m)
+    return _VERDICTS[key]
