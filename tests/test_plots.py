@@ -165,6 +165,8 @@ def test_variant_colours_one_hue_per_language_a_shade_per_version():
     hues = sorted(hsv[0][0] for hsv in langs.values())
     assert min(b - a for a, b in zip(hues, hues[1:])) > 0.15                         # three hues
     assert utils.variant_color("torch") == "#000000"
+    baselines = ["torch", "torch.compile", "torch op-by-op"]
+    assert len({utils.variant_color(b) for b in baselines}) == len(baselines)
     for base in ("torch.compile", "cuBLAS"):
         assert hue(base)[1] == 0                                                    # grey
     assert utils.variant_color("triton") == utils.variant_color("Triton")

@@ -54,7 +54,8 @@ _LANG_SHADES = {
     "numba": ["#a1d99b", "#74c476", "#41ab5d", "#238b45", "#006d2c", "#00441b"],     # greens
     "triton": ["#fdae6b", "#fd8d3c", "#f16913", "#d94801", "#a63603", "#7f2704"],    # oranges
 }
-_BASELINE_SHADES = ["#000000", "#737373", "#bdbdbd", "#525252", "#969696"]
+_BASELINES = {"torch": "#000000", "torch.compile": "#969696", "torch op-by-op": "#525252"}
+_OTHER_BASELINES = ["#737373", "#bdbdbd", "#3b3b3b"]   # cuBLAS and other references
 
 
 def variant_color(name: str) -> str:
@@ -73,9 +74,10 @@ def variant_color(name: str) -> str:
             return shades[3]
         # v1 starts at the second shade: the lightest one is too pale on white
         return shades[min(int(version), len(shades) - 1)]
-    if lang == "torch":
-        return _BASELINE_SHADES[0]
-    return _BASELINE_SHADES[1 + sum(map(ord, lang)) % (len(_BASELINE_SHADES) - 1)]
+    full = " ".join(words)
+    if full in _BASELINES:
+        return _BASELINES[full]
+    return _OTHER_BASELINES[sum(map(ord, full)) % len(_OTHER_BASELINES)]
 
 
 def _mpl():
