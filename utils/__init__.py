@@ -37,3 +37,8 @@ from .backends import Backend, BACKENDS, backend_of, record_launches  # noqa: F4
 import sys as _sys  # noqa: E402
 _sys.modules.setdefault(__name__ + ".triton_compat", triton_compat)
 _sys.modules.setdefault(__name__ + ".triton_sim", triton_sim)
+
+# Last: graders, the harness and torch's comparisons as imported now are the ones that grade
+# (utils/guard.py); a notebook that replaces one of them earns no points for its checks.
+from . import guard as _guard  # noqa: E402
+_guard.install()

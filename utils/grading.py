@@ -35,6 +35,7 @@ import traceback
 import torch
 
 from . import check as _check
+from . import guard as _guard
 from .config import DEVICE, SIMULATE, SIZES
 from .backends.launches import record_launches
 
@@ -318,6 +319,7 @@ TORCH_OPS_ALLOWED: dict[str, frozenset] = {}
 
 class Grader:
     def __init__(self, name, fn, seed):
+        _guard.verify(name)  # a grader, the harness or torch's comparisons replaced: no points
         if not callable(fn):
             raise TypeError(f"{name} expects a function (your launcher), got {type(fn).__name__}")
         self.name = name

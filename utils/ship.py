@@ -54,6 +54,8 @@ def _run(what: str, fn, hint: str):
 def check_custom_op(op, ref, *, seed: int = 0) -> None:
     """``op``: a one-input operator (``torch.library.custom_op``, or ``torch.ops.ns.name``);
     ``ref``: the PyTorch function it must equal, with its gradient."""
+    from .guard import verify
+    verify("check_custom_op")  # a grader, the harness or torch's comparisons replaced: no points
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     gen = torch.Generator().manual_seed(seed)
