@@ -32,6 +32,6 @@ MISTAKES = [
             sim_only="a race: on a GPU warp 0 may happen to read scratch after the others wrote it"),
     Mistake("row_max_zero_start", RM, "    float m = -INFINITY;\n", "    float m = 0.0f;\n",
             cause=r"-inf|negative|0"),
-    Mistake("triton_block_512_ok", "def two_pass_sum(", "partial_sums_kernel[(partials.numel(),)](values, partials, m, BLOCK_SIZE=SUM_BLOCK)",
-            "partial_sums_kernel[(partials.numel(),)](values, partials, m, BLOCK_SIZE=SUM_BLOCK)  # same", verdict="accepted"),
+    Mistake("triton_block_256_ok", "def two_pass_sum(", "SUM_BLOCK = 1024", "SUM_BLOCK = 256",
+            verdict="accepted"),  # unusual but right: smaller blocks, one more pass
 ]
