@@ -93,7 +93,7 @@ def test_bad_input(lang):
     with pytest.raises(ValueError, match="shape"):
         f(x, w[:5], b)
     with pytest.raises(TypeError, match="float32"):
-        f(x.double(), w, b)
+        f(x.int(), w, b)
     with pytest.raises(ValueError, match="on"):
         f(x.to("meta"), w, b)
 
@@ -260,3 +260,18 @@ def test_diagnosis_plain_add_across_blocks():
 def test_diagnosis_missing_barrier_between_reductions():
     msg = _diagnosis(utils.check_layernorm_backward, _mistake_launcher("bwd_nobarrier_kernel"))
     assert "race" in msg and "scratch" in msg and "two row reductions" in msg
+
+
+def test_autograd_and_library_op():
+    m = _mod("triton")
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(3, 5, dtype=torch.float64, generator=g).to(utils.DEVICE).requires_grad_()
+    w = torch.randn(5, dtype=torch.float64, generator=g).to(utils.DEVICE).requires_grad_()
+    b = torch.randn(5, dtype=torch.float64, generator=g).to(utils.DEVICE).requires_grad_()
+    assert torch.autograd.gradcheck(lambda x, w, b: m.LayerNormFunction.apply(x, w, b, 1e-5), (x, w, b))
+    assert torch.autograd.gradcheck(lambda x, w, b: m.layernorm_op(x, w, b, 1e-5)[0], (x, w, b))
+    x32 = torch.randn(4, 7, device=utils.DEVICE, requires_grad=True)
+    w32 = torch.randn(7, device=utils.DEVICE, requires_grad=True)
+    b32 = torch.randn(7, device=utils.DEVICE, requires_grad=True)
+    torch.library.opcheck(m.layernorm_op, (x32, w32, b32, 1e-5),
+                          test_utils=("test_schema", "test_faketensor", "test_autograd_registration"))

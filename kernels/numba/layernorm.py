@@ -4,7 +4,7 @@ Forward (``VERSIONS``; ``f(x, w, b, eps=1e-5, stats=False)`` -> y, or (y, mean, 
 
     v1  layernorm_block   a block per row, three passes over the row from memory
     v2  layernorm_reg     a block per row held in registers (a local array): x read once
-    v3  layernorm         the reference: v2 up to 16384 columns, v1 beyond
+    v3  layernorm         the reference: v2 up to 8192 columns, v1 beyond
 
 Backward (``BACKWARD_VERSIONS``; ``f(dy, x, w, mean, rstd)`` -> (dx, dw, db)):
 
@@ -27,7 +27,10 @@ from kernels.numba.softmax import block_sum_all
 EPS = 1e-5
 ITEMS = 16
 MAX_THREADS = 1024
-REG_MAX_COLS = ITEMS * MAX_THREADS
+#: 512 threads: at 1024, the local array's registers exceed what a block may have (a launch
+#: fails with CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES on an H100).
+REG_THREADS = 512
+REG_MAX_COLS = ITEMS * REG_THREADS
 #: Threads per block of the row kernels (fewer in simulation: one Python thread each).
 ROW_THREADS = 64 if utils.SIMULATE else 256
 
@@ -39,15 +42,16 @@ def layernorm_block_kernel(x, w, b, y, mean_out, rstd_out, eps):
     scratch = cuda.shared.array(32, float32)
     row = cuda.blockIdx.x
     cols = x.shape[1]
+    inv = float32(1.0) / float32(cols)  # float32: x / cols would promote to float64
     s = float32(0.0)
     for c in range(cuda.threadIdx.x, cols, cuda.blockDim.x):
         s += x[row, c]
-    mean = block_sum_all(s, scratch) / cols
+    mean = block_sum_all(s, scratch) * inv
     q = float32(0.0)
     for c in range(cuda.threadIdx.x, cols, cuda.blockDim.x):
         d = x[row, c] - mean
         q += d * d
-    rstd = float32(1.0) / (block_sum_all(q, scratch) / cols + eps) ** float32(0.5)
+    rstd = float32(1.0) / (block_sum_all(q, scratch) * inv + eps) ** float32(0.5)
     for c in range(cuda.threadIdx.x, cols, cuda.blockDim.x):
         y[row, c] = (x[row, c] - mean) * rstd * w[c] + b[c]
     if cuda.threadIdx.x == 0:
@@ -62,19 +66,20 @@ def layernorm_reg_kernel(x, w, b, y, mean_out, rstd_out, eps):
     v = cuda.local.array(ITEMS, float32)
     row = cuda.blockIdx.x
     cols = x.shape[1]
+    inv = float32(1.0) / float32(cols)  # float32: x / cols would promote to float64
     t, bd = cuda.threadIdx.x, cuda.blockDim.x
     s = float32(0.0)
     for k in range(ITEMS):
         c = t + k * bd
         v[k] = x[row, c] if c < cols else float32(0.0)
         s += v[k]
-    mean = block_sum_all(s, scratch) / cols
+    mean = block_sum_all(s, scratch) * inv
     q = float32(0.0)
     for k in range(ITEMS):
         if t + k * bd < cols:
             d = v[k] - mean
             q += d * d
-    rstd = float32(1.0) / (block_sum_all(q, scratch) / cols + eps) ** float32(0.5)
+    rstd = float32(1.0) / (block_sum_all(q, scratch) * inv + eps) ** float32(0.5)
     for k in range(ITEMS):
         c = t + k * bd
         if c < cols:
@@ -95,8 +100,9 @@ def _row_sums(dy, x, w, row, mean, rstd, scratch):
         s1 += g * (x[row, c] - mean) * rstd
         s2 += g
     # block_sum_all ends with a barrier: the second sum cannot overwrite scratch early
-    c1 = block_sum_all(s1, scratch) / x.shape[1]
-    c2 = block_sum_all(s2, scratch) / x.shape[1]
+    inv = float32(1.0) / float32(x.shape[1])
+    c1 = block_sum_all(s1, scratch) * inv
+    c2 = block_sum_all(s2, scratch) * inv
     return c1, c2
 
 
@@ -119,6 +125,7 @@ def layernorm_bwd_partials_kernel(dy, x, w, mean_in, rstd_in, dx, pdw, pdb):
     scratch = cuda.shared.array(32, float32)
     k = cuda.blockIdx.x
     cols = x.shape[1]
+    inv = float32(1.0) / float32(cols)  # float32: x / cols would promote to float64
     for c in range(cuda.threadIdx.x, cols, cuda.blockDim.x):
         pdw[k, c] = float32(0.0)
         pdb[k, c] = float32(0.0)
@@ -150,10 +157,11 @@ def rmsnorm_kernel(x, w, y, rstd_out, eps):
     scratch = cuda.shared.array(32, float32)
     row = cuda.blockIdx.x
     cols = x.shape[1]
+    inv = float32(1.0) / float32(cols)  # float32: x / cols would promote to float64
     q = float32(0.0)
     for c in range(cuda.threadIdx.x, cols, cuda.blockDim.x):
         q += x[row, c] * x[row, c]
-    rstd = float32(1.0) / (block_sum_all(q, scratch) / cols + eps) ** float32(0.5)
+    rstd = float32(1.0) / (block_sum_all(q, scratch) * inv + eps) ** float32(0.5)
     for c in range(cuda.threadIdx.x, cols, cuda.blockDim.x):
         y[row, c] = x[row, c] * rstd * w[c]
     if cuda.threadIdx.x == 0:
@@ -165,6 +173,7 @@ def rmsnorm_bwd_partials_kernel(dy, x, w, rstd_in, dx, pdw):
     scratch = cuda.shared.array(32, float32)
     k = cuda.blockIdx.x
     cols = x.shape[1]
+    inv = float32(1.0) / float32(cols)  # float32: x / cols would promote to float64
     for c in range(cuda.threadIdx.x, cols, cuda.blockDim.x):
         pdw[k, c] = float32(0.0)
     for row in range(k, x.shape[0], cuda.gridDim.x):
@@ -172,7 +181,7 @@ def rmsnorm_bwd_partials_kernel(dy, x, w, rstd_in, dx, pdw):
         s = float32(0.0)
         for c in range(cuda.threadIdx.x, cols, cuda.blockDim.x):
             s += dy[row, c] * w[c] * x[row, c] * rstd
-        c1 = block_sum_all(s, scratch) / cols
+        c1 = block_sum_all(s, scratch) * inv
         for c in range(cuda.threadIdx.x, cols, cuda.blockDim.x):
             xhat = x[row, c] * rstd
             dx[row, c] = (dy[row, c] * w[c] - xhat * c1) * rstd
@@ -215,7 +224,7 @@ def layernorm_block(x, w, b, eps=EPS, stats=False):
 
 
 def layernorm_reg(x, w, b, eps=EPS, stats=False):
-    """v2: the row in registers, at most 16384 columns."""
+    """v2: the row in registers, at most 8192 columns."""
     cols = x.shape[-1] if isinstance(x, torch.Tensor) and x.dim() else 0
     if cols > REG_MAX_COLS:
         raise ValueError(f"layernorm_reg holds a row in registers, at most {REG_MAX_COLS} columns; got {cols}")
@@ -314,7 +323,7 @@ def rmsnorm_backward(dy, x, w, rstd):
 VERSIONS = OrderedDict(
     v1=("a block per row, three passes over the row from memory", layernorm_block),
     v2=("a block per row held in registers (a local array): x read once", layernorm_reg),
-    v3=("the reference: v2 up to 16384 columns, v1 beyond", layernorm),
+    v3=("the reference: v2 up to 8192 columns, v1 beyond", layernorm),
 )
 REFERENCE = "v3"
 

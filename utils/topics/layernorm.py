@@ -84,9 +84,19 @@ def layernorm_input(shape, seed=0, device=None, dtype=torch.float32):
 
 
 def layernorm_tol(inputs, ref):
-    """The dtype's tolerance, on a result whose values are O(|w| + |b|)."""
-    t = _check.tolerance(inputs[0].dtype)
-    return t["atol"] + t["rtol"] * ref.abs()
+    """The dtype's tolerance, plus what x's own rounding carries into y: a row around 1000
+    holds each value only to 1000 * 2^-24 in float32 (2^-8 in bfloat16), and y = (x - mean)
+    * rstd * w passes that error on, scaled by rstd * |w|. Every correct float32 kernel
+    (torch's included) differs from the float64 result by about that much on such rows."""
+    x, w = inputs[0], inputs[1]
+    t = _check.tolerance(x.dtype)
+    unit = 2.0 ** -24 if x.dtype == torch.float32 else 2.0 ** -8
+    x64 = x.double()
+    if x64.numel() == 0:
+        return t["atol"] + t["rtol"] * ref.abs()
+    rstd = 1.0 / torch.sqrt(x64.var(dim=-1, unbiased=False, keepdim=True) + EPS)
+    carried = 4 * unit * x64.abs().amax(dim=-1, keepdim=True) * rstd * w.double().abs().max()
+    return t["atol"] + t["rtol"] * ref.abs() + carried
 
 
 def layernorm_bytes(shape) -> int:
