@@ -21,7 +21,9 @@ MISTAKES = [
             cause=r"grid|stride|missing|part|only"),
     Mistake("numba_every_lane_adds", NB, "if cuda.threadIdx.x % 32 == 0:", "if True:",
             cause=r"times|lane 0|once|too|wrong"),
-    Mistake("triton_no_other", TR, "mask=mask, other=0.0)", "mask=mask)", cause=r"other="),
+    Mistake("triton_no_other", TR, "mask=mask, other=0.0)", "mask=mask)", cause=r"other=",
+            sim_only="undefined behaviour: masked-off lanes are undefined; a GPU often loads 0 there, "
+                     "simulation loads NaN so the missing other= shows"),
     Mistake("triton_one_pass_only", "def two_pass_sum(",
             "    while values.numel() > 1:\n", "    for _ in range(1):\n",
             cause=r"partial|pass|sum of|only",

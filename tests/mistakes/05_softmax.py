@@ -23,7 +23,10 @@ MISTAKES = [
                      "values, and the sums may happen to come out right"),
     Mistake("numba_torch_tensors", NB,
             "(utils.to_numba(x), utils.to_numba(y))", "(x, y)",
-            cause=r"to_numba"),
+            cause=r"to_numba",
+            sim_only="runs on a GPU only: numba-cuda reads torch's CUDA tensors through "
+                     "__cuda_array_interface__; the simulator needs utils.to_numba, so code that must "
+                     "run everywhere uses it"),
     Mistake("numba_no_max_subtracted", NB, "s += math.exp(x[row, c] - m)", "s += math.exp(x[row, c])",
             cause=r"max"),
     Mistake("triton_no_other", TR,

@@ -35,7 +35,9 @@ MISTAKES = [
             cause=r"swap"),
     Mistake("triton_no_other", TR,
             "(rk[None, :] + k0 < K), other=0.0)", "(rk[None, :] + k0 < K))",
-            cause=r"other="),
+            cause=r"other=",
+            sim_only="undefined behaviour: masked-off lanes are undefined; a GPU often loads 0 there, "
+                     "simulation loads NaN so the missing other= shows"),
     Mistake("triton_pointers_not_advanced", TR,
             "        a_ptrs += BLOCK_K * stride_ak\n        b_ptrs += BLOCK_K * stride_bk\n", "",
             cause=r"advance|pointer", not_words=("__syncthreads",)),

@@ -181,6 +181,15 @@ def _stats_mistakes(x, got_mean, got_rstd, eps):
                     "(biased variance, torch.var(unbiased=False)).")
         if torch.allclose(got_rstd, 1 / (torch.sqrt(var_b) + eps), rtol=1e-4, atol=1e-6):
             return "eps is added outside the square root: rstd = 1 / sqrt(var + eps), eps inside."
+        # A block padded to a power of two: the lanes past the row's end load 0, so each adds
+        # (0 - mean)^2 to the sum of squares unless it is masked out.
+        block = 1 << (cols - 1).bit_length()
+        if block > cols:
+            var_pad = var_b + (block - cols) * mean * mean / cols
+            if torch.allclose(got_rstd, 1 / torch.sqrt(var_pad + eps), rtol=1e-4, atol=1e-6):
+                return (f"the variance counts the {block - cols} padding lanes past the row's end (the block is "
+                        f"{block} wide for {cols} columns): each adds (0 - mean)^2. Mask them out of the sum of "
+                        "squares, e.g. d = tl.where(mask, x - mean, 0.0).")
         # E[x^2] - E[x]^2 in float32: right on ordinary rows, lost on rows with a large mean
         x32 = x.float()
         naive = (x32 * x32).mean(dim=1) - x32.mean(dim=1) ** 2
