@@ -330,7 +330,9 @@ TORCH_OPS_ALLOWED: dict[str, frozenset] = {}
 
 class Grader:
     def __init__(self, name, fn, seed):
-        _guard.verify(name)  # a grader, the harness or torch's comparisons replaced: no points
+        why = _guard.problem(name)  # a grader, the harness or torch's comparisons replaced: no points
+        if why:
+            raise GradingError(why)
         if not callable(fn):
             raise TypeError(f"{name} expects a function (your launcher), got {type(fn).__name__}")
         self.name = name

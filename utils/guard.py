@@ -130,16 +130,16 @@ def replaced() -> list[str]:
     return found
 
 
-def verify(grader: str) -> None:
-    """Called by every grader before it grades: fail if anything it relies on was replaced."""
+def problem(grader: str) -> str | None:
+    """What stops ``grader`` from grading (None: nothing): a grader, the harness or torch's
+    comparisons replaced in this notebook. Every grader asks before it grades."""
     if not _installed:
-        return
+        return None
     bad = replaced()
-    if bad:
-        from .grading import GradingError
-        names = ", ".join(bad[:4]) + (", ..." if len(bad) > 4 else "")
-        raise GradingError(
-            f"{grader} cannot grade: {names} {'was' if len(bad) == 1 else 'were'} replaced (or replacing "
+    if not bad:
+        return None
+    names = ", ".join(bad[:4]) + (", ..." if len(bad) > 4 else "")
+    return (f"{grader} cannot grade: {names} {'was' if len(bad) == 1 else 'were'} replaced (or replacing "
             f"{'it' if len(bad) == 1 else 'them'} was tried) in this notebook, so this check earns no points. "
             f"Restart the kernel and run the notebook without replacing the course's graders or torch's "
             f"comparison functions.")
