@@ -94,6 +94,8 @@ GRADED_LAST = {
     "mistake:07_ship_it/fake_calls_kernel": "the fake kernel launches the real kernel on a fake tensor's "
                                             "pointer: an illegal memory access on a GPU",
     "kernel:cu_sum_too_many_threads": "more threads than its shared array: an illegal memory access on a GPU",
+    "kernel:cu_sum_shared_bytes_in_elements": "dynamic shared memory sized in elements, not bytes: an illegal "
+                                              "memory access on a GPU",
 }
 
 
