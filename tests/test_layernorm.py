@@ -71,7 +71,7 @@ def test_rmsnorm(lang):
     x = x - 1000.0 * (x.abs() > 500)  # RMSNorm keeps the mean: ordinary rows only
     y, rstd = m.rmsnorm(x, w, stats=True)
     assert torch.allclose(y.double(), spec.rmsnorm_ref64(x, w), atol=1e-5, rtol=1e-5)
-    dy = torch.randn(x.shape)
+    dy = torch.randn(x.shape, device=x.device)
     dx, dw = m.rmsnorm_backward(dy, x, w, rstd)
     rdx, rdw = spec.rmsnorm_backward_ref64(dy, x, w)
     assert torch.allclose(dx.double(), rdx, atol=1e-4, rtol=1e-4)
@@ -83,7 +83,7 @@ def test_bad_input(lang):
     f = _mod(lang).layernorm
     x, w, b = spec.layernorm_input((6, 10))
     # non-contiguous rows: a correct result
-    xt = torch.randn(10, 6).t()
+    xt = torch.randn(10, 6, device=utils.DEVICE).t()
     _close(f(xt, w, b), spec.layernorm_ref64(xt, w, b), xt, w, "y")
     # 3-D input: rows are all leading dims
     x3 = x.reshape(2, 3, 10)
@@ -165,7 +165,7 @@ def test_diagnosis_cancellation():
 def test_diagnosis_stats_not_saved():
     def fn(x, w, b):
         y = _mod("triton").layernorm(x, w, b)
-        return y, torch.empty(x.shape[0]), torch.empty(x.shape[0])
+        return y, torch.empty(x.shape[0], device=x.device), torch.empty(x.shape[0], device=x.device)
     assert "mean was never written" in _diagnosis(utils.check_layernorm, fn)
 
 
@@ -243,8 +243,8 @@ def _mistake_launcher(name, threads=64):
     def fn(dy, x, w, mean, rstd):
         rows, cols = x.shape
         dx = torch.empty_like(x)
-        dw = torch.zeros(cols)
-        db = torch.zeros(cols)
+        dw = torch.zeros(cols, device=x.device)
+        db = torch.zeros(cols, device=x.device)
         k[rows, threads](dy, x, w, mean, rstd, dx, dw, db, cols)
         return dx, dw, db
     return fn

@@ -222,9 +222,11 @@ def check_matmul(fn, *, dtype=torch.float32, allow_tf32=False, seed=None):
         if swapped:
             return swapped
         if not bool(finite.all()):
-            return ("NaN at the edges: a masked load without other= gives undefined values where the mask is off "
-                    "(here the grader's NaN marker), and one NaN spoils every sum it enters. Load 0 outside A and "
-                    "B: tl.load(..., mask=..., other=0.0).")
+            if _is_triton(fn):
+                return ("NaN at the edges: a masked load without other= gives undefined values where the mask is "
+                        "off (here the grader's NaN marker), and one NaN spoils every sum it enters. Load 0 outside "
+                        "A and B: tl.load(..., mask=..., other=0.0).")
+            return ("NaN at the edges: a tile read past the end of A or B, where the grader keeps NaN. " + _EDGES)
         rows_bad, cols_bad = bad.any(dim=1), bad.any(dim=0)
         return (f"right on {probe_shape[0]}x{probe_shape[1]}x{probe_shape[2]} but wrong on {M}x{N}x{K}, which is "
                 "not a multiple of the tile: " + _EDGES +
