@@ -35,6 +35,7 @@ import traceback
 import torch
 
 from . import check as _check
+from . import guard as _guard
 from .config import DEVICE, SIMULATE, SIZES
 
 # What ``utils`` exports; topic modules import the rest of the harness by name.
@@ -313,6 +314,7 @@ class Grader:
     def __init__(self, name, fn, seed):
         if not callable(fn):
             raise TypeError(f"{name} expects a function (your launcher), got {type(fn).__name__}")
+        _guard.verify(name)  # graders, harness and torch as `import utils` found them (utils/guard.py)
         self.name = name
         self.fn = fn
         self.user_seed = seed
@@ -349,6 +351,7 @@ class Grader:
             with ctx, allocs.active():
                 out = self.fn(*inputs)
                 _sync()
+                _guard.verify(self.name)  # the learner's function may have replaced something
         except NotImplementedError as e:
             msg = str(e) or "the function raises NotImplementedError"
             if "not solved yet" not in msg:
