@@ -426,15 +426,21 @@ def _execute(path: Path, cfg: dict) -> dict:
     client = NotebookClient(nb, timeout=cell_timeout, allow_errors=True, kernel_name="python3",
                             resources={"metadata": {"path": str(path.parent)}}, record_timing=False,
                             shutdown_kernel="immediate", startup_timeout=120)
-    statuses = {}
+    statuses, seconds = {}, {}
     started = time.monotonic()
+    last = [started]
 
     def executed(cell=None, cell_index=None, execute_reply=None, **_):
         statuses[cell_index] = (execute_reply or {}).get("content", {}).get("status", "error")
+        now = time.monotonic()
+        seconds[cell_index] = round(now - last[0], 3)
+        last[0] = now
     client.on_cell_executed = executed
     stop = None
     try:
         with client.setup_kernel():
+            seconds["kernel"] = round(time.monotonic() - started, 3)
+            last[0] = time.monotonic()
             for i, cell in enumerate(nb.cells):
                 if cell.cell_type != "code":
                     continue
@@ -445,6 +451,7 @@ def _execute(path: Path, cfg: dict) -> dict:
                     stop = f"the notebook ran longer than {cfg['notebook_timeout']:.0f} s"
                     statuses[i] = "not run"
                     continue
+                last[0] = time.monotonic()
                 m = _meta(cell)
                 timeout = cfg["setup_timeout"] if m.get("locked") and not m.get("grade") else cell_timeout
                 client.timeout = timeout
@@ -474,6 +481,7 @@ def _execute(path: Path, cfg: dict) -> dict:
         if cell.cell_type == "code":
             _trim_outputs(cell)
     return {"notebook": path.name, "statuses": {str(k): v for k, v in statuses.items()},
+            "seconds": {str(k): v for k, v in seconds.items()},
             "stopped": stop, "executed": nbformat.writes(nb)}
 
 
@@ -686,9 +694,14 @@ def grade_submissions(course, assignment, *, students=None, limits: Limits | Non
     return report, sources, executed
 
 
+#: What of a cell's rich output reaches the instructor: no HTML or JavaScript from a sandbox.
+_SAFE_MIME = ("text/plain", "image/png", "image/jpeg")
+
+
 def write_feedback(course: Path, assignment: str, executed: dict) -> None:
-    """The executed notebooks, under autograded/<student>/<assignment>/ (outputs of the
-    sandbox: data only, re-validated here)."""
+    """The executed notebooks, under autograded/<student>/<assignment>/. They are the
+    sandbox's output: re-validated here, with rich outputs cut down to text and images (a
+    submission's HTML or JavaScript would run in the instructor's browser)."""
     nbformat = _nbformat()
     for student, nbs in executed.items():
         dest = Path(course) / "autograded" / student / assignment
@@ -696,8 +709,14 @@ def write_feedback(course: Path, assignment: str, executed: dict) -> None:
         for name, text in nbs.items():
             try:
                 nb = nbformat.reads(text, as_version=4)
+                nbformat.validate(nb)
             except Exception:  # noqa: BLE001
                 continue
+            for cell in nb.cells:
+                for out in cell.get("outputs", []):
+                    if "data" in out:
+                        out["data"] = {k: v for k, v in out["data"].items() if k in _SAFE_MIME}
+                        out["metadata"] = {}
             (dest / name).write_text(nbformat.writes(nb), encoding="utf-8")
 
 
