@@ -334,6 +334,8 @@ def graded(tmp_path_factory):
         dest.mkdir(parents=True)
         nbformat.write(nb, str(dest / NOTEBOOK))
 
+    import resource
+    cpu0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     course_before = _hash_tree(course, skip={"gradebook.db", "autograded"})
     code_before = _course_code_hash()
     t0 = time.monotonic()
@@ -350,7 +352,9 @@ def graded(tmp_path_factory):
         stray.unlink(missing_ok=True)
     wall = time.monotonic() - t0
     assert rc == 0
-    print(f"autograde of {len(subs)} submissions: {wall:.1f} s")
+    cpu1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    print(f"autograde of {len(subs)} submissions: {wall:.1f} s, "
+          f"{cpu1.ru_utime + cpu1.ru_stime - cpu0.ru_utime - cpu0.ru_stime:.1f} s of CPU in the sandboxes")
     outputs = {}
     for student in subs:
         nb = nbformat.read(str(course / "autograded" / student / ASSIGNMENT / NOTEBOOK), as_version=4)

@@ -283,3 +283,40 @@ def test_the_ipython_hook_runs_before_check_cells_only(restore):
         shell.events.unregister("pre_run_cell", guard._pre_run_cell)
         InteractiveShell.clear_instance()
     assert ip_mod
+
+
+def test_a_tensor_subclass_that_lies_to_torch():
+    class Liar(torch.Tensor):
+        @classmethod
+        def __torch_function__(cls, func, types_, args=(), kwargs=None):
+            return super().__torch_function__(func, types_, args, kwargs or {})
+
+    def liar(x):
+        return wrong(x).as_subclass(Liar)
+    with pytest.raises(utils.GradingError, match="a subclass of torch.Tensor") as e:
+        utils.check_relu(liar)
+    assert "this check earns no points" in str(e.value)
+
+
+def test_the_guard_switched_off_is_put_back_before_a_check_cell(restore):
+    orig = utils.check_relu
+    restore.append(lambda: vars(utils).__setitem__("check_relu", orig))
+    restore.append(lambda: type.__setattr__(guard.GuardedModule, "__getattribute__",
+                                            guard._State.globals_["utils.guard"]["GuardedModule"][2]
+                                            ["__getattribute__"][1]))
+    type.__setattr__(guard.GuardedModule, "__getattribute__", types.ModuleType.__getattribute__)
+    vars(utils)["check_relu"] = _noop
+    assert utils.check_relu is _noop                 # the trick works, until the next check cell
+    guard.check_cell_names({"utils": utils})         # what runs before every check cell in IPython
+    _fails_with("utils.check_relu was replaced", launcher=relu)
+    _fails_with("utils.guard.GuardedModule.__getattribute__ was replaced", launcher=relu,
+                check=lambda f: utils.topics.relu.check_relu(f))
+
+
+def test_a_debugger_is_named(restore):
+    sys.settrace(lambda *a: None)
+    try:
+        with pytest.raises(utils.GradingError, match="turn the debugger off"):
+            utils.check_relu(relu)
+    finally:
+        sys.settrace(None)

@@ -400,17 +400,27 @@ def tampering() -> list[tuple[str, str]]:
         if not _same(obj, frozen):
             found.setdefault(label, "was changed")
     if (sys.gettrace(), sys.getprofile()) != _State.trace:
-        found.setdefault("sys.settrace / sys.setprofile (a tracer can rewrite the grader's variables)",
-                         "was set")
+        found.setdefault(_TRACE, "was set (turn the debugger off to run the checks)")
     return list(found.items())
 
 
-def verify(where: str = "the check") -> None:
+_TRACE = "sys.settrace / sys.setprofile (a debugger or tracer, which can rewrite the grader's variables)"
+
+
+def verify(where: str = "the check", result=None) -> None:
     """Raise ``GradingError`` if a grader, the harness or torch was replaced (graded calls
-    call this before and after running the learner's function)."""
+    call this before and after running the learner's function; ``result``: what the
+    learner's function returned, which must not be a tensor that overrides torch's functions)."""
     problems = tampering()
     if problems:
         raise _grading_error()(_message(problems))
+    for t in (result if isinstance(result, (tuple, list)) else (result,)):
+        torch = sys.modules.get("torch")
+        if torch is not None and isinstance(t, torch.Tensor) and type(t) is not torch.Tensor:
+            raise _grading_error()(
+                f"{where}: your function returned a {type(t).__module__}.{type(t).__qualname__}, a subclass of "
+                "torch.Tensor, which can change what torch's comparisons say: this check earns no points. "
+                "Return a plain torch.Tensor (torch.empty_like(x) makes one).")
 
 
 # --------------------------------------------------------------------------------------
@@ -428,6 +438,24 @@ def check_cell_names(ns: dict) -> list[str]:
         _record("the type of module utils", "was changed")
         real.__class__ = GuardedModule
         found.append("the type of module utils")
+    # anything replaced by now stays a failure for every later check, even if put back
+    for what, verb in tampering():
+        if what != _TRACE:
+            _record(what, verb)
+            found.append(what)
+    # and what the check cell itself would call is put back: the guard's own methods, and a
+    # stand-in for every grader rebound past the module's setattr
+    guard_class = _State.globals_.get(__name__, {}).get("GuardedModule")
+    if guard_class is not None:
+        for attr, described in guard_class[2].items():
+            if vars(GuardedModule).get(attr, _MISSING) is not described[1]:
+                type.__setattr__(GuardedModule, attr, described[1])
+    for modname, entries in _State.entries.items():
+        mod = _State.modules.get(modname)
+        for name, orig in entries.items():
+            v = vars(mod).get(name, _MISSING)
+            if v is not orig and not isinstance(v, _Replaced):
+                vars(mod)[name] = _Replaced(f"{modname}.{name}")
     u = ns.get("utils", _MISSING)
     if u is not _MISSING and u is not real:
         _record("the name `utils`", "was rebound")
