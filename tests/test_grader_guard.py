@@ -320,3 +320,19 @@ def test_a_debugger_is_named(restore):
             utils.check_relu(relu)
     finally:
         sys.settrace(None)
+
+
+def test_every_module_a_grader_relies_on_is_guarded():
+    """A grader moved to a new module, or a new module of the harness, must be guarded too."""
+    import inspect
+    from utils.guard import PROTECTED_MODULES
+    graders = {n: f for n, f in vars(utils).items() if n.startswith("check_") and inspect.isfunction(f)
+               and n != "check_input"}
+    assert "check_relu" in graders and "check_softmax" in graders
+    needed = {f.__module__ for f in graders.values()} | {utils.GradingError.__module__}
+    unguarded = sorted(m for m in needed
+                       if not any(m == p or m.startswith(p + ".") for p in PROTECTED_MODULES))
+    assert not unguarded, (f"add {unguarded} to utils.guard.PROTECTED_MODULES (and to UNGUARDED the "
+                           "globals such a module changes while a grader runs)")
+    for m in needed:
+        assert type(sys.modules[m]) is guard.GuardedModule, m

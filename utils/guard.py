@@ -33,7 +33,10 @@ import types
 
 __all__ = ["GuardedModule", "install", "verify", "tampering", "is_installed"]
 
-#: Modules whose every global is part of a verdict (prefix match for the topic modules).
+#: Modules whose every global is part of a verdict (prefix match for the topic modules): their
+#: functions (with their code), classes (with their methods) and tables named in capitals
+#: (``TOLERANCES``) must stay as ``import utils`` found them. A module that graders start to
+#: rely on belongs here (tests/test_grader_guard.py checks the modules that define graders).
 PROTECTED_MODULES = ("utils.guard", "utils.check", "utils.grading", "utils.graders", "utils.ship",
                      "utils.topics")
 #: Globals of protected modules that tests replace on purpose and that cannot turn a wrong
@@ -126,7 +129,14 @@ def _cell_full(cell) -> bool:
         return False
 
 
-def _describe_value(value):
+def _is_constant_name(name: str) -> bool:
+    """``TOLERANCES``, ``_ORIG``: a table named in capitals is a constant, and its contents are
+    checked; a lower-case one (a cache, a record filled while a grader runs) only by identity."""
+    core = name.strip("_")
+    return bool(core) and core.upper() == core and any(c.isalpha() for c in core)
+
+
+def _describe_value(value, constant=True):
     """(identity, parts to compare) for one global or class attribute."""
     if isinstance(value, types.FunctionType):
         return ("fn", value, _function_parts(value))
@@ -136,9 +146,9 @@ def _describe_value(value):
         return ("prop", value, tuple(_function_parts(f) if isinstance(f, types.FunctionType) else f
                                      for f in (value.fget, value.fset, value.fdel)))
     if isinstance(value, type) and getattr(value, "__module__", "").startswith("utils"):
-        return ("class", value, {k: _describe_value(v) for k, v in vars(value).items()
+        return ("class", value, {k: _describe_value(v, _is_constant_name(k)) for k, v in vars(value).items()
                                  if k not in ("__dict__", "__weakref__", "__doc__")}, value.__bases__)
-    if isinstance(value, (dict, list, tuple, set, frozenset, types.SimpleNamespace)):
+    if isinstance(value, (dict, list, tuple, set, frozenset, types.SimpleNamespace)) and constant:
         return ("table", value, _freeze(value))
     return ("id", value)
 
@@ -334,7 +344,7 @@ def install(utils_pkg) -> None:
     _State.globals_ = {}
     for name, mod in modules.items():
         skip = UNGUARDED.get(name, set())
-        _State.globals_[name] = {n: _describe_value(v) for n, v in vars(mod).items()
+        _State.globals_[name] = {n: _describe_value(v, _is_constant_name(n)) for n, v in vars(mod).items()
                                  if not (n.startswith("__") and n.endswith("__")) and n not in skip}
     _State.torch = _torch_items()
     _State.torch += [(f"builtins.{n}", builtins, n, getattr(builtins, n)) for n in _BUILTINS
