@@ -226,7 +226,8 @@ def bwrap_command(stage: Path, *, hidden=(), uid=SANDBOX_UID, limits: Limits, re
     args += ["--proc", "/proc", "--dev", "/dev"]
     args += ["--perms", "1777", "--size", size, "--tmpfs", "/tmp"]
     args += ["--perms", "1777", "--size", str(min(limits.tmp_mb, 256) << 20), "--tmpfs", "/dev/shm"]
-    cache = ROOT / ".cache"
+    cache = ROOT / ".cache"            # the course's compile cache: empty and private in here
+    cache.mkdir(exist_ok=True)         # (a mount point cannot be made inside a read-only bind)
     args += ["--perms", "1777", "--size", size, "--tmpfs", str(cache)]
     # the submission, read-only (the runner copies it into /tmp)
     args += ["--ro-bind", str(stage), "/submission", "--chdir", "/tmp"]
