@@ -1,7 +1,8 @@
 """The sandboxed autograde (utils/autograde.py) against hostile submissions.
 
 One tiny assignment (two Triton check cells, one point each) is handed in by two honest
-students and by nine hostile ones, and graded in one run of ``python -m utils.autograde``
+students and by six hostile ones (nine attacks: two per submission where both can run, each
+in front of its own check cell), and graded in one run of ``python -m utils.autograde``
 (in-process ``main``). Each hostile submission earns nothing for what it tried, the honest ones
 get full marks, and the instructor's files (the course's code, the course directory, the other
 submissions, the rest of the gradebook) are unchanged.
@@ -97,14 +98,32 @@ def submission(add_src, relu_src, extra_after_setup=None):
     return nb
 
 
-def hostile_sources(course: Path, port: int) -> dict:
+# Each attack sets `ok` when it worked; the launcher after it only returns a right answer then.
+LAUNCHERS = {
+    "add": """
+
+def add(x, y):
+    if not ok:
+        raise RuntimeError("the attack failed")
+    return x + y
+""",
+    "relu": """
+
+def relu(x):
+    if not ok:
+        raise RuntimeError("the attack failed")
+    return torch.relu(x)
+""",
+}
+
+
+def attacks(course: Path, port: int) -> dict:
+    """What a hostile student would try, each in a solution cell before its check cell."""
     alice_nb = course / "submitted" / "alice" / ASSIGNMENT / NOTEBOOK
     db = course / "gradebook.db"
-    # whoever reads this: each attack below is what a hostile student would try, and each
-    # launcher only returns a right answer when its attack succeeded
     return {
-        "mallory_reader": (f"""\
-import glob, json, os
+        "reader": f"""\
+import glob, os
 ALICE = {str(alice_nb)!r}
 found = [p for p in [ALICE, "../alice/{ASSIGNMENT}/{NOTEBOOK}", "/submission/../alice/{ASSIGNMENT}/{NOTEBOOK}"]
          if os.path.exists(p)]
@@ -114,15 +133,8 @@ try:
 except OSError as e:
     print("reading alice's notebook:", type(e).__name__)
 print("found:", found)
-
-
-def add(x, y):
-    if not found:
-        raise RuntimeError("no other submission to copy from")
-    exec("".join(json.load(open(found[0]))["cells"][2]["source"]), globals())
-    return add(x, y)
-""", RELU),
-        "mallory_gradebook": (f"""\
+ok = bool(found)""",
+        "gradebook": f"""\
 import sqlite3
 DB = {str(db)!r}
 try:
@@ -130,53 +142,32 @@ try:
     con = sqlite3.connect(DB)
     con.execute("UPDATE grade SET auto_score = 99")
     con.commit()
-    changed = True
+    ok = True
 except Exception as e:
     print("the gradebook:", type(e).__name__, e)
-    changed = False
-
-
-def add(x, y):
-    if not changed:
-        raise RuntimeError("the gradebook is out of reach")
-    return x + y
-""", RELU),
-        "mallory_writer": (f"""\
+    ok = False""",
+        "writer": f"""\
 TARGETS = [{str(ROOT / "utils" / "grading.py")!r}, {str(ROOT / "utils" / "_written_by_a_submission.py")!r},
            {str(course / "source" / ASSIGNMENT / NOTEBOOK)!r}, {str(course / "release_notes.txt")!r}]
-wrote = []
+ok = False
 for t in TARGETS:
     try:
         with open(t, "a") as f:
             f.write("# written by a submission\\n")
-        wrote.append(t)
+        ok = True
     except OSError as e:
-        print("writing", t, type(e).__name__, e.strerror)
-
-
-def add(x, y):
-    if not wrote:
-        raise RuntimeError("the course is read-only")
-    return x + y
-""", RELU),
-        "mallory_net": (f"""\
+        print("writing", t, type(e).__name__, e.strerror)""",
+        "net": f"""\
 import socket
-reached = []
+ok = False
 for where in [("127.0.0.1", {port}), ("1.1.1.1", 53), ("8.8.8.8", 443)]:
     try:
         socket.create_connection(where, timeout=3).close()
-        reached.append(where)
+        ok = True
     except OSError as e:
-        print("connecting to", where, type(e).__name__, e)
-
-
-def add(x, y):
-    if not reached:
-        raise RuntimeError("no network")
-    return x + y
-""", RELU),
+        print("connecting to", where, type(e).__name__, e)""",
         # bounded: at most 2000 forks, children sleep 30 s; the sandbox's limit stops it far earlier
-        "mallory_forks": ("""\
+        "forks": """\
 import os, time
 forked, error = 0, None
 for _ in range(2000):
@@ -190,31 +181,30 @@ for _ in range(2000):
         os._exit(0)
     forked += 1
 print(f"forked {forked} times, then {error}")
-
-
-def add(x, y):
-    raise RuntimeError(f"forked {forked} times, then {error}")
-""", RELU),
-        "mallory_loop": ("""\
-def add(x, y):
-    while True:
-        pass
-""", RELU),
-        "mallory_memory": ("""\
+ok = False""",
+        "memory": """\
 import time
 t0 = time.time()
 try:
     hog = torch.ones(30 * 2**30 // 4)     # 30 GB, touched
-    got = True
+    ok = True
 except (RuntimeError, MemoryError) as e:
     print(f"30 GB: {type(e).__name__} after {time.time() - t0:.2f} s")
-    got = False
+    ok = False""",
+    }
 
 
+def hostile_sources(course: Path, port: int) -> dict:
+    """``{student: (add cell, relu cell)}``: two attacks per submission where both can run."""
+    a = attacks(course, port)
+    return {
+        "mallory_snoop": (a["reader"] + LAUNCHERS["add"], a["gradebook"] + LAUNCHERS["relu"]),
+        "mallory_escape": (a["writer"] + LAUNCHERS["add"], a["net"] + LAUNCHERS["relu"]),
+        "mallory_resources": (a["memory"] + LAUNCHERS["add"], a["forks"] + LAUNCHERS["relu"]),
+        "mallory_loop": ("""\
 def add(x, y):
-    if not got:
-        raise RuntimeError("no 30 GB")
-    return x + y
+    while True:
+        pass
 """, RELU),
         "mallory_grader": ("""\
 utils.check_add = lambda *a, **k: None        # switch the grader off
@@ -334,8 +324,6 @@ def graded(tmp_path_factory):
         dest.mkdir(parents=True)
         nbformat.write(nb, str(dest / NOTEBOOK))
 
-    import resource
-    cpu0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     course_before = _hash_tree(course, skip={"gradebook.db", "autograded"})
     code_before = _course_code_hash()
     t0 = time.monotonic()
@@ -352,9 +340,7 @@ def graded(tmp_path_factory):
         stray.unlink(missing_ok=True)
     wall = time.monotonic() - t0
     assert rc == 0
-    cpu1 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    print(f"autograde of {len(subs)} submissions: {wall:.1f} s, "
-          f"{cpu1.ru_utime + cpu1.ru_stime - cpu0.ru_utime - cpu0.ru_stime:.1f} s of CPU in the sandboxes")
+    print(f"autograde of {len(subs)} submissions: {wall:.1f} s")
     outputs = {}
     for student in subs:
         nb = nbformat.read(str(course / "autograded" / student / ASSIGNMENT / NOTEBOOK), as_version=4)
@@ -393,19 +379,19 @@ def test_the_instructors_files_are_unchanged(graded):
 
 
 def test_reading_another_submission(graded):
-    assert _scores(graded, "mallory_reader") == (0.0, 1.0)
-    out = graded["outputs"]["mallory_reader"]
-    assert "reading alice's notebook: FileNotFoundError" in out and "found: []" in out
+    assert _scores(graded, "mallory_snoop")[0] == 0.0
+    out = graded["outputs"]["mallory_snoop"]
+    assert "reading alice's notebook: FileNotFoundError" in out and "found: []" in out, out
 
 
 def test_reading_or_changing_the_gradebook(graded):
-    assert _scores(graded, "mallory_gradebook") == (0.0, 1.0)
-    assert "the gradebook: FileNotFoundError" in graded["outputs"]["mallory_gradebook"]
+    assert _scores(graded, "mallory_snoop")[1] == 0.0
+    assert "the gradebook: FileNotFoundError" in graded["outputs"]["mallory_snoop"]
 
 
 def test_writing_into_the_course(graded):
-    assert _scores(graded, "mallory_writer") == (0.0, 1.0)
-    out = graded["outputs"]["mallory_writer"]
+    assert _scores(graded, "mallory_escape")[0] == 0.0
+    out = graded["outputs"]["mallory_escape"]
     # the course's files are read-only, and the course directory is not there at all
     assert "_written_by_a_submission.py OSError Read-only file system" in out, out
     assert "grading.py PermissionError" in out or "grading.py OSError Read-only file system" in out, out
@@ -413,15 +399,22 @@ def test_writing_into_the_course(graded):
 
 
 def test_opening_a_socket(graded):
-    assert _scores(graded, "mallory_net") == (0.0, 1.0)
+    assert _scores(graded, "mallory_escape")[1] == 0.0
     assert graded["connections"] == 0
-    out = graded["outputs"]["mallory_net"]
+    out = graded["outputs"]["mallory_escape"]
     assert "ConnectionRefusedError" in out and "Network is unreachable" in out, out
 
 
+def test_a_30_gb_allocation(graded):
+    assert _scores(graded, "mallory_resources")[0] == 0.0
+    out = graded["outputs"]["mallory_resources"]
+    assert "30 GB: RuntimeError after" in out, out
+    assert float(out.split("30 GB: RuntimeError after ")[1].split(" s")[0]) < 2.0
+
+
 def test_a_fork_bomb(graded):
-    assert _scores(graded, "mallory_forks")[0] == 0.0
-    out = graded["outputs"]["mallory_forks"]
+    assert _scores(graded, "mallory_resources")[1] == 0.0
+    out = graded["outputs"]["mallory_resources"]
     forked = int(out.split("forked ")[1].split(" times")[0])
     assert forked < MAX_PROCS and "Resource temporarily unavailable" in out, out
 
@@ -429,13 +422,6 @@ def test_a_fork_bomb(graded):
 def test_an_endless_loop(graded):
     assert _scores(graded, "mallory_loop") == (0.0, 1.0)   # the next check still ran
     assert graded["report"]["mallory_loop"][NOTEBOOK][CHECK_ADD]["status"] == "timeout"
-
-
-def test_a_30_gb_allocation(graded):
-    assert _scores(graded, "mallory_memory") == (0.0, 1.0)
-    out = graded["outputs"]["mallory_memory"]
-    assert "30 GB: RuntimeError after" in out, out
-    assert float(out.split("30 GB: RuntimeError after ")[1].split(" s")[0]) < 2.0
 
 
 def test_replacing_a_grader(graded):
