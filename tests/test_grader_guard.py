@@ -316,7 +316,7 @@ def test_the_guard_switched_off_is_put_back_before_a_check_cell(restore):
 def test_a_debugger_is_named(restore):
     sys.settrace(lambda *a: None)
     try:
-        with pytest.raises(utils.GradingError, match="turn the debugger off"):
+        with pytest.raises(utils.GradingError, match="Turn the debugger off"):
             utils.check_relu(relu)
     finally:
         sys.settrace(None)

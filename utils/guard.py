@@ -76,7 +76,8 @@ class _State:
     frozen = None                   # the attributes above (less ``recorded``) as installed
 
 
-_STATE_KEYS = ("installed", "utils", "error", "entries", "entry_names", "globals_", "modules", "torch", "objects", "trace")
+_STATE_KEYS = ("installed", "utils", "error", "entries", "entry_names", "globals_", "modules", "torch", "objects",
+               "trace")
 
 
 _MISSING = object()
@@ -257,6 +258,8 @@ def _message(problems) -> str:
     text = f"{first} {verb} in this notebook: this check earns no points."
     if more:
         text += f" (Also: {', '.join(more[:5])}{' and more' if len(more) > 5 else ''}.)"
+    if any(p == _TRACE for p, _ in problems):
+        return text + " Turn the debugger off (or stop the tracer) to run the checks."
     return text + " Leave the course's graders and torch as they are (restart the kernel to get them back)."
 
 
@@ -410,7 +413,7 @@ def tampering() -> list[tuple[str, str]]:
         if not _same(obj, frozen):
             found.setdefault(label, "was changed")
     if (sys.gettrace(), sys.getprofile()) != _State.trace:
-        found.setdefault(_TRACE, "was set (turn the debugger off to run the checks)")
+        found.setdefault(_TRACE, "was set")
     return list(found.items())
 
 
