@@ -69,6 +69,7 @@ class _State:
     globals_: dict = {}             # module name -> {name: (value, frozen details)}
     modules: dict = {}              # module name -> module object
     torch: list = []                # (label, owner, name, original)
+    tensor = (None, {})             # torch.Tensor and its own __dict__
     objects: list = []              # (label, object, frozen vars)
     trace = (None, None)            # sys.gettrace(), sys.getprofile() at install
     recorded: dict = {}             # what a cell did that no value comparison shows, in order
@@ -76,8 +77,8 @@ class _State:
     frozen = None                   # the attributes above (less ``recorded``) as installed
 
 
-_STATE_KEYS = ("installed", "utils", "error", "entries", "entry_names", "globals_", "modules", "torch", "objects",
-               "trace")
+_STATE_KEYS = ("installed", "utils", "error", "entries", "entry_names", "globals_", "modules", "torch", "tensor",
+               "objects", "trace")
 
 
 _MISSING = object()
@@ -297,11 +298,6 @@ def _torch_items():
         if (not name.startswith("_") and name not in _TORCH_PATCHED_BY_HARNESS
                 and (callable(value) or isinstance(value, types.ModuleType))):
             items.append((f"torch.{name}", torch, name, value))
-    # every name a Tensor has: most come from the C type below torch.Tensor (which cannot be
-    # changed), so a replacement shows as a name that torch.Tensor's own __dict__ gained
-    for name in dir(torch.Tensor):
-        if name not in _TENSOR_PATCHED_BY_HARNESS and name not in ("__doc__", "__dict__", "__weakref__"):
-            items.append((f"torch.Tensor.{name}", torch.Tensor, name, _static(torch.Tensor, name)))
     for sub in _TORCH_SUBMODULES:
         mod = torch
         for part in sub.split("."):
@@ -350,6 +346,8 @@ def install(utils_pkg) -> None:
         _State.globals_[name] = {n: _describe_value(v, _is_constant_name(n)) for n, v in vars(mod).items()
                                  if not (n.startswith("__") and n.endswith("__")) and n not in skip}
     _State.torch = _torch_items()
+    import torch
+    _State.tensor = (torch.Tensor, dict(vars(torch.Tensor)))
     _State.torch += [(f"builtins.{n}", builtins, n, getattr(builtins, n)) for n in _BUILTINS
                      if hasattr(builtins, n)]
     config = sys.modules.get("utils.config")
@@ -407,8 +405,19 @@ def tampering() -> list[tuple[str, str]]:
             if hasattr(builtins, n) and n in _BUILTINS:
                 found.setdefault(f"{modname}.{n}", "was added (it hides the builtin)")
     for label, owner, n, orig in _State.torch:
-        if _static(owner, n) is not orig:
+        if vars(owner).get(n, _MISSING) is not orig:
             found.setdefault(label, "was replaced")
+    # every name a Tensor has: most come from the C type below torch.Tensor, which cannot be
+    # changed, so a replacement shows in torch.Tensor's own __dict__ (one put back as the
+    # inherited method it was counts as unchanged)
+    tensor, own = _State.tensor
+    now = vars(tensor)
+    for n in now.keys() | own.keys():
+        if n in _TENSOR_PATCHED_BY_HARNESS or n in ("__doc__", "__dict__", "__weakref__"):
+            continue
+        value = now.get(n, _MISSING)
+        if value is not own.get(n, _MISSING) and value is not _static(tensor.__mro__[1], n):
+            found.setdefault(f"torch.Tensor.{n}", "was replaced")
     for label, obj, frozen in _State.objects:
         if not _same(obj, frozen):
             found.setdefault(label, "was changed")
