@@ -37,6 +37,7 @@ import contextlib
 import copy
 import json
 import os
+import queue
 import re
 import shutil
 import signal
@@ -679,12 +680,21 @@ def grade_submissions(course, assignment, *, students=None, limits: Limits | Non
         tmp = Path(tmp)
         os.chmod(tmp, 0o755)
 
-        def one(k_student):
-            k, student = k_student
+        # one user per sandbox running at a time: RLIMIT_NPROC counts a user's processes
+        # across the machine, so two sandboxes of one user would share their limit
+        free_uids = queue.Queue()
+        for k in range(max(1, jobs)):
+            free_uids.put(uid - k)
+
+        def one(student):
             t0 = time.monotonic()
             stage, merged, problems = _stage(course, assignment, student, sources, tmp)
-            results = run_sandbox(stage, list(merged), limits=limits, uid=uid - (k % max(1, jobs)),
-                                  hidden=hidden) if merged else {}
+            sandbox_uid = free_uids.get()
+            try:
+                results = run_sandbox(stage, list(merged), limits=limits, uid=sandbox_uid,
+                                      hidden=hidden) if merged else {}
+            finally:
+                free_uids.put(sandbox_uid)
             nbs = {}
             for name, source in sources.items():
                 if name in problems:
@@ -699,7 +709,7 @@ def grade_submissions(course, assignment, *, students=None, limits: Limits | Non
             return student, nbs
 
         with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-            for student, nbs in pool.map(one, enumerate(students)):
+            for student, nbs in pool.map(one, students):
                 report[student] = nbs
     return report, sources, executed
 
@@ -742,7 +752,8 @@ def main(argv=None) -> int:
     ap.add_argument("--notebook-timeout", type=float, default=NOTEBOOK_TIMEOUT, help="seconds per notebook")
     ap.add_argument("--memory-gb", type=float, default=MEMORY_GB, help="virtual memory per process")
     ap.add_argument("--max-procs", type=int, default=MAX_PROCS, help="processes and threads in a sandbox")
-    ap.add_argument("--uid", type=int, default=SANDBOX_UID, help="user the sandbox runs as, when run as root")
+    ap.add_argument("--uid", type=int, default=SANDBOX_UID,
+                    help="user a sandbox runs as, when run as root (with --jobs N: this one and the N-1 below it)")
     ap.add_argument("--course-id", default=None, help="nbgrader course id (default: from nbgrader_config.py)")
     ap.add_argument("--no-gradebook", action="store_true", help="print the scores, write nothing")
     ap.add_argument("--json", help="also write the scores to this file")
