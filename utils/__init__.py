@@ -41,4 +41,4 @@ _sys.modules.setdefault(__name__ + ".triton_sim", triton_sim)
 # Last: graders, the harness and torch's comparisons as imported now are the ones that grade
 # (utils/guard.py); a notebook that replaces one of them earns no points for its checks.
 from . import guard as _guard  # noqa: E402
-_guard.install()
+_guard.install(_sys.modules[__name__])

@@ -330,11 +330,9 @@ TORCH_OPS_ALLOWED: dict[str, frozenset] = {}
 
 class Grader:
     def __init__(self, name, fn, seed):
-        why = _guard.problem(name)  # a grader, the harness or torch's comparisons replaced: no points
-        if why:
-            raise GradingError(why)
         if not callable(fn):
             raise TypeError(f"{name} expects a function (your launcher), got {type(fn).__name__}")
+        _guard.verify(name)  # graders, harness and torch as `import utils` found them (utils/guard.py)
         self.name = name
         self.fn = fn
         self.user_seed = seed
@@ -371,6 +369,7 @@ class Grader:
             with ctx, allocs.active(), record_launches() as launches:
                 out = self.fn(*inputs)
                 _sync()
+                _guard.verify(self.name, out)  # the learner's function may have replaced something
         except NotImplementedError as e:
             msg = str(e) or "the function raises NotImplementedError"
             if "not solved yet" not in msg:

@@ -14,7 +14,7 @@ import torch
 from .check import assert_close, tolerance
 from .config import DEVICE
 from .grading import GradingError
-from .guard import problem as _guard_problem
+from . import guard as _guard
 
 __all__ = ["check_custom_op"]
 
@@ -56,9 +56,7 @@ def _run(what: str, fn, hint: str):
 def check_custom_op(op, ref, *, seed: int = 0) -> None:
     """``op``: a one-input operator (``torch.library.custom_op``, or ``torch.ops.ns.name``);
     ``ref``: the PyTorch function it must equal, with its gradient."""
-    why = _guard_problem("check_custom_op")  # a grader or torch's comparisons replaced: no points
-    if why:
-        raise GradingError(why)
+    _guard.verify("check_custom_op")  # a grader, the harness or torch's comparisons replaced: no points
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     gen = torch.Generator().manual_seed(seed)
