@@ -67,7 +67,7 @@ def main(argv=None) -> int:
     import triton.language as tl
     from numba import cuda
 
-    from utils.cuda import _gpu
+    from utils.backends.cuda import _gpu
 
     x = torch.randn(1, device="cuda")
     y = torch.empty_like(x)

@@ -13,7 +13,7 @@ import pytest  # noqa: E402
 def emulator_only(monkeypatch):
     """For tests of the emulator itself that call host code from a kernel on purpose (NVRTC,
     which checks every emulated kernel, would rightly reject that code)."""
-    from utils.cuda import _toolchain
+    from utils.backends.cuda import _toolchain
     monkeypatch.setattr(_toolchain, "NVRTC_PARITY", False)
 
 

@@ -309,10 +309,9 @@ def _numba_tiled_8(a, b):
 
 
 @pytest.mark.parametrize("fn", [
-    lambda a, b: a @ b,
     _launcher(GRADER_SRC, "naive_1d_kernel", "1d"),
     _launcher(GRADER_SRC, "tiled_stride_kernel", "stride"),
-], ids=["torch", "cuda-1d-launch", "cuda-grid-stride-tiles-16"])
+], ids=["cuda-1d-launch", "cuda-grid-stride-tiles-16"])
 def test_check_matmul_accepts_right_kernels(fn, capsys):
     utils.check_matmul(fn)
     assert "check_matmul: correct on" in capsys.readouterr().out
@@ -326,7 +325,8 @@ def test_check_matmul_accepts_numba_with_other_tiles(capsys):
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_check_matmul_half_inputs(dtype, capsys):
     utils.check_matmul(kernels.get("matmul_fp16", "cuda"), dtype=dtype)
-    utils.check_matmul(lambda a, b: (a.float() @ b.float()).to(dtype), dtype=dtype)  # C rounded once
+    fp32 = kernels.get("matmul", "cuda")  # a float32 product, rounded once to the half type
+    utils.check_matmul(lambda a, b: fp32(a.float(), b.float()).to(dtype), dtype=dtype)
     assert capsys.readouterr().out.count("correct on") == 2
 
 
@@ -334,7 +334,7 @@ def test_check_matmul_accepts_a_clear_refusal_of_strided_input(capsys):
     def strict(a, b):
         if not (a.is_contiguous() and b.is_contiguous()):
             raise ValueError("matmul: a and b must be contiguous")
-        return a @ b
+        return kernels.get("matmul", "cuda")(a, b)
     utils.check_matmul(strict)
     assert "refuses a transposed B clearly" in capsys.readouterr().out
 
@@ -382,8 +382,13 @@ def test_check_matmul_unmasked_tile_edges():
     _rejects(_launcher(GRADER_SRC, "tiled_unmasked_k_kernel", "stride"), r"edges masked")
 
 
-def test_check_matmul_unmasked_edges_without_fault():
+def test_check_matmul_unmasked_edges_without_fault(monkeypatch):
     # A kernel whose edge tiles read neighbouring rows (in bounds): named an edge problem.
+    # torch stands in for that kernel here, so the check that a kernel computed the result
+    # is told to let torch's product through (an empty product is right whoever computes it).
+    from utils import grading
+    monkeypatch.setitem(grading.TORCH_OPS_ALLOWED, "check_matmul", frozenset({"mm", "cat"}))
+
     def fn(a, b):
         M, K = a.shape
         pad = torch.cat([a, torch.ones(M, 16, device=a.device)], dim=1)  # garbage past column K

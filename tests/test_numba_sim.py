@@ -48,18 +48,40 @@ def test_each_shuffle_matches_reference(nthreads):
     rng = np.random.default_rng(nthreads)
     vals = rng.standard_normal(nthreads).astype(np.float32)
     args = rng.integers(0, 32, nthreads).astype(np.int32)
+    # A source lane missing from a partial warp is undefined on a GPU (and an error here, see
+    # test_shuffle_from_a_lane_that_does_not_exist): in the half warp, offsets below
+    # 16 - lane keep every kind of shuffle inside it.
+    tail = np.arange(nthreads) >= nthreads - nthreads % 32
+    args[tail] = [rng.integers(0, 16 - lane) for lane in np.arange(nthreads)[tail] % 32]
     outs = [np.zeros(nthreads, np.float32) for _ in range(4)]
     shuffle_kernel[1, nthreads](vals, args, *outs)
     for kind, got in zip(["idx", "up", "down", "xor"], outs):
         want = ref_shuffle(vals, kind, args, nthreads)
-        if nthreads % 32:  # a source lane missing from the warp is undefined on a GPU
-            t = np.arange(nthreads)
-            lane = t % 32
-            b = args & 31
-            src = {"idx": b, "up": lane - b, "down": lane + b, "xor": lane ^ b}[kind]
-            defined = (t < 32) | (src < 0) | (src >= 32) | (src < nthreads % 32)
-            got, want = got[defined], want[defined]
         np.testing.assert_array_equal(got, want, err_msg=f"shfl {kind}")
+
+
+@cuda.jit
+def partial_warp_sum_kernel(x, out):
+    t = cuda.threadIdx.x
+    v = x[t]
+    offset = 16
+    while offset > 0:
+        v += cuda.shfl_down_sync(FULL, v, offset)
+        offset //= 2
+    if t == 0:
+        out[0] = v
+
+
+@sim_only
+def test_shuffle_from_a_lane_that_does_not_exist():
+    # A block of min(cols, 64) = 16 threads doing a whole-warp reduction: lane 0 reads
+    # lane 16, which the block does not have (the CUDA emulator reports it the same way).
+    with pytest.raises(utils.SimulatorSyncError, match=r"lane 0 reads lane 16, .*which does not exist"
+                       r" \(the block has 16 threads"):
+        partial_warp_sum_kernel[1, 16](np.ones(16, np.float32), np.zeros(1, np.float32))
+    out = np.zeros(1, np.float32)
+    partial_warp_sum_kernel[1, 32](np.ones(32, np.float32), out)  # a whole warp: fine
+    assert out[0] == 32
 
 
 @cuda.jit
@@ -305,7 +327,7 @@ def elementwise_kernel(x, out):
 @sim_only
 def test_speed_patch_is_applied_and_elementwise_reuses_one_os_thread():
     from numba.cuda.simulator import kernel
-    from utils import numba_sim
+    from utils.backends.numba import simulator as numba_sim
     assert kernel.BlockManager is numba_sim._BlockManager
     assert any("scheduler" in p for p in utils.NUMBA_SIM_PATCHES)
     x = np.arange(4099, dtype=np.float32)
@@ -337,7 +359,7 @@ def test_barriers_do_not_leak_os_threads():
 
 
 def test_gpu_leaves_simulator_unpatched():
-    from utils import numba_sim
+    from utils.backends.numba import simulator as numba_sim
     assert numba_sim.is_applied() == utils.SIMULATE
     assert bool(utils.NUMBA_SIM_PATCHES) == utils.SIMULATE
 

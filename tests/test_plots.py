@@ -145,10 +145,31 @@ def test_bars():
     bars = [p for p in ax.patches if isinstance(p, Rectangle)]
     assert len(bars) == 4
     assert [b.get_width() for b in bars] == [1900.0, 2900.0, 0, 2950.0]
-    assert bars[1].get_facecolor() != bars[0].get_facecolor()  # the highlighted one
+    assert bars[1].get_linewidth() > bars[0].get_linewidth()  # the highlighted one is outlined
+    # one hue per language, PyTorch black
+    assert [b.get_facecolor()[:3] for b in (bars[0], bars[3])] == [
+        matplotlib.colors.to_rgb(utils.variant_color("cuda v1")), (0.0, 0.0, 0.0)]
     assert [t.get_text() for t in ax.get_yticklabels()] == list(values)
     assert len(lines(fig, "roofline")) == 1
     assert "simulated" in ax.get_title()
+
+
+def test_variant_colours_one_hue_per_language_a_shade_per_version():
+    import colorsys
+    hue = lambda name: colorsys.rgb_to_hsv(*matplotlib.colors.to_rgb(utils.variant_color(name)))  # noqa: E731
+    langs = {lang: [hue(f"{lang} v{k}") for k in (1, 2, 3, 4)] for lang in ("cuda", "numba", "triton")}
+    for lang, hsv in langs.items():
+        assert max(h for h, _, _ in hsv) - min(h for h, _, _ in hsv) < 0.1, lang    # one hue
+        assert [v for _, _, v in hsv] == sorted((v for _, _, v in hsv), reverse=True), lang  # darker later
+        assert len({utils.variant_color(f"{lang} v{k}") for k in (1, 2, 3, 4)}) == 4
+    hues = sorted(hsv[0][0] for hsv in langs.values())
+    assert min(b - a for a, b in zip(hues, hues[1:])) > 0.15                         # three hues
+    assert utils.variant_color("torch") == "#000000"
+    baselines = ["torch", "torch.compile", "torch op-by-op"]
+    assert len({utils.variant_color(b) for b in baselines}) == len(baselines)
+    for base in ("torch.compile", "cuBLAS"):
+        assert hue(base)[1] == 0                                                    # grey
+    assert utils.variant_color("triton") == utils.variant_color("Triton")
 
 
 def test_drawing_into_a_given_axes():

@@ -1,4 +1,4 @@
-"""Profiling counters of Numba's CUDA simulator and Triton's interpreter (utils.sim_profile).
+"""Profiling counters of Numba's CUDA simulator and Triton's interpreter (utils/backends/numba/profile.py, utils/backends/triton/profile.py).
 
 Every expected count is worked out by hand in the comment above it, by the rules Nsight
 Compute counts with: a warp-wide access is one request; its sectors are the distinct
@@ -11,7 +11,8 @@ import pytest
 import torch
 
 import utils
-from utils import sim_profile
+from utils.backends.numba import profile as sim_profile
+from utils.backends.triton import profile as triton_profile
 from numba import cuda, float32, float64
 import triton
 import triton.language as tl
@@ -337,7 +338,7 @@ def racy_sum_kernel(x_ptr, out_ptr):
 
 
 def test_races_are_still_reported_while_profiling():
-    if not utils.sim_race.RACECHECK:
+    if not utils.backends.numba.races.RACECHECK:
         pytest.skip("race detection turned off (COURSE_RACECHECK=0)")
     with pytest.raises(utils.SimulatorRaceError, match="data race in kernel `racy_sum_kernel`"):
         sim_profile.profile_numba(racy_sum_kernel, 2, 32, torch.randn(64), torch.zeros(1))
@@ -354,12 +355,13 @@ def test_bad_arguments_and_gpu(monkeypatch):
     with pytest.raises(TypeError, match="numba.cuda.jit kernel"):
         sim_profile.profile_numba(lambda: None, 1, 1)
     with pytest.raises(TypeError, match="triton.jit kernel"):
-        sim_profile.profile_triton(copy_kernel, (1,))
+        triton_profile.profile_triton(copy_kernel, (1,))
     monkeypatch.setattr(sim_profile, "SIMULATE", False)
+    monkeypatch.setattr(triton_profile, "SIMULATE", False)
     with pytest.raises(NotImplementedError, match="utils.profile"):
         sim_profile.profile_numba(copy_kernel, 1, 32, torch.zeros(32), torch.zeros(32), 32)
     with pytest.raises(NotImplementedError, match="Nsight Compute"):
-        sim_profile.profile_triton(copy_tl_kernel, (1,))
+        triton_profile.profile_triton(copy_tl_kernel, (1,))
 
 
 # ---------------------------------------------------------------------------------------
@@ -392,7 +394,7 @@ def test_triton_masked_lanes_of_a_ragged_copy():
     # = 232 elements, 24 lanes masked off: 24 / 1024 of all lanes, 24 / 256 of its own.
     n = 1000
     x, y = torch.randn(n), torch.zeros(n)
-    p = sim_profile.profile_triton(copy_tl_kernel, (triton.cdiv(n, 256),), x, y, n,
+    p = triton_profile.profile_triton(copy_tl_kernel, (triton.cdiv(n, 256),), x, y, n,
                                    BLOCK_SIZE=256)
     assert torch.equal(y, x)
     m = p["metrics"]
@@ -415,7 +417,7 @@ def test_triton_masked_lanes_of_a_ragged_copy():
 def test_triton_kernel_loading_twice_what_it_stores():
     n = 2048
     x, z, y = torch.randn(n), torch.randn(n), torch.zeros(n)
-    p = sim_profile.profile_triton(add_tl_kernel, lambda meta: (n // meta["BLOCK_SIZE"],),
+    p = triton_profile.profile_triton(add_tl_kernel, lambda meta: (n // meta["BLOCK_SIZE"],),
                                    x, z, y, n, BLOCK_SIZE=512)
     assert torch.equal(y, x + z)
     m = p["metrics"]
@@ -429,7 +431,7 @@ def test_triton_kernel_loading_twice_what_it_stores():
 
 def test_triton_atomics_to_one_address():
     x, out = torch.ones(1024), torch.zeros(1)
-    p = sim_profile.profile_triton(sum_tl_kernel, (8,), x, out, BLOCK_SIZE=128)
+    p = triton_profile.profile_triton(sum_tl_kernel, (8,), x, out, BLOCK_SIZE=128)
     assert out.item() == 1024
     assert p["atomics"] == {"count": 8, "address": "out_ptr[0]", "address_count": 8}
     assert p["metrics"]["bytes_atomic"] == 8 * 4
@@ -471,7 +473,7 @@ def test_triton_every_program_masks_lanes_and_launch_options_pass():
     # 8 rows of 100 floats, one program each with BLOCK_SIZE 128: 28 of 128 lanes off in
     # every program. num_warps is a launch option, not a kernel parameter.
     x, y = torch.randn(8, 100), torch.zeros(8, 100)
-    p = sim_profile.profile_triton(row_copy_tl_kernel, (8,), x, y, 100, BLOCK_SIZE=128,
+    p = triton_profile.profile_triton(row_copy_tl_kernel, (8,), x, y, 100, BLOCK_SIZE=128,
                                    num_warps=4)
     assert torch.equal(y, x)
     assert p["metrics"]["masked_lane_fraction_ld"] == 28 / 128
@@ -493,7 +495,7 @@ def overlapping_tl_kernel(x_ptr, y_ptr, BLOCK_SIZE: tl.constexpr):
 
 def test_triton_races_found_with_launch_options():
     # Launch options such as num_warps used to hide a launch's tensors from race detection.
-    if not utils.sim_race.RACECHECK:
+    if not utils.backends.numba.races.RACECHECK:
         pytest.skip("race detection turned off (COURSE_RACECHECK=0)")
     x, y = torch.randn(64), torch.zeros(64)
     with pytest.raises(utils.SimulatorRaceError, match="y_ptr\\[16\\]"):
@@ -580,7 +582,7 @@ def test_triton_strided_load_moves_twice_the_bytes():
     # 2 programs x 64 floats read 8 bytes apart: 512 bytes of sectors (16 per program) for
     # 256 bytes needed; the store is contiguous (8 sectors per program).
     x, y = torch.randn(256), torch.zeros(128)
-    p = sim_profile.profile_triton(every_other_tl_kernel, (2,), x, y, BLOCK_SIZE=64)
+    p = triton_profile.profile_triton(every_other_tl_kernel, (2,), x, y, BLOCK_SIZE=64)
     assert torch.equal(y, x[::2])
     m = p["metrics"]
     assert (m["sectors_ld"], m["sectors_st"], m["bytes_loaded"]) == (32, 16, 512)
@@ -659,7 +661,7 @@ def test_empty_launches():
     assert p["metrics"][LD.format("requests")] == 0 and p["sites"] == []
     assert p["summary"] == ["the launch made no access to global or shared memory"]
     assert p["bytes_needed"] == p["bytes_moved"] == 0
-    p = sim_profile.profile_triton(copy_tl_kernel, (0,), torch.zeros(0), torch.zeros(0), 0,
+    p = triton_profile.profile_triton(copy_tl_kernel, (0,), torch.zeros(0), torch.zeros(0), 0,
                                    BLOCK_SIZE=32)
     assert p["metrics"]["programs"] == 0 and p["metrics"]["bytes_loaded"] == 0
     assert p["summary"] == ["the launch loaded and stored nothing"]

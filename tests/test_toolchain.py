@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import utils
-from utils.cuda import _toolchain as tc
+from utils.backends.cuda import _toolchain as tc
 
 RELU = r"""
 __global__ void relu_kernel(const float* x_ptr, float* y_ptr, int n) {

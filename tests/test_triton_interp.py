@@ -8,8 +8,8 @@ import torch
 import utils
 import triton
 import triton.language as tl
-from utils import triton_compat
-from utils.triton_compat import tanh
+from utils.backends.triton import compat as triton_compat
+from utils.backends.triton.compat import tanh
 
 sim_only = pytest.mark.skipif(not utils.SIMULATE, reason="about Triton's interpreter")
 F32 = utils.TOLERANCES[torch.float32]  # the course's float32 tolerance

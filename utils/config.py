@@ -98,6 +98,10 @@ PROBLEM_SIZES = {
                               (5, 3, 0), (0, 4, 3), (4, 0, 3)],
         matmul_probe_shape=(256, 256, 256),
         matmul_bench_check_shapes=[(1, 1, 1), (300, 7, 1), (127, 255, 63)],
+        # lesson 09: LayerNorm demo shape, benchmark shapes, awkward shapes checked before timing
+        layernorm_shape=(1823, 781),
+        layernorm_bench_shapes=[(4096, 4096), (4096, 16384), (65536, 512)],
+        layernorm_check_shapes=[(1, 1), (7, 3), (1823, 781), (33, 4097)],
         # lesson 10: attention, the demo shape (B, H, N, d), shapes (B, H, Nq, Nk, d) for the graders (N = 1, 17, 31, 130,
         # Nq != Nk both ways, d = 16 .. 128, several batches and heads, and large ones), the
         # length of the long row of equal scores, the benchmark shapes (B, H, N, d) and the
@@ -135,6 +139,9 @@ PROBLEM_SIZES = {
         matmul_grader_shapes=[(37, 45, 29), (1, 1, 1), (20, 7, 1), (9, 33, 70), (5, 3, 0), (0, 4, 3), (4, 0, 3)],
         matmul_probe_shape=(64, 64, 64),
         matmul_bench_check_shapes=[(1, 1, 1), (20, 7, 1), (37, 45, 29)],
+        layernorm_shape=(13, 100),
+        layernorm_bench_shapes=[(8, 256), (4, 1024)],
+        layernorm_check_shapes=[(1, 1), (7, 3), (5, 257)],
         attention_shape=(1, 2, 96, 32),
         attention_grader_shapes=[(1, 1, 1, 1, 16), (1, 2, 17, 17, 32), (2, 1, 31, 31, 64), (1, 1, 130, 130, 128),
                                  (2, 2, 17, 130, 16), (1, 1, 40, 17, 64)],

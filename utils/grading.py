@@ -35,7 +35,9 @@ import traceback
 import torch
 
 from . import check as _check
+from . import guard as _guard
 from .config import DEVICE, SIMULATE, SIZES
+from .backends.launches import record_launches
 
 # What ``utils`` exports; topic modules import the rest of the harness by name.
 __all__ = ["GradingError", "show_rejection", "POISON_BITS", "check_traffic", "check_shared"]
@@ -271,6 +273,17 @@ def _fault_hint(msg: str) -> str:
     return "read the message above: it names the kernel and what went wrong."
 
 
+def _exception_hint(e: BaseException) -> str:
+    """The hint for an error the learner's function raised (not a kernel fault)."""
+    text = str(e)
+    # Numba's simulator and its GPU target take arrays, not torch tensors
+    if re.search(r"torch\.\w*Tensor|'Tensor'|of type Tensor", text) and (
+            "tid=" in text or "numba" in type(e).__module__ or "numba" in text.lower()):
+        return ("a Numba kernel was given a torch tensor: pass utils.to_numba(t) for each tensor argument "
+                "(kernel[grid, block](utils.to_numba(x), utils.to_numba(y), ...)).")
+    return "the inputs are float32 tensors on utils.DEVICE; the traceback above shows where it failed."
+
+
 def _fault_in(e: BaseException, fault_cls):
     """The KernelFault (race reports included) that ``e`` is or wraps: Triton's interpreter
     wraps what a kernel raises in its own error."""
@@ -302,17 +315,24 @@ class Case:
 
 
 class _Run:
-    def __init__(self, out, inputs, in_guards, allocs):
+    def __init__(self, out, inputs, in_guards, allocs, launches=None):
         self.out = out
         self.inputs = inputs
         self.in_guards = in_guards
         self.allocs = allocs
+        self.launches = launches  # the kernels and torch operators the call ran (utils.record_launches)
+
+
+#: Grader name -> the aten operators (beyond allocation, views, fills, copies and casts) a
+#: launcher may run, where its exercise says so: the topic spec's ``torch_ops_allowed``.
+TORCH_OPS_ALLOWED: dict[str, frozenset] = {}
 
 
 class Grader:
     def __init__(self, name, fn, seed):
         if not callable(fn):
             raise TypeError(f"{name} expects a function (your launcher), got {type(fn).__name__}")
+        _guard.verify(name)  # graders, harness and torch as `import utils` found them (utils/guard.py)
         self.name = name
         self.fn = fn
         self.user_seed = seed
@@ -346,9 +366,10 @@ class Grader:
         ctx = sched("random", seed=schedule_seed) if sched is not None else contextlib.nullcontext()
         fault_cls = _utils_attr("KernelFault")
         try:
-            with ctx, allocs.active():
+            with ctx, allocs.active(), record_launches() as launches:
                 out = self.fn(*inputs)
                 _sync()
+                _guard.verify(self.name, out)  # the learner's function may have replaced something
         except NotImplementedError as e:
             msg = str(e) or "the function raises NotImplementedError"
             if "not solved yet" not in msg:
@@ -372,10 +393,8 @@ class Grader:
                 self.fail(f"the kernel faulted: {fault}", _fault_hint(str(fault)), cause=fault)
             if isinstance(e, IndexError):
                 self.fail(f"{type(e).__name__}: {e}", _fault_hint("index out of range"), cause=e)
-            self.fail(f"your function raised {type(e).__name__}: {e}",
-                      "the inputs are float32 tensors on utils.DEVICE; the traceback above "
-                      "shows where it failed.", cause=e)
-        return _Run(out, inputs, in_guards, allocs)
+            self.fail(f"your function raised {type(e).__name__}: {e}", _exception_hint(e), cause=e)
+        return _Run(out, inputs, in_guards, allocs, launches)
 
     # -- checks on one run -----------------------------------------------------------------
     def output_tensor(self, run: _Run, shape, *, scalar=False, dtypes=(torch.float32,)) -> torch.Tensor:
@@ -468,6 +487,18 @@ class Grader:
         finally:
             self.case = saved
 
+    def check_launched(self, run: _Run):
+        """The right values must come from a kernel: reject a call that launched none, or where a
+        torch operator computed what the kernel should (``return torch.softmax(x, -1)``)."""
+        if run.launches is None:
+            return
+        # an empty or one-element input may need no kernel: a K=0 product is torch.zeros, the sum
+        # of one element a copy of it (the other cases of the grader still need the kernel)
+        need_kernel = all(t.numel() > 1 for t in run.inputs if isinstance(t, torch.Tensor))
+        why = run.launches.verdict(TORCH_OPS_ALLOWED.get(self.name, ()), need_kernel, self.fn)
+        if why:
+            self.fail(why)
+
     def check_unwritten(self, run: _Run, out: torch.Tensor, hint_fn=None, case=None):
         mask = self.unwritten_mask(run, out)
         if mask is None:
@@ -544,6 +575,7 @@ def run_cases(g: Grader, cases, *, names, shape_of, scalar=False, tol_of=None,
             hint = diagnose(case, got, bad) if diagnose else None
             msg = _check.describe_mismatch(got, case.expected, mask=bad, what="result", **tol)
             g.fail(msg, hint)
+        g.check_launched(run)
         worst = max(worst, _check.max_abs_err(got, case.expected))
     return worst
 

@@ -28,6 +28,7 @@ __all__ = [
     "plot_bandwidth",
     "plot_recorded_bandwidth",
     "plot_bars",
+    "variant_color",
     "plot_access_map",
     "plot_sectors",
     "plot_banks",
@@ -44,6 +45,39 @@ _LINE_COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b"
                 "#7f7f7f", "#bcbd22", "#17becf"]
 _BLOCK_COLORS = ["#aec7e8", "#ffbb78", "#98df8a", "#ff9896", "#c5b0d5", "#c49c94", "#f7b6d2",
                  "#c7c7c7", "#dbdb8d", "#9edae5"]
+
+
+# One hue per language, a shade per version (darker = later version); PyTorch and other
+# baselines are black or grey, so a chart reads by language first and version second.
+_LANG_SHADES = {
+    "cuda": ["#9ecae1", "#6baed6", "#4292c6", "#2171b5", "#08519c", "#08306b"],      # blues
+    "numba": ["#a1d99b", "#74c476", "#41ab5d", "#238b45", "#006d2c", "#00441b"],     # greens
+    "triton": ["#fdae6b", "#fd8d3c", "#f16913", "#d94801", "#a63603", "#7f2704"],    # oranges
+}
+_BASELINES = {"torch": "#000000", "torch.compile": "#969696", "torch op-by-op": "#525252"}
+_OTHER_BASELINES = ["#737373", "#bdbdbd", "#3b3b3b"]   # cuBLAS and other references
+
+
+def variant_color(name: str) -> str:
+    """The colour of a variant such as ``"cuda v3"``, ``"triton"`` or ``"torch.compile"``.
+
+    CUDA C++ is blue, Numba green, Triton orange, each version a darker shade of its
+    language's hue (``v1`` lightest); ``torch`` is black and other baselines
+    (``torch.compile``, ``cuBLAS``, anything not named after a course language) grey.
+    """
+    words = str(name).lower().replace("_", " ").split()
+    lang = words[0] if words else ""
+    if lang in _LANG_SHADES:
+        shades = _LANG_SHADES[lang]
+        version = next((w[1:] for w in words[1:] if w[:1] == "v" and w[1:].isdigit()), None)
+        if version is None:   # the language alone: its middle shade
+            return shades[3]
+        # v1 starts at the second shade: the lightest one is too pale on white
+        return shades[min(int(version), len(shades) - 1)]
+    full = " ".join(words)
+    if full in _BASELINES:
+        return _BASELINES[full]
+    return _OTHER_BASELINES[sum(map(ord, full)) % len(_OTHER_BASELINES)]
 
 
 def _mpl():
@@ -329,8 +363,7 @@ def plot_bandwidth(results: dict, roofline_gbps: float | None = None, *,
         if not pts:
             continue
         xs, ys = zip(*pts)
-        ax.plot(xs, ys, marker="o", markersize=4, color=_LINE_COLORS[k % len(_LINE_COLORS)],
-                label=variant)
+        ax.plot(xs, ys, marker="o", markersize=4, color=variant_color(variant), label=variant)
     if roofline_gbps:
         ax.axhline(roofline_gbps, color="black", linestyle="--", linewidth=1.2, gid="roofline",
                    label=f"copy roofline ({roofline_gbps:,.0f} GB/s)")
@@ -369,8 +402,10 @@ def plot_bars(values: dict, roofline_gbps: float | None = None, *, title: str = 
     vals = [float(values[k]) if values[k] is not None else math.nan for k in labels]
     fig, ax = _new_axes(ax, (7.5, 0.8 + 0.45 * max(1, len(labels))))
     highlight = set([highlight] if isinstance(highlight, str) else (highlight or []))
-    colors = [_ACTIVE if k in highlight else _LINE_COLORS[0] for k in labels]
-    bars = ax.barh(range(len(labels)), [0 if math.isnan(v) else v for v in vals], color=colors)
+    colors = [variant_color(k) for k in labels]
+    bars = ax.barh(range(len(labels)), [0 if math.isnan(v) else v for v in vals], color=colors,
+                   edgecolor=[_CONFLICT if k in highlight else "none" for k in labels],
+                   linewidth=[2.5 if k in highlight else 0 for k in labels])
     ax.set_yticks(range(len(labels)), labels)
     for bar, v in zip(bars, vals):
         ax.text(bar.get_width(), bar.get_y() + bar.get_height() / 2,

@@ -6,13 +6,15 @@ reference's, ``torch.library.opcheck``, and ``torch.compile(fullgraph=True)``.
 """
 from __future__ import annotations
 
+import logging
 import re
 
 import torch
 
 from .check import assert_close, tolerance
 from .config import DEVICE
-from .graders import GradingError
+from .grading import GradingError
+from . import guard as _guard
 
 __all__ = ["check_custom_op"]
 
@@ -54,6 +56,7 @@ def _run(what: str, fn, hint: str):
 def check_custom_op(op, ref, *, seed: int = 0) -> None:
     """``op``: a one-input operator (``torch.library.custom_op``, or ``torch.ops.ns.name``);
     ``ref``: the PyTorch function it must equal, with its gradient."""
+    _guard.verify("check_custom_op")  # a grader, the harness or torch's comparisons replaced: no points
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     gen = torch.Generator().manual_seed(seed)
@@ -63,16 +66,41 @@ def check_custom_op(op, ref, *, seed: int = 0) -> None:
     _close(real, ref(x), "the op's result")
 
     # 1. the fake kernel: same shape, dtype and device as the real result, without running it
-    def fake_out():
-        with FakeTensorMode() as mode:
-            return op(mode.from_tensor(x))
-    fake = _run("calling the op on a fake tensor", fake_out,
-                "is a fake kernel registered (op.register_fake / torch.library.register_fake)?")
+    def fake_out(t):
+        # A fake kernel that runs the real one fails inside FakeTensorMode, which logs the whole
+        # traceback at error level before raising: the message below says it in one line.
+        log = logging.getLogger("torch._subclasses.fake_tensor")
+        level = log.level
+        log.setLevel(logging.CRITICAL)
+        try:
+            with FakeTensorMode() as mode:
+                ft = mode.from_tensor(t)
+                out = op(ft)
+                return out, out is ft or getattr(out, "_base", None) is ft
+        finally:
+            log.setLevel(level)
+    fake_hint = ("is a fake kernel registered (op.register_fake / torch.library.register_fake)? It must only "
+                 "describe the result (torch.empty_like(x)), never run the real kernel: fake tensors hold no data")
+    fake, aliased = _run("calling the op on a fake tensor", lambda: fake_out(x), fake_hint)
+    if aliased:
+        raise GradingError("the fake kernel returns its input x (or a view of it), but the real op returns a new "
+                           "tensor\n  hint: return a new, empty tensor shaped like x: torch.empty_like(x)")
     for attr in ("shape", "dtype", "device"):
         if getattr(fake, attr) != getattr(real, attr):
             raise GradingError(f"the fake kernel says the result's {attr} is {getattr(fake, attr)}, the real "
                                f"op returns {getattr(real, attr)}\n  hint: torch.empty_like(x) describes "
                                "an elementwise result")
+    # A second dtype: a fake kernel that hard-codes float32 (torch.empty(x.shape)) must show. Only the
+    # fake kernel runs (the real kernel may take float32 only); the reference says what is expected.
+    x2 = x.double()
+    fake2, _ = _run("calling the op on a fake float64 tensor", lambda: fake_out(x2), fake_hint)
+    want = ref(x2)
+    for attr in ("shape", "dtype", "device"):
+        if getattr(fake2, attr) != getattr(want, attr):
+            raise GradingError(f"given a {x2.dtype} input, the fake kernel says the result's {attr} is "
+                               f"{getattr(fake2, attr)}, but it should be {getattr(want, attr)}\n  hint: the fake "
+                               "kernel follows its input's dtype and device: torch.empty_like(x), not "
+                               "torch.empty(x.shape)")
 
     # 2. autograd: the op's gradient equals the reference's
     xa, xr = x.clone().requires_grad_(), x.clone().requires_grad_()
@@ -82,8 +110,13 @@ def check_custom_op(op, ref, *, seed: int = 0) -> None:
     if not ya.requires_grad:
         raise GradingError("the op's result does not require grad: no autograd formula is registered\n"
                            "  hint: op.register_autograd(backward, setup_context=setup_context)")
-    _run("the backward pass", lambda: ya.backward(grad_out),
-         "backward(ctx, grad_out) returns dL/dx, one tensor of x's shape")
+    try:
+        ya.backward(grad_out, retain_graph=True)
+    except Exception as e:  # noqa: BLE001
+        empty = re.search(r"not enough values to unpack \(expected \d+, got 0\)", str(e))
+        _run("the backward pass", lambda: (_ for _ in ()).throw(e),
+             "ctx.saved_tensors is empty: setup_context must save what backward needs, "
+             "ctx.save_for_backward(x)" if empty else "backward(ctx, grad_out) returns dL/dx, one tensor of x's shape")
     ref(xr).backward(grad_out)
     _close(xa.grad, xr.grad, "the gradient dL/dx")
 

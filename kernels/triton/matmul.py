@@ -20,7 +20,7 @@ from collections import OrderedDict
 import torch
 
 import utils  # noqa: F401  (configures the interpreter before triton loads)
-from utils.triton_compat import autotune
+from utils.backends.triton.compat import autotune
 from kernels.cuda.matmul import HALF, check_operands, matmul_ref  # noqa: F401  (shared rules, reference)
 import triton
 import triton.language as tl
@@ -117,13 +117,6 @@ def matmul_fp32(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 def matmul_fp16(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """v2: float16 or bfloat16 A and B, C in the same dtype (fp32 accumulation on tensor cores)."""
     M, N, K, c = _check(a, b, "matmul_fp16", HALF)
-    if utils.SIMULATE and a.dtype == torch.bfloat16:
-        # Triton's interpreter computes with NumPy, which has no bfloat16. The products of
-        # bfloat16 values are exact in float32, so float32 operands give what the GPU's
-        # tensor cores give; C is rounded to bfloat16 once at the end, as on the GPU.
-        c32 = torch.zeros((M, N), dtype=torch.float32, device=a.device)
-        _launch(matmul_fp16_kernel, a.float(), b.float(), c32, M, N, K, True)
-        return c32.to(torch.bfloat16)
     return _launch(matmul_fp16_kernel, a, b, c, M, N, K, False)
 
 

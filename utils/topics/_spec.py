@@ -120,6 +120,10 @@ class Spec:
     sweep_shapes: Callable = lambda sizes: [(int(n),) for n in sizes.bench_sizes]
     check_shapes: Callable = lambda sizes: shapes_1d(sizes, "bench_check_sizes")
     sweep_label: str = "elements"           # the x axis of the size sweep's plot
+    # Aten operators a graded launcher may run besides allocation, views, fills, copies and casts
+    # (utils/backends/launches.py), where the exercise says so: e.g. ("sum",) for a launcher
+    # whose exercise finishes the per-block partial sums with torch.
+    torch_ops_allowed: tuple = ()
 
     @property
     def benchmarked(self) -> bool:

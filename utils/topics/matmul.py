@@ -201,16 +201,32 @@ def check_matmul(fn, *, dtype=torch.float32, allow_tf32=False, seed=None):
                 pa, pb = (v.double() for v in probe.values)
                 for alt, text in _alternatives(pa, pb):
                     if same_loose(got_p, alt):
-                        return f"the result looks like a different product: {text}"
+                        return (f"the result looks like a different product: {text} (Or the kernel assumes a "
+                                "contiguous layout: index with the strides, a.stride(0), a.stride(1), b.stride(0), "
+                                "b.stride(1).)")
             if not bool(finite.all()):
                 return ("some results are NaN: " + _LOAD_BARRIER + " (The emulator fills shared memory with "
                         "NaN when a block starts.)")
             if one_tile_ok():
+                if _is_triton(fn):
+                    return ("right on a single tile, wrong with several along K: does each step load the next "
+                            "tile? Advance both pointer tiles after each step (a_ptrs += BLOCK_K * stride_ak; "
+                            "b_ptrs += BLOCK_K * stride_bk), or add k0 * stride to the offsets.")
                 return _OVERWRITE_BARRIER + " (Or the load misses the tile's offset k0 along K.)"
             return ("wrong even when every dimension is a multiple of the tile: check the index of each load "
                     "(A[row, k0 + tx] at a[row * K + k0 + tx], B[k0 + ty, col] at b[(k0 + ty) * N + col]) "
-                    "and the barriers around the use of the tiles.")
+                    "and the barriers around the use of the tiles. A kernel given strides must use them in every "
+                    "index and pointer step: a transposed or sliced B has b.stride(0) != N and b.stride(1) != 1.")
         # Right on the probe: the mistake is at the edges.
+        swapped = _swapped_grid(bad, M, N)
+        if swapped:
+            return swapped
+        if not bool(finite.all()):
+            if _is_triton(fn):
+                return ("NaN at the edges: a masked load without other= gives undefined values where the mask is "
+                        "off (here the grader's NaN marker), and one NaN spoils every sum it enters. Load 0 outside "
+                        "A and B: tl.load(..., mask=..., other=0.0).")
+            return ("NaN at the edges: a tile read past the end of A or B, where the grader keeps NaN. " + _EDGES)
         rows_bad, cols_bad = bad.any(dim=1), bad.any(dim=0)
         return (f"right on {probe_shape[0]}x{probe_shape[1]}x{probe_shape[2]} but wrong on {M}x{N}x{K}, which is "
                 "not a multiple of the tile: " + _EDGES +
@@ -250,16 +266,42 @@ def check_matmul(fn, *, dtype=torch.float32, allow_tf32=False, seed=None):
         # The shared harness names a race or a fault in general terms; a matmul has two
         # barriers and masked edges, so say which one.
         text, hint = str(e), None
-        if "changes between runs" in text or "differ between" in text:
+        if "changes between runs" in text or "differ between" in text or "has a race" in text:
             hint = (_OVERWRITE_BARRIER if one_tile_ok() else _LOAD_BARRIER)
         elif "faulted" in text and re.search(r"past the end|before the start|out of range|outside", text):
             hint = _EDGES
         if hint is None:
             raise
+        if "\nHint: " not in text:   # the race report has no hint line: add one
+            text = re.sub(r"(?=\n\(Inputs came from seed)", "\nHint: ", text, count=1)
         raise GradingError(re.sub(r"\nHint: .*?(?=\n\(Inputs came from seed)", lambda _: "\nHint: " + hint, text,
                                   flags=re.S)) from None
     text = "shapes " + ", ".join("x".join(map(str, c.extra["shape"])) for c in cases if "transposed" not in c.label)
     success("check_matmul", cases, worst, text + ("" if refused is None else "; refuses a transposed B clearly"))
+
+
+def _swapped_grid(bad, M, N):
+    """The grid's axes swapped: the blocks cover a cdiv(N, T) x cdiv(M, T) tiling instead of
+    cdiv(M, T) x cdiv(N, T), so exactly the elements outside that rectangle are wrong."""
+    rows = torch.arange(M)[:, None]
+    cols = torch.arange(N)[None, :]
+    for t in (16, 32, 64, 128):
+        covered = (rows < t * math.ceil(N / t)) & (cols < t * math.ceil(M / t))
+        if bool((~covered).any()) and torch.equal(bad, ~covered):
+            return (f"the grid's axes are swapped: the blocks cover {t * math.ceil(N / t)} rows and "
+                    f"{t * math.ceil(M / t)} columns, as if M and N were exchanged. The grid's first axis "
+                    "runs along what its program ids index first: (cdiv(N, TILE), cdiv(M, TILE)) when blockIdx.x "
+                    "gives the column (CUDA, Numba), (cdiv(M, BLOCK_M), cdiv(N, BLOCK_N)) when program_id(0) gives "
+                    "the row (Triton).")
+    return None
+
+
+def _is_triton(fn) -> bool:
+    """Does ``fn`` launch a Triton kernel it names (a global of its module)?"""
+    code = getattr(fn, "__code__", None)
+    glb = getattr(fn, "__globals__", {})
+    names = code.co_names if code is not None else ()
+    return any(type(glb.get(n)).__module__.startswith("triton") for n in names)
 
 
 SPEC = Spec(

@@ -110,7 +110,8 @@ def check_sum(fn, *, seed=None):
                     "tl.load(x_ptr + offs, mask=offs < n, other=0.0) in Triton, if (i < n) in CUDA and Numba.")
         return ("the sum is NaN, so the kernel used memory that nobody wrote: an accumulator made with "
                 "torch.empty (use torch.zeros for an atomicAdd target); x past its end (the grader puts "
-                "NaN there: is every load masked, idx < n?); or shared memory read before another thread "
+                "NaN there: is every load masked, idx < n?); a masked tl.load without other= (lanes where the mask "
+                "is off are undefined, here NaN: tl.load(..., mask=mask, other=0.0)); or shared memory read before another thread "
                 "wrote it (is a __syncthreads() missing after filling it and after each tree step?).")
 
     def diagnose(case, got, bad):

@@ -1,10 +1,12 @@
 """Row softmax (lesson 05): fusion, rows too long for one block, and the online softmax."""
 from __future__ import annotations
 
+import re
+
 import torch
 
 from .. import check as _check
-from ..grading import (Case, Grader, grader_shapes, label_shape, row_cases, run_cases, same, shapes_text,
+from ..grading import (Case, GradingError, Grader, grader_shapes, label_shape, row_cases, run_cases, same, shapes_text,
                        success)
 from ._spec import Baseline, Spec, Target, compiled, eager, elementwise_bytes, generator
 
@@ -67,6 +69,10 @@ def check_softmax(fn, *, seed=None):
             if small_rows_right and all(not bool(small[r]) for r in rows):
                 return ("got inf/nan on rows with large values: subtract the row max before exp "
                         "(exp(1000) overflows float32; softmax(x) = softmax(x - max(x))).")
+        if bool(torch.isnan(got).any()):
+            hint = _nan_hint(fn)
+            if hint:
+                return hint
         if x.shape[0] > 1 and same(got, torch.softmax(x, dim=0), **tol):
             return "looks like softmax over dim 0 (down each column): softmax is over the last dim, along each row."
         sums = got.sum(dim=1)
@@ -78,8 +84,64 @@ def check_softmax(fn, *, seed=None):
                     "sum over the whole row (every block/chunk of it)?")
         return "compare one row by hand: max, then exp(x - max), then divide by their sum."
 
-    worst = run_cases(g, cases, names=("x",), shape_of=lambda c: c.expected.shape, diagnose=diagnose)
+    def unwritten_hint(case, mask, g=None):
+        if mask.dim() == 2 and bool(mask.all(dim=1)[mask.any(dim=1)].all()):
+            return ("whole rows were never written: softmax launches one program (one block) per row, so the "
+                    "grid is the number of rows, grid = (rows,), not a count computed from the number of "
+                    "elements (cdiv(numel, BLOCK)).")
+        return None
+
+    try:
+        worst = run_cases(g, cases, names=("x",), shape_of=lambda c: c.expected.shape, diagnose=diagnose,
+                          unwritten_hint=unwritten_hint)
+    except GradingError as e:
+        text = _past_row_end(str(e))
+        if text is None:
+            raise
+        raise GradingError(text) from None
     success("check_softmax", cases, worst, shapes_text(shapes))
+
+
+def _nan_hint(fn):
+    """NaN in the result: an unguarded -inf - (-inf) in an online softmax, or a masked load that
+    gave the grader's NaN where its mask is off. A row that starts with a whole chunk of -inf
+    (a valid input: those columns get probability 0), at a width of 128, tells them apart."""
+    x = torch.randn(2, 128)
+    x[:, :64] = float("-inf")
+    try:
+        from ..config import DEVICE
+        got = fn(x.to(DEVICE)).detach().to("cpu", torch.float64)
+        online = bool(torch.isnan(got).any())
+    except Exception:  # noqa: BLE001
+        return None
+    if online:
+        return ("NaN where a row starts with -inf: with m = -inf, exp(m - m_new) is exp(-inf - (-inf)) = "
+                "exp(nan). Guard the -inf start (shift = tl.where(m_new == -inf, 0, m_new)) and leave lanes "
+                "whose max is still -inf out of the sum.")
+    return ("NaN in the result: a masked load without other= gives undefined values where the mask is "
+            "off (here the grader's NaN marker), and one NaN spoils its row's max and sum. Load with "
+            "other=float(\"-inf\") (tl.load(..., mask=mask, other=float(\"-inf\"))) so the lanes past the "
+            "end drop out.")
+
+
+def _past_row_end(text: str):
+    """A race on an output element at the start of a row, between two blocks: the block of the
+    row before wrote one past the end of its row (``c <= cols``). Returns the message with that
+    hint, or None."""
+    m = re.search(r"race on `\w+\[(\d+)\]` \(global memory\): thread \S+ of block \((\d+),", text)
+    shape = re.search(r"on a (\d+)x(\d+) input", text)
+    if not (m and shape):
+        return None
+    idx, cols = int(m.group(1)), int(shape.group(2))
+    blocks = re.findall(r"of block \((\d+),", text)
+    if idx % cols or len(set(blocks)) < 2:
+        return None
+    hint = (f"element {idx} is column 0 of row {idx // cols}, and the block of row {idx // cols - 1} wrote it too: "
+            "a write past the end of a row (not a race to fix with atomics). The loop over a row's columns "
+            "must stop at c < cols, not c <= cols.")
+    # the race report's advice (atomics, a second kernel) is for blocks that share an element on purpose
+    text = re.sub(r" Blocks run in any order.*?(?=\n)", "", text, count=1, flags=re.S)
+    return re.sub(r"(?=\n\(Inputs came from seed)", lambda _: "\nHint: " + hint, text, count=1)
 
 
 SPEC = Spec(

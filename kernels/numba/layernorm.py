@@ -1,0 +1,334 @@
+"""LayerNorm and RMSNorm in Numba (``numba.cuda.jit``), float32.
+
+Forward (``VERSIONS``; ``f(x, w, b, eps=1e-5, stats=False)`` -> y, or (y, mean, rstd)):
+
+    v1  layernorm_block   a block per row, three passes over the row from memory
+    v2  layernorm_reg     a block per row held in registers (a local array): x read once
+    v3  layernorm         the reference: v2 up to 8192 columns, v1 beyond
+
+Backward (``BACKWARD_VERSIONS``; ``f(dy, x, w, mean, rstd)`` -> (dx, dw, db)):
+
+    atomic      a block per row: dx, then dw/db by cuda.atomic.add
+    partials    two stages: a persistent grid computes dx and each block's dw/db partial
+                sums (its own row of a buffer), then a second kernel adds the partials
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import torch
+
+import utils  # noqa: F401  (must come before numba: it picks the simulator or the GPU)
+from kernels.cuda.layernorm import check_norm_inputs, layernorm_ref, rmsnorm_ref  # noqa: F401
+from numba import cuda, float32
+
+from kernels.numba.softmax import block_sum_all
+
+EPS = 1e-5
+ITEMS = 16
+MAX_THREADS = 1024
+#: 512 threads: at 1024, the local array's registers exceed what a block may have (a launch
+#: fails with CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES on an H100).
+REG_THREADS = 512
+REG_MAX_COLS = ITEMS * REG_THREADS
+#: Threads per block of the row kernels (fewer in simulation: one Python thread each).
+ROW_THREADS = 64 if utils.SIMULATE else 256
+
+
+# ---------------------------------------------------------------------------------------
+# v1: three passes: mean, then the variance from (x - mean)^2, then normalize.
+@cuda.jit
+def layernorm_block_kernel(x, w, b, y, mean_out, rstd_out, eps):
+    scratch = cuda.shared.array(32, float32)
+    row = cuda.blockIdx.x
+    cols = x.shape[1]
+    inv = float32(1.0) / float32(cols)  # float32: x / cols would promote to float64
+    s = float32(0.0)
+    for c in range(cuda.threadIdx.x, cols, cuda.blockDim.x):
+        s += x[row, c]
+    mean = block_sum_all(s, scratch) * inv
+    q = float32(0.0)
+    for c in range(cuda.threadIdx.x, cols, cuda.blockDim.x):
+        d = x[row, c] - mean
+        q += d * d
+    rstd = float32(1.0) / (block_sum_all(q, scratch) * inv + eps) ** float32(0.5)
+    for c in range(cuda.threadIdx.x, cols, cuda.blockDim.x):
+        y[row, c] = (x[row, c] - mean) * rstd * w[c] + b[c]
+    if cuda.threadIdx.x == 0:
+        mean_out[row] = mean
+        rstd_out[row] = rstd
+
+
+# v2: each thread keeps its columns t, t + blockDim, ... in a local array (registers).
+@cuda.jit
+def layernorm_reg_kernel(x, w, b, y, mean_out, rstd_out, eps):
+    scratch = cuda.shared.array(32, float32)
+    v = cuda.local.array(ITEMS, float32)
+    row = cuda.blockIdx.x
+    cols = x.shape[1]
+    inv = float32(1.0) / float32(cols)  # float32: x / cols would promote to float64
+    t, bd = cuda.threadIdx.x, cuda.blockDim.x
+    s = float32(0.0)
+    for k in range(ITEMS):
+        c = t + k * bd
+        v[k] = x[row, c] if c < cols else float32(0.0)
+        s += v[k]
+    mean = block_sum_all(s, scratch) * inv
+    q = float32(0.0)
+    for k in range(ITEMS):
+        if t + k * bd < cols:
+            d = v[k] - mean
+            q += d * d
+    rstd = float32(1.0) / (block_sum_all(q, scratch) * inv + eps) ** float32(0.5)
+    for k in range(ITEMS):
+        c = t + k * bd
+        if c < cols:
+            y[row, c] = (v[k] - mean) * rstd * w[c] + b[c]
+    if t == 0:
+        mean_out[row] = mean
+        rstd_out[row] = rstd
+
+
+# ---------------------------------------------------------------------------------------
+# Backward of one row (dx), returning nothing: both row sums first, then dx.
+@cuda.jit(device=True)
+def _row_sums(dy, x, w, row, mean, rstd, scratch):
+    s1 = float32(0.0)
+    s2 = float32(0.0)
+    for c in range(cuda.threadIdx.x, x.shape[1], cuda.blockDim.x):
+        g = dy[row, c] * w[c]
+        s1 += g * (x[row, c] - mean) * rstd
+        s2 += g
+    # block_sum_all ends with a barrier: the second sum cannot overwrite scratch early
+    inv = float32(1.0) / float32(x.shape[1])
+    c1 = block_sum_all(s1, scratch) * inv
+    c2 = block_sum_all(s2, scratch) * inv
+    return c1, c2
+
+
+@cuda.jit
+def layernorm_bwd_atomic_kernel(dy, x, w, mean_in, rstd_in, dx, dw, db):
+    scratch = cuda.shared.array(32, float32)
+    row = cuda.blockIdx.x
+    mean, rstd = mean_in[row], rstd_in[row]
+    c1, c2 = _row_sums(dy, x, w, row, mean, rstd, scratch)
+    for c in range(cuda.threadIdx.x, x.shape[1], cuda.blockDim.x):
+        xhat = (x[row, c] - mean) * rstd
+        dx[row, c] = (dy[row, c] * w[c] - xhat * c1 - c2) * rstd
+        cuda.atomic.add(dw, c, dy[row, c] * xhat)
+        cuda.atomic.add(db, c, dy[row, c])
+
+
+@cuda.jit
+def layernorm_bwd_partials_kernel(dy, x, w, mean_in, rstd_in, dx, pdw, pdb):
+    # stage 1: block k owns row k of pdw/pdb; column c is always thread c % blockDim's
+    scratch = cuda.shared.array(32, float32)
+    k = cuda.blockIdx.x
+    cols = x.shape[1]
+    inv = float32(1.0) / float32(cols)  # float32: x / cols would promote to float64
+    for c in range(cuda.threadIdx.x, cols, cuda.blockDim.x):
+        pdw[k, c] = float32(0.0)
+        pdb[k, c] = float32(0.0)
+    for row in range(k, x.shape[0], cuda.gridDim.x):
+        mean, rstd = mean_in[row], rstd_in[row]
+        c1, c2 = _row_sums(dy, x, w, row, mean, rstd, scratch)
+        for c in range(cuda.threadIdx.x, cols, cuda.blockDim.x):
+            xhat = (x[row, c] - mean) * rstd
+            dx[row, c] = (dy[row, c] * w[c] - xhat * c1 - c2) * rstd
+            pdw[k, c] += dy[row, c] * xhat
+            pdb[k, c] += dy[row, c]
+
+
+@cuda.jit
+def column_sum_kernel(p, out):
+    # stage 2: a thread per column adds the partials of every block
+    c = cuda.grid(1)
+    if c < p.shape[1]:
+        s = float32(0.0)
+        for k in range(p.shape[0]):
+            s += p[k, c]
+        out[c] = s
+
+
+# ---------------------------------------------------------------------------------------
+# RMSNorm
+@cuda.jit
+def rmsnorm_kernel(x, w, y, rstd_out, eps):
+    scratch = cuda.shared.array(32, float32)
+    row = cuda.blockIdx.x
+    cols = x.shape[1]
+    inv = float32(1.0) / float32(cols)  # float32: x / cols would promote to float64
+    q = float32(0.0)
+    for c in range(cuda.threadIdx.x, cols, cuda.blockDim.x):
+        q += x[row, c] * x[row, c]
+    rstd = float32(1.0) / (block_sum_all(q, scratch) * inv + eps) ** float32(0.5)
+    for c in range(cuda.threadIdx.x, cols, cuda.blockDim.x):
+        y[row, c] = x[row, c] * rstd * w[c]
+    if cuda.threadIdx.x == 0:
+        rstd_out[row] = rstd
+
+
+@cuda.jit
+def rmsnorm_bwd_partials_kernel(dy, x, w, rstd_in, dx, pdw):
+    scratch = cuda.shared.array(32, float32)
+    k = cuda.blockIdx.x
+    cols = x.shape[1]
+    inv = float32(1.0) / float32(cols)  # float32: x / cols would promote to float64
+    for c in range(cuda.threadIdx.x, cols, cuda.blockDim.x):
+        pdw[k, c] = float32(0.0)
+    for row in range(k, x.shape[0], cuda.gridDim.x):
+        rstd = rstd_in[row]
+        s = float32(0.0)
+        for c in range(cuda.threadIdx.x, cols, cuda.blockDim.x):
+            s += dy[row, c] * w[c] * x[row, c] * rstd
+        c1 = block_sum_all(s, scratch) * inv
+        for c in range(cuda.threadIdx.x, cols, cuda.blockDim.x):
+            xhat = x[row, c] * rstd
+            dx[row, c] = (dy[row, c] * w[c] - xhat * c1) * rstd
+            pdw[k, c] += dy[row, c] * xhat
+
+
+# ---------------------------------------------------------------------------------------
+def _cdiv(a, b):
+    return (a + b - 1) // b
+
+
+def _warps(n):
+    return min(MAX_THREADS, max(32, _cdiv(n, 32) * 32))
+
+
+def _row_threads(cols):
+    return min(ROW_THREADS, _warps(cols))
+
+
+def _inputs(x, w, b, op):
+    return check_norm_inputs(x, w, b, op=op, dtypes=(torch.float32,))
+
+
+def _forward(kernel, threads_of, x, w, b, eps, stats, op):
+    x, w, b, shape = _inputs(x, w, b, op)
+    rows, cols = x.shape
+    y = torch.empty_like(x)
+    mean = torch.empty(rows, dtype=torch.float32, device=x.device)
+    rstd = torch.empty(rows, dtype=torch.float32, device=x.device)
+    if rows and cols:
+        args = [utils.to_numba(t) for t in (x, w, b, y, mean, rstd)]
+        kernel[rows, threads_of(cols)](*args, float32(eps))
+    y = y.reshape(shape)
+    return (y, mean, rstd) if stats else y
+
+
+def layernorm_block(x, w, b, eps=EPS, stats=False):
+    """v1: a block per row, three passes over the row."""
+    return _forward(layernorm_block_kernel, _row_threads, x, w, b, eps, stats, "layernorm_block")
+
+
+def layernorm_reg(x, w, b, eps=EPS, stats=False):
+    """v2: the row in registers, at most 8192 columns."""
+    cols = x.shape[-1] if isinstance(x, torch.Tensor) and x.dim() else 0
+    if cols > REG_MAX_COLS:
+        raise ValueError(f"layernorm_reg holds a row in registers, at most {REG_MAX_COLS} columns; got {cols}")
+    threads = (lambda n: _warps(_cdiv(n, ITEMS))) if not utils.SIMULATE else (lambda n: max(_warps(_cdiv(n, ITEMS)), 32))
+    return _forward(layernorm_reg_kernel, threads, x, w, b, eps, stats, "layernorm_reg")
+
+
+def layernorm(x, w, b, eps=EPS, stats=False):
+    """The reference: v2 while the row fits in registers, v1 beyond."""
+    cols = x.shape[-1] if isinstance(x, torch.Tensor) and x.dim() else 0
+    if cols > REG_MAX_COLS:
+        return layernorm_block(x, w, b, eps, stats)
+    return layernorm_reg(x, w, b, eps, stats)
+
+
+def _backward_inputs(dy, x, w, stats_, op):
+    x, w, _, shape = _inputs(x, w, None, op)
+    dy, _, _, dshape = check_norm_inputs(dy, w, None, op=op, name="dy", dtypes=(torch.float32,))
+    if dshape != shape:
+        raise ValueError(f"{op}: dy must have x's shape {shape}, got {dshape}")
+    rows = x.shape[0]
+    out = []
+    for t, name in stats_:
+        if not isinstance(t, torch.Tensor) or t.dtype != torch.float32 or t.numel() != rows:
+            raise ValueError(f"{op}: {name} must be a float32 tensor of {rows} values (one per row)")
+        out.append(t.reshape(rows).contiguous())
+    return dy, x, w, out, shape
+
+
+def _parts(rows):
+    return max(1, min(rows, 4 if utils.SIMULATE else 264))
+
+
+def layernorm_backward_atomic(dy, x, w, mean, rstd):
+    dy, x, w, (mean, rstd), shape = _backward_inputs(dy, x, w, ((mean, "mean"), (rstd, "rstd")),
+                                                     "layernorm_backward_atomic")
+    rows, cols = x.shape
+    dx = torch.empty_like(x)
+    dw = torch.zeros(cols, dtype=torch.float32, device=x.device)
+    db = torch.zeros(cols, dtype=torch.float32, device=x.device)
+    if rows and cols:
+        args = [utils.to_numba(t) for t in (dy, x, w, mean, rstd, dx, dw, db)]
+        layernorm_bwd_atomic_kernel[rows, _row_threads(cols)](*args)
+    return dx.reshape(shape), dw, db
+
+
+def layernorm_backward_partials(dy, x, w, mean, rstd):
+    dy, x, w, (mean, rstd), shape = _backward_inputs(dy, x, w, ((mean, "mean"), (rstd, "rstd")),
+                                                     "layernorm_backward_partials")
+    rows, cols = x.shape
+    dx = torch.empty_like(x)
+    dw = torch.zeros(cols, dtype=torch.float32, device=x.device)
+    db = torch.zeros(cols, dtype=torch.float32, device=x.device)
+    if rows == 0 or cols == 0:
+        return dx.reshape(shape), dw, db
+    parts = _parts(rows)
+    pdw = torch.empty(parts, cols, dtype=torch.float32, device=x.device)
+    pdb = torch.empty(parts, cols, dtype=torch.float32, device=x.device)
+    args = [utils.to_numba(t) for t in (dy, x, w, mean, rstd, dx, pdw, pdb)]
+    layernorm_bwd_partials_kernel[parts, _row_threads(cols)](*args)
+    threads = 64 if utils.SIMULATE else 256
+    column_sum_kernel[_cdiv(cols, threads), threads](utils.to_numba(pdw), utils.to_numba(dw))
+    column_sum_kernel[_cdiv(cols, threads), threads](utils.to_numba(pdb), utils.to_numba(db))
+    return dx.reshape(shape), dw, db
+
+
+layernorm_backward = layernorm_backward_partials
+
+
+def rmsnorm(x, w, eps=EPS, stats=False):
+    x, w, _, shape = _inputs(x, w, None, "rmsnorm")
+    rows, cols = x.shape
+    y = torch.empty_like(x)
+    rstd = torch.empty(rows, dtype=torch.float32, device=x.device)
+    if rows and cols:
+        rmsnorm_kernel[rows, _row_threads(cols)](*(utils.to_numba(t) for t in (x, w, y, rstd)), float32(eps))
+    y = y.reshape(shape)
+    return (y, rstd) if stats else y
+
+
+def rmsnorm_backward(dy, x, w, rstd):
+    dy, x, w, (rstd,), shape = _backward_inputs(dy, x, w, ((rstd, "rstd"),), "rmsnorm_backward")
+    rows, cols = x.shape
+    dx = torch.empty_like(x)
+    dw = torch.zeros(cols, dtype=torch.float32, device=x.device)
+    if rows == 0 or cols == 0:
+        return dx.reshape(shape), dw
+    parts = _parts(rows)
+    pdw = torch.empty(parts, cols, dtype=torch.float32, device=x.device)
+    rmsnorm_bwd_partials_kernel[parts, _row_threads(cols)](*(utils.to_numba(t) for t in (dy, x, w, rstd, dx, pdw)))
+    threads = 64 if utils.SIMULATE else 256
+    column_sum_kernel[_cdiv(cols, threads), threads](utils.to_numba(pdw), utils.to_numba(dw))
+    return dx.reshape(shape), dw
+
+
+VERSIONS = OrderedDict(
+    v1=("a block per row, three passes over the row from memory", layernorm_block),
+    v2=("a block per row held in registers (a local array): x read once", layernorm_reg),
+    v3=("the reference: v2 up to 8192 columns, v1 beyond", layernorm),
+)
+REFERENCE = "v3"
+
+BACKWARD_VERSIONS = OrderedDict(
+    atomic=("dx per row, dw/db by cuda.atomic.add", layernorm_backward_atomic),
+    partials=("two stages: dx and per-block dw/db partials, then a column-sum kernel", layernorm_backward_partials),
+)
+BACKWARD_REFERENCE = "partials"

@@ -1,0 +1,407 @@
+"""LayerNorm and RMSNorm over the last dim in Triton, forward and backward.
+
+Forward (``VERSIONS``; each launcher is ``f(x, w, b, eps=1e-5, stats=False)`` and returns y,
+or ``(y, mean, rstd)`` with ``stats=True``: the float32 statistics the backward needs):
+
+    v1  layernorm_chunked   a program per row, looping over the row in chunks: one pass for
+                            the mean, one for the variance, one to normalize (x read 3 times)
+    v2  layernorm_row       a program per row, the whole row in registers: x read once, the
+                            variance two-pass over registers (the reference up to 32768 columns)
+    v3  layernorm           the reference: v2, and v1 for rows too long for registers
+
+Backward (``BACKWARD_VERSIONS``; ``f(dy, x, w, mean, rstd)`` returns ``(dx, dw, db)``):
+
+    atomic      a program per row: dx, then dw/db added with tl.atomic_add (one atomic per
+                column per row: simple, contended, order-dependent in the last bits)
+    partials    fused: a program per group of rows computes dx and keeps its dw/db partial
+                sums in registers; a second kernel sums the partials (deterministic)
+
+RMSNorm (``rmsnorm(x, w)`` -> y or (y, rstd); ``rmsnorm_backward(dy, x, w, rstd)`` -> (dx, dw)).
+
+x may be float32 or bfloat16 (statistics and accumulations in float32, y in x's dtype), or
+float64 (everything in float64: what gradcheck needs).
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import torch
+
+import utils  # noqa: F401  (configures the interpreter before triton loads)
+from kernels.cuda.layernorm import check_norm_inputs, layernorm_ref, rmsnorm_ref  # noqa: F401
+import triton
+import triton.language as tl
+
+EPS = 1e-5
+#: The widest row v2 holds in registers (16 warps x 32 lanes x 64 values).
+ROW_MAX_COLS = 32768
+CHUNK = 1024
+
+
+def num_warps_for(block: int) -> int:
+    return max(1, min(16, block // 256))
+
+
+def sm_count() -> int:
+    if utils.SIMULATE:
+        return 4
+    return torch.cuda.get_device_properties(utils.DEVICE).multi_processor_count
+
+
+# ---------------------------------------------------------------------------------------
+# v1: the row in chunks of BLOCK columns, three passes (mean, variance, normalize).
+@triton.jit
+def layernorm_chunked_kernel(x_ptr, w_ptr, b_ptr, y_ptr, mean_ptr, rstd_ptr, cols, eps,
+                             BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    x_row = x_ptr + row * cols
+    y_row = y_ptr + row * cols
+    acc = tl.zeros([BLOCK], dtype=mean_ptr.dtype.element_ty)
+    for start in range(0, cols, BLOCK):
+        offs = start + tl.arange(0, BLOCK)
+        acc += tl.load(x_row + offs, mask=offs < cols, other=0.0).to(mean_ptr.dtype.element_ty)
+    mean = tl.sum(acc, axis=0) / cols
+    # the variance from (x - mean)^2, never E[x^2] - E[x]^2 (which cancels when |mean| >> std)
+    acc = tl.zeros([BLOCK], dtype=mean_ptr.dtype.element_ty)
+    for start in range(0, cols, BLOCK):
+        offs = start + tl.arange(0, BLOCK)
+        mask = offs < cols
+        d = tl.where(mask, tl.load(x_row + offs, mask=mask, other=0.0).to(mean_ptr.dtype.element_ty) - mean, 0.0)
+        acc += d * d
+    rstd = 1.0 / tl.sqrt(tl.sum(acc, axis=0) / cols + eps)
+    tl.store(mean_ptr + row, mean)
+    tl.store(rstd_ptr + row, rstd)
+    for start in range(0, cols, BLOCK):
+        offs = start + tl.arange(0, BLOCK)
+        mask = offs < cols
+        x = tl.load(x_row + offs, mask=mask, other=0.0).to(mean_ptr.dtype.element_ty)
+        w = tl.load(w_ptr + offs, mask=mask, other=0.0).to(mean_ptr.dtype.element_ty)
+        b = tl.load(b_ptr + offs, mask=mask, other=0.0).to(mean_ptr.dtype.element_ty)
+        y = (x - mean) * rstd * w + b
+        tl.store(y_row + offs, y.to(y_ptr.dtype.element_ty), mask=mask)
+
+
+# ---------------------------------------------------------------------------------------
+# v2: one program per row, the whole row (BLOCK >= cols) in registers. x is read once; the
+# variance is still two-pass, but the second pass runs over registers, not memory.
+@triton.jit
+def layernorm_row_kernel(x_ptr, w_ptr, b_ptr, y_ptr, mean_ptr, rstd_ptr, cols, eps,
+                         BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)  # int64: row * cols can pass 2**31
+    offs = tl.arange(0, BLOCK)
+    mask = offs < cols
+    x = tl.load(x_ptr + row * cols + offs, mask=mask, other=0.0).to(mean_ptr.dtype.element_ty)
+    mean = tl.sum(x, axis=0) / cols
+    d = tl.where(mask, x - mean, 0.0)  # the masked lanes must not add (0 - mean)^2
+    rstd = 1.0 / tl.sqrt(tl.sum(d * d, axis=0) / cols + eps)
+    w = tl.load(w_ptr + offs, mask=mask, other=0.0).to(mean_ptr.dtype.element_ty)
+    b = tl.load(b_ptr + offs, mask=mask, other=0.0).to(mean_ptr.dtype.element_ty)
+    tl.store(y_ptr + row * cols + offs, (d * rstd * w + b).to(y_ptr.dtype.element_ty), mask=mask)
+    tl.store(mean_ptr + row, mean)
+    tl.store(rstd_ptr + row, rstd)
+
+
+#: float64 runs too (the interpreter and the GPU), for gradcheck; its statistics are float64.
+DTYPES = (torch.float32, torch.bfloat16, torch.float64)
+
+
+def stats_dtype(x):
+    return torch.float64 if x.dtype == torch.float64 else torch.float32
+
+
+def _forward(kernel, x, w, b, eps, stats, block):
+    x, w, b, shape = check_norm_inputs(x, w, b, op="layernorm", dtypes=DTYPES)
+    rows, cols = x.shape
+    y = torch.empty_like(x)
+    mean = torch.empty(rows, dtype=stats_dtype(x), device=x.device)
+    rstd = torch.empty(rows, dtype=stats_dtype(x), device=x.device)
+    if rows and cols:
+        kernel[(rows,)](x, w, b, y, mean, rstd, cols, eps, BLOCK=block, num_warps=num_warps_for(block))
+    y = y.reshape(shape)
+    return (y, mean, rstd) if stats else y
+
+
+def layernorm_chunked(x, w, b, eps=EPS, stats=False):
+    """v1: three passes over the row in chunks of 1024 columns."""
+    return _forward(layernorm_chunked_kernel, x, w, b, eps, stats, CHUNK)
+
+
+def layernorm_row(x, w, b, eps=EPS, stats=False):
+    """v2: the row in registers (rows up to ROW_MAX_COLS columns)."""
+    cols = x.shape[-1] if isinstance(x, torch.Tensor) and x.dim() else 0
+    if cols > ROW_MAX_COLS:
+        raise ValueError(f"layernorm_row holds a row in registers, at most {ROW_MAX_COLS} columns; "
+                         f"got {cols}: use layernorm_chunked")
+    return _forward(layernorm_row_kernel, x, w, b, eps, stats, triton.next_power_of_2(max(cols, 1)))
+
+
+def layernorm(x, w, b, eps=EPS, stats=False):
+    """The reference: v2 while the row fits in registers, v1 beyond."""
+    cols = x.shape[-1] if isinstance(x, torch.Tensor) and x.dim() else 0
+    if cols > ROW_MAX_COLS:
+        return layernorm_chunked(x, w, b, eps, stats)
+    return layernorm_row(x, w, b, eps, stats)
+
+
+# ---------------------------------------------------------------------------------------
+# Backward. With xhat = (x - mean) * rstd and g = dy * w:
+#     dx = rstd * (g - mean(g) - xhat * mean(g * xhat))     two row reductions
+#     dw = sum over rows of dy * xhat,  db = sum over rows of dy   reductions ACROSS rows
+@triton.jit
+def _row_dx(dy_ptr, x_ptr, w, mean_ptr, rstd_ptr, dx_ptr, row, cols, offs, mask):
+    dy = tl.load(dy_ptr + row * cols + offs, mask=mask, other=0.0).to(mean_ptr.dtype.element_ty)
+    x = tl.load(x_ptr + row * cols + offs, mask=mask, other=0.0).to(mean_ptr.dtype.element_ty)
+    mean = tl.load(mean_ptr + row)
+    rstd = tl.load(rstd_ptr + row)
+    xhat = tl.where(mask, (x - mean) * rstd, 0.0)
+    g = dy * w
+    c1 = tl.sum(g * xhat, axis=0) / cols
+    c2 = tl.sum(g, axis=0) / cols
+    dx = (g - xhat * c1 - c2) * rstd
+    tl.store(dx_ptr + row * cols + offs, dx.to(dx_ptr.dtype.element_ty), mask=mask)
+    return dy * xhat, dy
+
+
+@triton.jit
+def layernorm_bwd_atomic_kernel(dy_ptr, x_ptr, w_ptr, mean_ptr, rstd_ptr, dx_ptr, dw_ptr, db_ptr,
+                                cols, BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    offs = tl.arange(0, BLOCK)
+    mask = offs < cols
+    w = tl.load(w_ptr + offs, mask=mask, other=0.0).to(mean_ptr.dtype.element_ty)
+    pdw, pdb = _row_dx(dy_ptr, x_ptr, w, mean_ptr, rstd_ptr, dx_ptr, row, cols, offs, mask)
+    # every row adds into the same cols floats: atomics, never a plain read-add-store
+    tl.atomic_add(dw_ptr + offs, pdw, mask=mask)
+    tl.atomic_add(db_ptr + offs, pdb, mask=mask)
+
+
+@triton.jit
+def layernorm_bwd_partials_kernel(dy_ptr, x_ptr, w_ptr, mean_ptr, rstd_ptr, dx_ptr, pdw_ptr, pdb_ptr,
+                                  rows, cols, BLOCK: tl.constexpr):
+    # a persistent program: rows pid, pid + P, ... ; its share of dw/db stays in registers
+    pid = tl.program_id(0)
+    offs = tl.arange(0, BLOCK)
+    mask = offs < cols
+    w = tl.load(w_ptr + offs, mask=mask, other=0.0).to(pdw_ptr.dtype.element_ty)
+    acc_dw = tl.zeros([BLOCK], dtype=pdw_ptr.dtype.element_ty)
+    acc_db = tl.zeros([BLOCK], dtype=pdw_ptr.dtype.element_ty)
+    for r in range(pid, rows, tl.num_programs(0)):
+        row = tl.cast(r, tl.int64)
+        pdw, pdb = _row_dx(dy_ptr, x_ptr, w, mean_ptr, rstd_ptr, dx_ptr, row, cols, offs, mask)
+        acc_dw += pdw
+        acc_db += pdb
+    tl.store(pdw_ptr + pid * cols + offs, acc_dw, mask=mask)
+    tl.store(pdb_ptr + pid * cols + offs, acc_db, mask=mask)
+
+
+@triton.jit
+def column_sum_kernel(p_ptr, out_ptr, parts, cols, BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr):
+    # stage 2: out[c] = sum over parts of p[part, c], a program per BLOCK_C columns
+    cs = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
+    acc = tl.zeros([BLOCK_P, BLOCK_C], dtype=p_ptr.dtype.element_ty)
+    for start in range(0, parts, BLOCK_P):
+        ps = start + tl.arange(0, BLOCK_P)
+        m = (ps[:, None] < parts) & (cs[None, :] < cols)
+        acc += tl.load(p_ptr + ps[:, None] * cols + cs[None, :], mask=m, other=0.0)
+    tl.store(out_ptr + cs, tl.sum(acc, axis=0).to(out_ptr.dtype.element_ty), mask=cs < cols)
+
+
+def _backward_inputs(dy, x, w, mean, rstd, op):
+    x, w, _, shape = check_norm_inputs(x, w, None, op=op, dtypes=DTYPES)
+    dy, _, _, dshape = check_norm_inputs(dy, w, None, op=op, name="dy", dtypes=DTYPES)
+    if dshape != shape or dy.dtype != x.dtype:
+        raise ValueError(f"{op}: dy must have x's shape and dtype, got {dshape} {dy.dtype} and {shape} {x.dtype}")
+    rows = x.shape[0]
+    stats = []
+    for t, name in ((mean, "mean"), (rstd, "rstd")):
+        if t is None:
+            stats.append(None)
+            continue
+        if not isinstance(t, torch.Tensor) or t.dtype != stats_dtype(x) or t.numel() != rows:
+            raise ValueError(f"{op}: {name} must be a {stats_dtype(x)} tensor of {rows} values (one per row)")
+        stats.append(t.reshape(rows).contiguous())
+    return dy, x, w, stats[0], stats[1], shape
+
+
+def _check_cols(cols, op):
+    if cols > ROW_MAX_COLS:
+        raise ValueError(f"{op} holds a row in registers, at most {ROW_MAX_COLS} columns; got {cols}")
+
+
+def layernorm_backward_atomic(dy, x, w, mean, rstd):
+    """dx per row, dw/db by atomics."""
+    dy, x, w, mean, rstd, shape = _backward_inputs(dy, x, w, mean, rstd, "layernorm_backward_atomic")
+    rows, cols = x.shape
+    _check_cols(cols, "layernorm_backward_atomic")
+    dx = torch.empty_like(x)
+    dw = torch.zeros(cols, dtype=stats_dtype(x), device=x.device)
+    db = torch.zeros(cols, dtype=stats_dtype(x), device=x.device)
+    if rows and cols:
+        block = triton.next_power_of_2(cols)
+        layernorm_bwd_atomic_kernel[(rows,)](dy, x, w, mean, rstd, dx, dw, db, cols, BLOCK=block,
+                                             num_warps=num_warps_for(block))
+    return dx.reshape(shape), dw.to(w.dtype), db.to(w.dtype)
+
+
+def layernorm_backward_partials(dy, x, w, mean, rstd):
+    """Fused dx + per-program dw/db partials, then a second kernel over the partials."""
+    dy, x, w, mean, rstd, shape = _backward_inputs(dy, x, w, mean, rstd, "layernorm_backward_partials")
+    rows, cols = x.shape
+    _check_cols(cols, "layernorm_backward_partials")
+    dx = torch.empty_like(x)
+    dw = torch.empty(cols, dtype=w.dtype, device=x.device)
+    db = torch.empty(cols, dtype=w.dtype, device=x.device)
+    if cols == 0:
+        return dx.reshape(shape), dw, db
+    if rows == 0:
+        return dx.reshape(shape), dw.zero_(), db.zero_()
+    block = triton.next_power_of_2(cols)
+    parts = min(rows, (2 if utils.SIMULATE else 4) * sm_count())
+    pdw = torch.empty(parts, cols, dtype=stats_dtype(x), device=x.device)
+    pdb = torch.empty(parts, cols, dtype=stats_dtype(x), device=x.device)
+    layernorm_bwd_partials_kernel[(parts,)](dy, x, w, mean, rstd, dx, pdw, pdb, rows, cols, BLOCK=block,
+                                            num_warps=num_warps_for(block))
+    bc = 64 if utils.SIMULATE else 128
+    grid = (triton.cdiv(cols, bc),)
+    column_sum_kernel[grid](pdw, dw, parts, cols, BLOCK_P=32, BLOCK_C=bc)
+    column_sum_kernel[grid](pdb, db, parts, cols, BLOCK_P=32, BLOCK_C=bc)
+    return dx.reshape(shape), dw, db
+
+
+layernorm_backward = layernorm_backward_partials
+
+
+# ---------------------------------------------------------------------------------------
+# RMSNorm: LayerNorm without the mean (and without b). One reduction instead of two, and no
+# centering: LLMs (LLaMA, Mistral, ...) use it because it is cheaper and trains as well.
+@triton.jit
+def rmsnorm_kernel(x_ptr, w_ptr, y_ptr, rstd_ptr, cols, eps, BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    offs = tl.arange(0, BLOCK)
+    mask = offs < cols
+    x = tl.load(x_ptr + row * cols + offs, mask=mask, other=0.0).to(rstd_ptr.dtype.element_ty)
+    rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) / cols + eps)
+    w = tl.load(w_ptr + offs, mask=mask, other=0.0).to(rstd_ptr.dtype.element_ty)
+    tl.store(y_ptr + row * cols + offs, (x * rstd * w).to(y_ptr.dtype.element_ty), mask=mask)
+    tl.store(rstd_ptr + row, rstd)
+
+
+@triton.jit
+def rmsnorm_bwd_kernel(dy_ptr, x_ptr, w_ptr, rstd_ptr, dx_ptr, pdw_ptr, rows, cols, BLOCK: tl.constexpr):
+    pid = tl.program_id(0)
+    offs = tl.arange(0, BLOCK)
+    mask = offs < cols
+    w = tl.load(w_ptr + offs, mask=mask, other=0.0).to(rstd_ptr.dtype.element_ty)
+    acc = tl.zeros([BLOCK], dtype=rstd_ptr.dtype.element_ty)
+    for r in range(pid, rows, tl.num_programs(0)):
+        row = tl.cast(r, tl.int64)
+        dy = tl.load(dy_ptr + row * cols + offs, mask=mask, other=0.0).to(rstd_ptr.dtype.element_ty)
+        x = tl.load(x_ptr + row * cols + offs, mask=mask, other=0.0).to(rstd_ptr.dtype.element_ty)
+        rstd = tl.load(rstd_ptr + row)
+        xhat = x * rstd
+        g = dy * w
+        c1 = tl.sum(g * xhat, axis=0) / cols
+        tl.store(dx_ptr + row * cols + offs, ((g - xhat * c1) * rstd).to(dx_ptr.dtype.element_ty), mask=mask)
+        acc += dy * xhat
+    tl.store(pdw_ptr + pid * cols + offs, acc, mask=mask)
+
+
+def rmsnorm(x, w, eps=EPS, stats=False):
+    x, w, _, shape = check_norm_inputs(x, w, None, op="rmsnorm", dtypes=DTYPES)
+    rows, cols = x.shape
+    _check_cols(cols, "rmsnorm")
+    y = torch.empty_like(x)
+    rstd = torch.empty(rows, dtype=stats_dtype(x), device=x.device)
+    if rows and cols:
+        block = triton.next_power_of_2(cols)
+        rmsnorm_kernel[(rows,)](x, w, y, rstd, cols, eps, BLOCK=block, num_warps=num_warps_for(block))
+    y = y.reshape(shape)
+    return (y, rstd) if stats else y
+
+
+def rmsnorm_backward(dy, x, w, rstd):
+    dy, x, w, _, rstd, shape = _backward_inputs(dy, x, w, None, rstd, "rmsnorm_backward")
+    rows, cols = x.shape
+    _check_cols(cols, "rmsnorm_backward")
+    dx = torch.empty_like(x)
+    dw = torch.zeros(cols, dtype=w.dtype, device=x.device)
+    if rows == 0 or cols == 0:
+        return dx.reshape(shape), dw
+    block = triton.next_power_of_2(cols)
+    parts = min(rows, (2 if utils.SIMULATE else 4) * sm_count())
+    pdw = torch.empty(parts, cols, dtype=stats_dtype(x), device=x.device)
+    rmsnorm_bwd_kernel[(parts,)](dy, x, w, rstd, dx, pdw, rows, cols, BLOCK=block, num_warps=num_warps_for(block))
+    bc = 64 if utils.SIMULATE else 128
+    column_sum_kernel[(triton.cdiv(cols, bc),)](pdw, dw, parts, cols, BLOCK_P=32, BLOCK_C=bc)
+    return dx.reshape(shape), dw
+
+
+VERSIONS = OrderedDict(
+    v1=("a program per row, three passes over the row in chunks (x read 3 times)", layernorm_chunked),
+    v2=("a program per row, the row in registers: x read once, two-pass variance on chip", layernorm_row),
+    v3=("the reference: v2, v1 for rows longer than 32768", layernorm),
+)
+REFERENCE = "v3"
+
+BACKWARD_VERSIONS = OrderedDict(
+    atomic=("dx per row, dw/db by atomic_add (one per column per row)", layernorm_backward_atomic),
+    partials=("fused: dx and per-program dw/db partials, then a column-sum kernel", layernorm_backward_partials),
+)
+BACKWARD_REFERENCE = "partials"
+
+
+# ---------------------------------------------------------------------------------------
+# Shipping: an autograd.Function (eager) and a torch.library op with a fake kernel (so
+# torch.compile and opcheck can trace it without running it).
+class LayerNormFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, w, b, eps=EPS):
+        y, mean, rstd = layernorm(x, w, b, eps, stats=True)
+        ctx.save_for_backward(x, w, mean, rstd)
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, w, mean, rstd = ctx.saved_tensors
+        dx, dw, db = layernorm_backward(dy.contiguous(), x, w, mean, rstd)
+        return dx, dw, db, None
+
+
+@torch.library.custom_op("course::layernorm_triton", mutates_args=())
+def layernorm_op(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """y, mean, rstd of LayerNorm over the last dim (the Triton kernels)."""
+    return layernorm(x, w, b, eps, stats=True)
+
+
+@layernorm_op.register_fake
+def _(x, w, b, eps):
+    rows = x.numel() // x.shape[-1] if x.shape[-1] else x.numel()
+    st = torch.float64 if x.dtype == torch.float64 else torch.float32
+    return torch.empty_like(x), x.new_empty(rows, dtype=st), x.new_empty(rows, dtype=st)
+
+
+@torch.library.custom_op("course::layernorm_triton_backward", mutates_args=())
+def layernorm_backward_op(dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, mean: torch.Tensor,
+                          rstd: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    return layernorm_backward(dy, x, w, mean, rstd)
+
+
+@layernorm_backward_op.register_fake
+def _(dy, x, w, mean, rstd):
+    return torch.empty_like(x), torch.empty_like(w), torch.empty_like(w)
+
+
+def _setup_context(ctx, inputs, output):
+    x, w, b, eps = inputs
+    _, mean, rstd = output
+    ctx.save_for_backward(x, w, mean, rstd)
+
+
+def _backward(ctx, dy, dmean, drstd):
+    # mean and rstd are saved statistics, not outputs anyone differentiates
+    x, w, mean, rstd = ctx.saved_tensors
+    dx, dw, db = layernorm_backward_op(dy.contiguous(), x, w, mean, rstd)
+    return dx, dw, db, None
+
+
+layernorm_op.register_autograd(_backward, setup_context=_setup_context)

@@ -1,0 +1,169 @@
+"""The backends' interface (utils/backends/) and the shape of utils/: no import circles."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+import torch
+
+import utils
+
+ROOT = Path(__file__).resolve().parent.parent
+UTILS = ROOT / "utils"
+
+
+# --------------------------------------------------------------------------------------
+# No import circles among the modules of utils/
+# --------------------------------------------------------------------------------------
+def _module_name(path: Path) -> str:
+    rel = path.relative_to(ROOT).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _import_graph(sources: dict[str, tuple[str, bool]]) -> dict[str, set[str]]:
+    """module -> the utils modules it imports, at module level or inside a function (a lazy
+    import that closes a circle is still a circle: it only hides it until that call).
+    ``sources``: module -> (text, is_package). ``import utils`` (the flat facade, which
+    imports everything) is left out: a module may look a flat name up at call time."""
+    graph = {}
+    for mod, (text, is_pkg) in sources.items():
+        package = mod if is_pkg else mod.rpartition(".")[0]
+        deps = set()
+        for node in ast.walk(ast.parse(text)):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = package.split(".")
+                    base = base[:len(base) - (node.level - 1)]
+                    target = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    target = node.module or ""
+                # `from . import x`: x may be a submodule
+                subs = [f"{target}.{a.name}" for a in node.names]
+                names = [s for s in subs if s in sources] or [target]
+            for n in names:
+                while n and n not in sources:  # `import utils.backends.cuda._toolchain` -> that module
+                    n = n.rpartition(".")[0]
+                if n and n != "utils" and n != mod:
+                    deps.add(n)
+        graph[mod] = deps
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    found, state, stack = [], {}, []
+
+    def visit(m):
+        state[m] = 1
+        stack.append(m)
+        for d in sorted(graph.get(m, ())):
+            if state.get(d) == 1:
+                found.append(stack[stack.index(d):] + [d])
+            elif d not in state:
+                visit(d)
+        stack.pop()
+        state[m] = 2
+
+    for m in sorted(graph):
+        if m not in state:
+            visit(m)
+    return found
+
+
+def _utils_sources() -> dict[str, tuple[str, bool]]:
+    return {_module_name(p): (p.read_text(), p.name == "__init__.py") for p in sorted(UTILS.rglob("*.py"))}
+
+
+def test_utils_has_no_import_circles():
+    cycles = _cycles(_import_graph(_utils_sources()))
+    assert not cycles, "import circles among utils modules:\n" + "\n".join(" -> ".join(c) for c in cycles)
+
+
+@pytest.mark.parametrize("module, lazy_import", [
+    # the two circles the backends' layout removed, put back as the lazy imports they were
+    ("utils.backends.numba.races", "from .simulator import _describe_site"),
+    ("utils.backends.cuda", "from ...profile import profile"),
+])
+def test_the_circle_check_finds_a_lazy_import_that_closes_a_circle(module, lazy_import):
+    sources = _utils_sources()
+    text, is_pkg = sources[module]
+    sources[module] = (text + f"\n\ndef _late():\n    {lazy_import}\n", is_pkg)
+    cycles = _cycles(_import_graph(sources))
+    assert any(module in c for c in cycles), cycles
+
+
+def test_the_moved_modules_keep_the_flat_api():
+    for name in ("cuda_kernel", "load_inline", "emulation_schedule", "race_detection", "KernelFault",
+                 "SimulatorRaceError", "profile", "Profile", "check_relu", "check_softmax", "GradingError",
+                 "to_numba", "triton_compat", "record_launches", "backend_of"):
+        assert hasattr(utils, name), name
+
+
+# --------------------------------------------------------------------------------------
+# The interface
+# --------------------------------------------------------------------------------------
+import triton  # noqa: E402  (after utils: it sets up the simulators)
+import triton.language as tl  # noqa: E402
+from numba import cuda  # noqa: E402
+
+
+@cuda.jit
+def copy_numba(x, y, n):
+    i = cuda.grid(1)
+    if i < n:
+        y[i] = x[i]
+
+
+@triton.jit
+def copy_triton(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < n), mask=offs < n)
+
+
+@triton.jit
+def all_write_one(y_ptr):
+    tl.store(y_ptr + tl.arange(0, 2) * 0, tl.program_id(0) + tl.zeros((2,), tl.float32))
+
+
+def test_backend_of_names_each_kind_and_refuses_a_plain_function():
+    assert utils.backend_of(copy_numba).name == "numba"
+    assert utils.backend_of(copy_triton).name == "triton"
+    for b in utils.BACKENDS:
+        assert isinstance(b, utils.Backend)
+    with pytest.raises(TypeError, match="utils.cuda_kernel, numba.cuda.jit or triton.jit"):
+        utils.backend_of(lambda x: x)
+    with pytest.raises(TypeError, match="profile\\(\\) takes a kernel"):
+        utils.profile(lambda x: x, 1, 1)
+
+
+def test_launch_and_record_through_the_interface():
+    x = torch.arange(40, dtype=torch.float32, device=utils.DEVICE)
+    y1, y2 = torch.zeros_like(x), torch.zeros_like(x)
+    with utils.record_launches() as seen:
+        utils.backend_of(copy_numba).launch(copy_numba, 2, 32, utils.to_numba(x), utils.to_numba(y1), 40)
+        utils.backend_of(copy_triton).launch(copy_triton, (3,), x, y2, 40, BLOCK=16)
+    assert [(k.backend, k.name) for k in seen.kernels] == [("numba", "copy_numba"), ("triton", "copy_triton")]
+    assert torch.equal(y1, x) and torch.equal(y2, x)
+    # what the simulators do with the tensors inside a launch is not the caller's torch work
+    assert not seen.computing_ops(), seen
+    # nothing is recorded outside the block
+    copy_triton[(3,)](x, y2, 40, BLOCK=16)
+    assert len(seen.kernels) == 2
+
+
+def test_race_detection_switch_of_the_simulators():
+    y = torch.zeros(1, device=utils.DEVICE)
+    b = utils.backend_of(all_write_one)
+    if not utils.SIMULATE:
+        pytest.skip("race detection runs in simulation")
+    with pytest.raises(utils.SimulatorRaceError):
+        with b.race_detection(True):
+            b.launch(all_write_one, (2,), y)
+    with b.race_detection(False):
+        b.launch(all_write_one, (2,), y)  # the same race, unchecked

@@ -1,0 +1,65 @@
+"""Simulation gives the GPU's verdicts: every catalog mistake (tests/mistakes/) and every grader
+test kernel (tests/grader_kernels.py), graded here in simulation, gets the verdict recorded on
+the H100 in benchmarks/results/sim-vs-gpu.json (``python3 benchmarks/sim_vs_gpu.py --record``),
+except the races and undefined behaviour that only simulation catches (listed with why)."""
+import json
+
+import pytest
+
+import utils
+from benchmarks import sim_vs_gpu as svg
+
+recorded = pytest.mark.skipif(
+    not svg.OUT_JSON.exists(), reason="no recorded GPU verdicts yet: run `python3 benchmarks/sim_vs_gpu.py --record` "
+                                      "on a GPU to write benchmarks/results/sim-vs-gpu.json")
+in_simulation = pytest.mark.skipif(not utils.SIMULATE, reason="compares the simulation with the recorded GPU verdicts")
+
+
+def _recorded():
+    return json.loads(svg.OUT_JSON.read_text())
+
+
+@recorded
+@in_simulation
+def test_recorded_on_a_gpu_with_its_commit():
+    rec = _recorded()
+    assert rec["mode"] == "gpu" and rec["machine"]["gpu"].startswith("NVIDIA"), rec["machine"]
+    assert rec.get("commit"), "the recorded file names no commit"
+
+
+@recorded
+@in_simulation
+def test_every_entry_was_recorded():
+    keys = {f"mistake:{ex}/{m.name}" for ex, m in svg.M.all_mistakes()}
+    keys |= {f"kernel:{k}" for k in svg.grader_kernels()}
+    missing = sorted(keys - set(_recorded()["verdicts"]))
+    assert not missing, f"not recorded on the GPU (re-run benchmarks/sim_vs_gpu.py --record there): {missing}"
+
+
+@recorded
+@in_simulation
+def test_simulation_agrees_with_the_gpu():
+    sim = svg.run(log=lambda *_: None)
+    bad = svg.disagreements(sim, _recorded()["verdicts"])
+    assert not bad, "simulation and GPU disagree:\n" + "\n".join(bad)
+
+
+def test_sim_only_entries_are_explained():
+    # Races and undefined behaviour, which a GPU may not show; besides them two kinds of entry
+    # are graded in simulation only, and say so: efficiency (Nsight Compute gives no bytes
+    # needed) and what only the simulator requires (utils.to_numba, so one source runs everywhere).
+    for key, why in svg.sim_only_reasons().items():
+        assert len(why) > 20 and any(w in why for w in ("race", "undefined", "efficiency", "simulator")), (key, why)
+
+
+def test_disagreement_rules():
+    """A different verdict is a disagreement, except a simulation-only catch that a GPU accepts."""
+    race = next(iter(svg.SIM_ONLY_KERNELS))
+    sim = {"kernel:a": {"verdict": "rejected", "message": "x"}, f"kernel:{race}": {"verdict": "rejected", "message": "race"},
+           "kernel:b": {"verdict": "accepted", "message": ""}}
+    gpu = {"kernel:a": {"verdict": "accepted", "message": ""}, f"kernel:{race}": {"verdict": "accepted", "message": ""},
+           "kernel:b": {"verdict": "accepted", "message": ""}}
+    assert [d.split(":")[1] for d in svg.disagreements(sim, gpu)] == ["a"]
+    gpu[f"kernel:{race}"]["verdict"] = "rejected"
+    sim[f"kernel:{race}"]["verdict"] = "accepted"   # the other way round is a disagreement
+    assert len(svg.disagreements(sim, gpu)) == 2

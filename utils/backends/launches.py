@@ -1,0 +1,222 @@
+"""What a call launched: the course's kernels, and the torch operators that ran around them.
+
+    with utils.record_launches() as seen:
+        out = softmax_triton(x)
+    seen.kernels        # [Launch(backend='triton', name='softmax_kernel')]
+    seen.torch_ops      # Counter of the aten operators run outside kernels: {'empty_like': 1}
+    seen.computing_ops()  # those that compute values (not allocation, views, fills, copies, casts)
+
+The graders use this to make sure a launcher launches the learner's kernel: a function that
+returns ``torch.softmax(x, -1)`` has the right values, and no kernel of its own.
+
+Each backend marks its launch path with :func:`recorded` (``utils.cuda_kernel`` launches,
+``numba.cuda.jit`` launches in the simulator and through numba-cuda's dispatcher on a GPU,
+``triton.jit`` launches in the interpreter and through ``JITFunction.run`` on a GPU). While
+no recording is active that costs one test of a global. Torch operators are seen through a
+``TorchDispatchMode`` (below autograd, so the same on CPU and GPU); what runs *inside* a
+launch (the simulators copy and convert tensors) is not counted.
+
+This module imports nothing of the course, so any backend may import it.
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import threading
+from collections import Counter
+from typing import NamedTuple
+
+__all__ = ["Launch", "Launches", "record_launches", "recorded", "ALLOWED_TORCH_OPS", "torch_op_name",
+           "is_extension_function"]
+
+
+class Launch(NamedTuple):
+    backend: str  # "cuda", "numba", "triton" or "extension" (a compiled C++/CUDA extension's function or op)
+    name: str     # the kernel's name
+
+
+#: Aten operators that move or shape data without computing the result: allocation, views,
+#: fills, copies and dtype casts, and reading sizes. A launcher may use any of them.
+ALLOWED_TORCH_OPS = frozenset({
+    # allocation
+    "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "zeros", "zeros_like",
+    "ones", "ones_like", "full", "full_like", "new_zeros", "new_ones", "new_full", "scalar_tensor",
+    "resize_", "resize_as_",
+    # fills
+    "fill", "fill_", "zero", "zero_",
+    # copies and casts (x.contiguous(), x.to(dtype), x.float(), x.cpu())
+    "copy", "copy_", "clone", "_to_copy", "to", "contiguous", "_copy_from", "_copy_from_and_resize",
+    "lift_fresh", "lift_fresh_copy", "detach", "detach_", "alias", "pin_memory", "_pin_memory",
+    "_local_scalar_dense",
+    # views
+    "view", "_unsafe_view", "reshape", "_reshape_alias", "as_strided", "expand", "expand_as", "t",
+    "transpose", "permute", "unsqueeze", "squeeze", "select", "slice", "narrow", "flatten",
+    "unflatten", "split", "split_with_sizes", "unbind", "chunk", "view_as", "movedim", "unfold",
+    "diagonal", "view_as_real", "view_as_complex",
+    # sizes, strides and other metadata
+    "sym_size", "sym_stride", "sym_numel", "sym_storage_offset", "is_contiguous", "is_same_size",
+    "set_", "record_stream", "_has_compatible_shallow_copy_type",
+})
+
+#: The Python spelling of the aten operators a learner is likely to reach for.
+_FRIENDLY = {
+    "_softmax": "torch.softmax", "_log_softmax": "torch.log_softmax", "softmax": "torch.softmax",
+    "mm": "a @ b (torch.mm)", "bmm": "a @ b (torch.bmm)", "addmm": "torch.addmm", "matmul": "a @ b",
+    "sum": "torch.sum", "relu": "torch.relu", "relu_": "torch.relu_", "gelu": "torch.nn.functional.gelu",
+    "clamp": "torch.clamp", "clamp_min": "torch.clamp", "maximum": "torch.maximum", "where": "torch.where",
+    "add": "+ (torch.add)", "sub": "- (torch.sub)", "mul": "* (torch.mul)", "div": "/ (torch.div)",
+    "exp": "torch.exp", "amax": "torch.amax", "max": "torch.max", "tanh": "torch.tanh",
+    "native_layer_norm": "torch.nn.functional.layer_norm",
+    "_scaled_dot_product_flash_attention_for_cpu": "torch.nn.functional.scaled_dot_product_attention",
+    "_scaled_dot_product_flash_attention": "torch.nn.functional.scaled_dot_product_attention",
+    "_scaled_dot_product_efficient_attention": "torch.nn.functional.scaled_dot_product_attention",
+}
+
+
+def torch_op_name(op: str) -> str:
+    """``"torch.softmax (aten._softmax)"``: how a learner wrote it, and what torch ran."""
+    friendly = _FRIENDLY.get(op) or f"torch.{op.lstrip('_')}"
+    return f"{friendly} (aten.{op})"
+
+
+class _State(threading.local):
+    inside = 0  # > 0 while a kernel launch runs in this thread
+
+
+_STATE = _State()
+#: The recordings in progress (nested ones all see each launch). Empty: the hooks do nothing.
+_ACTIVE: list["Launches"] = []
+#: The backends' hook installers, run when a recording starts: a backend hooks its launch path
+#: once the library is imported (no numba.cuda imported yet: no Numba kernel to launch), so that
+#: ``import utils`` imports nothing more for it.
+_INSTALLERS: list = []
+
+
+def install_hooks_on_record(install) -> None:
+    """Register ``install()`` (idempotent, cheap): run at the start of every recording."""
+    _INSTALLERS.append(install)
+    install()
+
+
+class Launches:
+    """The kernel launches and torch operators of one ``with record_launches()`` block."""
+
+    def __init__(self):
+        self.kernels: list[Launch] = []
+        self.torch_ops: Counter = Counter()
+
+    def computing_ops(self, allowed=()) -> list[str]:
+        """The aten operators that computed values (in the order first run), beyond the
+        always-allowed data movement and ``allowed`` (names like ``"sum"``)."""
+        extra = set(allowed)
+        return [op for op in self.torch_ops if op not in ALLOWED_TORCH_OPS and op not in extra]
+
+    def verdict(self, allowed=(), need_kernel: bool = True, fn=None) -> str | None:
+        """Why this call did not compute its result with a kernel of its own (None: it did).
+        ``need_kernel`` False: launching nothing is fine (an empty input needs no kernel).
+        ``fn``: the function called; a compiled extension's function launches its kernels in C++."""
+        ops = self.computing_ops(allowed)
+        if ops:
+            names = ", ".join(torch_op_name(op) for op in ops[:3]) + (", ..." if len(ops) > 3 else "")
+            verb = "computed" if len(ops) == 1 else "computed (part of)"
+            return (f"your function returned the right values, but {names} {verb} them: launch your kernel, "
+                    f"which must compute the result itself.")
+        if need_kernel and not self.kernels and not is_extension_function(fn):
+            return ("your function returned the right values, but it launched no kernel: "
+                    "launch your kernel (kernel[grid, block](...) or kernel[grid](...)) to compute them.")
+        return None
+
+    def __repr__(self):
+        return f"Launches(kernels={self.kernels!r}, torch_ops={dict(self.torch_ops)!r})"
+
+
+#: Operator namespaces of torch itself; any other one was registered by an extension.
+_TORCH_NAMESPACES = frozenset({"aten", "prim", "prims", "_c10d_functional", "c10d", "quantized", "profiler"})
+#: Modules of builtin functions that are not a compiled extension of the course's.
+_NOT_EXTENSIONS = ("torch", "numpy", "math", "builtins", "operator", "_operator", "functools", "cmath")
+
+
+def is_extension_function(fn) -> bool:
+    """Whether ``fn`` is a function of a compiled extension module (pybind11: ``relu_ext.relu_forward``,
+    a ``torch.utils.cpp_extension.load_inline`` module's function on a GPU): its kernels launch from
+    C++, where no Python hook sees them."""
+    if type(fn).__name__ != "builtin_function_or_method":
+        return False
+    mod = getattr(fn, "__module__", None) or ""
+    return bool(mod) and mod.split(".")[0] not in _NOT_EXTENSIONS
+
+
+@functools.lru_cache(maxsize=None)
+def _dispatch_mode():
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class _TorchOps(TorchDispatchMode):
+        """Counts the aten operators that run outside kernel launches."""
+
+        def __init__(self, rec: Launches):
+            super().__init__()
+            self.rec = rec
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            if _STATE.inside:
+                return func(*args, **kwargs)
+            if func.namespace not in _TORCH_NAMESPACES:
+                # an operator that an extension registered (torch.ops.myrelu.relu): compiled code
+                # of the course's or the learner's own, which launches its kernel in C++
+                with launching("extension", f"{func.namespace}.{func.overloadpacket.__name__}"):
+                    return func(*args, **kwargs)
+            self.rec.torch_ops[func.overloadpacket.__name__] += 1
+            return func(*args, **kwargs)
+
+    return _TorchOps
+
+
+@contextlib.contextmanager
+def record_launches(torch_ops: bool = True):
+    """Record the kernel launches (and, with ``torch_ops``, the torch operators run outside
+    them) of the ``with`` block; yields a :class:`Launches`."""
+    for install in _INSTALLERS:
+        install()
+    rec = Launches()
+    _ACTIVE.append(rec)
+    try:
+        if torch_ops:
+            with _dispatch_mode()(rec):
+                yield rec
+        else:
+            yield rec
+    finally:
+        _ACTIVE.remove(rec)
+
+
+@contextlib.contextmanager
+def launching(backend: str, name: str):
+    """Mark one kernel launch: recorded by every active recording, and what it runs inside
+    (the simulators' own tensor work) is not counted as the learner's torch operators."""
+    if _STATE.inside:  # a launch from inside a launch (a dispatcher calling another): the outer one counts
+        yield
+        return
+    for rec in _ACTIVE:
+        rec.kernels.append(Launch(backend, name))
+    _STATE.inside += 1
+    try:
+        yield
+    finally:
+        _STATE.inside -= 1
+
+
+def recorded(backend: str, name_of, skip=None):
+    """Wrap a launch function ``fn(self, ...)`` so that each call is recorded as a launch of
+    ``name_of(self)``; ``skip(self, *args, **kwargs)`` true: not a launch (a device function
+    call, a warm-up that only compiles). Costs one test while nothing records."""
+    def wrap(fn):
+        @functools.wraps(fn)
+        def launch(self, *args, **kwargs):
+            if not _ACTIVE or (skip is not None and skip(self, *args, **kwargs)):
+                return fn(self, *args, **kwargs)
+            with launching(backend, name_of(self)):
+                return fn(self, *args, **kwargs)
+        launch.__wrapped__ = fn
+        return launch
+    return wrap

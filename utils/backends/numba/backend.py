@@ -1,0 +1,91 @@
+"""The Numba backend behind `utils.backends.Backend`: ``numba.cuda.jit`` kernels, run by
+Numba's CUDA simulator with the course's scheduler (``simulator.py``) and race detector
+(``races.py``) in simulation, by numba-cuda's dispatcher on a GPU; profiled in simulation
+by ``profile.py``."""
+from __future__ import annotations
+
+import contextlib
+import sys
+
+from ...config import SIMULATE
+from .. import launches
+from . import races, simulator
+
+__all__ = ["BACKEND", "NumbaBackend"]
+
+
+def _name(k) -> str:
+    fn = getattr(k, "py_func", None) or getattr(k, "fn", None)
+    return getattr(fn, "__name__", None) or getattr(k, "__name__", "kernel")
+
+
+def _hook_launches() -> None:
+    """Record launches where they happen: the simulator's ``FakeCUDAKernel.__call__`` (a
+    configured kernel called from the host, not a device function), or on a GPU
+    ``CUDADispatcher.call``, which every ``kernel[grid, block](...)`` of numba-cuda reaches."""
+    if _hooked:
+        return
+    if simulator.is_applied():
+        from numba.cuda.simulator import kernel as K
+        cls, attr = K.FakeCUDAKernel, "__call__"
+
+        def skip(k, *args, **kwargs):
+            return k._device or K._kernel_context is not None
+    elif not SIMULATE:
+        dispatcher = sys.modules.get("numba.cuda.dispatcher")  # imported with numba.cuda
+        if dispatcher is None or not hasattr(dispatcher, "CUDADispatcher"):
+            return
+        cls, attr, skip = dispatcher.CUDADispatcher, "call", None
+    else:
+        return
+    _hook(cls, attr, skip)
+
+
+def _hook(cls, attr, skip) -> None:
+    global _hooked
+    fn = cls.__dict__.get(attr)
+    if fn is not None and not getattr(fn, "_records_launches", False):
+        hooked = launches.recorded("numba", _name, skip)(fn)
+        hooked._records_launches = True
+        setattr(cls, attr, hooked)
+    _hooked = True
+
+
+_hooked = False
+launches.install_hooks_on_record(_hook_launches)
+
+
+class NumbaBackend:
+    name = "numba"
+    title = "Numba (numba.cuda.jit)"
+
+    def owns(self, kernel) -> bool:
+        return (type(kernel).__module__ or "").startswith("numba")
+
+    def launch(self, kernel, grid, block, *args, shared: int = 0):
+        return kernel[grid, block, 0, shared](*args)
+
+    @contextlib.contextmanager
+    def race_detection(self, enabled: bool = True):
+        """Check simulated launches for races inside the block, or not (a GPU has no checker)."""
+        was = races.RACECHECK
+        races.RACECHECK = bool(enabled)
+        try:
+            yield
+        finally:
+            races.RACECHECK = was
+
+    def profile(self, kernel, grid, *args, shared: int = 0, **kwargs):
+        from ..profile_report import from_counts
+        try:
+            from . import profile as counters
+        except ImportError:
+            raise NotImplementedError("profiling Numba kernels is not available in this version of the course "
+                                      "(utils/backends/numba/profile.py is missing)") from None
+        if not args:
+            raise TypeError("profile(numba_kernel, grid, block, *args): the block size is missing")
+        return from_counts(counters.profile_numba(kernel, grid, args[0], *args[1:], shared=shared, **kwargs),
+                           kernel, "numba")
+
+
+BACKEND = NumbaBackend()

@@ -1,0 +1,81 @@
+"""The Triton backend behind `utils.backends.Backend`: ``triton.jit`` kernels, run by
+Triton's interpreter with the course's patches (``interpreter.py``: races, poison, its
+driver) in simulation and by Triton on a GPU; ``compat.py`` holds what works in both modes
+(``tanh``, ``do_bench``, ``autotune``)."""
+from __future__ import annotations
+
+import contextlib
+import sys
+
+from ...config import SIMULATE
+from .. import launches
+from . import interpreter
+
+__all__ = ["BACKEND", "TritonBackend"]
+
+
+def _name(k) -> str:
+    return getattr(getattr(k, "fn", None), "__name__", None) or getattr(k, "__name__", "kernel")
+
+
+def _warmup(k, *args, **kwargs) -> bool:
+    return bool(kwargs.get("warmup"))  # kernel.warmup(...) compiles, it does not launch
+
+
+def _hook_launches() -> None:
+    """Record launches at ``run``, which ``kernel[grid](...)``, autotuners and heuristics all
+    reach: ``InterpretedFunction.run`` in the interpreter, ``JITFunction.run`` on a GPU."""
+    global _hooked
+    if _hooked:
+        return
+    if interpreter.is_applied():
+        cls = getattr(sys.modules.get("triton.runtime.interpreter"), "InterpretedFunction", None)
+    elif not SIMULATE:
+        cls = getattr(sys.modules.get("triton.runtime.jit"), "JITFunction", None)  # imported with triton
+    else:
+        return
+    if cls is None:
+        return
+    fn = cls.__dict__.get("run")
+    if fn is not None and not getattr(fn, "_records_launches", False):
+        hooked = launches.recorded("triton", _name, _warmup)(fn)
+        hooked._records_launches = True
+        cls.run = hooked
+    _hooked = True
+
+
+_hooked = False
+launches.install_hooks_on_record(_hook_launches)
+
+
+class TritonBackend:
+    name = "triton"
+    title = "Triton (triton.jit)"
+
+    def owns(self, kernel) -> bool:
+        return (type(kernel).__module__ or "").startswith("triton")
+
+    def launch(self, kernel, grid, *args, **meta):
+        return kernel[grid](*args, **meta)
+
+    @contextlib.contextmanager
+    def race_detection(self, enabled: bool = True):
+        """Check interpreted launches for races inside the block, or not (a GPU has no checker)."""
+        was = interpreter.RACECHECK
+        interpreter.RACECHECK = bool(enabled)
+        try:
+            yield
+        finally:
+            interpreter.RACECHECK = was
+
+    def profile(self, kernel, grid, *args, shared: int = 0, **kwargs):
+        from ..profile_report import from_counts
+        try:
+            from . import profile as counters
+        except ImportError:
+            raise NotImplementedError("profiling Triton kernels is not available in this version of the course "
+                                      "(utils/backends/triton/profile.py is missing)") from None
+        return from_counts(counters.profile_triton(kernel, grid, *args, **kwargs), kernel, "triton")
+
+
+BACKEND = TritonBackend()

@@ -1,0 +1,516 @@
+"""Triton's interpreter made stricter, and published Triton code made to run in it.
+
+Applied by ``import utils`` in simulation only (``TRITON_INTERPRET=1``); on a GPU it does
+nothing. ``TRITON_SIM_PATCHES`` lists what was changed.
+
+* **Races between programs.** The interpreter runs a launch's programs one after another,
+  so two programs storing to one element without an atomic always give the last
+  program's value, where a GPU gives either, or a mix. Every ``tl.load``, ``tl.store`` and
+  ``tl.atomic_*`` of a launch is recorded by element address; a plain store to an element
+  that another program of the launch stored, loaded or updated atomically (or a load or
+  atomic of an element another program stored) raises :class:`SimulatorRaceError`
+  naming both programs, the argument and the element. Atomics never race with atomics,
+  and a program that has taken a lock with ``tl.atomic_cas`` is trusted with what it does
+  while holding it (the layer-norm tutorial's pattern). ``COURSE_RACECHECK=0`` turns it off.
+* **Poison for masked-off lanes.** A ``tl.load(ptr, mask=m)`` without ``other=`` leaves the
+  masked-off lanes undefined on a GPU; the interpreter gives 0, which hides a forgotten
+  ``other=0.0`` in a sum. Here they read NaN (floats) or the type's most negative
+  (unsigned: largest) value, so a missing ``other`` shows up in the result.
+* **Tensor-core numerics** (``utils/backends/triton/tensor_core.py``). ``tl.dot`` of float32 tiles follows
+  ``input_precision`` as an H100 does: "tf32" (Triton's default on NVIDIA GPUs, unless
+  ``TRITON_F32_DEFAULT`` or ``allow_tf32=False`` say otherwise) reads the inputs as TF32,
+  "tf32x3" sums three TF32 products, "ieee" is exact float32; the interpreter computed all
+  three exactly. ``tl.dot`` of bfloat16 widens the inputs to float32 (the interpreter
+  multiplied their raw uint16 bits), and casts to bfloat16 round to nearest even (it
+  truncated).
+* **Profiling.** During ``utils/backends/triton/profile.py`` every load, store and
+  atomic is also reported to the profiler (``profiler``), which counts the bytes and the
+  masked-off lanes of each program.
+* **A driver.** ``triton.runtime.driver.active`` raises "0 active drivers" without a GPU.
+  A small driver answers the calls published code makes:
+  ``get_active_torch_device()`` (``utils.DEVICE``), ``get_current_device()``,
+  ``get_current_target()``, ``utils.get_device_properties(...)`` (an H100's numbers:
+  see ``H100_PROPERTIES``), ``get_benchmarker()`` and what ``triton.testing.do_bench``
+  needs. An unchanged ``@triton.autotune`` then works: no config is timed, all report the
+  same time, so the first config is used, as ``utils.triton_compat.autotune`` does. Timings in simulation are CPU times and say
+  nothing about a GPU.
+"""
+from __future__ import annotations
+
+import inspect
+import os
+import sys
+import time
+
+from ...config import SIMULATE
+from ..numba.races import RACECHECK, SimulatorRaceError
+
+__all__ = ["TRITON_SIM_PATCHES", "H100_PROPERTIES"]
+
+#: What the course changes in Triton's interpreter, one line each (empty on a GPU).
+TRITON_SIM_PATCHES: list[str] = []
+
+#: What ``driver.active.utils.get_device_properties`` answers in simulation: an H100 SXM
+#: (cudaGetDeviceProperties on sm_90). Tutorials size their launches from these.
+H100_PROPERTIES = {
+    "max_shared_mem": 232448,        # bytes per block, opt-in (227 KiB)
+    "max_num_regs": 65536,           # registers per SM
+    "multiprocessor_count": 132,
+    "warpSize": 32,
+    "sm_clock_rate": 1980000,        # kHz
+    "mem_clock_rate": 2619000,       # kHz
+    "mem_bus_width": 5120,           # bits
+}
+
+
+# ---------------------------------------------------------------------------------------
+# Race detection.
+# ---------------------------------------------------------------------------------------
+class _Shadow:
+    """For one storage of the launch's tensors: per element, the last program that
+    stored, loaded or updated it atomically, and the line it did so at (NumPy arrays, so
+    a whole block of a program is checked at once)."""
+
+    def __init__(self, start, nbytes, granule):
+        import numpy as np
+        self.start, self.end, self.g = start, start + nbytes, granule
+        self.n = nbytes // granule + 1
+        self.pid, self.site = {}, {}
+        self.np = np
+
+    def table(self, kind):
+        if kind not in self.pid:
+            self.pid[kind] = self.np.full(self.n, -1, dtype=self.np.int64)
+            self.site[kind] = self.np.zeros(self.n, dtype=self.np.int32)
+        return self.pid[kind], self.site[kind]
+
+
+class _Launch:
+    """What one launch has touched, by storage."""
+
+    def __init__(self, name, tensors, storages):
+        import numpy as np
+        self.name = name
+        self.tensors = tensors   # [(argument name, first address, itemsize, numel, shape)]
+        self.shadows = [_Shadow(*st) for st in sorted(storages)]
+        self.starts = np.array([sh.start for sh in self.shadows], dtype=np.int64)
+        self.sites: list = []    # (file, line) of each recorded access, by site id
+        self.site_ids: dict = {}
+        self.locked = set()      # programs that took a lock with atomic_cas
+
+
+_launch: list = [None]
+
+#: The profiler of a ``utils/backends/triton/profile.py`` launch, or None: every load,
+#: store and atomic is reported to it as well.
+profiler: list = [None]
+
+
+def _profile(builder, ptrs, mask, kind):
+    p = profiler[0]
+    if p is not None:
+        p.access(builder, ptrs, mask, kind)
+
+
+def _program(builder):
+    x, y, z = builder.grid_idx
+    gx, gy, _ = builder.grid_dim
+    return x + gx * (y + gy * z)
+
+
+def _pid_tuple(builder, p):
+    gx, gy, _ = builder.grid_dim
+    return (p % gx, (p // gx) % gy, p // (gx * gy))
+
+
+def _site():
+    """The line of kernel code that made the current call (the first frame outside
+    Triton and this module)."""
+    import triton
+    skip = (os.path.dirname(triton.__file__), os.path.dirname(__file__))
+    f = sys._getframe(2)
+    while f is not None and f.f_code.co_filename.startswith(skip):
+        f = f.f_back
+    return (f.f_code.co_filename, f.f_lineno) if f is not None else ("?", 0)
+
+
+def _element(launch, addr):
+    for name, start, itemsize, numel, shape in launch.tensors:
+        if start <= addr < start + itemsize * numel:
+            flat = (addr - start) // itemsize
+            if len(shape) > 1:
+                import numpy as np
+                return f"{name}[{', '.join(str(int(i)) for i in np.unravel_index(flat, shape))}]"
+            return f"{name}[{flat}]"
+    return f"the element at address {addr:#x}"
+
+
+def _report(builder, launch, addr, first, first_kind, second, second_kind):
+    from ..numba.sites import describe_site as _describe_site
+    (p, psite), (c, csite) = first, second
+    both_store = first_kind == second_kind == "store"
+    lines = [
+        f"data race in Triton kernel `{launch.name}` on {_element(launch, addr)}:",
+        f"  {first_kind} by program {_pid_tuple(builder, p)} at {_describe_site(psite)}",
+        f"  {second_kind} by program {_pid_tuple(builder, c)} at {_describe_site(csite)}",
+        "The programs of one launch run in no fixed order and cannot wait for each other, so "
+        "on a GPU these happen in either order or at once"
+        + (" and one of the values is lost." if both_store else
+           ": the load sees the value before or after the store."),
+        "Fix: give each program its own elements (check the offsets: pid * BLOCK + "
+        "tl.arange(0, BLOCK), and the mask), or combine the programs' results with "
+        "tl.atomic_add (or another tl.atomic_*)."]
+    _launch[0] = None  # the rest of the launch unwinds unchecked
+    raise SimulatorRaceError("\n".join(lines))
+
+
+def _record(builder, ptrs, mask, kind):
+    launch = _launch[0]
+    if launch is None or not launch.shadows:
+        return
+    import numpy as np
+    p = _program(builder)
+    if kind == "atomic_cas":
+        launch.locked.add(p)
+        kind = "atomic"
+    addrs = np.asarray(ptrs.data).astype(np.int64, copy=False)
+    if mask is not None:
+        addrs = addrs[np.broadcast_to(np.asarray(mask.data, dtype=bool), addrs.shape)]
+    addrs = addrs.ravel()
+    if addrs.size == 0:
+        return
+    site = _site()
+    sid = launch.site_ids.get(site)
+    if sid is None:
+        sid = launch.site_ids[site] = len(launch.sites)
+        launch.sites.append(site)
+    # What this access conflicts with: plain stores of other programs always; loads and
+    # atomics of other programs only if this is a plain store.
+    against = ("store", "load", "atomic") if kind == "store" else ("store",)
+    which = np.searchsorted(launch.starts, addrs, side="right") - 1
+    for k in np.unique(which):
+        if k < 0:
+            continue  # not a tensor argument's memory: nothing to compare with
+        sh = launch.shadows[k]
+        sel = addrs if len(launch.shadows) == 1 else addrs[which == k]
+        sel = sel[sel < sh.end]
+        idx = (sel - sh.start) // sh.g
+        for other in against:
+            if other not in sh.pid:
+                continue
+            prev = sh.pid[other][idx]
+            bad = (prev >= 0) & (prev != p)
+            if p in launch.locked and bad.any():  # both under a lock: ordered by it
+                bad &= ~np.isin(prev, list(launch.locked))
+            if bad.any():
+                j = int(np.argmax(bad))
+                first = (int(prev[j]), launch.sites[int(sh.site[other][idx[j]])])
+                _report(builder, launch, int(sel[j]), first, other, (p, site), kind)
+        pid, sites = sh.table(kind)
+        pid[idx] = p
+        sites[idx] = sid
+
+
+def _tensor_args(fn, args, kwargs):
+    """The tensor arguments of a launch: [(name, address, itemsize, numel, shape)], and
+    their storages: [(first address, bytes, smallest itemsize on it)]."""
+    try:
+        sig = inspect.signature(fn)
+        # Launch options (num_warps, num_stages, ...) are not parameters of the kernel.
+        bound = sig.bind_partial(*args, **{k: v for k, v in kwargs.items()
+                                          if k in sig.parameters})
+    except (TypeError, ValueError):
+        return [], []
+    out, storages = [], {}
+    for name, v in bound.arguments.items():
+        if hasattr(v, "data_ptr") and hasattr(v, "element_size"):
+            out.append((name, v.data_ptr(), v.element_size(), v.numel(), tuple(v.shape)))
+            try:
+                st = v.untyped_storage()
+                start, nbytes = st.data_ptr(), st.nbytes()
+            except (AttributeError, RuntimeError):
+                start, nbytes = v.data_ptr(), v.element_size() * v.numel()
+            g = min(storages.get(start, (0, v.element_size()))[1], v.element_size())
+            storages[start] = (nbytes, g)
+    return out, [(start, nbytes, g) for start, (nbytes, g) in storages.items()]
+
+
+# ---------------------------------------------------------------------------------------
+# Poison for masked-off lanes.
+# ---------------------------------------------------------------------------------------
+def _poison(dtype_np, shape):
+    import numpy as np
+    dt = np.dtype(dtype_np)
+    if dt.kind == "f":
+        return np.full(shape, np.nan, dtype=dt)
+    if dt.kind == "i":
+        return np.full(shape, np.iinfo(dt).min, dtype=dt)
+    if dt.kind == "u":
+        return np.full(shape, np.iinfo(dt).max, dtype=dt)
+    return np.zeros(shape, dtype=dt)  # bool: nothing implausible to give
+
+
+# ---------------------------------------------------------------------------------------
+# A driver for the interpreter.
+# ---------------------------------------------------------------------------------------
+class _CpuEvent:
+    """``torch.cuda.Event(enable_timing=True)`` on the CPU's clock."""
+
+    def __init__(self, enable_timing=True):
+        self.t = None
+
+    def record(self, stream=None):
+        self.t = time.perf_counter()
+
+    def elapsed_time(self, end):
+        return (end.t - self.t) * 1000.0
+
+    def synchronize(self):
+        pass
+
+
+class _CpuDeviceInterface:
+    """The part of ``torch.cuda`` that ``triton.testing.do_bench`` uses."""
+
+    Event = _CpuEvent
+
+    @staticmethod
+    def synchronize(device=None):
+        pass
+
+    @staticmethod
+    def current_device():
+        return 0
+
+
+class _SimDriverUtils:
+    @staticmethod
+    def get_device_properties(device=None):
+        return dict(H100_PROPERTIES)
+
+
+class _SimDriver:
+    """``triton.runtime.driver.active`` in simulation."""
+
+    utils = _SimDriverUtils()
+
+    @staticmethod
+    def is_active():
+        return True
+
+    def get_active_torch_device(self):
+        from ...config import DEVICE
+        return DEVICE
+
+    def get_current_device(self):
+        return 0
+
+    def set_current_device(self, device):
+        pass
+
+    def get_current_stream(self, device=None):
+        return 0
+
+    def get_current_target(self):
+        from triton.backends.compiler import GPUTarget
+        return GPUTarget("cuda", 90, 32)
+
+    def get_device_interface(self):
+        return _CpuDeviceInterface
+
+    def get_empty_cache_for_benchmark(self):
+        import torch
+        return torch.empty(1 << 20, dtype=torch.int8)  # a CPU has no L2 to flush worth timing
+
+    def clear_cache(self, cache):
+        cache.zero_()
+
+    def get_benchmarker(self):
+        return _autotune_bench
+
+
+class _WarmedUp:
+    """What ``kernel.warmup(...)`` gives in simulation. The interpreter compiles nothing,
+    so the compiled kernel's figures are placeholders of a typical small H100 kernel:
+    enough for the occupancy arithmetic of published code (fused-softmax tutorial)."""
+
+    n_regs = 32
+    n_spills = 0
+
+    class metadata:  # noqa: N801  (mirrors CompiledKernel.metadata)
+        shared = 1024
+        num_warps = 4
+
+    def __init__(self, fn):
+        self.fn = fn
+
+    def _init_handles(self):
+        pass
+
+    def __getitem__(self, grid):
+        return self.fn[grid]
+
+
+def _warmup(self, *args, grid=None, **kwargs):
+    return _WarmedUp(self)
+
+
+def _autotune_bench(kernel_call, quantiles=None, **kwargs):
+    """What ``@triton.autotune`` times each config with in simulation: nothing. CPU times
+    of the interpreter say nothing about a GPU, and running every config of a published
+    matmul takes minutes; every config gets the same time, so the first one is used
+    (the launch itself then runs it)."""
+    return [1.0, 1.0, 1.0] if quantiles is not None else 1.0
+
+
+# ---------------------------------------------------------------------------------------
+# Patching the interpreter.
+# ---------------------------------------------------------------------------------------
+_applied = False
+
+
+def apply() -> bool:
+    """Patch Triton's interpreter (idempotent); does nothing on a GPU."""
+    global _applied
+    if _applied:
+        return True
+    if not SIMULATE or os.environ.get("TRITON_INTERPRET") != "1":
+        return False
+    try:
+        import numpy as np
+        import triton.language as tl
+        from triton.runtime import interpreter as interp
+        from triton.runtime.driver import driver
+    except ImportError:  # a Triton without the interpreter this module knows
+        return False
+    # The course's own modules are imported outside that try: an error in them must show,
+    # not silently switch every interpreter patch off.
+    from . import tensor_core
+    B = interp.InterpreterBuilder
+    np_dtype = interp._get_np_dtype
+
+    original_load = B.create_masked_load
+    original_store = B.create_masked_store
+    original_rmw = B.create_atomic_rmw
+    original_cas = B.create_atomic_cas
+
+    # The trailing arguments (cache and eviction policies, volatility) differ between Triton
+    # releases, so they are passed on untouched.
+    def create_masked_load(self, ptrs, mask, other, *rest, **kw):
+        if other is None:
+            dtype_tt = ptrs.get_element_ty()
+            other = interp.TensorHandle(_poison(np_dtype(dtype_tt), ptrs.data.shape), dtype_tt)
+        _record(self, ptrs, mask, "load")
+        _profile(self, ptrs, mask, "load")
+        return original_load(self, ptrs, mask, other, *rest, **kw)
+
+    def create_masked_store(self, ptrs, value, mask, *rest, **kw):
+        _record(self, ptrs, mask, "store")
+        _profile(self, ptrs, mask, "store")
+        return original_store(self, ptrs, value, mask, *rest, **kw)
+
+    def create_atomic_rmw(self, rmwOp, ptr, val, mask, *rest, **kw):
+        _record(self, ptr, mask, "atomic")
+        _profile(self, ptr, mask, "atomic")
+        return original_rmw(self, rmwOp, ptr, val, mask, *rest, **kw)
+
+    def create_atomic_cas(self, ptr, cmp, val, *rest, **kw):
+        _record(self, ptr, None, "atomic_cas")
+        _profile(self, ptr, None, "atomic")
+        return original_cas(self, ptr, cmp, val, *rest, **kw)
+
+    B.create_masked_load = create_masked_load
+    B.create_masked_store = create_masked_store
+    B.create_atomic_rmw = create_atomic_rmw
+    B.create_atomic_cas = create_atomic_cas
+    TRITON_SIM_PATCHES.append(
+        "tl.load with a mask and no `other`: masked-off lanes read NaN (ints: the type's "
+        "most negative value), not 0")
+
+    original_dot = B.create_dot
+
+    def create_dot(self, a, b, d, input_precision, max_num_imprecise_acc):
+        # float32 x float32 runs on the tensor cores of an H100 unless input_precision="ieee":
+        # the inputs are read as TF32 (see tensor_core.py). The interpreter computed
+        # every precision exactly, so a kernel right only in float32 passed here.
+        if a.dtype.scalar == tl.float32 and b.dtype.scalar == tl.float32:
+            precision = getattr(input_precision, "name", None) or "ieee"
+            return interp.TensorHandle(
+                tensor_core.f32_dot(a.data, b.data, d.data, precision), d.dtype.scalar)
+        # bfloat16 is stored as raw uint16 bits in the interpreter: widen it (exactly) to
+        # float32 first, or np.matmul multiplies the bit patterns as integers.
+        if tl.bfloat16 not in (a.dtype.scalar, b.dtype.scalar):
+            return original_dot(self, a, b, d, input_precision, max_num_imprecise_acc)
+        a_data, b_data = (tensor_core.bf16_bits_to_f32(h.data) if h.dtype.scalar == tl.bfloat16
+                          else h.data for h in (a, b))
+        return interp.TensorHandle(np.matmul(a_data, b_data, dtype=d.data.dtype) + d.data,
+                                   d.dtype.scalar)
+
+    B.create_dot = create_dot
+
+    original_cast = B.cast_impl
+
+    def cast_impl(self, src, dst_type):
+        # The interpreter truncated float32 -> bfloat16 (a GPU rounds to nearest even) and
+        # converted bfloat16 <-> float64 or integers as if the raw bits were integers.
+        src_bf16 = src.dtype.scalar == tl.bfloat16
+        dst_bf16 = dst_type.scalar == tl.bfloat16
+        if src_bf16 == dst_bf16:
+            return original_cast(self, src, dst_type)
+        dst_np = np_dtype(dst_type)
+        data = tensor_core.cast_bf16(src.data, src_bf16, dst_np)
+        return interp.TensorHandle(data.astype(dst_np, copy=False), dst_type.scalar)
+
+    B.cast_impl = cast_impl
+    TRITON_SIM_PATCHES.append(
+        "tl.dot on bfloat16: the inputs are widened to float32 (the interpreter multiplied "
+        "their raw bits); casts to bfloat16 round to nearest even, and bfloat16 <-> "
+        "float64 or integer casts convert values, not bits")
+    TRITON_SIM_PATCHES.append(
+        "tl.dot on float32 follows input_precision as an H100 does: 'tf32' (the default, "
+        "TRITON_F32_DEFAULT or allow_tf32 aside) reads the inputs as TF32, 'tf32x3' sums "
+        "three TF32 products, 'ieee' is exact float32")
+
+    original_call = interp.GridExecutor.__call__
+
+    def __call__(self, *args_dev, **kwargs):
+        if not RACECHECK or _launch[0] is not None:
+            return original_call(self, *args_dev, **kwargs)
+        _launch[0] = _Launch(getattr(self.fn, "__name__", "kernel"),
+                             *_tensor_args(self.fn, args_dev, kwargs))
+        try:
+            return original_call(self, *args_dev, **kwargs)
+        except interp.InterpreterError as e:
+            # Raise the report itself, not the interpreter's repr() of it.
+            if isinstance(e.__cause__, SimulatorRaceError):
+                raise e.__cause__.with_traceback(None) from None
+            raise
+        finally:
+            _launch[0] = None
+
+    __call__.__wrapped__ = original_call
+    interp.GridExecutor.__call__ = __call__
+    # The interpreter's own warmup() (inherited) compiles nothing and returns None.
+    interp.InterpretedFunction.warmup = _warmup
+    if RACECHECK:
+        TRITON_SIM_PATCHES.append(
+            "race detection: two programs of one launch touching one element, one of them "
+            "with a plain tl.store, raise SimulatorRaceError (COURSE_RACECHECK=0 turns it off)")
+
+    # Also where a GPU build of Triton finds a driver (COURSE_SIMULATE=1 on a GPU machine):
+    # in simulation the course's device is the CPU.
+    driver.set_active(_SimDriver())
+    TRITON_SIM_PATCHES.append(
+            "triton.runtime.driver.active: get_active_torch_device() is utils.DEVICE, "
+        "device properties are an H100's, triton.autotune uses the first config "
+        "untimed; kernel.warmup(...) gives placeholder register and shared-memory "
+        "figures")
+    _applied = True
+    return True
+
+
+def is_applied() -> bool:
+    return _applied
+
+
+apply()

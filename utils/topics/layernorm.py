@@ -1,0 +1,431 @@
+"""LayerNorm and RMSNorm over the last dim (lesson 09): two row reductions forward, and a
+backward whose dW/db reduce across rows, over the whole batch.
+
+    y = (x - mean) * rstd * w + b,   rstd = 1 / sqrt(var + eps),  var the biased variance
+    rms_norm: y = x * rstd * w,      rstd = 1 / sqrt(mean(x^2) + eps)
+
+Inputs carry rows with a large mean (1000 + randn): there ``E[x^2] - E[x]^2`` in float32
+loses most digits, while a two-pass or Welford variance keeps them.
+"""
+from __future__ import annotations
+
+import torch
+
+from .. import check as _check
+from ..grading import Grader, GradingError, grader_shapes, label_shape, randn, shapes_text, success
+from ._spec import FLOAT, Baseline, Spec, Target, compiled, eager, generator
+
+EPS = 1e-5
+
+
+# ----------------------------------------------------------------------------------------
+# float64 references
+# ----------------------------------------------------------------------------------------
+def layernorm_stats64(x, eps=EPS):
+    """(mean, rstd) of each row in float64, the variance biased (divided by N)."""
+    x = x.double()
+    mean = x.mean(dim=-1)
+    var = ((x - mean[..., None]) ** 2).mean(dim=-1)
+    return mean, 1.0 / torch.sqrt(var + eps)
+
+
+def layernorm_ref64(x, w, b, eps=EPS):
+    mean, rstd = layernorm_stats64(x, eps)
+    return (x.double() - mean[..., None]) * rstd[..., None] * w.double() + b.double()
+
+
+def layernorm_backward_ref64(dy, x, w, eps=EPS, mean=None, rstd=None):
+    """(dx, dw, db) in float64, from the statistics given (the float32 ones a forward saved:
+    the kernel under test gets those) or else the float64 statistics of x."""
+    dy, x, w = dy.double(), x.double(), w.double()
+    if mean is None or rstd is None:
+        mean, rstd = layernorm_stats64(x, eps)
+    mean, rstd = mean.double().reshape(-1), rstd.double().reshape(-1)
+    xhat = (x - mean[:, None]) * rstd[:, None]
+    g = dy * w
+    c1 = (g * xhat).mean(dim=1, keepdim=True)
+    c2 = g.mean(dim=1, keepdim=True)
+    dx = (g - xhat * c1 - c2) * rstd[:, None]
+    return dx, (dy * xhat).sum(dim=0), dy.sum(dim=0)
+
+
+def rmsnorm_ref64(x, w, eps=EPS):
+    x = x.double()
+    rstd = 1.0 / torch.sqrt((x * x).mean(dim=-1, keepdim=True) + eps)
+    return x * rstd * w.double()
+
+
+def rmsnorm_backward_ref64(dy, x, w, eps=EPS):
+    dy, x, w = dy.double(), x.double(), w.double()
+    rstd = 1.0 / torch.sqrt((x * x).mean(dim=1, keepdim=True) + eps)
+    xhat = x * rstd
+    g = dy * w
+    dx = (g - xhat * (g * xhat).mean(dim=1, keepdim=True)) * rstd
+    return dx, (dy * xhat).sum(dim=0)
+
+
+# ----------------------------------------------------------------------------------------
+# Inputs
+# ----------------------------------------------------------------------------------------
+def layernorm_input(shape, seed=0, device=None, dtype=torch.float32):
+    """(x, w, b): rows of x cycle through ordinary values, values spread by 10 and values
+    around 1000 (a large mean: where E[x^2] - E[x]^2 cancels); w, b random."""
+    from ..config import DEVICE
+    device = device or DEVICE
+    g = generator(seed, device)
+    rows, cols = shape
+    x = torch.randn(rows, cols, generator=g, device=device)
+    kind = torch.arange(rows, device=device) % 3
+    x = torch.where((kind == 1)[:, None], 10.0 * x, x)
+    x = torch.where((kind == 2)[:, None], x + 1000.0, x)
+    w = 1.0 + 0.5 * torch.randn(cols, generator=g, device=device)
+    b = 0.5 * torch.randn(cols, generator=g, device=device)
+    return x.to(dtype), w.to(dtype), b.to(dtype)
+
+
+def layernorm_tol(inputs, ref):
+    """The dtype's tolerance, plus what x's own rounding carries into y: a row around 1000
+    holds each value only to 1000 * 2^-24 in float32 (2^-8 in bfloat16), and y = (x - mean)
+    * rstd * w passes that error on, scaled by rstd * |w|. Every correct float32 kernel
+    (torch's included) differs from the float64 result by about that much on such rows."""
+    x, w = inputs[0], inputs[1]
+    t = _check.tolerance(x.dtype)
+    unit = 2.0 ** -24 if x.dtype == torch.float32 else 2.0 ** -8
+    x64 = x.double()
+    if x64.numel() == 0:
+        return t["atol"] + t["rtol"] * ref.abs()
+    rstd = 1.0 / torch.sqrt(x64.var(dim=-1, unbiased=False, keepdim=True) + EPS)
+    carried = 4 * unit * x64.abs().amax(dim=-1, keepdim=True) * rstd * w.double().abs().max()
+    return t["atol"] + t["rtol"] * ref.abs() + carried
+
+
+def layernorm_bytes(shape) -> int:
+    """Forward: read x, write y (w and b are read once per row but stay in cache)."""
+    rows, cols = shape
+    return 2 * FLOAT * rows * cols
+
+
+def layernorm_backward_bytes(shape, itemsize=FLOAT) -> int:
+    """Backward, counted honestly: read x, dy, w, mean, rstd; write dx, dW, db."""
+    rows, cols = shape
+    return itemsize * (3 * rows * cols + 3 * cols) + FLOAT * 2 * rows
+
+
+# ----------------------------------------------------------------------------------------
+# Graders
+# ----------------------------------------------------------------------------------------
+def _kinds_for(rows):
+    return ["ordinary", "spread 10", "around 1000"][:max(1, min(3, rows))] if rows else []
+
+
+def _shapes():
+    """The course's awkward shapes plus one long row (more columns than a block has threads)."""
+    from ..config import SIMULATE
+    shapes = list(grader_shapes())
+    long_row = (3, 1500) if SIMULATE else (9, 5000)
+    if long_row not in shapes:
+        shapes.append(long_row)
+    return shapes
+
+
+def _cases(g, shapes):
+    cases = []
+    for rows, cols in shapes:
+        x = randn(g.gen, rows, cols)
+        for r in range(rows):
+            if r % 3 == 1:
+                x[r] *= 10.0
+            elif r % 3 == 2:
+                x[r] += 1000.0
+        w = 1.0 + 0.5 * randn(g.gen, cols)
+        b = 0.5 * randn(g.gen, cols)
+        cases.append((x, w, b))
+    return cases
+
+
+def _tol(dtype=torch.float32):
+    return _check.tolerance(dtype)
+
+
+def _bad(got, want, atol, rtol):
+    return _check.mismatch_mask(got, want, atol=atol, rtol=rtol)
+
+
+def _outputs(g, run, shapes, names):
+    out = run.out
+    if not isinstance(out, (tuple, list)) or len(out) != len(shapes):
+        g.fail(f"your function returned {type(out).__name__}"
+               f"{' of length ' + str(len(out)) if isinstance(out, (tuple, list)) else ''}: "
+               f"return the tuple ({', '.join(names)}).")
+    res = []
+    for o, shape, name in zip(out, shapes, names):
+        run.out = o
+        t = g.output_tensor(run, shape)
+        g.check_guards(run, t, out_noun=name)
+        res.append(t)
+    run.out = out
+    return res
+
+
+def _stats_mistakes(x, got_mean, got_rstd, eps):
+    """The likely cause of wrong statistics, in words (None: no known mistake)."""
+    x64 = x.double()
+    cols = x.shape[1]
+    mean = x64.mean(dim=1)
+    var_b = x64.var(dim=1, unbiased=False)
+    tol = _tol()
+    if got_rstd is not None and cols > 1:
+        var_u = x64.var(dim=1, unbiased=True)
+        if torch.allclose(got_rstd, 1 / torch.sqrt(var_u + eps), rtol=1e-4, atol=1e-6):
+            return ("the variance is divided by N - 1 (unbiased, torch.var's default): LayerNorm divides by N "
+                    "(biased variance, torch.var(unbiased=False)).")
+        if torch.allclose(got_rstd, 1 / (torch.sqrt(var_b) + eps), rtol=1e-4, atol=1e-6):
+            return "eps is added outside the square root: rstd = 1 / sqrt(var + eps), eps inside."
+        # A block padded to a power of two: the lanes past the row's end load 0, so each adds
+        # (0 - mean)^2 to the sum of squares unless it is masked out.
+        block = 1 << (cols - 1).bit_length()
+        if block > cols:
+            var_pad = var_b + (block - cols) * mean * mean / cols
+            if torch.allclose(got_rstd, 1 / torch.sqrt(var_pad + eps), rtol=1e-4, atol=1e-6):
+                return (f"the variance counts the {block - cols} padding lanes past the row's end (the block is "
+                        f"{block} wide for {cols} columns): each adds (0 - mean)^2. Mask them out of the sum of "
+                        "squares, e.g. d = tl.where(mask, x - mean, 0.0).")
+        # E[x^2] - E[x]^2 in float32: right on ordinary rows, lost on rows with a large mean
+        x32 = x.float()
+        naive = (x32 * x32).mean(dim=1) - x32.mean(dim=1) ** 2
+        big = mean.abs() > 100
+        ok = ~_bad(got_rstd, 1 / torch.sqrt(var_b + eps), atol=tol["atol"], rtol=1e-3)
+        if bool(big.any()) and bool(ok[~big].all()) and not bool(ok[big].all()):
+            r = int(torch.nonzero(big & ~ok)[0])
+            return (f"the statistics are right on ordinary rows but wrong on rows with a large mean (row {r}: "
+                    f"mean {float(mean[r]):.6g}, variance {float(var_b[r]):.4g}; E[x^2] - E[x]^2 in float32 gives "
+                    f"{float(naive[r]):.4g}): E[x^2] - E[x]^2 cancels catastrophically. Subtract the mean first "
+                    "(two passes over the row, or Welford's update).")
+    return None
+
+
+def check_layernorm(fn, *, seed=None, eps=EPS):
+    """``fn(x, w, b)`` must return ``(y, mean, rstd)``: y the LayerNorm of each row of the 2-D
+    float32 x (biased variance, eps inside the square root), mean and rstd the float32
+    statistics of each row, saved for the backward.
+    """
+    g = Grader("check_layernorm", fn, seed)
+    shapes = _shapes()
+    cases = _cases(g, shapes)
+    tol = _tol()
+    worst = 0.0
+    from ..grading import Case
+    order = sorted(range(len(cases)), key=lambda i: abs(cases[i][0].numel() - 1024))
+    for i in order:
+        x, w, b = cases[i]
+        mean, rstd = layernorm_stats64(x, eps)
+        y = layernorm_ref64(x, w, b, eps)
+        case = Case(label_shape(tuple(x.shape)) + " (some rows around 1000)", (x, w, b), y)
+        g.case = case
+        run = g.call(case)
+        got_y, got_mean, got_rstd = _outputs(g, run, [y.shape, mean.shape, rstd.shape], ("y", "mean", "rstd"))
+        for t, name in ((got_mean, "mean"), (got_rstd, "rstd")):
+            m = g.unwritten_mask(run, t)
+            if m is not None and bool(m.any()):
+                g.fail(f"{name} was never written ({int(m.sum())} of {m.numel()} rows still hold the grader's "
+                       "NaN marker).", "save each row's mean and rstd (one float per row) for the backward: "
+                       "the program/block that normalizes row r stores mean[r] and rstd[r].")
+        g.check_unwritten(run, got_y, None, case)
+        g.check_inputs_unchanged(run, ("x", "w", "b"))
+        gy, gm, gr = (t.detach().to("cpu", torch.float64) for t in (got_y, got_mean, got_rstd))
+        hint = _stats_mistakes(x, gm, gr, eps)
+        for got, want, name, rt in ((gm, mean, "mean", tol["rtol"]), (gr, rstd, "rstd", 1e-4), (gy, y, "y", tol["rtol"])):
+            # y of a row around 1000 is (x - mean) * rstd: float32 x holds 1000 + d only to 6e-5,
+            # so y inherits about 6e-5 * rstd of absolute error; the tolerance says so.
+            atol = tol["atol"] + (2.0 ** -24) * 4 * (x.double().abs().amax(dim=1) * rstd * w.double().abs().max())[:, None] \
+                if name == "y" else tol["atol"] + (2.0 ** -24) * 4 * x.double().abs().amax(dim=1)
+            bad = ~((got - want).abs() <= atol + rt * want.abs())
+            if bool(bad.any()):
+                msg = _check.describe_mismatch(got, want, mask=bad, what=name, atol=tol["atol"], rtol=rt)
+                g.fail(msg, hint or ("compute mean, then var = mean((x - mean)^2) (divided by N), "
+                                     "rstd = 1/sqrt(var + eps), y = (x - mean) * rstd * w + b."))
+            worst = max(worst, float((got - want).abs().max()) if got.numel() else 0.0)
+    success("check_layernorm", cases, worst, shapes_text(shapes))
+
+
+def _backward_cases(g, shapes, eps):
+    out = []
+    for x, w, b in _cases(g, shapes):
+        mean, rstd = layernorm_stats64(x, eps)
+        dy = randn(g.gen, *x.shape)
+        out.append((dy, x, w, mean.float(), rstd.float()))
+    return out
+
+
+def _partial_hint(name, got, per_row):
+    """dW (or db) equal to the sum over a run of consecutive rows only: one block's share."""
+    rows = per_row.shape[0]
+    cs = torch.cumsum(per_row, dim=0)
+    tol = 1e-3 * (per_row.abs().sum(dim=0) + 1)
+    for k in range(1, rows):
+        for lo in (0,):
+            if bool(((got - cs[k - 1]).abs() <= tol).all()):
+                return (f"{name} equals the sum over rows 0..{k - 1} only: it is summed over one block's rows. "
+                        f"Every block must contribute: per-block partial sums then a second kernel that adds them, "
+                        "or an atomicAdd per block.")
+        rest = cs[-1] - cs[k - 1]
+        if bool(((got - rest).abs() <= tol).all()):
+            return (f"{name} equals the sum over rows {k}..{rows - 1} only: one block's rows (the last block to "
+                    "write wins). Every block must contribute: partial sums plus a second kernel, or atomics.")
+    return None
+
+
+def check_layernorm_backward(fn, *, seed=None, eps=EPS):
+    """``fn(dy, x, w, mean, rstd)`` must return ``(dx, dw, db)`` of LayerNorm, with mean and
+    rstd the statistics the forward saved (float32, one per row).
+
+        dx = rstd * (dy*w - mean(dy*w) - xhat * mean(dy*w*xhat)),  xhat = (x - mean) * rstd
+        dw = sum over rows of dy * xhat,  db = sum over rows of dy
+    """
+    g = Grader("check_layernorm_backward", fn, seed)
+    shapes = _shapes()
+    cases = _backward_cases(g, shapes, eps)
+    from ..grading import Case
+    from ..grading import _race_indices
+    worst = 0.0
+    order = sorted(range(len(cases)), key=lambda i: abs(cases[i][0].numel() - 1024))
+    race = _race_indices([Case("", c, c[0].double()) for c in cases])
+    for i in order:
+        dy, x, w, mean, rstd = cases[i]
+        dx, dw, db = layernorm_backward_ref64(dy, x, w, eps, mean, rstd)
+        case = Case(label_shape(tuple(x.shape)), (dy, x, w, mean, rstd), dx)
+        g.case = case
+        try:
+            run = g.call(case)
+        except GradingError as e:
+            text = str(e)
+            if "race" in text:
+                if "shared memory" in text:
+                    hint = ("the two row reductions (sum of dy*w*xhat, then sum of dy*w) share scratch memory: "
+                            "a __syncthreads() must separate them, or the second overwrites the first's partial "
+                            "sums while a slow warp still reads them.")
+                else:
+                    hint = ("several blocks add into the same dw/db element with a plain +=: a read-add-write "
+                            "of one block overwrites another's. Use atomicAdd, or per-block partial sums and a "
+                            "second kernel that adds them.")
+                raise GradingError(text.split("\n(Inputs came")[0] + "\nHint: " + hint +
+                                   f"\n(Inputs came from seed {g.seed}: check_layernorm_backward(fn, seed={g.seed}) "
+                                   "repeats them.)") from None
+            raise
+        outs = _outputs(g, run, [dx.shape, dw.shape, db.shape], ("dx", "dw", "db"))
+        for t, name in zip(outs, ("dx", "dw", "db")):
+            g.check_unwritten(run, t, None, case)
+        g.check_inputs_unchanged(run, ("dy", "x", "w", "mean", "rstd"))
+        got = [t.detach().to("cpu", torch.float64) for t in outs]
+        if i in race:
+            run2 = g.call(case, schedule_seed=g.seed + i)
+            outs2 = _outputs(g, run2, [dx.shape, dw.shape, db.shape], ("dx", "dw", "db"))
+            for a, b2, name in zip(got, outs2, ("dx", "dw", "db")):
+                b2 = b2.detach().to("cpu", torch.float64)
+                if not torch.allclose(a, b2, atol=1e-4, rtol=1e-4, equal_nan=True):
+                    g.fail(f"{name} changes between two runs on the same input: a race.",
+                           "dx: a __syncthreads() must separate the two row reductions (sum of dy*w and sum "
+                           "of dy*w*xhat) when they reuse the same shared scratch; dw/db: several blocks "
+                           "adding into one element need atomicAdd or per-block partials.")
+        xhat = (x.double() - mean.double()[:, None]) * rstd.double()[:, None]
+        per_dw = dy.double() * xhat
+        per_db = dy.double()
+        tol = _tol()
+        for gt, want, name, terms in ((got[0], dx, "dx", None), (got[1], dw, "dw", per_dw), (got[2], db, "db", per_db)):
+            if terms is not None:
+                # a float32 sum over rows: its error grows with the sum of |terms|
+                atol = tol["atol"] + 4e-7 * max(1.0, x.shape[0] ** 0.5) * terms.abs().sum(dim=0)
+            else:
+                atol = tol["atol"] + 1e-6 * (dy.double().abs() * w.double().abs()).amax(dim=1, keepdim=True) \
+                    * rstd.double()[:, None] * 4
+            bad = ~((gt - want).abs() <= atol + tol["rtol"] * want.abs())
+            if bool(bad.any()):
+                hint = None
+                if terms is not None and x.shape[0] > 1:
+                    hint = _partial_hint(name, gt, terms)
+                if name == "dx" and hint is None:
+                    c2 = (dy.double() * w.double()).mean(dim=1, keepdim=True)
+                    no_c1 = (dy.double() * w.double() - c2) * rstd.double()[:, None]
+                    if torch.allclose(gt, no_c1, atol=1e-4, rtol=1e-3):
+                        hint = "dx lacks the xhat * mean(dy*w*xhat) term: both row reductions are needed."
+                msg = _check.describe_mismatch(gt, want, mask=bad, what=name, atol=tol["atol"], rtol=tol["rtol"])
+                g.fail(msg, hint or "dx needs two row sums (dy*w and dy*w*xhat) before any element is written; "
+                       "dw and db sum over every row of every block.")
+            worst = max(worst, float((gt - want).abs().max()) if gt.numel() else 0.0)
+    success("check_layernorm_backward", cases, worst, shapes_text(shapes))
+
+
+def check_rmsnorm(fn, *, seed=None, eps=EPS):
+    """``fn(x, w)`` must return ``(y, rstd)``: y = x * rstd * w per row, rstd = 1/sqrt(mean(x^2) + eps)."""
+    g = Grader("check_rmsnorm", fn, seed)
+    shapes = _shapes()
+    cases = _cases(g, shapes)
+    tol = _tol()
+    worst = 0.0
+    from ..grading import Case
+    for x, w, _ in cases:
+        x64 = x.double()
+        rstd = 1.0 / torch.sqrt((x64 * x64).mean(dim=1) + eps)
+        y = rmsnorm_ref64(x, w, eps)
+        case = Case(label_shape(tuple(x.shape)), (x, w), y)
+        g.case = case
+        run = g.call(case)
+        got_y, got_rstd = _outputs(g, run, [y.shape, rstd.shape], ("y", "rstd"))
+        m = g.unwritten_mask(run, got_rstd)
+        if m is not None and bool(m.any()):
+            g.fail("rstd was never written.", "save each row's rstd (one float per row) for the backward.")
+        g.check_unwritten(run, got_y, None, case)
+        g.check_inputs_unchanged(run, ("x", "w"))
+        gy, gr = got_y.detach().double().cpu(), got_rstd.detach().double().cpu()
+        for got, want, name in ((gr, rstd, "rstd"), (gy, y, "y")):
+            bad = ~((got - want).abs() <= tol["atol"] + 1e-4 * want.abs())
+            if bool(bad.any()):
+                hint = None
+                if name == "rstd" and torch.allclose(got, 1 / torch.sqrt(x64.var(dim=1, unbiased=False) + eps), rtol=1e-4):
+                    hint = "that is LayerNorm's rstd: RMSNorm does not subtract the mean (rstd = 1/sqrt(mean(x^2) + eps))."
+                elif name == "rstd" and torch.allclose(got, 1 / (torch.sqrt((x64 * x64).mean(dim=1)) + eps), rtol=1e-4):
+                    hint = "eps is added outside the square root: rstd = 1 / sqrt(mean(x^2) + eps)."
+                g.fail(_check.describe_mismatch(got, want, mask=bad, what=name, atol=tol["atol"], rtol=1e-4),
+                       hint or "rstd = 1/sqrt(mean(x^2) + eps) over the whole row, y = x * rstd * w.")
+            worst = max(worst, float((got - want).abs().max()) if got.numel() else 0.0)
+    success("check_rmsnorm", cases, worst, shapes_text(shapes))
+
+
+# ----------------------------------------------------------------------------------------
+# Baselines and the spec
+# ----------------------------------------------------------------------------------------
+def _torch_layernorm(x, w, b):
+    return torch.nn.functional.layer_norm(x, (x.shape[-1],), w, b, EPS)
+
+
+def _liger():
+    """Liger Kernel's LayerNorm as a baseline, when its package is installed."""
+    try:
+        from liger_kernel.ops.layer_norm import LigerLayerNormFunction
+    except Exception:  # noqa: BLE001  not installed, or no GPU triton
+        return []
+    return [Baseline("Liger", "liger", "Liger Kernel's LayerNorm (Triton)",
+                     eager(lambda x, w, b: LigerLayerNormFunction.apply(x, w, b, EPS)))]
+
+
+def _main_shapes(sizes):
+    return [tuple(s) for s in sizes.layernorm_bench_shapes]
+
+
+SPEC = Spec(
+    name="layernorm", title="LayerNorm", lesson="09_layernorm",
+    reference=layernorm_ref64, make_input=layernorm_input, nbytes=layernorm_bytes,
+    tolerance=layernorm_tol,
+    checks={"check_layernorm": check_layernorm, "check_layernorm_backward": check_layernorm_backward,
+            "check_rmsnorm": check_rmsnorm},
+    baselines=[Baseline("torch", "eager", "F.layer_norm(x, (N,), w, b)", eager(_torch_layernorm)),
+               Baseline("torch.compile", "compile", "torch.compile(F.layer_norm)", compiled(_torch_layernorm))]
+    + _liger(),
+    baseline_label="F.layer_norm",
+    # the forward reads x once and writes y once: 90 % of the copy bandwidth
+    targets=[Target("cuda", "copy", 0.9), Target("triton", "copy", 0.9), Target("numba", "copy", 0.75)],
+    main_shapes=_main_shapes,
+    sweep_shapes=lambda sizes: [(max(1, int(n) // 4096), 4096) for n in sizes.bench_sizes],
+    sweep_label="elements, rows of 4096",
+    check_shapes=lambda sizes: [tuple(s) for s in sizes.layernorm_check_shapes],
+)
