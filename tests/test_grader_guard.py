@@ -90,6 +90,20 @@ def test_honest_and_wrong_kernels_without_tricks():
     assert REPLACED not in str(e.value) and "negative" in str(e.value)
 
 
+def test_what_torch_and_python_cache_on_their_own_is_no_tampering():
+    # copying or pickling a tensor makes copyreg cache __slotnames__ on torch.Tensor, and the
+    # launch recording's dispatch mode may import torch._dynamo, which wraps torch.manual_seed
+    import copy
+    import pickle
+    if "__slotnames__" in vars(torch.Tensor):
+        type.__delattr__(torch.Tensor, "__slotnames__")
+    copy.deepcopy(torch.ones(3))
+    pickle.dumps(torch.ones(3))
+    __import__("torch._dynamo")
+    assert guard.tampering() == []
+    utils.check_relu(relu)
+
+
 # --- the grader itself, rebound ---------------------------------------------------------
 def test_rebinding_a_grader_in_utils(monkeypatch, capsys):
     monkeypatch.setattr(utils, "check_relu", lambda *a, **k: None)   # `utils.check_relu = ...`

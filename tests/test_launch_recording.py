@@ -73,14 +73,14 @@ def test_a_cuda_kernel_is_recorded_and_accepted(capsys):
     assert not seen.computing_ops(), seen  # the emulator's own tensor work inside the launch is not counted
 
 
-def test_part_computed_by_torch_is_rejected_unless_the_spec_allows_it(monkeypatch, capsys):
+def test_part_computed_by_torch_is_rejected_unless_the_spec_allows_it(allow_torch_ops, capsys):
     def partial_sums_then_torch(x):  # a kernel for the blocks, torch for the last step
         n = x.numel()
         partial = torch.empty(triton.cdiv(n, 128), device=x.device)
         _block_sum_kernel[(partial.numel(),)](x, partial, n, BLOCK=128)
         return partial.sum().reshape(1)
     rejected(utils.check_sum, partial_sums_then_torch, r"torch\.sum \(aten\.sum\) computed them")
-    monkeypatch.setitem(utils.grading.TORCH_OPS_ALLOWED, "check_sum", frozenset({"sum"}))
+    allow_torch_ops("check_sum", {"sum"})
     utils.check_sum(partial_sums_then_torch)
     assert "check_sum: correct on" in capsys.readouterr().out
 

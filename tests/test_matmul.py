@@ -382,12 +382,11 @@ def test_check_matmul_unmasked_tile_edges():
     _rejects(_launcher(GRADER_SRC, "tiled_unmasked_k_kernel", "stride"), r"edges masked")
 
 
-def test_check_matmul_unmasked_edges_without_fault(monkeypatch):
+def test_check_matmul_unmasked_edges_without_fault(allow_torch_ops):
     # A kernel whose edge tiles read neighbouring rows (in bounds): named an edge problem.
     # torch stands in for that kernel here, so the check that a kernel computed the result
     # is told to let torch's product through (an empty product is right whoever computes it).
-    from utils import grading
-    monkeypatch.setitem(grading.TORCH_OPS_ALLOWED, "check_matmul", frozenset({"mm", "cat"}))
+    allow_torch_ops("check_matmul", {"mm", "cat"})
 
     def fn(a, b):
         M, K = a.shape

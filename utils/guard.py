@@ -416,7 +416,8 @@ def tampering() -> list[tuple[str, str]]:
     tensor, own = _State.tensor
     now = vars(tensor)
     for n in now.keys() | own.keys():
-        if n in _TENSOR_PATCHED_BY_HARNESS or n in ("__doc__", "__dict__", "__weakref__"):
+        # __slotnames__: copyreg caches it on the class the first time a tensor is copied or pickled
+        if n in _TENSOR_PATCHED_BY_HARNESS or n in ("__doc__", "__dict__", "__weakref__", "__slotnames__"):
             continue
         value = now.get(n, _MISSING)
         if value is not own.get(n, _MISSING) and value is not _static(tensor.__mro__[1], n):
