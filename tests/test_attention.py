@@ -27,18 +27,19 @@ OTHER_DEVICE = "meta" if utils.SIMULATE else "cpu"
 # =======================================================================================
 # The graders' test kernels
 # =======================================================================================
-# Mistakes of the forward (MISTAKE = one of these).
-RIGHT = 0
-NO_SCALE = 1            # softmax(Q Kᵀ) V: the 1/√d forgotten
-NO_RESCALE_ACC = 2      # acc not multiplied by alpha when the max grows
-NO_RESCALE_SUM = 3      # l not multiplied by alpha
-DIAG_EXCLUDED = 4       # causal mask j < i (the diagonal hidden)
-DIAG_PLUS_ONE = 5       # causal mask j <= i + 1
-NO_EMPTY_GUARD = 6      # exp(-inf - (-inf)) = NaN on rows that see no key
-SAVE_MAX = 7            # L = m instead of m + log(l)
-DROP_TAIL = 8           # loop over Nk // BLOCK_N tiles: the last partial tile dropped
-FP16_ACC = 9            # the accumulator kept in float16
-NO_LSE = 10             # L allocated but never written
+# Mistakes of the forward (MISTAKE = one of these). A kernel may read a global only if it is a
+# tl.constexpr: a GPU's Triton compiler refuses a plain int there.
+RIGHT = tl.constexpr(0)
+NO_SCALE = tl.constexpr(1)        # softmax(Q Kᵀ) V: the 1/√d forgotten
+NO_RESCALE_ACC = tl.constexpr(2)  # acc not multiplied by alpha when the max grows
+NO_RESCALE_SUM = tl.constexpr(3)  # l not multiplied by alpha
+DIAG_EXCLUDED = tl.constexpr(4)   # causal mask j < i (the diagonal hidden)
+DIAG_PLUS_ONE = tl.constexpr(5)   # causal mask j <= i + 1
+NO_EMPTY_GUARD = tl.constexpr(6)  # exp(-inf - (-inf)) = NaN on rows that see no key
+SAVE_MAX = tl.constexpr(7)        # L = m instead of m + log(l)
+DROP_TAIL = tl.constexpr(8)       # loop over Nk // BLOCK_N tiles: the last partial tile dropped
+FP16_ACC = tl.constexpr(9)        # the accumulator kept in float16
+NO_LSE = tl.constexpr(10)         # L allocated but never written
 
 FORWARD_MISTAKES = dict(no_scale=NO_SCALE, no_rescale_acc=NO_RESCALE_ACC, no_rescale_sum=NO_RESCALE_SUM,
                         diag_excluded=DIAG_EXCLUDED, diag_plus_one=DIAG_PLUS_ONE, no_empty_guard=NO_EMPTY_GUARD,
@@ -133,16 +134,16 @@ def fa_forward(mistake=RIGHT, reverse=False, exp2=False, block=32):
         o = torch.empty_like(q)
         lse = torch.empty((B, H, nq), dtype=torch.float32, device=q.device)
         fa_fwd_kernel[(triton.cdiv(nq, block), B * H)](q, k, v, o, lse, nq, nk, 1.0 / math.sqrt(d), D=d, BM=block,
-                                                      BN=block, CAUSAL=causal, MISTAKE=mistake, REVERSE=reverse,
+                                                      BN=block, CAUSAL=causal, MISTAKE=mistake.value, REVERSE=reverse,
                                                       EXP2=exp2)
         return o, lse
     return fn
 
 
 # Mistakes of the backward.
-NO_ATOMIC_DQ = 1        # dq += ... as a load and a store from every key tile: a race
-NO_DELTA = 2            # dS = P ∘ dP, D forgotten
-BWD_NO_SCALE = 3        # dq and dk without the 1/√d
+NO_ATOMIC_DQ = tl.constexpr(1)    # dq += ... as a load and a store from every key tile: a race
+NO_DELTA = tl.constexpr(2)        # dS = P ∘ dP, D forgotten
+BWD_NO_SCALE = tl.constexpr(3)    # dq and dk without the 1/√d
 BACKWARD_MISTAKES = dict(no_atomic_dq=NO_ATOMIC_DQ, no_delta=NO_DELTA, no_scale=BWD_NO_SCALE)
 
 
@@ -201,7 +202,7 @@ def fa_backward(mistake=RIGHT, block=32):
         dq = torch.zeros((B, H, nq, d), dtype=torch.float32, device=q.device)
         dk, dv = torch.empty_like(k), torch.empty_like(v)
         fa_bwd_kernel[(triton.cdiv(nk, block), B * H)](q, k, v, o, lse, do, dq, dk, dv, nq, nk, 1.0 / math.sqrt(d),
-                                                      D=d, BM=block, BN=block, CAUSAL=causal, MISTAKE=mistake)
+                                                      D=d, BM=block, BN=block, CAUSAL=causal, MISTAKE=mistake.value)
         return dq.to(q.dtype), dk, dv
     return fn
 
@@ -232,7 +233,7 @@ def assert_forward(out, q, k, v, causal, dtype, lse=None):
 
 #: (B, H, Nq, Nk, d, causal): one query and one key; Nq < Nk, neither a multiple of any tile;
 #: Nq > Nk with the causal mask (the first 23 queries see no key).
-SHAPES = [(1, 1, 1, 1, 16, False), (1, 2, 17, 70, 32, True), (2, 1, 40, 17, 64, True)]
+SHAPES = [(1, 1, 1, 1, 16, False), (1, 1, 1, 1, 16, True), (1, 2, 17, 70, 32, True), (2, 1, 40, 17, 64, True)]
 #: The same kinds, smaller: for the versions that run one query row per program (or per block).
 ROW_SHAPES = [(1, 1, 1, 1, 16, False), (1, 1, 9, 70, 32, True), (1, 1, 12, 5, 16, True)]
 TRITON_DTYPES = {"v1": (F16,), "v2": (F16,), "v3": (F16, BF16, F32)}

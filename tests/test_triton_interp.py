@@ -114,3 +114,35 @@ def test_autotune_shim_runs_in_both_modes():
     torch.testing.assert_close(y, 3 * x)
     if utils.SIMULATE:
         assert scale_kernel.best_config.kwargs == {"BLOCK": 128}
+
+
+# A kernel may read a module-level value only if it is a tl.constexpr: a GPU's Triton compiler
+# refuses a plain int (CompilationError wrapping a NameError), and so does the simulation.
+_PLAIN_FLAG = 1
+_CONSTEXPR_FLAG = tl.constexpr(1)
+
+
+@triton.jit
+def _reads_plain_flag(x):
+    if _PLAIN_FLAG == 1:
+        x = x + 1
+    return x
+
+
+@triton.jit
+def _kernel_calling_a_helper_with_a_plain_global(x_ptr):
+    tl.store(x_ptr, _reads_plain_flag(tl.load(x_ptr)))
+
+
+@triton.jit
+def _kernel_with_a_constexpr_global(x_ptr):
+    if _CONSTEXPR_FLAG == 1:
+        tl.store(x_ptr, tl.load(x_ptr) + 1)
+
+
+def test_a_global_that_is_not_a_constexpr_is_refused_as_on_a_gpu():
+    x = torch.zeros(1, device=utils.DEVICE)
+    _kernel_with_a_constexpr_global[(1,)](x)
+    assert x.item() == 1
+    with pytest.raises(Exception, match=r"(?s)global variable _PLAIN_FLAG.*tl\.constexpr"):
+        _kernel_calling_a_helper_with_a_plain_global[(1,)](x)

@@ -273,15 +273,18 @@ def _fault_hint(msg: str) -> str:
     return "read the message above: it names the kernel and what went wrong."
 
 
-def _exception_hint(e: BaseException) -> str:
-    """The hint for an error the learner's function raised (not a kernel fault)."""
+def _exception_hint(e: BaseException, inputs=()) -> str:
+    """The hint for an error the learner's function raised (not a kernel fault); ``inputs``:
+    what the function was given, whose dtypes the hint names."""
     text = str(e)
     # Numba's simulator and its GPU target take arrays, not torch tensors
     if re.search(r"torch\.\w*Tensor|'Tensor'|of type Tensor", text) and (
             "tid=" in text or "numba" in type(e).__module__ or "numba" in text.lower()):
         return ("a Numba kernel was given a torch tensor: pass utils.to_numba(t) for each tensor argument "
                 "(kernel[grid, block](utils.to_numba(x), utils.to_numba(y), ...)).")
-    return "the inputs are float32 tensors on utils.DEVICE; the traceback above shows where it failed."
+    dtypes = sorted({str(t.dtype).replace("torch.", "") for t in inputs if isinstance(t, torch.Tensor)})
+    kinds = " and ".join(dtypes) if dtypes else "float32"
+    return f"the inputs are {kinds} tensors on utils.DEVICE; the traceback above shows where it failed."
 
 
 def _fault_in(e: BaseException, fault_cls):
@@ -393,7 +396,7 @@ class Grader:
                 self.fail(f"the kernel faulted: {fault}", _fault_hint(str(fault)), cause=fault)
             if isinstance(e, IndexError):
                 self.fail(f"{type(e).__name__}: {e}", _fault_hint("index out of range"), cause=e)
-            self.fail(f"your function raised {type(e).__name__}: {e}", _exception_hint(e), cause=e)
+            self.fail(f"your function raised {type(e).__name__}: {e}", _exception_hint(e, inputs), cause=e)
         return _Run(out, inputs, in_guards, allocs, launches)
 
     # -- checks on one run -----------------------------------------------------------------

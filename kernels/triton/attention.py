@@ -48,7 +48,10 @@ ROW_BLOCK_N = 64             # v2: keys per step
 
 
 def _block_d(d: int) -> int:
-    return max(16, triton.next_power_of_2(d))
+    """The head dimension padded to a power of two. On a GPU at least 32: Triton 3.6's ptxas
+    crashed (error -11, sm_90a) on the causal forward with 16-wide tiles of d; a head of 16
+    then runs as 32 with the upper half masked."""
+    return max(16 if utils.SIMULATE else 32, triton.next_power_of_2(d))
 
 
 def _strides(t):
@@ -130,7 +133,7 @@ def attn_pv_kernel(p_ptr, v_ptr, o_ptr, H, Nq, Nk, D,
         v = tl.load(v_base + offs_n[:, None] * svn + offs_d[None, :] * svd,
                     mask=(offs_n[:, None] < Nk) & (offs_d[None, :] < D), other=0.0)
         if IEEE:
-            acc = tl.dot(p, v, acc, input_precision="ieee")
+            acc = tl.dot(p, v, acc, input_precision="ieee", out_dtype=acc.dtype)
         else:
             acc = tl.dot(p.to(v.dtype), v, acc)
     o_base = o_ptr + b.to(tl.int64) * sob + h * soh
@@ -294,7 +297,7 @@ def _flash_fwd_stage(acc, l_i, m_i, q, k_base, v_base, skn, skd, svn, svd, offs_
         else:
             v = tl.load(v_ptrs, mask=offs_d[None, :] < D, other=0.0)
         if IEEE:
-            acc = tl.dot(p, v, acc, input_precision="ieee")
+            acc = tl.dot(p, v, acc, input_precision="ieee", out_dtype=acc.dtype)
         else:
             acc = tl.dot(p.to(v.dtype), v, acc)
         m_i = m_new
@@ -507,14 +510,14 @@ def _bwd_kv_stage(dk, dv, k, v, q_base, do_base, dq_base, lse_base, delta_base, 
         if MASKED:
             pt = tl.where(offs_n[:, None] <= offs_m[None, :] + diag, pt, 0.0)
         if IEEE:
-            dv = tl.dot(pt, do, dv, input_precision="ieee")
+            dv = tl.dot(pt, do, dv, input_precision="ieee", out_dtype=dv.dtype)
             dpt = tl.dot(v, tl.trans(do), input_precision="ieee")
         else:
             dv = tl.dot(pt.to(do.dtype), do, dv)
             dpt = tl.dot(v, tl.trans(do))
         dst = pt * (dpt - delta[None, :])                       # dSᵀ
         if IEEE:
-            dk = tl.dot(dst, tl.trans(qt), dk, input_precision="ieee")
+            dk = tl.dot(dst, tl.trans(qt), dk, input_precision="ieee", out_dtype=dk.dtype)
         else:
             dk = tl.dot(dst.to(qt.dtype), tl.trans(qt), dk)
         if ATOMIC_DQ:
@@ -594,7 +597,7 @@ def _bwd_q_stage(dq, q, do, lse2, delta, k_base, v_base, skn, skd, svn, svd, off
         if IEEE:
             dp = tl.dot(do, vt, input_precision="ieee")
             ds = p * (dp - delta[:, None])
-            dq = tl.dot(ds, tl.trans(kt), dq, input_precision="ieee")
+            dq = tl.dot(ds, tl.trans(kt), dq, input_precision="ieee", out_dtype=dq.dtype)
         else:
             dp = tl.dot(do, vt)
             ds = p * (dp - delta[:, None])

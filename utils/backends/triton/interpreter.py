@@ -23,6 +23,11 @@ nothing. ``TRITON_SIM_PATCHES`` lists what was changed.
   three exactly. ``tl.dot`` of bfloat16 widens the inputs to float32 (the interpreter
   multiplied their raw uint16 bits), and casts to bfloat16 round to nearest even (it
   truncated).
+* **Globals a GPU refuses.** A kernel that reads a module-level ``int``, ``float``, ``bool``,
+  string, container or tensor (``if MODE == FAST:`` with ``FAST = 1``) runs in the
+  interpreter, but a GPU's Triton compiler refuses it: only globals made with
+  ``tl.constexpr(...)`` (and functions, modules, dtypes) may be read. Here it raises the
+  same ``NameError`` at launch, for the kernel and every ``@triton.jit`` function it calls.
 * **Profiling.** During ``utils/backends/triton/profile.py`` every load, store and
   atomic is also reported to the profiler (``profiler``), which counts the bytes and the
   masked-off lanes of each program.
@@ -369,6 +374,61 @@ def _autotune_bench(kernel_call, quantiles=None, **kwargs):
 _applied = False
 
 
+# ---------------------------------------------------------------------------------------
+# Globals that a GPU's compiler refuses.
+# ---------------------------------------------------------------------------------------
+_GLOBAL_NAMES: dict = {}   # code object -> the names it loads as globals
+
+
+def _global_names(code) -> tuple[str, ...]:
+    names = _GLOBAL_NAMES.get(code)
+    if names is None:
+        import dis
+        found = []
+        stack = [code]
+        while stack:
+            c = stack.pop()
+            found += [ins.argval for ins in dis.get_instructions(c) if ins.opname == "LOAD_GLOBAL"]
+            stack += [k for k in c.co_consts if hasattr(k, "co_code")]
+        names = _GLOBAL_NAMES[code] = tuple(dict.fromkeys(found))
+    return names
+
+
+def _refused_global(value) -> bool:
+    """What Triton's code generator refuses to read from a kernel's globals: plain Python and
+    torch/numpy values (it takes constexprs, dtypes, functions, classes and modules)."""
+    if isinstance(value, tuple) and hasattr(value, "_fields"):
+        return False  # a namedtuple: Triton takes it
+    if isinstance(value, (bool, int, float, complex, str, bytes, tuple, list, dict, set, frozenset)):
+        return True
+    return type(value).__module__.split(".")[0] in ("torch", "numpy") and not callable(value)
+
+
+def check_globals(jit_fn, _seen=None) -> None:
+    """Raise the ``NameError`` a GPU's Triton compiler raises for a global that is not a
+    ``tl.constexpr``, in ``jit_fn`` or any ``@triton.jit`` function it reaches."""
+    if os.environ.get("TRITON_ALLOW_NON_CONSTEXPR_GLOBALS", "0") == "1":
+        return
+    seen = set() if _seen is None else _seen
+    fn = getattr(jit_fn, "fn", jit_fn)   # a @triton.jit function, or the Python function it wraps
+    if id(fn) in seen or not hasattr(fn, "__code__"):
+        return
+    seen.add(id(fn))
+    scope = fn.__globals__
+    for name in _global_names(fn.__code__):
+        if name not in scope:
+            continue
+        value = scope[name]
+        if _refused_global(value):
+            shown = repr(value) if len(repr(value)) <= 40 else type(value).__name__
+            raise NameError(
+                f"Cannot access global variable {name} from within @jit'ed function {fn.__name__}: a GPU's Triton "
+                f"compiler refuses it (the interpreter alone would run it). Kernels can only read globals made "
+                f"with tl.constexpr: write `{name} = tl.constexpr({shown})`, or pass it as a tl.constexpr argument.")
+        if hasattr(value, "fn") and hasattr(value, "run"):   # another @triton.jit function
+            check_globals(value, seen)
+
+
 def apply() -> bool:
     """Patch Triton's interpreter (idempotent); does nothing on a GPU."""
     global _applied
@@ -474,6 +534,8 @@ def apply() -> bool:
     original_call = interp.GridExecutor.__call__
 
     def __call__(self, *args_dev, **kwargs):
+        if _launch[0] is None:  # a launch, not a device function called from one
+            check_globals(self.fn)
         if not RACECHECK or _launch[0] is not None:
             return original_call(self, *args_dev, **kwargs)
         _launch[0] = _Launch(getattr(self.fn, "__name__", "kernel"),
@@ -492,6 +554,9 @@ def apply() -> bool:
     interp.GridExecutor.__call__ = __call__
     # The interpreter's own warmup() (inherited) compiles nothing and returns None.
     interp.InterpretedFunction.warmup = _warmup
+    TRITON_SIM_PATCHES.append(
+        "globals: a kernel that reads a module-level value that is not a tl.constexpr raises "
+        "the NameError a GPU's Triton compiler raises")
     if RACECHECK:
         TRITON_SIM_PATCHES.append(
             "race detection: two programs of one launch touching one element, one of them "
