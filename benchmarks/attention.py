@@ -188,8 +188,8 @@ def time_one(c: Contender, shape, dtype, causal, kind, warmup, rep):
     return res, flops
 
 
-def run_topic(events, sizes, *, skip=(), languages=None, sweep=True, deadline=None, sweep_deadline=None,
-              warmup=25, rep=100):
+def run_topic(events, sizes, *, skip=(), languages=None, sweep=True, main=True, deadline=None,
+              sweep_deadline=None, warmup=25, rep=100):
     """The worker of topic attention: check, then time, every contender at every configuration."""
     from .harness import configure_torch_compile
     configure_torch_compile()    # FlexAttention compiles once per shape
@@ -198,7 +198,7 @@ def run_topic(events, sizes, *, skip=(), languages=None, sweep=True, deadline=No
     cs = contenders(tuple(languages or ("cuda", "numba", "triton")), shapes[0])
     dead = set()
     plan = [(shape, dtype, causal, kind, False) for shape in shapes for dtype in DTYPES
-            for causal in (False, True) for kind in PASSES]
+            for causal in (False, True) for kind in PASSES] if main else []
     if sweep:
         plan += [(tuple(s), SWEEP_DTYPE, causal, kind, True) for s in sizes.attention_sweep_shapes
                  for causal in (False, True) for kind in PASSES]

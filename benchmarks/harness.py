@@ -301,14 +301,17 @@ CUSTOM_WORKERS = {"attention": "benchmarks.attention"}
 
 
 def run_topic(topic: str, events: Events, sizes, *, skip=(), languages=None, sweep: bool = True,
-              deadline: float | None = None, sweep_deadline: float | None = None,
+              main: bool = True, deadline: float | None = None, sweep_deadline: float | None = None,
               warmup: float = 25, rep: float = 100) -> None:
-    """Check and time every variant of a topic at its main shapes, then the size sweep."""
+    """Check and time every variant of a topic at its main shapes, then the size sweep
+    (``main=False``: the sweep only, for topics with their own worker)."""
     if topic in CUSTOM_WORKERS:
         import importlib
         return importlib.import_module(CUSTOM_WORKERS[topic]).run_topic(
-            events, sizes, skip=skip, languages=languages, sweep=sweep, deadline=deadline,
+            events, sizes, skip=skip, languages=languages, sweep=sweep, main=main, deadline=deadline,
             sweep_deadline=sweep_deadline, warmup=warmup, rep=rep)
+    if not main:
+        raise ValueError(f"{topic}: its sweep is timed for the variants its main shapes checked; measure both")
     configure_torch_compile()
     warnings.filterwarnings("ignore", message=".*under-utilization.*")  # Numba, small sizes
     t = TOPICS[topic]

@@ -20,7 +20,7 @@ from types import SimpleNamespace
 import utils
 
 from . import report
-from .harness import Events, read_events, worker_main
+from .harness import CUSTOM_WORKERS, Events, read_events, worker_main
 from .topics import TOPICS, copy_bytes, main_shapes
 
 ALL_TOPICS = tuple(TOPICS)  # the topics with a spec that has baselines, in lesson order
@@ -44,6 +44,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="smaller sizes, a short sweep and shorter timings: a smoke test; "
                         "writes <name>-quick.* so the full results stay as they are")
     p.add_argument("--no-sweep", action="store_true", help="skip the size sweeps (and the plots)")
+    p.add_argument("--sweep-only", action="store_true",
+                   help="measure only the size sweeps of --topics; with --update their other rows stay, so a "
+                        "topic too long for one sitting can be measured in two (--no-sweep, then this). "
+                        f"Topics with their own worker only: {', '.join(CUSTOM_WORKERS)}")
     p.add_argument("--out", default=str(utils.RESULTS_DIR),
                    help="where to write the results (default: benchmarks/results)")
     p.add_argument("--name", default=None,
@@ -70,6 +74,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     unknown = [t for t in args.topics if t not in TOPICS]
     if unknown:
         p.error(f"unknown topic(s) {unknown}: choose from {', '.join(ALL_TOPICS)}")
+    if args.sweep_only and not args.worker and (args.no_sweep or any(t not in CUSTOM_WORKERS for t in args.topics)):
+        p.error(f"--sweep-only takes --topics among {', '.join(CUSTOM_WORKERS)}, and no --no-sweep")
     if args.simulated_dry_run and args.out == str(utils.RESULTS_DIR):
         p.error("--simulated-dry-run needs --out DIR: its numbers must not land among the recorded results")
     args.langs = [s.strip() for s in args.langs.split(",") if s.strip()]
@@ -240,6 +246,8 @@ def run_worker(topic: str, args, events_path: Path, deadline: float | None,
             cmd += ["--simulated-dry-run", "--out", args.out]
         if args.no_sweep:
             cmd.append("--no-sweep")
+        if args.sweep_only:
+            cmd.append("--sweep-only")
         if deadline:
             cmd += ["--deadline", str(deadline)]
         if sweep_deadline:
@@ -320,7 +328,7 @@ def main(argv=None) -> int:
     if args.worker:
         skip = json.loads(Path(args.skip_file).read_text()) if args.skip_file else []
         return worker_main(args.worker, args.events, sizes, skip=skip, languages=args.langs,
-                           sweep=not args.no_sweep, deadline=args.deadline,
+                           sweep=not args.no_sweep, main=not args.sweep_only, deadline=args.deadline,
                            sweep_deadline=args.sweep_deadline, **timing)
 
     import torch
@@ -372,7 +380,7 @@ def main(argv=None) -> int:
 
     target_topics = args.topics  # the topics whose targets the results file reports
     if args.update:
-        kept = load_kept(out / f"{name}.json", args.topics, args.langs)
+        kept = load_kept(out / f"{name}.json", args.topics, args.langs, sweeps_only=args.sweep_only)
         if kept is None:
             print(f"--update: no {out / (name + '.json')} to update; writing a new results file", flush=True)
         else:
@@ -431,9 +439,10 @@ def main(argv=None) -> int:
     return EXIT_OK
 
 
-def load_kept(path: Path, topics: list[str], langs=("cuda", "numba", "triton")) -> dict | None:
+def load_kept(path: Path, topics: list[str], langs=("cuda", "numba", "triton"), sweeps_only=False) -> dict | None:
     """What ``--update`` keeps of an existing results file: all but the rows of ``topics`` in
-    ``langs`` (and their PyTorch baselines, which every run measures again)."""
+    ``langs`` (and their PyTorch baselines, which every run measures again); with
+    ``sweeps_only``, all but their sweeps (the main shapes' rows and targets stay)."""
     if not path.exists():
         return None
     old = json.loads(path.read_text())
@@ -442,7 +451,9 @@ def load_kept(path: Path, topics: list[str], langs=("cuda", "numba", "triton")) 
     drop = set(topics)
     redo = set(langs) | {"torch"}
 
-    def stays(topic, lang):
+    def stays(topic, lang, entry=None):
+        if sweeps_only and entry is not None and not entry.get("sweep"):
+            return True
         return topic not in drop or lang not in redo
 
     def lang_of(variant):
@@ -453,8 +464,8 @@ def load_kept(path: Path, topics: list[str], langs=("cuda", "numba", "triton")) 
         copy=old.get("copy"), date=old.get("date"), command=old.get("command"), topics=measured,
         commit=old.get("commit"), commit_dirty=old.get("commit_dirty"),
         topic_commits={t: c for t, c in old.get("topic_commits", {}).items() if t not in drop},
-        rows=[r for r in old.get("rows", []) if stays(r.get("topic"), r.get("lang"))],
-        failed=[f for f in old.get("failed", []) if stays(f.get("topic"), f.get("lang"))],
+        rows=[r for r in old.get("rows", []) if stays(r.get("topic"), r.get("lang"), r)],
+        failed=[f for f in old.get("failed", []) if stays(f.get("topic"), f.get("lang"), f)],
         sweeps={t: {v: p for v, p in vs.items() if stays(t, lang_of(v))} for t, vs in old.get("sweeps", {}).items()},
         notes=[n for n in old.get("notes", []) if not any(n.startswith(f"{t}:") for t in drop)],
     )

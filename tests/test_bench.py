@@ -473,3 +473,20 @@ def test_recorded_commit_is_shown_per_topic(results_file, capsys):
     md = report.markdown(data)
     assert "measured at commit 111111111111" in md
     assert "Re-measured later: softmax at commit 222222222222 plus uncommitted changes" in md
+
+
+def test_update_of_the_sweep_only_keeps_the_main_rows(tmp_path):
+    """``--update --sweep-only --topics attention`` (a topic measured in two sittings): the
+    attention rows of the main shapes stay, its sweep rows are measured again."""
+    main = dict(topic="attention", lang="triton", variant="triton v3 [float16, full, forward]", sweep=False)
+    swept = dict(topic="attention", lang="triton", variant="triton v3 [float16, full, forward]", sweep=True)
+    base = dict(topic="attention", lang="torch", variant="SDPA flash [float16, full, forward]", sweep=True)
+    fail = dict(topic="attention", lang="cuda", variant="cuda v1 [float16, full, forward]", status="unsupported",
+                sweep=False)
+    path = tmp_path / "h100.json"
+    path.write_text(json.dumps(dict(rows=[main, swept, base], failed=[fail], sweeps={}, notes=[])))
+    kept = brun.load_kept(path, ["attention"], sweeps_only=True)
+    assert kept["rows"] == [main] and kept["failed"] == [fail]
+    assert brun.load_kept(path, ["attention"])["rows"] == []
+    with pytest.raises(SystemExit):
+        brun.main(["--topics", "softmax", "--sweep-only"])  # a topic whose sweep needs its main shapes
