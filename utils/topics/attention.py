@@ -135,7 +135,14 @@ def output_tolerance(q, k, v, causal=False, dtype=None, factor: float = 3.0):
     weight = p @ v.double().abs()
     ref = p @ v.double()
     flush = UNDERFLOW[dtype] * v.double().abs().sum(dim=-2, keepdim=True)   # P below 2^-24 flushed (l >= 1)
-    return factor * (unit * weight + flush) + UNIT_ROUNDOFF[dtype] * ref.abs() + 1e-30
+    # A float32 running sum of terms of one sign and size drifts: each step rounds the same
+    # way, up to EPS32 * n / 2 of the result over n steps (not sqrt(n)). n is the row's
+    # effective number of keys, 1 / sum(p^2): a row of 8192 equal scores summed one key
+    # after another, as a right float32 kernel may do, is off by about 1e-4 on an H100.
+    p2 = (p * p).sum(dim=-1, keepdim=True)
+    n_eff = torch.where(p2 > 0, 1.0 / p2.clamp_min(1e-300), torch.zeros_like(p2))
+    drift = EPS32 * 0.5 * n_eff * ref.abs()
+    return factor * (unit * weight + flush) + drift + UNIT_ROUNDOFF[dtype] * ref.abs() + 1e-30
 
 
 def lse_tolerance(q, k, causal=False, dtype=None, factor: float = 4.0):
