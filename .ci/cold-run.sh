@@ -2,7 +2,7 @@
 # The cold-cache CPU validation run: `./course test` as a newcomer runs it, from a fresh clone
 # with every build cache empty, and a record of where the time went.
 #
-#   bash .ci/cold-run.sh [--out FILE] [--keep-home] [-- PYTEST_ARGS...]
+#   bash .ci/cold-run.sh [--out FILE] [--log FILE] [--keep-home] [-- PYTEST_ARGS...]
 #
 # * The clone is of this repository's HEAD (commit first: uncommitted changes are not tested).
 # * Caches start empty: the clone's .cache/ (emulated kernels, NVRTC checks, extension builds),
@@ -12,6 +12,7 @@
 # * The virtual environment: COURSE_VENV if set (e.g. COURSE_VENV=$PWD/.venv to reuse an installed
 #   one), else `./course` creates .venv in the clone and installs requirements.txt (minutes, and
 #   the network), exactly as for a newcomer. The record says which.
+# * --log FILE keeps pytest's whole output.
 # * The record goes to FILE (default benchmarks/results/cpu-validation.txt of this repository):
 #   pytest's wall time and summary, the time of each file (the sum of its tests' setup, call and
 #   teardown), the slowest tests, and the machine. Commit it.
@@ -19,12 +20,14 @@ set -uo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 out=$here/benchmarks/results/cpu-validation.txt
 keep_home=0
+log=
 while [ $# -gt 0 ]; do
   case "$1" in
     --out) out=$(realpath -m "$2"); shift 2 ;;
     --keep-home) keep_home=1; shift ;;
+    --log) log=$(realpath -m "$2"); shift 2 ;;
     --) shift; break ;;
-    *) echo "usage: bash .ci/cold-run.sh [--out FILE] [--keep-home] [-- PYTEST_ARGS...]" >&2; exit 2 ;;
+    *) echo "usage: bash .ci/cold-run.sh [--out FILE] [--log FILE] [--keep-home] [-- PYTEST_ARGS...]" >&2; exit 2 ;;
   esac
 done
 
@@ -105,5 +108,6 @@ PY
   echo "== slowest tests (pytest --durations=40) =="
   sed -n '/slowest 40 durations/,/^=/p' "$work/test.log" | grep -E "^[0-9.]+s "
 } > "$out"
+if [ -n "$log" ]; then cp "$work/test.log" "$log"; fi
 echo "wrote $out"
 exit "$status"
