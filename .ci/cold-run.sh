@@ -63,10 +63,14 @@ fi
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 
 start=$(date +%s)
-./course test --durations=40 -o junit_family=xunit1 --junitxml="$work/junit.xml" "$@" \
-  2>&1 | tee "$work/test.log"
-status=${PIPESTATUS[0]}
+# bash's `time`: the CPU time of every process of the run (pytest's workers, the notebooks'
+# kernels, the compilers), which says more than the wall time on a machine shared with others
+TIMEFORMAT='%U %S'
+{ time { ./course test --durations=40 -o junit_family=xunit1 --junitxml="$work/junit.xml" "$@" \
+           2>&1 | tee "$work/test.log"; echo "${PIPESTATUS[0]}" > "$work/status"; } ; } 2> "$work/cpu"
+status=$(cat "$work/status")
 end=$(date +%s)
+cpu=$(awk '{printf "%.0f s (user %.0f s, system %.0f s)", $1 + $2, $1, $2}' "$work/cpu")
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 
 python=${COURSE_VENV:-.venv}/bin/python
@@ -88,7 +92,7 @@ PY
   echo "virtual environment: $venv_note"
   echo "caches at the start: torch extension cache (TORCH_EXTENSIONS_DIR) $( [ "$torch_ext_before" = 0 ] && echo cold, empty || echo "WARM, $torch_ext_before entries"); course .cache/ $( [ "$course_cache_before" = 0 ] && echo cold, empty || echo "WARM, $course_cache_before entries"); Triton and Numba caches empty; HOME $( [ "$keep_home" = 1 ] && echo "kept ($HOME)" || echo "fresh and empty")"
   echo "torch extension builds during the run: $(find "$TORCH_EXTENSIONS_DIR" -name '*.so' | wc -l) libraries; course .cache/cuda-emu: $(ls .cache/cuda-emu 2>/dev/null | grep -c '\.so$') emulated kernel libraries"
-  echo "wall time of ./course test: $((end - start)) s (exit status $status)"
+  echo "wall time of ./course test: $((end - start)) s (exit status $status); CPU time: $cpu"
   grep -E "^=+ .*(passed|failed|error).* in [0-9.]+s" "$work/test.log" | tail -1
   echo
   echo "== time per file: the sum of its tests' setup, call and teardown (both workers together) =="

@@ -50,7 +50,7 @@ def recorded_file_seconds(record=_RECORD) -> dict[str, float]:
         text = record.read_text()
     except OSError:
         return seconds
-    for m in re.finditer(r"^\s*([0-9.]+) s\s+\d+ items\s+(\S+\.(?:py|ipynb))\s*$", text, flags=re.M):
+    for m in re.finditer(r"^\s*([0-9.]+) s\s+(?:\d+ items\s+)?(\S+\.(?:py|ipynb))\s*$", text, flags=re.M):
         seconds[m.group(2)] = float(m.group(1))
     return seconds
 
