@@ -61,6 +61,7 @@ def test_build_produces_objects_and_an_importable_library(built_project):
     assert len(libs) == 1, libs
     assert any(libs[0].endswith(s) for s in importlib.machinery.EXTENSION_SUFFIXES), libs[0]
     assert glob.glob(str(proj / "build" / "lib.*" / "myrelu*.so")), "the library in build/lib.* is missing"
+    assert not list(proj.glob("*.cu.cpp")), "the translated sources belong in the build folder"
 
 
 def test_project_tests_pass(built_project):
