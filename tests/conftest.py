@@ -43,3 +43,54 @@ def allow_torch_ops(monkeypatch):
                 monkeypatch.setitem(record[mod], "TORCH_OPS_ALLOWED",
                                     guard._describe_value(grading.TORCH_OPS_ALLOWED, True))
     return allow
+
+
+# ---------------------------------------------------------------------------------------
+# The longest files first
+# ---------------------------------------------------------------------------------------
+# `./course test` runs on two workers with --dist loadfile: a file (a notebook above all) runs
+# whole on one worker, so the run ends when the file that started last ends. Started longest
+# first, the long files overlap and the short ones fill the gaps at the end. The length of a file
+# is the time it took in the recorded cold run (benchmarks/results/cpu-validation.txt, written
+# by .ci/cold-run.sh); a file the record does not know yet (a new lesson) counts as
+# NEW_FILE_SECONDS. xdist keeps this order only with its own reordering (by number of tests,
+# which put the longest builds last) turned off, as --no-loadscope-reorder does (set here
+# rather than in pyproject.toml: older pytest-xdist releases lack the option).
+NEW_FILE_SECONDS = 30.0
+_RECORD = utils.paths.RESULTS_DIR / "cpu-validation.txt"
+
+
+def recorded_file_seconds(record=_RECORD) -> dict[str, float]:
+    """{file relative to the course root: seconds} from the per-file table of the record."""
+    import re
+    seconds = {}
+    try:
+        text = record.read_text()
+    except OSError:
+        return seconds
+    for m in re.finditer(r"^\s*([0-9.]+) s\s+(?:\d+ items\s+)?(\S+\.(?:py|ipynb))\s*$", text, flags=re.M):
+        seconds[m.group(2)] = float(m.group(1))
+    return seconds
+
+
+def longest_first(items, seconds: dict[str, float]):
+    """``items`` reordered so that whole files come longest first; the order within a file
+    and between files of the same length stays as collected."""
+    first_seen: dict[str, int] = {}
+    for item in items:
+        first_seen.setdefault(item.nodeid.split("::", 1)[0], len(first_seen))
+
+    def key(item):
+        path = item.nodeid.split("::", 1)[0]
+        return -seconds.get(path, NEW_FILE_SECONDS), first_seen[path]
+
+    return sorted(items, key=key)
+
+
+def pytest_configure(config):
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
+
+
+def pytest_collection_modifyitems(config, items):
+    items[:] = longest_first(items, recorded_file_seconds())

@@ -60,6 +60,10 @@ setup(name="course_tiny_ext",
 """
 
 
+@pytest.mark.slow  # (a build of torch's headers) what it proves, the default run proves as well:
+# the setup.py project of lesson 02 (test_extension_project.py: launches, C10_CUDA_KERNEL_LAUNCH_CHECK,
+# host code adapted, a .cu and a .cpp in one library) and load_inline (torch's headers and the
+# emulator's in one translation unit); what is left is this project's shape, one .cu with everything
 def test_setup_py_project_builds_and_runs(tmp_path):
     (tmp_path / "tiny_kernel.cu").write_text(KERNEL_CU)
     (tmp_path / "helper.cpp").write_text(HELPER_CPP)

@@ -1,20 +1,25 @@
 """The setup.py project in extensions/relu builds in the current mode and passes its own tests.
 
-The build takes tens of seconds, so it happens once (a module-scoped fixture, in a temporary
-copy of the project so the repository stays clean), and the project's own test file runs
-against the result in a fresh interpreter, as a user would run it.
+The build takes tens of seconds, so it happens once (a module-scoped fixture) and in the folder
+lesson 02 builds the project in, .cache/extensions/relu (git-ignored, so the repository stays
+clean): whichever of the notebook and this file runs second finds the build up to date, and
+utils.extension.BuildExtension lets one build at a time into the folder. The project's own test
+file runs against the result in a fresh interpreter, as a user would run it.
 """
 import glob
 import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 import utils
 
 PROJECT = utils.ROOT / "extensions" / "relu"
+#: Where lesson 02 copies the project to build it.
+BUILD_COPY = utils.paths.CACHE_DIR / "extensions" / "relu"
 
 
 def _env():
@@ -23,10 +28,22 @@ def _env():
     return env
 
 
+def _copy_changed_files(src, dst):
+    """Copy the project as lesson 02 does (with the files' times, which the build compares),
+    but only the files that differ: a file rewritten while the notebook compiles it could be
+    read half-written."""
+    def copy_if_changed(s, d):
+        if not os.path.exists(d) or Path(s).read_bytes() != Path(d).read_bytes():
+            shutil.copy2(s, d)
+        return d
+    shutil.copytree(src, dst, dirs_exist_ok=True, copy_function=copy_if_changed,
+                    ignore=shutil.ignore_patterns("build", "*.so", "__pycache__", "*.egg-info"))
+
+
 @pytest.fixture(scope="module")
-def built_project(tmp_path_factory):
-    proj = tmp_path_factory.mktemp("myrelu") / "relu"
-    shutil.copytree(PROJECT, proj, ignore=shutil.ignore_patterns("build", "*.so", "__pycache__", "*.egg-info"))
+def built_project():
+    proj = BUILD_COPY
+    _copy_changed_files(PROJECT, proj)
     r = subprocess.run([sys.executable, "setup.py", "build_ext", "--inplace"], cwd=proj, env=_env(),
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, f"build failed:\n{r.stdout[-4000:]}\n{r.stderr[-4000:]}"
@@ -35,8 +52,8 @@ def built_project(tmp_path_factory):
 
 def test_build_produces_objects_and_an_importable_library(built_project):
     proj, log = built_project
-    objects = sorted(os.path.basename(p) for p in glob.glob(str(proj / "build" / "temp.*" / "**" / "*.o"),
-                                                            recursive=True))
+    # (pathlib: glob's ** skips the hidden folders of the path, .cache/ among them)
+    objects = sorted(p.name for temp in (proj / "build").glob("temp.*") for p in temp.rglob("*.o"))
     # one object per source; in emulation relu_kernel.cu is first translated to relu_kernel.cu.cpp
     assert len(objects) == 2 and objects[0] == "relu.o" and objects[1].startswith("relu_kernel."), objects
     import importlib.machinery
@@ -44,6 +61,7 @@ def test_build_produces_objects_and_an_importable_library(built_project):
     assert len(libs) == 1, libs
     assert any(libs[0].endswith(s) for s in importlib.machinery.EXTENSION_SUFFIXES), libs[0]
     assert glob.glob(str(proj / "build" / "lib.*" / "myrelu*.so")), "the library in build/lib.* is missing"
+    assert not list(proj.glob("*.cu.cpp")), "the translated sources belong in the build folder"
 
 
 def test_project_tests_pass(built_project):

@@ -226,11 +226,13 @@ torch::Tensor fill(torch::Tensor y) {
 """
     decl = "torch::Tensor fill(torch::Tensor y);"
     good = cuda.replace("#include <torch/extension.h>", "#include <torch/extension.h>\n#include <c10/cuda/CUDAException.h>")
-    mod = utils.load_inline("fill_ext", decl, good, functions=["fill"], build_directory=str(tmp_path))
+    # torch's own build folder (TORCH_EXTENSIONS_DIR): a second run loads this build instead of
+    # compiling torch's headers again
+    mod = utils.load_inline("course_test_fill_ext", decl, good, functions=["fill"])
     assert torch.equal(mod.fill(torch.zeros(32)), torch.ones(32))
     with pytest.raises(utils.CudaCompileError, match=r"(?s)cuda\.cu\(6\).*C10_CUDA_KERNEL_LAUNCH_CHECK.*CUDAException\.h"):
-        utils.load_inline("fill_ext", decl, cuda, functions=["fill"], build_directory=str(tmp_path))
-    with pytest.raises(utils.CudaCompileError, match="the last build of extension `fill_ext` failed"):
+        utils.load_inline("course_test_fill_ext", decl, cuda, functions=["fill"])
+    with pytest.raises(utils.CudaCompileError, match="the last build of extension `course_test_fill_ext` failed"):
         mod.fill(torch.zeros(32))  # the older build must not be graded
     from utils.extension import translate_source
     src = tmp_path / "fill.cu"
@@ -330,3 +332,27 @@ def test_setup_py_sources_reject_kernels_a_gpu_compiler_rejects(tmp_path):
     good = tmp_path / "good_kernel.cu"
     good.write_text(INLINE_GOOD)
     assert translate_source(good, tmp_path / "out").exists()
+
+
+def test_precompiled_emulator_header_changes_nothing(tmp_path, monkeypatch):
+    """Kernel libraries compiled with cuda_emu.h precompiled are the same, byte for byte, as
+    those compiled from the header's source, with the same warnings and error messages."""
+    from utils.cuda import _emulator
+    from utils.cuda._source import adapt_for_emulator
+    src = adapt_for_emulator("__global__ void k(int* y_ptr) {\n    int unused = 1;\n    y_ptr[threadIdx.x] = 1;\n}\n")
+    bad = adapt_for_emulator('__global__ void k(int* y_ptr) {\n    atomicAdd(y_ptr, "one");\n}\n')
+    results = []
+    for precompiled in (True, False):
+        monkeypatch.setattr(utils.paths, "CACHE_DIR", tmp_path / str(precompiled))
+        monkeypatch.setattr(_emulator, "_CACHE", {})
+        monkeypatch.setattr(_emulator, "_PCH", {})
+        if not precompiled:
+            monkeypatch.setattr(_emulator, "precompiled_header", lambda cxx, flags: [])
+        lib = _emulator.build(src, "k", "k.cu", None)
+        with pytest.raises(utils.CudaCompileError) as err:
+            _emulator.build(bad, "k", "bad.cu", None)
+        results.append((lib.path.read_bytes(), lib.path.with_suffix(".warnings").read_text(), str(err.value)))
+    if "Free Software Foundation" in tc.compiler_version(tc.host_compiler()):  # g++: it was used
+        assert list((tmp_path / "True" / "cuda-emu-pch").rglob("*.gch"))
+    assert "unused variable" in results[0][1] and "cuda_emu.h" in results[0][2]
+    assert results[0] == results[1]

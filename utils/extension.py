@@ -24,9 +24,17 @@ and build with ``python setup.py build_ext --inplace`` (or ``pip install .``).
   tensors the course uses in simulation. Compiler messages point at the original files.
 
 ``CppExtension`` is re-exported for host-only extensions.
+
+Two builds of one project folder at the same time (a notebook and a test share
+``.cache/extensions/relu``) take turns, and ``--inplace`` replaces the library in one step:
+a process that already imported the old one keeps it intact instead of crashing.
 """
 from __future__ import annotations
 
+import contextlib
+import os
+import shutil
+import tempfile
 from pathlib import Path
 
 from torch.utils import cpp_extension as _ce
@@ -88,8 +96,45 @@ def translate_source(src: Path, out_dir: Path) -> Path:
     return out
 
 
+@contextlib.contextmanager
+def _build_lock(folder: Path):
+    """One build at a time in ``folder`` (where fcntl exists: Linux and macOS)."""
+    try:
+        import fcntl
+    except ImportError:
+        yield
+        return
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / ".course-build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
 class BuildExtension(_ce.BuildExtension):
     """torch's ``BuildExtension``; in emulation it first translates each ``.cu`` source."""
+
+    def run(self):
+        with _build_lock(Path(self.build_temp).resolve().parent):
+            super().run()
+
+    def copy_file(self, infile, outfile, *args, **kwargs):
+        """The ``--inplace`` copy of a library, made atomic: written beside the old one, then
+        renamed over it. Writing over a library in place would change the pages of a process
+        that has it loaded (a notebook's kernel that imported it), which then crashes."""
+        if self.dry_run or not str(infile).endswith((".so", ".pyd", ".dylib")):
+            return super().copy_file(infile, outfile, *args, **kwargs)
+        out = Path(outfile)
+        if out.is_dir():
+            out = out / Path(infile).name
+        fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=out.name + ".", suffix=".tmp")
+        os.close(fd)
+        try:
+            shutil.copy2(infile, tmp)
+            os.replace(tmp, out)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        return str(out), True
 
     def build_extensions(self):
         if EMULATED:

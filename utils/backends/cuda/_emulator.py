@@ -25,7 +25,7 @@ from ._errors import KernelFault
 from ._source import CODE_NAMES, CudaCompileError, Param
 from ._toolchain import headers_digest, write_atomic
 
-from ._toolchain import EMU_DIR, EMU_FLAGS, KERNEL_LIB_FLAGS, emulator_key, host_compiler
+from ._toolchain import EMU_DIR, EMU_FLAGS, KERNEL_LIB_FLAGS, compiler_version, emulator_key, host_compiler
 
 EMU_HEADER = EMU_DIR / "cuda_emu.h"
 CXX_FLAGS = EMU_FLAGS + KERNEL_LIB_FLAGS
@@ -136,8 +136,11 @@ def build(text: str, name: str, filename: str, include_dir: Path | None, _retry:
         fd, tmp = tempfile.mkstemp(suffix=".so", dir=cache_dir)
         os.close(fd)
         obj = tmp + ".o" if racecheck else tmp  # instrumented: linked apart, without the sanitizer's runtime
-        cmd = [cxx, *flags, *incs, "-x", "c++", "-", "-o", obj] + (["-c"] if racecheck else [])
+        pch = precompiled_header(cxx, flags)
+        cmd = [cxx, *flags, *pch, *incs, "-x", "c++", "-", "-o", obj] + (["-c"] if racecheck else [])
         proc = subprocess.run(cmd, input=full, capture_output=True, text=True)
+        if pch:  # the messages read as without it
+            proc.stderr = proc.stderr.replace(f"In file included from {pch[1]}:1:", "In file included from <stdin>:1:")
         compile_log = proc.stderr  # the learner's warnings come from the compile, not the link
         if proc.returncode == 0 and racecheck:
             proc = subprocess.run([cxx, "-shared", *[f for f in flags if f.startswith("-Wl,")], obj, "-o", tmp],
@@ -163,6 +166,40 @@ def build(text: str, name: str, filename: str, include_dir: Path | None, _retry:
     lib.source, lib.filename = text, filename
     _CACHE[key] = lib
     return lib
+
+
+_PCH: dict[str, list[str]] = {}
+
+
+def precompiled_header(cxx: str, flags: list[str]) -> list[str]:
+    """``-include`` flags that give g++ ``cuda_emu.h`` precompiled, or ``[]``. Parsing the header
+    is about a quarter of compiling a small kernel, and a run of the tests builds hundreds of
+    kernel libraries. One precompiled header per compiler, set of flags (plain, race detection,
+    profiling) and version of the emulator's headers, in .cache/cuda-emu-pch/, made by the first
+    build that needs it. The libraries and the messages are the same with it as without; where
+    it cannot be made, or g++ finds it unusable, g++ reads the header as before."""
+    cflags = [f for f in flags if f != "-shared" and not f.startswith("-Wl,")]  # link flags: no part of it
+    key = emulator_key(cxx, cflags)
+    if key in _PCH:
+        return _PCH[key]
+    _PCH[key] = []
+    if "Free Software Foundation" not in compiler_version(cxx):  # clang names its precompiled headers apart
+        return []
+    folder = Path(paths.CACHE_DIR) / "cuda-emu-pch" / key
+    header = folder / "cuda_emu_pch.h"  # includes the real header through -isystem: its warnings stay silent
+    gch = folder / "cuda_emu_pch.h.gch"
+    if not gch.is_file():
+        write_atomic(header, b"#include <cuda_emu.h>\n")
+        fd, tmp = tempfile.mkstemp(suffix=".gch", dir=folder)
+        os.close(fd)
+        proc = subprocess.run([cxx, *cflags, "-isystem", str(EMU_DIR), "-x", "c++-header", str(header), "-o", tmp],
+                              capture_output=True, text=True)
+        if proc.returncode != 0:
+            os.unlink(tmp)
+            return []
+        os.replace(tmp, gch)  # atomic: a parallel build never reads half a file
+    _PCH[key] = ["-include", str(header)]
+    return _PCH[key]
 
 
 def _warnings_of(stderr: str) -> str:
