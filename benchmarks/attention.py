@@ -291,7 +291,9 @@ def plot(data, outdir, name):
                 ax.set_ylabel("TFLOP/s")
     axes[0][1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     gpu = data.get("machine", {}).get("gpu", "GPU")
-    fig.suptitle(f"Attention on {gpu}, {str(data.get('date', ''))[:10]}, {utils.commit_str(data)}", fontsize=10)
+    # the topic's own commit: an --update run keeps the file's date and commit for the other topics
+    measured = data.get("topic_commits", {}).get(TOPIC) or data
+    fig.suptitle(f"Attention on {gpu}, {utils.commit_str(measured)}", fontsize=10)
     from pathlib import Path
     path = Path(outdir) / f"{name}-{TOPIC}.png"
     fig.savefig(path, dpi=110, bbox_inches="tight")
