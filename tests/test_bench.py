@@ -468,6 +468,11 @@ def test_recorded_commit_is_shown_per_topic(results_file, capsys):
     assert utils.recorded_machine(path=results_file)["commit"] == full
     assert utils.recorded_label("softmax", path=results_file).endswith(
         "commit 222222222222 plus uncommitted changes")
+    # a topic re-measured later (--update) carries the date of that run, the others the file's
+    data["notes"] = data.get("notes", []) + ["layernorm, softmax re-measured on 2026-02-03T10:00:00Z at commit 2"]
+    results_file.write_text(json.dumps(data))
+    assert "2026-02-03" in utils.recorded_label("softmax", path=results_file)
+    assert "2026-01-31" in utils.recorded_label("relu", path=results_file)
     utils.show_recorded("relu", path=results_file)
     assert "commit 111111111111;" in capsys.readouterr().out
     md = report.markdown(data)

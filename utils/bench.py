@@ -71,6 +71,7 @@ Schema of ``h100.json`` (``"schema": 1``)::
 from __future__ import annotations
 
 import json
+import re
 import math
 import os
 import subprocess
@@ -389,6 +390,11 @@ def recorded_label(topic: str | None = None, path=None) -> str | None:
         return None
     gpu = data.get("machine", {}).get("gpu", "a GPU")
     date = str(data.get("date", ""))[:10]
+    # a topic measured again later (python -m benchmarks --update) has its own date in the notes
+    for note in data.get("notes", []) if topic else ():
+        m = re.match(r"([\w, ]+) re-measured on (\S+)", note)
+        if m and topic in m.group(1).split(", "):
+            date = m.group(2)[:10]
     return ", ".join(p for p in (gpu, date, commit_str(_commit_info(data, topic))) if p)
 
 
