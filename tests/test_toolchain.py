@@ -337,8 +337,8 @@ def test_setup_py_sources_reject_kernels_a_gpu_compiler_rejects(tmp_path):
 def test_precompiled_emulator_header_changes_nothing(tmp_path, monkeypatch):
     """Kernel libraries compiled with cuda_emu.h precompiled are the same, byte for byte, as
     those compiled from the header's source, with the same warnings and error messages."""
-    from utils.cuda import _emulator
-    from utils.cuda._source import adapt_for_emulator
+    from utils.backends.cuda import _emulator
+    from utils.backends.cuda._source import adapt_for_emulator
     src = adapt_for_emulator("__global__ void k(int* y_ptr) {\n    int unused = 1;\n    y_ptr[threadIdx.x] = 1;\n}\n")
     bad = adapt_for_emulator('__global__ void k(int* y_ptr) {\n    atomicAdd(y_ptr, "one");\n}\n')
     results = []

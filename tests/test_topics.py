@@ -63,7 +63,8 @@ def test_inputs_are_seeded_and_the_reference_is_float64(name):
     # The allowed error accepts the reference rounded to float32 and rejects a clear miss.
     tol = spec.tolerance(a, ref)
     assert bool(((ref.float().double() - ref).abs() <= tol).all())
-    miss = ref + 1e-3 * (1 + ref.abs())
+    # (a clear miss of a float16 input, as attention takes on a GPU, is larger)
+    miss = ref + (1e-3 if a[0].dtype == torch.float32 else 1e-2) * (1 + ref.abs())
     assert bool(((miss - ref).abs() > tol).all())
 
 
