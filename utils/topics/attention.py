@@ -467,9 +467,15 @@ def _close(a, b, tol, frac=0.98):
 
 
 def _explains(got, alt, ref, tol, frac=0.98):
-    """``alt`` (what a mistake computes) differs from the right answer here, and ``got`` is it."""
-    distinct = bool((~((alt - ref).abs() <= tol)).any())
-    return distinct and _close(got, alt, tol, frac)
+    """``alt`` (what a mistake computes) differs from the right answer here, and ``got`` is it:
+    judged where either is wrong, so that a mistake which spoils one row is not "explained" by
+    another that spoils a different row (every other row agrees anyway)."""
+    tol = torch.as_tensor(tol, dtype=ref.dtype).expand_as(ref)
+    alt_wrong = ~((alt - ref).abs() <= tol)
+    if not bool(alt_wrong.any()):
+        return False
+    region = alt_wrong | ~((got - ref).abs() <= tol)
+    return _close(got[region], alt[region], tol[region], frac)
 
 
 def _precision_hint(rel, nk, dtype, long_row):
@@ -503,6 +509,18 @@ def _forward_diagnosis(case, dtype, causal, got, bad, tol):
             return (f"the keys past the last whole tile are missing (it looks like tiles of {block} keys, and "
                     f"Nk = {nk} is not a multiple of it): loop over cdiv(Nk, BLOCK_N) tiles and mask the keys "
                     ">= Nk in the last one (other=0.0 for K and V, -inf for their scores).")
+    if not causal:
+        # The last tile's padding keys (loaded as 0.0) left in the softmax with a score of 0.
+        for block in _TILES:
+            pad = -nk % block
+            if pad and nk > 1:
+                zeros = torch.zeros(*k.shape[:-2], pad, d, dtype=k.dtype)
+                alt = attention_ref64(q, torch.cat([k, zeros], -2), torch.cat([v, zeros], -2), False)
+                if _explains(got, alt, ref, tol, 0.95):
+                    return (f"the keys past the end of the last tile count (it looks like tiles of {block} keys, and "
+                            f"Nk = {nk} is not a multiple of it): loaded as 0.0 they get a score of 0 and a share of "
+                            "the softmax. Set the scores of keys >= Nk to -inf before the max "
+                            "(tl.where(offs_n < Nk, s, float('-inf'))).")
     if not bool(finite.all()):
         return ("some outputs are NaN or inf: is the running max subtracted before exp (and the mask applied "
                 "as -inf before the max, with masked lanes loaded with other=0.0)? A row whose first tile of keys "
