@@ -179,6 +179,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--record", action="store_true", help="on a GPU: write benchmarks/results/sim-vs-gpu.json and .md")
     ap.add_argument("--only", help="grade only the entries whose key contains this text")
+    ap.add_argument("--jobs", type=int, default=4, help="on a GPU: groups graded at the same time (default 4)")
     ap.add_argument("--json", help=argparse.SUPPRESS)  # a group's worker: write its verdicts here
     args = ap.parse_args(argv)
     if args.record and utils.SIMULATE:
@@ -194,9 +195,16 @@ def main(argv=None) -> int:
         import tempfile
         results = {}
         with tempfile.TemporaryDirectory() as d:
-            for k, group in enumerate(groups()):
-                out = Path(d) / f"{k}.json"
-                subprocess.run([sys.executable, __file__, "--only", group, "--json", str(out)], check=False)
+            # a few groups at a time: each process compiles for a while, the GPU is mostly idle
+            pending = [(group, Path(d) / f"{k}.json") for k, group in enumerate(groups())]
+            running = []
+            while pending or running:
+                while pending and len(running) < args.jobs:
+                    group, out = pending.pop(0)
+                    cmd = [sys.executable, __file__, "--only", group, "--json", str(out)]
+                    running.append((group, out, subprocess.Popen(cmd)))
+                group, out, proc = running.pop(0)
+                proc.wait()
                 if out.exists():
                     results.update(json.loads(out.read_text()))
                 else:
