@@ -81,6 +81,8 @@ def evaluate_targets(rows: list[dict], topics, shapes: dict | None = None) -> li
                        value=value, threshold=thr, unit=unit, met=None if value is None else bool(value >= thr))
             if kind == "torch":
                 row["versus"] = label
+            if row["met"] is False and getattr(target, "if_missed", None):
+                row["why"] = target.if_missed
             out.append(row)
     return out
 
@@ -158,6 +160,8 @@ def markdown(data: dict) -> str:
                   "| topic | kernel | shape | goal | measured | |", "|---|---|---|---|---|---|"]
         for t in targets:
             mark = {True: "met", False: "**missed**", None: "not measured"}[t["met"]]
+            if t.get("why"):
+                mark += f": {t['why']}"
             lines.append(f"| {t['topic']} | {t['variant']} | {shape_str(t['shape'])} | {t['goal']} | "
                          f"{_value_str(t)} | {mark} |")
         lines.append("")

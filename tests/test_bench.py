@@ -495,3 +495,17 @@ def test_update_of_the_sweep_only_keeps_the_main_rows(tmp_path):
     assert brun.load_kept(path, ["attention"])["rows"] == []
     with pytest.raises(SystemExit):
         brun.main(["--topics", "softmax", "--sweep-only"])  # a topic whose sweep needs its main shapes
+
+
+def test_a_missed_target_says_why(monkeypatch):
+    """A target's ``if_missed`` reason goes with it where it is missed, and only there."""
+    from utils.topics._spec import Target
+    monkeypatch.setattr(report, "TARGETS", [("relu", Target("triton", "copy", 0.95, if_missed="no vector loads")),
+                                            ("relu", Target("cuda", "copy", 0.95, if_missed="unused"))])
+    rows = [_row("relu", "cuda v2", "cuda", "v2", [1 << 28], 0.72, 2960.0, 0.99, reference=True),
+            _row("relu", "triton v1", "triton", "v1", [1 << 28], 0.8, 2700.0, 0.90, reference=True)]
+    t = {x["lang"]: x for x in report.evaluate_targets(rows, ["relu"])}
+    assert t["triton"]["why"] == "no vector loads" and "why" not in t["cuda"]
+    md = report.markdown(dict(machine=dict(gpu="GPU X"), rows=rows, targets=list(t.values()), failed=[],
+                              copy=dict(gbps=3000.0, shape=[1 << 28])))
+    assert "**missed**: no vector loads" in md

@@ -46,6 +46,9 @@ class Target:
     version: str | None = None          # the course's version measured; None: the reference
     baseline: str | None = None         # kind "torch": the baseline's version; None: the first
     baseline_label: str | None = None   # kind "torch": how the goal names it; None: the spec's
+    #: why the goal is missed where it is (what the kernel does that the best ones do not),
+    #: shown beside a missed target in the results; None where nobody has found out yet
+    if_missed: str | None = None
 
 
 @dataclass
