@@ -241,8 +241,9 @@ def _hash_tree(root: Path, skip=()) -> dict:
 
 
 def _course_code_hash() -> dict:
+    # (artifacts/: the browser test's screenshots, written while this one runs beside it)
     return _hash_tree(ROOT, skip={".git", ".venv", ".cache", "benchmarks", "notebooks", "exercises",
-                                  "docs", ".pytest_cache", "node_modules"})
+                                  "docs", ".pytest_cache", "node_modules", "artifacts"})
 
 
 def _sandbox_processes() -> list[int]:
