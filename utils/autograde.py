@@ -199,8 +199,15 @@ def bwrap_command(stage: Path, *, hidden=(), uid=SANDBOX_UID, limits: Limits, re
         elif os.path.isdir(d):
             args += ["--ro-bind", d, d]
     args += ["--ro-bind", "/etc", "/etc"]
+    # private, size-limited, writable: /tmp and /dev/shm. Mounted before Python and the course
+    # are bound, so that a course or a virtual environment that lives under /tmp stays visible
+    # (a later mount hides what is under it).
+    size = str(limits.tmp_mb << 20)
+    args += ["--proc", "/proc", "--dev", "/dev"]
+    args += ["--perms", "1777", "--size", size, "--tmpfs", "/tmp"]
+    args += ["--perms", "1777", "--size", str(min(limits.tmp_mb, 256) << 20), "--tmpfs", "/dev/shm"]
     # Python and the course's code, read-only
-    made = set()
+    made = {Path("/tmp"), Path("/dev")}   # mounted above: their modes stay
     binds = []
     for p in (Path(sys.base_prefix), Path(sys.prefix), ROOT):
         p = p.resolve()
@@ -222,11 +229,7 @@ def bwrap_command(stage: Path, *, hidden=(), uid=SANDBOX_UID, limits: Limits, re
             args += ["--tmpfs", str(h), "--remount-ro", str(h)]
         elif h.exists():
             args += ["--ro-bind", "/dev/null", str(h)]
-    # private, size-limited, writable: /tmp, /dev/shm, the course's compile cache
-    size = str(limits.tmp_mb << 20)
-    args += ["--proc", "/proc", "--dev", "/dev"]
-    args += ["--perms", "1777", "--size", size, "--tmpfs", "/tmp"]
-    args += ["--perms", "1777", "--size", str(min(limits.tmp_mb, 256) << 20), "--tmpfs", "/dev/shm"]
+    # private, size-limited, writable: the course's compile cache
     cache = ROOT / ".cache"            # the course's compile cache: empty and private in here
     cache.mkdir(exist_ok=True)         # (a mount point cannot be made inside a read-only bind)
     args += ["--perms", "1777", "--size", size, "--tmpfs", str(cache)]
