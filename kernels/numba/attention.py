@@ -22,8 +22,9 @@ import torch
 import utils  # noqa: F401  (must come before numba: it picks the simulator or the GPU)
 from kernels.cuda.attention import attention_ref, check_qkv, empty_result, finish  # noqa: F401
 from numba import cuda, float32
+# lesson 05's block reductions, which every thread gets the result of (blockDim.x a multiple of 32)
+from kernels.numba.softmax import block_max_all, block_sum_all, warp_max_all, warp_sum_all  # noqa: F401,E402
 
-FULL_MASK = 0xFFFFFFFF
 INF = math.inf
 MAX_D = 128
 #: v2: threads per block (one row per block; at least d of them own an output column).
@@ -33,52 +34,6 @@ ROW_THREADS = 128
 T = 16
 TPAD = T + 1            # a padded row of a T x T tile in shared memory (a constant: Numba needs one)
 COLS = MAX_D // T
-
-
-# ---------------------------------------------------------------------------------------
-# Block reductions every thread gets the result of (blockDim.x a multiple of 32).
-@cuda.jit(device=True)
-def warp_sum_all(v):
-    offset = 16
-    while offset > 0:
-        v += cuda.shfl_xor_sync(FULL_MASK, v, offset)
-        offset //= 2
-    return v
-
-
-@cuda.jit(device=True)
-def warp_max_all(v):
-    offset = 16
-    while offset > 0:
-        v = max(v, cuda.shfl_xor_sync(FULL_MASK, v, offset))
-        offset //= 2
-    return v
-
-
-@cuda.jit(device=True)
-def block_sum_all(v, scratch):
-    lane = cuda.threadIdx.x % 32
-    v = warp_sum_all(v)
-    if lane == 0:
-        scratch[cuda.threadIdx.x // 32] = v
-    cuda.syncthreads()
-    v = scratch[lane] if lane < cuda.blockDim.x // 32 else float32(0.0)
-    v = warp_sum_all(v)
-    cuda.syncthreads()
-    return v
-
-
-@cuda.jit(device=True)
-def block_max_all(v, scratch):
-    lane = cuda.threadIdx.x % 32
-    v = warp_max_all(v)
-    if lane == 0:
-        scratch[cuda.threadIdx.x // 32] = v
-    cuda.syncthreads()
-    v = scratch[lane] if lane < cuda.blockDim.x // 32 else float32(-INF)
-    v = warp_max_all(v)
-    cuda.syncthreads()
-    return v
 
 
 # ---------------------------------------------------------------------------------------
