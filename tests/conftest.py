@@ -2,10 +2,10 @@
 import os
 
 os.environ.setdefault("MPLBACKEND", "Agg")
-# Numba's simulator pins its threads to one core per launch (quicker hand-offs on an idle
-# machine). The suite runs two workers and compiler builds on two cores: a build that lands on
-# the pinned core starves a launch of a 1024-thread block for many minutes. Unpinned here
-# (the notebooks' kernels inherit it).
+# Numba's simulator pins its threads to the launching thread's core (quicker hand-offs on an
+# idle machine). The suite runs two workers, and compiler builds, on two cores: two workers'
+# launches may pin to the same core while the other core idles. Unpinned here (the
+# notebooks' kernels inherit it).
 os.environ.setdefault("COURSE_NUMBA_SIM_PIN", "0")
 
 import utils  # noqa: E402,F401  (must come before any numba/triton import)

@@ -407,6 +407,49 @@ def test_interrupt_stops_a_kernel_stuck_in_a_loop(python_gets_sigint):
         sender.join()
         signal.signal(signal.SIGINT, previous)
     test_syncthreads_count_and_or()  # and the simulator works normally afterwards
+    _profiled_launch_finishes()
+
+
+@cuda.jit
+def _copy_kernel(x, y):
+    i = cuda.grid(1)
+    if i < x.size:
+        y[i] = x[i]
+
+
+def _profiled_launch_finishes():
+    """A launch that utils.profile traces line by line finishes, after an interrupt too.
+
+    Cancelling a pending interrupt once left CPython's "asynchronous exception pending" flag
+    set; a thread with a trace function then spun forever on the first line of the next
+    function it called (a suite's worker hung on the next profiled launch). Run in a thread
+    with a deadline, so that a regression fails here instead of hanging the suite.
+    """
+    from utils.backends.numba import profile as sim_profile
+    result = {}
+
+    def run():
+        x = np.arange(64, dtype=np.float32)
+        y = np.zeros_like(x)
+        result["profile"] = sim_profile.profile_numba(_copy_kernel, 1, 64, x, y)
+        result["y"] = y
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(60)
+    assert "profile" in result, "a profiled launch after an interrupt did not finish within 60 s"
+    assert np.array_equal(result["y"], np.arange(64, dtype=np.float32))
+
+
+@sim_only
+def test_a_profiled_launch_finishes_after_an_interrupt_is_cancelled():
+    """The cancel alone (an interrupt that found its thread already done) leaves no flag set."""
+    from utils.backends.numba import simulator
+    w = simulator._idle_worker()
+    with simulator._pool_lock:
+        simulator._pool.append(w)
+    simulator._cancel_async_exc(w)
+    _profiled_launch_finishes()
 
 
 @cuda.jit

@@ -285,11 +285,41 @@ def _choose_cpu():
 
 
 def _set_async_exc(w: _Worker, exc_type) -> None:
-    """Raise ``exc_type`` in worker ``w`` at its next bytecode (None cancels)."""
+    """Raise ``exc_type`` in worker ``w`` at its next bytecode (None cancels: use
+    :func:`_cancel_async_exc`, which also clears the flag a cancel leaves behind)."""
     if w.ident is None:
         return
+    _async_exc(w.ident, exc_type)
+
+
+def _async_exc(ident: int, exc_type) -> None:
     obj = ctypes.py_object(exc_type) if exc_type is not None else None
-    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(w.ident), obj)
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident), obj)
+
+
+class _FlagCleared(BaseException):
+    """Raised in the launching thread by :func:`_cancel_async_exc`, and caught there."""
+
+
+def _cancel_async_exc(w: _Worker) -> None:
+    """Cancel an ``_Abort`` that ``w`` has not raised yet, and clear what cancelling leaves.
+
+    ``PyThreadState_SetAsyncExc(id, NULL)`` sets the interpreter's "asynchronous exception
+    pending" flag even though it cancels (CPython 3.11 and 3.12), and only a thread that
+    then raises one clears it. Left set, every thread stops at every call to look for an
+    exception that is not there; a thread with a trace function, as ``utils.profile``'s
+    launches run, looks again forever at the first line of the next function it calls
+    (100% of a core, no progress). So the launching thread raises one in itself, here,
+    and catches it: that clears the flag.
+    """
+    _set_async_exc(w, None)
+    try:
+        _async_exc(threading.get_ident(), _FlagCleared)
+        for _ in range(10_000):  # raised at the first check, within a few bytecodes
+            pass
+    except _FlagCleared:
+        return
+    _async_exc(threading.get_ident(), None)  # not raised (cannot happen): never leave it pending
 
 
 def _idle_worker() -> _Worker:
@@ -379,7 +409,7 @@ class _Block:
             _set_async_exc(w, _Abort)
         finished = self.done.acquire(timeout=5.0)
         if w is not None:
-            _set_async_exc(w, None)  # never leave it pending for a later block
+            _cancel_async_exc(w)  # never leave it pending for a later block
         if not finished:
             warnings.warn("the interrupted simulated kernel did not stop within 5 s; "
                           "restart the notebook's kernel if the next launch misbehaves")
