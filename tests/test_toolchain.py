@@ -70,6 +70,26 @@ def test_ptx_sass_and_resources_of_a_kernel():
 
 
 @needs_nvrtc
+def test_lineinfo_changes_no_instruction_and_no_resource():
+    """utils.profile compiles a kernel once, with -lineinfo, for its SASS, its registers and the
+    lines nvcc predicated: that is only right if the plain compile gives the same."""
+    src = ("__global__ void k(float* out_ptr, const float* x_ptr, int n) {\n"
+           "    __shared__ float s[128];\n"
+           "    int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+           "    s[threadIdx.x] = i < n ? x_ptr[i] : 0.0f;\n"
+           "    __syncthreads();\n"
+           "    if (threadIdx.x == 0) atomicAdd(out_ptr, s[0] + s[127]);\n"
+           "    if (i < n) out_ptr[1 + i] = atomicAdd(out_ptr + 1, 1.0f);\n"
+           "}\n")
+    plain, mangled = tc.compile_for_gpu(src, "k", "k.cu", None, "sm_90", "profile")
+    lined, _ = tc.compile_for_gpu(src, "k", "k.cu", None, "sm_90", "profile", extra=["-lineinfo"])
+    with_lines = tc.sass(lined.cubin, mangled, line_info=True)
+    assert '//## File "' in with_lines and ("ATOM" in with_lines or "RED" in with_lines)
+    assert tc.without_line_comments(with_lines) == tc.sass(plain.cubin, mangled)
+    assert tc.resources(lined.log, lined.ptx, mangled) == tc.resources(plain.log, plain.ptx, mangled)
+
+
+@needs_nvrtc
 def test_resources_show_spills_shared_memory_and_launch_bounds():
     res = utils.cuda_resources(SPILLS, "spill_kernel", arch="sm_90")
     assert res["registers"] <= 32

@@ -711,6 +711,11 @@ def sass(cubin: bytes, mangled: str, line_info: bool = False) -> str:
     return "\n".join(out) if out else proc.stdout
 
 
+def without_line_comments(sass_text: str) -> str:
+    """SASS from ``sass(..., line_info=True)`` without its ``//## File "...", line N`` comments."""
+    return "\n".join(line for line in sass_text.splitlines() if not line.lstrip().startswith("//##"))
+
+
 _PTXAS = {
     "registers": r"Used (\d+) registers",
     "spill_stores": r"(\d+) bytes spill stores",
