@@ -26,6 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 import utils  # noqa: E402
@@ -100,15 +101,32 @@ def main(argv=None) -> int:
     rows["triton kernel[grid](...)"] = per_launch_us(lambda: scale_triton[(1,)](x, y, 2.0, 1, BLOCK=32))
     rows["numba kernel[grid, block, stream](...)"] = per_launch_us(lambda: scale_numba[1, 32, stream](xn, yn, 2.0))
     rows["torch.mul(x, 2.0, out=y)"] = per_launch_us(lambda: torch.mul(x, 2.0, out=y))
+    # Where a Numba launcher's time goes: the conversion of each tensor, a launch of seven
+    # arguments, and LayerNorm's whole launcher on one short row (its checks, three
+    # torch.empty, six conversions and the launch). LayerNorm's Numba versions take 0.40-0.48
+    # ms at every shape recorded, from 33 MB to 537 MB: the host, not the GPU, sets that time.
+    rows["utils.to_numba(t)"] = per_launch_us(lambda: utils.to_numba(x))
+    rows["numba kernel[grid, block](...) with utils.to_numba(x), utils.to_numba(y) each call"] = per_launch_us(
+        lambda: scale_numba[1, 32](utils.to_numba(x), utils.to_numba(y), 2.0))
+    from kernels.numba import layernorm as ln_numba
+    xr, w, b = torch.randn(1, 32, device="cuda"), torch.ones(32, device="cuda"), torch.zeros(32, device="cuda")
+    yr, mean, rstd = torch.empty_like(xr), torch.empty(1, device="cuda"), torch.empty(1, device="cuda")
+    ln_args = [utils.to_numba(t) for t in (xr, w, b, yr, mean, rstd)] + [np.float32(1e-5)]
+    ln_threads = ln_numba._warps(ln_numba._cdiv(32, ln_numba.ITEMS))
+    rows["numba layernorm_reg_kernel[1, 32](7 arguments, converted once)"] = per_launch_us(
+        lambda: ln_numba.layernorm_reg_kernel[1, ln_threads](*ln_args))
+    rows["kernels.numba.layernorm.layernorm(x, w, b) on 1 x 32 (the whole launcher)"] = per_launch_us(
+        lambda: ln_numba.layernorm(xr, w, b))
     data = dict(
         gpu=torch.cuda.get_device_name(0), torch=torch.__version__, triton=triton.__version__,
         python=platform.python_version(), **utils.source_commit(), direct_launch_available=direct,
-        method=f"wall time of {LAUNCHES} back-to-back launches of a 1-element kernel between two "
-               f"synchronisations, divided by {LAUNCHES}; median (min, max) of {BATCHES} batches",
+        method=f"wall time of {LAUNCHES} back-to-back calls (a launch of a 1-element kernel, or the "
+               f"named step alone) between two synchronisations, divided by {LAUNCHES}; median (min, max) "
+               f"of {BATCHES} batches",
         per_launch=rows,
     )
     for name, r in rows.items():
-        print(f"{name:<45} {r['median_us']:7.2f} us  (min {r['min_us']:.2f}, max {r['max_us']:.2f})")
+        print(f"{name:<80} {r['median_us']:7.2f} us  (min {r['min_us']:.2f}, max {r['max_us']:.2f})")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "launch-overhead.json").write_text(json.dumps(data, indent=1) + "\n")
