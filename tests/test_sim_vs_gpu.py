@@ -39,9 +39,30 @@ def test_every_entry_was_recorded():
 @recorded
 @in_simulation
 def test_simulation_agrees_with_the_gpu():
-    sim = svg.run(log=lambda *_: None)
+    """The graders' own test kernels, graded here. The catalogs' entries are graded once, by
+    tests/test_mistakes.py, which requires each entry's expected verdict in simulation; the
+    next test requires the same verdict of the GPU: together, simulation agrees with it."""
+    sim = svg.run(only="kernel:", log=lambda *_: None)
+    assert sim and all(k.startswith("kernel:") for k in sim)
     bad = svg.disagreements(sim, _recorded()["verdicts"])
     assert not bad, "simulation and GPU disagree:\n" + "\n".join(bad)
+
+
+@recorded
+def test_the_gpu_gave_every_catalog_entry_its_expected_verdict():
+    """Every mistake the GPU recorded got the verdict its catalog expects (what
+    tests/test_mistakes.py requires of simulation), except the simulation-only catches, which a
+    GPU may accept."""
+    gpu = _recorded()["verdicts"]
+    bad = []
+    for ex, m in svg.M.all_mistakes():
+        key = f"mistake:{ex}/{m.name}"
+        if key not in gpu:
+            continue  # test_every_entry_was_recorded names it
+        got = gpu[key]["verdict"]
+        if got != m.verdict and not (m.sim_only and got == "accepted"):
+            bad.append(f"{key}: expected {m.verdict}, the GPU gave {got} ({gpu[key]['message'][:150]})")
+    assert not bad, "\n".join(bad)
 
 
 def test_sim_only_entries_are_explained():

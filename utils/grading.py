@@ -282,6 +282,14 @@ def _exception_hint(e: BaseException, inputs=()) -> str:
             "tid=" in text or "numba" in type(e).__module__ or "numba" in text.lower()):
         return ("a Numba kernel was given a torch tensor: pass utils.to_numba(t) for each tensor argument "
                 "(kernel[grid, block](utils.to_numba(x), utils.to_numba(y), ...)).")
+    # reshape(()) of what should be one value: a reduction stopped after one pass
+    left = re.search(r"shape '\[\]' is invalid for input of size (\d+)", text)
+    if left and int(left.group(1)) > 1:
+        k = int(left.group(1))
+        return (f"{k} values were left where one was expected (reshape(()) needs exactly one): one pass of a "
+                f"reduction leaves cdiv(n, BLOCK) partial sums, {k} here. Reduce those again, pass after "
+                "pass, until one value is left (while values.numel() > 1: ...), or combine the blocks' "
+                "partial sums with atomics.")
     dtypes = sorted({str(t.dtype).replace("torch.", "") for t in inputs if isinstance(t, torch.Tensor)})
     kinds = " and ".join(dtypes) if dtypes else "float32"
     return f"the inputs are {kinds} tensors on utils.DEVICE; the traceback above shows where it failed."
