@@ -46,11 +46,11 @@ NOTES = {
                         "the course's patches change nothing",
     "07-extern-functions.py": "the tutorial asserts x.is_cuda on its own tensors, which live on the "
                               "CPU in simulation. Past that line (`diagnosis`: a copy without it), "
-                              "libdevice.asin fails in Triton's interpreter with or without the "
-                              "course's patches: triton.language.extra.libdevice holds stubs that "
-                              "only the GPU compiler replaces, so in the interpreter asin() returns "
-                              "None ('cannot convert None ... to tensor'); utils.triton_compat "
-                              "offers interpreter-safe math instead",
+                              "libdevice.asin runs with the course's patches (every __nv_* function "
+                              "but jn/yn has a NumPy twin, utils/backends/triton/libdevice.py); "
+                              "stock Triton's interpreter fails there, since "
+                              "triton.language.extra.libdevice holds stubs that only the GPU "
+                              "compiler replaces ('cannot convert None ... to tensor')",
 }
 
 # Runs in the child process: the course first, then the tutorial as its own __main__.

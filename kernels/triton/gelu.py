@@ -3,8 +3,7 @@
     gelu(x) = 0.5 * x * (1 + tanh(u)),  u = sqrt(2/pi) * (x + 0.044715 * x^3)
 
 Since 1 + tanh(u) = 2 * sigmoid(2u), this is x * sigmoid(2u) = x / (1 + exp(-2u)): one
-``tl.exp`` and one division. That form also runs in Triton's interpreter, which has no
-libdevice ``tanh``, and it never divides inf by inf: for very negative u, exp(-2u)
+``tl.exp`` and one division, with no libdevice ``tanh``, and it never divides inf by inf: for very negative u, exp(-2u)
 overflows to inf and the result is x / inf = -0, the right limit. (The textbook form
 (exp(2u) - 1) / (exp(2u) + 1) gives inf / inf = nan for u > 44.)
 

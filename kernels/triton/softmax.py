@@ -8,7 +8,7 @@
     softmax_l2(x)       v4: the online softmax with the row kept in L2 between its two reads:
                         one program per SM, cache hints on every load (the reference on long rows)
 
-The interpreter (simulation) has no libdevice, so only ``tl.exp`` and friends are used.
+Only ``tl.exp`` and friends are used: ``triton.language`` alone, no libdevice.
 """
 from __future__ import annotations
 

@@ -1,12 +1,12 @@
 """Triton features that exist only on a GPU, made to work in Triton's interpreter too.
 
 Triton's interpreter (``TRITON_INTERPRET=1``, what the course uses without a GPU) runs a
-kernel's programs one after another with NumPy. Three GPU-side features fail there:
+kernel's programs one after another with NumPy. GPU-side features fail there; libdevice
+(``tl.extra.cuda.libdevice.tanh`` and friends) is given NumPy twins by ``libdevice.py``,
+and the others have a stand-in here:
 
-* **libdevice** (``tl.extra.cuda.libdevice.tanh`` and friends): extern calls into
-  NVIDIA's math library, which has no NumPy twin. The interpreter stops with a puzzling
-  "Did you forget to add @triton.jit?". Use :func:`tanh` below (built from ``tl.exp``,
-  which both modes have), or ``tl.erf``, ``tl.exp``, ``tl.sigmoid``... of ``triton.language``.
+* :func:`tanh` from ``tl.exp``, written before the interpreter had libdevice, and still a
+  worked example of a numerically careful formula.
 * ``triton.testing.do_bench``: needs a GPU driver ("0 active drivers"). Time kernels with
   ``utils.bench``, which labels CPU timings as simulated. :func:`do_bench` below keeps the
   signature for code written against Triton's, and warns that its numbers are CPU times.

@@ -23,6 +23,11 @@ nothing. ``TRITON_SIM_PATCHES`` lists what was changed.
   three exactly. ``tl.dot`` of bfloat16 widens the inputs to float32 (the interpreter
   multiplied their raw uint16 bits), and casts to bfloat16 round to nearest even (it
   truncated).
+* **libdevice** (``utils/backends/triton/libdevice.py``). ``libdevice.asin(x)``,
+  ``tl.extra.cuda.libdevice.tanh(x)``, ``fast_expf``, ``fadd_rz``... failed on every call
+  (the generic module holds stubs that only a GPU compiler replaces, and the interpreter's
+  builder had no extern calls). Each ``__nv_*`` symbol but ``jn``/``yn`` now has a NumPy
+  twin; a name NVIDIA's module lacks raises the error a GPU's compiler would.
 * **Globals a GPU refuses.** A kernel that reads a module-level ``int``, ``float``, ``bool``,
   string, container or tensor (``if MODE == FAST:`` with ``FAST = 1``) runs in the
   interpreter, but a GPU's Triton compiler refuses it: only globals made with
@@ -429,6 +434,50 @@ def check_globals(jit_fn, _seen=None) -> None:
             check_globals(value, seen)
 
 
+def _patch_libdevice(interp, np_dtype) -> None:
+    """libdevice calls computed by ``libdevice.py`` (the interpreter raised on every one)."""
+    import triton.language as tl
+    try:
+        from triton.language.extra import libdevice as generic
+        from triton.language.extra.cuda import libdevice as nvidia
+    except ImportError:  # a Triton built without the CUDA backend: nothing to patch
+        return
+    from . import libdevice
+
+    def create_extern_elementwise(self, lib_name, lib_path, symbol, args, ret_type, is_pure):
+        scalar = getattr(ret_type, "scalar", ret_type)  # a block's type names its elements' type
+        data = libdevice.evaluate(symbol, [a.data for a in args], np_dtype(scalar))
+        return interp.TensorHandle(data, scalar)
+
+    interp.InterpreterBuilder.create_extern_elementwise = create_extern_elementwise
+
+    def refused(name):
+        def call(*args, **kwargs):
+            raise AttributeError(
+                f"libdevice.{name} is not in NVIDIA's libdevice (triton.language.extra.cuda.libdevice), "
+                "so a GPU's Triton compiler refuses it too")
+        return call
+
+    original_patch_lang = interp._patch_lang
+
+    def patch_lang(fn):
+        scope = original_patch_lang(fn)
+        # On a GPU, Triton's compiler sends the generic module's calls to the backend's
+        # module; here the generic names point at NVIDIA's functions, given the
+        # interpreter's semantic as triton.language's builtins are. A device function
+        # patches again inside a launch: the functions are then patched already.
+        builtins = [(n, m) for n, m in inspect.getmembers(nvidia) if tl.core.is_builtin(m)]
+        for name, member in builtins:
+            interp._patch_attr(nvidia, name, member, interp.interpreter_builder, scope)
+        if builtins:
+            for name, member in inspect.getmembers(generic, inspect.isfunction):
+                if not name.startswith("_"):
+                    scope.set_attr(generic, name, getattr(nvidia, name, None) or refused(name))
+        return scope
+
+    interp._patch_lang = patch_lang
+
+
 def apply() -> bool:
     """Patch Triton's interpreter (idempotent); does nothing on a GPU."""
     global _applied
@@ -530,6 +579,12 @@ def apply() -> bool:
         "tl.dot on float32 follows input_precision as an H100 does: 'tf32' (the default, "
         "TRITON_F32_DEFAULT or allow_tf32 aside) reads the inputs as TF32, 'tf32x3' sums "
         "three TF32 products, 'ieee' is exact float32")
+
+    _patch_libdevice(interp, np_dtype)
+    TRITON_SIM_PATCHES.append(
+        "libdevice (triton.language.extra.libdevice, tl.extra.cuda.libdevice): every __nv_* "
+        "function but jn/yn computed as a GPU computes it (libdevice.py), where the interpreter "
+        "failed on each call")
 
     original_call = interp.GridExecutor.__call__
 
