@@ -76,7 +76,7 @@ def libdevice_tanh_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
 
 
 def test_libdevice_tanh_runs_in_both_modes():
-    # in simulation through utils/backends/triton/libdevice.py (stock Triton's interpreter
+    # in simulation through utils/backends/libdevice.py (stock Triton's interpreter
     # fails on every libdevice call): the same kernel, the same values within an ulp or two
     x = (torch.randn(1000) * 4).to(utils.DEVICE)
     y = torch.empty_like(x)

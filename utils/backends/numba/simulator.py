@@ -75,6 +75,8 @@ import threading
 import warnings
 from collections import deque
 
+import numpy as np
+
 from . import races as sim_race
 from ...config import MAX_BLOCK, MAX_GRID, MAX_THREADS_PER_BLOCK, SIMULATE
 from .races import SimulatorRaceError
@@ -793,6 +795,59 @@ def _shared_array(self, shape, dtype, alignment=None):
     return res
 
 
+#: numba.cuda.libdevice functions that return through pointers (a tuple in Numba), built from
+#: the twins of what they compute
+_LIBDEVICE_PAIRS = {
+    "sincos": lambda ev, x, f: (ev("sin" + f, x), ev("cos" + f, x)),
+    "sincospi": lambda ev, x, f: (ev("sinpi" + f, x), ev("cospi" + f, x)),
+    "frexp": lambda ev, x, f: tuple(np.frexp(x)),
+    "modf": lambda ev, x, f: tuple(np.modf(x)),
+}
+
+
+def _patch_libdevice() -> int:
+    """``numba.cuda.libdevice``'s functions, stubs that return None in the simulator,
+    computed by the twins the Triton interpreter also uses (``utils/backends/libdevice.py``).
+    Returns how many functions were patched."""
+    try:
+        from numba.cuda import libdevice as module
+        from numba.cuda.libdevicefuncs import functions
+    except ImportError:
+        return 0
+    from .. import libdevice as twins
+
+    def make(symbol, ret, ins, outs):
+        name = symbol[len("__nv_"):]
+        in_types = [np.dtype(str(a.ty)) for a in ins]
+
+        def call(*args):
+            if len(args) != len(in_types):
+                raise TypeError(f"libdevice.{name}() takes {len(in_types)} arguments, got {len(args)}")
+            values = [np.asarray(v, dtype=t) for v, t in zip(args, in_types)]
+            if not outs:
+                return twins.evaluate(symbol, values, np.dtype(str(ret)))[()]
+            base = name[:-1] if name.endswith("f") and name[:-1] in _LIBDEVICE_PAIRS else name
+            pair = _LIBDEVICE_PAIRS.get(base)
+            if pair is None:
+                raise twins.LibdeviceNotSimulated(
+                    f"libdevice.{name} has no twin in Numba's simulator: it runs only on a GPU")
+            suffix = "f" if in_types[0] == np.float32 else ""
+            result = pair(lambda s, x: twins.evaluate("__nv_" + s, [x], in_types[0])[()], values[0], suffix)
+            return tuple(np.asarray(r)[()] for r in result)
+        call.__name__ = call.__qualname__ = name
+        call.__doc__ = getattr(getattr(module, name, None), "__doc__", None)
+        return call
+
+    count = 0
+    for symbol, (ret, args) in functions.items():
+        name = symbol[len("__nv_"):]
+        if hasattr(module, name):
+            setattr(module, name, make(symbol, ret, [a for a in args if not a.is_ptr],
+                                       [a for a in args if a.is_ptr]))
+            count += 1
+    return count
+
+
 _applied = False
 
 
@@ -837,6 +892,10 @@ def apply() -> bool:
         "threads of a block in one barrier interval, or two blocks, touching one element "
         "with a plain write raise SimulatorRaceError (COURSE_RACECHECK=0 turns it off)")
     NUMBA_SIM_PATCHES.append("cuda.shared.array: call site found with sys._getframe")
+    if _patch_libdevice():
+        NUMBA_SIM_PATCHES.append(
+            "numba.cuda.libdevice: computed as a GPU computes it (utils/backends/libdevice.py, "
+            "shared with Triton's interpreter), where the simulator's functions returned None")
 
     original_call = kernel.FakeCUDAKernel.__call__
 

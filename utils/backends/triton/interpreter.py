@@ -23,7 +23,7 @@ nothing. ``TRITON_SIM_PATCHES`` lists what was changed.
   three exactly. ``tl.dot`` of bfloat16 widens the inputs to float32 (the interpreter
   multiplied their raw uint16 bits), and casts to bfloat16 round to nearest even (it
   truncated).
-* **libdevice** (``utils/backends/triton/libdevice.py``). ``libdevice.asin(x)``,
+* **libdevice** (``utils/backends/libdevice.py``, shared with Numba's simulator). ``libdevice.asin(x)``,
   ``tl.extra.cuda.libdevice.tanh(x)``, ``fast_expf``, ``fadd_rz``... failed on every call
   (the generic module holds stubs that only a GPU compiler replaces, and the interpreter's
   builder had no extern calls). Each ``__nv_*`` symbol but ``jn``/``yn`` now has a NumPy
@@ -442,7 +442,7 @@ def _patch_libdevice(interp, np_dtype) -> None:
         from triton.language.extra.cuda import libdevice as nvidia
     except ImportError:  # a Triton built without the CUDA backend: nothing to patch
         return
-    from . import libdevice
+    from .. import libdevice
 
     def create_extern_elementwise(self, lib_name, lib_path, symbol, args, ret_type, is_pure):
         scalar = getattr(ret_type, "scalar", ret_type)  # a block's type names its elements' type
@@ -583,7 +583,7 @@ def apply() -> bool:
     _patch_libdevice(interp, np_dtype)
     TRITON_SIM_PATCHES.append(
         "libdevice (triton.language.extra.libdevice, tl.extra.cuda.libdevice): every __nv_* "
-        "function but jn/yn computed as a GPU computes it (libdevice.py), where the interpreter "
+        "function but jn/yn computed as a GPU computes it (utils/backends/libdevice.py), where the interpreter "
         "failed on each call")
 
     original_call = interp.GridExecutor.__call__

@@ -1,7 +1,7 @@
-"""libdevice in Triton's interpreter: every NVIDIA libdevice function a kernel can call runs in
-simulation (but jn/yn, which say so), with the GPU's rounding where it is exact (explicit
-rounding modes, conversions, integer helpers) and the GPU's formulas for the fast
-approximations (the same as the CUDA emulator's intrinsics)."""
+"""libdevice in simulation (Triton's interpreter and Numba's simulator): every NVIDIA libdevice
+function a kernel can call runs (but jn/yn, which say so), with the GPU's rounding where it is
+exact (explicit rounding modes, conversions, integer helpers) and the GPU's formulas for the
+fast approximations, bit for bit the CUDA emulator's intrinsics."""
 import inspect
 import math
 import re
@@ -11,11 +11,13 @@ import pytest
 import torch
 import triton
 import triton.language as tl
+from numba import cuda
+from numba.cuda import libdevice as ld
 from triton.language.extra import libdevice
 
 import utils
 
-sim_only = pytest.mark.skipif(not utils.SIMULATE, reason="about Triton's interpreter")
+sim_only = pytest.mark.skipif(not utils.SIMULATE, reason="about the simulators")
 pytestmark = sim_only
 
 F32 = np.float32
@@ -50,7 +52,7 @@ def sample(dtype, n=64, seed=0):
 
 
 def test_every_nvidia_libdevice_symbol_has_a_twin_but_jn_and_yn():
-    from utils.backends.triton.libdevice import LibdeviceNotSimulated, evaluate
+    from utils.backends.libdevice import LibdeviceNotSimulated, evaluate
     sigs = signatures()
     assert len(sigs) > 250, len(sigs)  # the parse found the module's table
     missing = []
@@ -72,7 +74,7 @@ def test_every_nvidia_libdevice_symbol_has_a_twin_but_jn_and_yn():
     ("normcdf", lambda v: 0.5 * math.erfc(-v / math.sqrt(2))),
 ])
 def test_math_functions_are_the_named_function_rounded_once(name, ref):
-    from utils.backends.triton.libdevice import evaluate
+    from utils.backends.libdevice import evaluate
     x = np.linspace(0.05, 0.95, 37, dtype=F32)
     got = evaluate(f"__nv_{name}f", [x], F32)
     want = np.array([ref(float(v)) for v in x]).astype(F32)
@@ -82,14 +84,14 @@ def test_math_functions_are_the_named_function_rounded_once(name, ref):
 
 
 def test_sinpi_and_cospi_are_exact_at_half_integers():
-    from utils.backends.triton.libdevice import evaluate
+    from utils.backends.libdevice import evaluate
     x = np.array([0.5, 1.0, 1.5, 2.0, -0.5, 2.0 ** 22 + 0.5], F32)
     assert evaluate("__nv_cospif", [x], F32).tolist() == [0, -1, 0, 1, 0, 0]
     assert evaluate("__nv_sinpif", [x], F32).tolist() == [1, 0, -1, 0, -1, 1]
 
 
 def ev(symbol, *args, out=F32):
-    from utils.backends.triton.libdevice import evaluate
+    from utils.backends.libdevice import evaluate
     return evaluate(symbol, [np.asarray(a) for a in args], out)
 
 
@@ -246,15 +248,60 @@ def _fast_triton_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
     tl.store(out_ptr + 5 * n + offs, libdevice.fast_dividef(x, y), mask=mask)
 
 
+@cuda.jit
+def _fast_numba_kernel(x, y, out):
+    i = cuda.grid(1)
+    n = x.size
+    if i < n:
+        out[0 * n + i] = ld.fast_expf(x[i])
+        out[1 * n + i] = ld.fast_logf(abs(x[i]))
+        out[2 * n + i] = ld.fast_powf(abs(x[i]), y[i])
+        out[3 * n + i] = ld.fast_exp10f(x[i])
+        out[4 * n + i] = ld.fast_log2f(abs(x[i]))
+        out[5 * n + i] = ld.fast_fdividef(x[i], y[i])
+
+
+def _fast_numba(x, y, out):
+    n = x.numel()
+    _fast_numba_kernel[(n + 255) // 256, 256](utils.to_numba(x), utils.to_numba(y), utils.to_numba(out))
+
+
 def test_fast_approximations_match_the_cuda_emulators_intrinsics_bit_for_bit():
     g = torch.Generator().manual_seed(5)
     n = 1000
     x = torch.rand(n, generator=g) * 160 - 80
     y = torch.randn(n, generator=g) * 4
     y[:3] = torch.tensor([2.0 ** 127, -3e38, 2.0 ** 126])  # __fdividef's 0 range, and its edge
-    cuda_out, triton_out = torch.empty(6 * n), torch.empty(6 * n)
+    cuda_out, triton_out, numba_out = torch.empty(6 * n), torch.empty(6 * n), torch.empty(6 * n)
     utils.cuda_kernel(FAST_CUDA, "fast_kernel")[(n + 255) // 256, 256](x, y, cuda_out, n)
     _fast_triton_kernel[(triton.cdiv(n, 256),)](x, y, triton_out, n, BLOCK=256)
+    _fast_numba(x, y, numba_out)
     for k, name in enumerate(["expf", "logf", "powf", "exp10f", "log2f", "fdividef"]):
-        a, b = cuda_out[k * n:(k + 1) * n], triton_out[k * n:(k + 1) * n]
-        assert torch.equal(a.view(torch.int32), b.view(torch.int32)), name
+        a = cuda_out[k * n:(k + 1) * n].view(torch.int32)
+        assert torch.equal(a, triton_out[k * n:(k + 1) * n].view(torch.int32)), ("triton", name)
+        assert torch.equal(a, numba_out[k * n:(k + 1) * n].view(torch.int32)), ("numba", name)
+
+
+@cuda.jit
+def _numba_libdevice_kernel(x, out, bits):
+    i = cuda.grid(1)
+    if i < x.size:
+        s, c = ld.sincosf(x[i])
+        m, e = ld.frexpf(x[i])
+        out[0, i] = s * s + c * c
+        out[1, i] = m * ld.exp2f(ld.int2float_rn(e))
+        out[2, i] = ld.fadd_rd(x[i], ld.float_as_int(1.0) * 0.0)
+        out[3, i] = ld.tanhf(x[i])
+        bits[i] = ld.popc(i) + ld.clz(i)
+
+
+def test_numba_libdevice_runs_in_the_simulator():
+    kernel = _numba_libdevice_kernel
+    x = torch.linspace(-3, 3, 64)
+    out, bits = torch.empty(4, 64), torch.empty(64, dtype=torch.int32)
+    kernel[1, 64](utils.to_numba(x), utils.to_numba(out), utils.to_numba(bits))
+    torch.testing.assert_close(out[0], torch.ones(64), rtol=1e-6, atol=0)
+    assert torch.equal(out[1], x)  # frexp's mantissa times 2^exponent is x again, exactly
+    assert torch.equal(out[2], x)
+    torch.testing.assert_close(out[3].double(), torch.tanh(x.double()), rtol=2e-7, atol=1e-7)
+    assert bits.tolist() == [bin(i).count("1") + (32 - i.bit_length()) for i in range(64)]

@@ -1,12 +1,14 @@
-"""NVIDIA's libdevice in Triton's interpreter: ``libdevice.asin(x)``, ``libdevice.fast_expf(x)``,
-``libdevice.fadd_rd(a, b)``... computed as a GPU computes them.
+"""NVIDIA's libdevice in simulation: ``libdevice.asin(x)``, ``libdevice.fast_expf(x)``,
+``libdevice.fadd_rd(a, b)``... computed as a GPU computes them, for Triton's interpreter
+(``triton.language.extra.libdevice``, ``tl.extra.cuda.libdevice``) and Numba's simulator
+(``numba.cuda.libdevice``).
 
-On a GPU, ``triton.language.extra.libdevice`` (or ``tl.extra.cuda.libdevice``) compiles to
-calls into NVIDIA's CUDA math library (``__nv_asinf``, ``__nv_fast_expf``...). Triton's
-interpreter has no such library: every call failed with "cannot convert None to tensor".
-Here each ``__nv_*`` symbol gets a NumPy twin, chosen by the symbol that Triton's own
-dispatch picks from the argument types, so what a GPU accepts (float32 or float64 for the
-math functions, int32 for ``popc``...) and refuses (float16 inputs) stays the same.
+On a GPU, both compile these calls into NVIDIA's CUDA math library (``__nv_asinf``,
+``__nv_fast_expf``...). The simulators have no such library: Triton's interpreter failed
+on every call ("cannot convert None to tensor") and Numba's simulator returned None. Here
+each ``__nv_*`` symbol gets a NumPy twin, looked up by the symbol that Triton's dispatch
+or Numba's declaration picks from the argument types, so what a GPU accepts (float32 or
+float64 for the math functions, int32 for ``popc``...) and refuses stays the same.
 
 How close to the GPU:
 
@@ -50,7 +52,7 @@ class LibdeviceNotSimulated(NotImplementedError):
 def _torch_special(name):
     def f(x):
         import torch
-        return getattr(torch.special, name)(torch.from_numpy(np.ascontiguousarray(x, F64))).numpy()
+        return getattr(torch.special, name)(torch.from_numpy(np.array(x, F64, order="C"))).numpy()
     return f
 
 
@@ -320,9 +322,9 @@ FAST = {
 def _elementwise_uint(fn, width, out):
     """``fn`` on each element's bits read as an unsigned ``width``-bit integer."""
     def f(x):
-        u = np.ascontiguousarray(x).astype(np.int64 if width == 32 else np.asarray(x).dtype)
+        u = np.array(x, dtype=np.int64 if width == 32 else np.asarray(x).dtype, order="C")
         u = u.view(np.uint64) & np.uint64(2 ** width - 1)
-        return np.frompyfunc(lambda v: fn(int(v)), 1, 1)(u).astype(out)
+        return np.asarray(np.frompyfunc(lambda v: fn(int(v)), 1, 1)(u)).astype(out)
     return f
 
 
@@ -364,14 +366,14 @@ def _hi(width, signed):
 
 
 def _view(dtype):
-    return lambda x: np.ascontiguousarray(x).view(dtype)
+    return lambda x: np.array(x, order="C").view(dtype)
 
 
 def _rcp64h(x):
     """1/x with the low 32 bits of the result zeroed, as rcp.approx.ftz.f64 gives it (the
     GPU's own approximation agrees in the leading 20 or so bits)."""
     with np.errstate(all="ignore"):
-        r = np.ascontiguousarray(1.0 / np.asarray(x, F64))
+        r = np.array(1.0 / np.asarray(x, F64), order="C")
     return (r.view(np.uint64) & np.uint64(0xFFFFFFFF00000000)).view(F64)
 
 
@@ -403,9 +405,9 @@ INTEGER = {
     "usad": lambda x, y, z: (np.abs(x.astype(np.int64) - y) + z.astype(np.int64)).astype(np.uint32),
     "float_as_int": _view(np.int32), "int_as_float": _view(F32), "float_as_uint": _view(np.uint32),
     "uint_as_float": _view(F32), "double_as_longlong": _view(np.int64), "longlong_as_double": _view(F64),
-    "double2hiint": lambda x: (np.ascontiguousarray(x, F64).view(np.uint64) >> np.uint64(32)).astype(np.uint32)
+    "double2hiint": lambda x: (np.array(x, F64, order="C").view(np.uint64) >> np.uint64(32)).astype(np.uint32)
     .view(np.int32),
-    "double2loint": lambda x: (np.ascontiguousarray(x, F64).view(np.uint64) & np.uint64(0xFFFFFFFF))
+    "double2loint": lambda x: (np.array(x, F64, order="C").view(np.uint64) & np.uint64(0xFFFFFFFF))
     .astype(np.uint32).view(np.int32),
     "hiloint2double": _hiloint2double, "rcp64h": _rcp64h,
     "isnan": lambda x: np.isnan(x).astype(np.int32), "isinf": lambda x: np.isinf(x).astype(np.int32),
