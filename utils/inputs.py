@@ -1,8 +1,11 @@
 """The input rules every launcher of the course follows, in one place.
 
-A launcher takes float32 torch tensors on ``utils.DEVICE``. Anything else gets a clear
-``TypeError``/``ValueError`` that says how to fix it; a non-contiguous tensor is made
-contiguous (a copy), because kernels index raw memory as a flat array.
+A launcher takes float32 torch tensors on ``utils.DEVICE`` (some take other float dtypes).
+Anything else gets a clear ``TypeError``/``ValueError`` that says what is wrong and how to
+fix it; a non-contiguous tensor is made contiguous (a copy), because kernels index raw
+memory as a flat array. Every topic's checks (``check_norm_inputs``, ``check_operands``,
+``check_qkv``, ...) are built on ``check_tensor``, so one kind of mistake reads the same
+in every launcher.
 """
 from __future__ import annotations
 
@@ -10,28 +13,49 @@ import torch
 
 from .config import DEVICE
 
+# check_tensor and check_same_shape stay out of the flat API: every utils.check_* there is a
+# grader (tests/test_grader_guard.py), and launchers import them from here.
 __all__ = ["check_input", "INT32_MAX"]
 
 #: Kernels that index with a 32-bit ``int`` cannot address more elements than this.
 INT32_MAX = 2**31 - 1
 
+FLOAT32 = (torch.float32,)
+
+
+def dtype_name(dt) -> str:
+    """``float32`` for ``torch.float32``: the name that follows ``torch.`` in code."""
+    return str(dt).replace("torch.", "")
+
+
+def check_tensor(t, name: str = "x", *, op: str | None = None, dtypes=FLOAT32) -> torch.Tensor:
+    """``t`` itself when it is a torch tensor of one of ``dtypes`` on the course's device, else a
+    clear error: ``TypeError`` for a non-tensor or a wrong dtype, ``ValueError`` for a wrong
+    device. ``name`` is the argument's name in messages, ``op`` the launcher's name."""
+    who = f"{op}: " if op else ""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{who}{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.dtype not in dtypes:
+        want = " or ".join(dtype_name(d) for d in dtypes)
+        fix = f"{name}.float()" if dtypes[0] == torch.float32 else f"{name}.to(torch.{dtype_name(dtypes[0])})"
+        raise TypeError(f"{who}{name} must be {want}, got {t.dtype}: convert it with {fix}")
+    if t.device.type != DEVICE.type:
+        raise ValueError(f"{who}{name} is on {t.device}, but the kernels run on {DEVICE}: "
+                         f"move it with {name}.to(utils.DEVICE)")
+    return t
+
 
 def check_input(x, name: str = "x", *, ndim: int | None = None, max_numel: int | None = None,
-                op: str | None = None) -> torch.Tensor:
-    """``x`` as a contiguous float32 tensor on the course's device, or a clear error.
+                op: str | None = None, dtypes=FLOAT32) -> torch.Tensor:
+    """``x`` as a contiguous tensor (float32 unless ``dtypes`` says otherwise) on the course's
+    device, or a clear error.
 
     ``name`` is the argument's name in messages, ``op`` the launcher's name, ``ndim`` the
     number of dimensions the kernel needs, ``max_numel`` the most elements its index type
     can address (for example ``INT32_MAX``).
     """
     who = f"{op}: " if op else ""
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{who}{name} must be a torch.Tensor, got {type(x).__name__}")
-    if x.dtype != torch.float32:
-        raise TypeError(f"{who}{name} must be float32, got {x.dtype}: convert it with {name}.float()")
-    if x.device.type != DEVICE.type:
-        raise ValueError(f"{who}{name} is on {x.device}, but the kernels run on {DEVICE}: "
-                         f"move it with {name}.to(utils.DEVICE)")
+    check_tensor(x, name, op=op, dtypes=dtypes)
     if ndim is not None and x.dim() != ndim:
         hint = f": reshape it with {name}.reshape(-1, {name}.shape[-1])" if ndim == 2 else ""
         raise ValueError(f"{who}{name} must be {ndim}-D, got shape {tuple(x.shape)}{hint}")
@@ -39,3 +63,12 @@ def check_input(x, name: str = "x", *, ndim: int | None = None, max_numel: int |
         raise ValueError(f"{who}{name} has {x.numel()} elements, more than the kernel's index "
                          f"type can address ({max_numel}): split the tensor")
     return x.contiguous()
+
+
+def check_same_shape(a: torch.Tensor, b: torch.Tensor, names=("x", "y"), *, op: str | None = None,
+                     hint: str = "") -> None:
+    """A clear ``ValueError`` when two checked tensors differ in shape (no broadcasting)."""
+    if a.shape != b.shape:
+        who = f"{op}: " if op else ""
+        raise ValueError(f"{who}{names[0]} has shape {tuple(a.shape)} but {names[1]} has {tuple(b.shape)}"
+                         f"{': ' + hint if hint else ''}")

@@ -15,6 +15,7 @@ from collections import OrderedDict
 import torch
 
 import utils
+from utils.inputs import check_same_shape, check_tensor
 
 SOURCE = utils.KERNELS_DIR / "cuda" / "add.cu"
 BLOCK_SIZE = 256
@@ -35,19 +36,12 @@ def cdiv(a: int, b: int) -> int:
     return (a + b - 1) // b
 
 
-def check_pair(x, y) -> tuple[torch.Tensor, torch.Tensor]:
-    """Clear errors for what the kernels cannot take; contiguous copies of strided inputs."""
-    for name, t in (("x", x), ("y", y)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-        if t.dtype != torch.float32:
-            raise TypeError(f"{name} must be float32, got {t.dtype}: convert it with {name}.float()")
-        if t.device.type != utils.DEVICE.type:
-            raise ValueError(f"{name} is on {t.device}, but the kernels run on {utils.DEVICE}: "
-                             f"move it with {name}.to(utils.DEVICE)")
-    if x.shape != y.shape:
-        raise ValueError(f"x has shape {tuple(x.shape)} but y has {tuple(y.shape)}: "
-                         "these kernels add tensors of the same shape (no broadcasting)")
+def check_pair(x, y, op: str = "add") -> tuple[torch.Tensor, torch.Tensor]:
+    """Clear errors for what the kernels cannot take (the shared input rules, ``utils.inputs``):
+    float32 tensors on the course's device, of the same shape. Returns them as they are."""
+    check_tensor(x, "x", op=op)
+    check_tensor(y, "y", op=op)
+    check_same_shape(x, y, op=op, hint="these kernels add tensors of the same shape (no broadcasting)")
     return x, y
 
 
@@ -91,7 +85,7 @@ def add_2d(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     Views whose columns are adjacent (``m[:, 2:5]``, ``m[1::2]``) are read in place through
     their row stride; any other layout (a transpose) is copied to a contiguous one first.
     """
-    x, y = check_pair(x, y)
+    x, y = check_pair(x, y, op="add_2d")
     if x.dim() != 2:
         raise ValueError(f"add_2d adds matrices: expected 2-D tensors, got shape {tuple(x.shape)}")
     rows, cols = x.shape

@@ -12,16 +12,12 @@ import math
 import torch
 
 import utils
+from utils.inputs import check_tensor, dtype_name
 
 INT32_MAX = 2**31 - 1
 HALF = (torch.float16, torch.bfloat16)
 ALL = (torch.float32, torch.float16, torch.bfloat16)
-_NAMES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16",
-          torch.float64: "float64"}
-
-
-def dtype_name(dt) -> str:
-    return _NAMES.get(dt, str(dt).replace("torch.", ""))
+FLOATS = ALL + (torch.float64,)
 
 
 def check_qkv(q, k, v, *, op: str, dtypes=ALL, head_dims=None, max_d: int | None = None,
@@ -29,15 +25,7 @@ def check_qkv(q, k, v, *, op: str, dtypes=ALL, head_dims=None, max_d: int | None
     """``(q, k, v, squeeze)``: 4-D tensors on the course's device (contiguous copies when
     ``contiguous``), or a clear error; ``squeeze`` says the inputs were 3-D (B, N, d)."""
     for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{op}: {name} must be a torch.Tensor, got {type(t).__name__}")
-        if t.dtype not in dtypes:
-            want = " or ".join(dtype_name(d) for d in dtypes)
-            raise TypeError(f"{op}: {name} must be {want}, got {dtype_name(t.dtype)}: convert it with "
-                            f"{name}.to(torch.{dtype_name(dtypes[0])})")
-        if t.device.type != utils.DEVICE.type:
-            raise ValueError(f"{op}: {name} is on {t.device}, but the kernels run on {utils.DEVICE}: "
-                             f"move it with {name}.to(utils.DEVICE)")
+        check_tensor(t, name, op=op, dtypes=dtypes)
         if t.dim() not in (3, 4):
             raise ValueError(f"{op}: {name} must be 4-D (batch, heads, N, d) or 3-D (batch, N, d), "
                              f"got shape {tuple(t.shape)}")
@@ -66,6 +54,24 @@ def check_qkv(q, k, v, *, op: str, dtypes=ALL, head_dims=None, max_d: int | None
     if contiguous:
         q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     return q, k, v, squeeze
+
+
+def check_backward_inputs(q, o, lse, do, squeeze: bool, *, op: str, same_dtype: bool = False):
+    """``(o, lse, do)`` of a backward, checked against the checked q (B, H, Nq, d) of
+    ``check_qkv`` (and made 4-D like it when ``squeeze``): o and do tensors of q's shape, of q's
+    dtype when ``same_dtype`` (else any float dtype), L (B, H, Nq) of a float dtype, all on the
+    course's device (as the forward returns them); or a clear error."""
+    for name, t in (("o", o), ("do", do)):
+        check_tensor(t, name, op=op, dtypes=(q.dtype,) if same_dtype else FLOATS)
+    check_tensor(lse, "lse", op=op, dtypes=FLOATS)
+    qshape = (q.shape[0],) + tuple(q.shape[2:]) if squeeze else tuple(q.shape)  # q as it was passed
+    for name, t, want in (("o", o, qshape), ("do", do, qshape), ("lse", lse, qshape[:-1])):
+        if tuple(t.shape) != want:
+            raise ValueError(f"{op}: {name} must have shape {want}, got {tuple(t.shape)}: pass o and lse "
+                             "as the forward returned them, and do of o's shape")
+    if squeeze:
+        o, do, lse = o.unsqueeze(1), do.unsqueeze(1), lse.unsqueeze(1)
+    return o, lse, do
 
 
 def empty_result(q, k, v, squeeze, out_dtype=None):
@@ -255,11 +261,8 @@ def attention_backward(q, k, v, o, lse, do, causal=False, dq_mode="separate"):
     if dq_mode not in DQ_MODES:
         raise ValueError(f"attention_backward: dq_mode must be one of {DQ_MODES}, got {dq_mode!r}")
     q, k, v, squeeze = check_qkv(q, k, v, op="attention_backward (CUDA)", max_d=MAX_D_SIMT)
-    if squeeze:
-        o, do, lse = o.unsqueeze(1), do.unsqueeze(1), lse.unsqueeze(1)
+    o, lse, do = check_backward_inputs(q, o, lse, do, squeeze, op="attention_backward (CUDA)")
     B, H, nq, nk, d = _shapes(q, k)
-    if tuple(o.shape) != tuple(q.shape) or tuple(do.shape) != tuple(q.shape) or tuple(lse.shape) != (B, H, nq):
-        raise ValueError("attention_backward: o and do must have q's shape and L (B, H, Nq)")
     dt = q.dtype
     if nq == 0 or nk == 0 or d == 0 or B * H == 0:
         z = (torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v))

@@ -10,8 +10,9 @@ Forward (``VERSIONS``; ``f(x, w, b, eps=1e-5, stats=False)`` -> y, or (y, mean, 
 Backward (``BACKWARD_VERSIONS``; ``f(dy, x, w, mean, rstd)`` -> (dx, dw, db)): atomics, or
 per-block partials plus a column-sum kernel. RMSNorm: ``rmsnorm``, ``rmsnorm_backward``.
 
-The CUDA C++ kernels take float32 only; the shared input rules (``check_norm_inputs``)
-also serve the Triton and Numba launchers, which accept bfloat16 too.
+The CUDA C++ and Numba kernels take float32 only, Triton's bfloat16 and float64 too. The input
+rules (``check_norm_inputs``, ``check_norm_backward_inputs``) serve all three languages. ``b``
+may be None: no bias, as in ``torch.nn.functional.layer_norm``.
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from collections import OrderedDict
 import torch
 
 import utils
+from utils.inputs import check_tensor
 
 SOURCE = utils.KERNELS_DIR / "cuda" / "layernorm.cu"
 EPS = 1e-5
@@ -31,33 +33,72 @@ WARP_MAX_COLS = 256
 INT32_MAX = 2**31 - 1
 
 
-def check_norm_inputs(x, w, b=None, *, op="layernorm", name="x", dtypes=(torch.float32, torch.bfloat16)):
+def check_norm_inputs(x, w, b=None, *, op="layernorm", name="x", dtypes=(torch.float32, torch.bfloat16),
+                      bias=False):
     """``(x2d, w, b, shape)``: x as a contiguous (rows, cols) tensor, w and b contiguous of
-    ``cols`` values, or a clear error. Any leading dims are flattened into rows."""
+    ``cols`` values, or a clear error. Any leading dims are flattened into rows. With ``bias``
+    (LayerNorm's forward), a ``b`` of None is a zero bias, as in ``torch.nn.functional.layer_norm``;
+    without it (RMSNorm, the backward) b is not used and stays None."""
     for t, n in ((x, name), (w, "w"), (b, "b")):
         if t is None and n == "b":
             continue
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{op}: {n} must be a torch.Tensor, got {type(t).__name__}")
-        if t.dtype not in dtypes:
-            raise TypeError(f"{op}: {n} must be {' or '.join(str(d) for d in dtypes)}, got {t.dtype}")
-        if t.device.type != utils.DEVICE.type:
-            raise ValueError(f"{op}: {n} is on {t.device}, but the kernels run on {utils.DEVICE}: "
-                             f"move it with {n}.to(utils.DEVICE)")
+        check_tensor(t, n, op=op, dtypes=dtypes)
     if x.dim() < 1:
-        raise ValueError(f"{op}: {name} must have at least one dim (the normalized one), got a scalar")
+        raise ValueError(f"{op}: {name} must have at least one dim (the normalized one), got a scalar: "
+                         f"reshape it with {name}.reshape(1, 1)")
     cols = x.shape[-1]
     for t, n in ((w, "w"), (b, "b")):
         if t is not None and tuple(t.shape) != (cols,):
             raise ValueError(f"{op}: {n} must have shape ({cols},) (x's last dim), got {tuple(t.shape)}")
     if x.numel() > INT32_MAX:
         raise ValueError(f"{op}: {name} has {x.numel()} elements, more than int32 indexes: split it")
+    if b is None and bias:
+        b = torch.zeros(cols, dtype=w.dtype, device=w.device)
     shape = tuple(x.shape)
     rows = 1
     for d in shape[:-1]:
         rows *= d
     x2 = x.reshape(rows, cols).contiguous()
     return x2, w.contiguous(), (b.contiguous() if b is not None else None), shape
+
+
+def stats_dtype(x):
+    """The dtype of the statistics (mean, rstd) of x: float64 for float64 x, else float32."""
+    return torch.float64 if x.dtype == torch.float64 else torch.float32
+
+
+def row_stats(x):
+    """An output for one statistic per row of the checked (rows, cols) x, in ``stats_dtype(x)``,
+    for a kernel to fill; NaN for rows of no columns (as torch's mean of nothing), where no
+    kernel runs."""
+    rows, cols = x.shape
+    if cols == 0:
+        return torch.full((rows,), float("nan"), dtype=stats_dtype(x), device=x.device)
+    return torch.empty(rows, dtype=stats_dtype(x), device=x.device)
+
+
+def check_norm_backward_inputs(dy, x, w, stats, *, op, dtypes=(torch.float32,)):
+    """``(dy2d, x2d, w, stats, shape)`` for a backward: dy of x's shape and dtype, and each of
+    ``stats`` (``(tensor, name)`` pairs; a tensor of None is passed through) one value per row
+    of x in ``stats_dtype(x)``, as the forward returns them with ``stats=True``; or a clear error."""
+    x, w, _, shape = check_norm_inputs(x, w, None, op=op, dtypes=dtypes)
+    dy, _, _, dshape = check_norm_inputs(dy, w, None, op=op, name="dy", dtypes=dtypes)
+    if dshape != shape:
+        raise ValueError(f"{op}: dy must have x's shape {shape}, got {dshape}")
+    if dy.dtype != x.dtype:
+        raise TypeError(f"{op}: dy must have x's dtype {x.dtype}, got {dy.dtype}: convert it with dy.to(x.dtype)")
+    rows = x.shape[0]
+    out = []
+    for t, name in stats:
+        if t is None:
+            out.append(None)
+            continue
+        check_tensor(t, name, op=op, dtypes=(stats_dtype(x),))
+        if t.numel() != rows:
+            raise ValueError(f"{op}: {name} must hold one value per row of x ({rows}), got shape "
+                             f"{tuple(t.shape)}: pass the {name} that the forward returned with stats=True")
+        out.append(t.reshape(rows).contiguous())
+    return dy, x, w, out, shape
 
 
 def layernorm_ref(x, w, b, eps=EPS):
@@ -93,16 +134,16 @@ def _threads(cols, per_thread):
     return min(MAX_THREADS, max(32, cdiv(cdiv(cols, per_thread), 32) * 32))
 
 
-def _inputs(x, w, b, op):
-    return check_norm_inputs(x, w, b, op=op, dtypes=(torch.float32,))
+def _inputs(x, w, b, op, bias=False):
+    return check_norm_inputs(x, w, b, op=op, dtypes=(torch.float32,), bias=bias)
 
 
 def _forward(x, w, b, eps, stats, op, launch):
-    x, w, b, shape = _inputs(x, w, b, op)
+    x, w, b, shape = _inputs(x, w, b, op, bias=True)
     rows, cols = x.shape
     y = torch.empty_like(x)
-    mean = torch.empty(rows, dtype=torch.float32, device=x.device)
-    rstd = torch.empty(rows, dtype=torch.float32, device=x.device)
+    mean = row_stats(x)
+    rstd = row_stats(x)
     if rows and cols:
         launch(x, w, b, y, mean, rstd, rows, cols, float(eps))
     y = y.reshape(shape)
@@ -153,24 +194,10 @@ def layernorm(x, w, b, eps=EPS, stats=False):
     return layernorm_block(x, w, b, eps, stats)
 
 
-def _backward_inputs(dy, x, w, stats_, op):
-    x, w, _, shape = _inputs(x, w, None, op)
-    dy, _, _, dshape = check_norm_inputs(dy, w, None, op=op, name="dy", dtypes=(torch.float32,))
-    if dshape != shape:
-        raise ValueError(f"{op}: dy must have x's shape {shape}, got {dshape}")
-    rows = x.shape[0]
-    out = []
-    for t, name in stats_:
-        if not isinstance(t, torch.Tensor) or t.dtype != torch.float32 or t.numel() != rows:
-            raise ValueError(f"{op}: {name} must be a float32 tensor of {rows} values (one per row)")
-        out.append(t.reshape(rows).contiguous())
-    return dy, x, w, out, shape
-
-
 def layernorm_backward_atomic(dy, x, w, mean, rstd):
     """dx per row (a block per row), dw/db by atomicAdd."""
-    dy, x, w, (mean, rstd), shape = _backward_inputs(dy, x, w, ((mean, "mean"), (rstd, "rstd")),
-                                                     "layernorm_backward_atomic")
+    dy, x, w, (mean, rstd), shape = check_norm_backward_inputs(dy, x, w, ((mean, "mean"), (rstd, "rstd")),
+                                                               op="layernorm_backward_atomic")
     rows, cols = x.shape
     dx = torch.empty_like(x)
     dw = torch.zeros(cols, dtype=torch.float32, device=x.device)
@@ -186,8 +213,8 @@ def _parts(rows):
 
 def layernorm_backward_partials(dy, x, w, mean, rstd):
     """Fused dx + per-block dw/db partials (persistent grid), then a column-sum kernel."""
-    dy, x, w, (mean, rstd), shape = _backward_inputs(dy, x, w, ((mean, "mean"), (rstd, "rstd")),
-                                                     "layernorm_backward_partials")
+    dy, x, w, (mean, rstd), shape = check_norm_backward_inputs(dy, x, w, ((mean, "mean"), (rstd, "rstd")),
+                                                               op="layernorm_backward_partials")
     rows, cols = x.shape
     dx = torch.empty_like(x)
     dw = torch.zeros(cols, dtype=torch.float32, device=x.device)
@@ -210,7 +237,7 @@ def rmsnorm(x, w, eps=EPS, stats=False):
     x, w, _, shape = _inputs(x, w, None, "rmsnorm")
     rows, cols = x.shape
     y = torch.empty_like(x)
-    rstd = torch.empty(rows, dtype=torch.float32, device=x.device)
+    rstd = row_stats(x)
     if rows and cols:
         kernel("rmsnorm_kernel")[rows, _threads(cols, 4)](x, w, y, rstd, cols, float(eps))
     y = y.reshape(shape)
@@ -218,7 +245,7 @@ def rmsnorm(x, w, eps=EPS, stats=False):
 
 
 def rmsnorm_backward(dy, x, w, rstd):
-    dy, x, w, (rstd,), shape = _backward_inputs(dy, x, w, ((rstd, "rstd"),), "rmsnorm_backward")
+    dy, x, w, (rstd,), shape = check_norm_backward_inputs(dy, x, w, ((rstd, "rstd"),), op="rmsnorm_backward")
     rows, cols = x.shape
     dx = torch.empty_like(x)
     dw = torch.zeros(cols, dtype=torch.float32, device=x.device)

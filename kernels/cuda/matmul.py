@@ -20,6 +20,7 @@ from collections import OrderedDict
 import torch
 
 import utils
+from utils.inputs import check_tensor
 
 SOURCE = utils.KERNELS_DIR / "cuda" / "matmul.cu"
 INT_MAX = 2**31 - 1
@@ -46,15 +47,7 @@ def cdiv(a: int, b: int) -> int:
 def check_operands(a, b, *, op: str, dtypes=FP32) -> tuple[torch.Tensor, torch.Tensor]:
     """A (M, K) and B (K, N) as contiguous tensors on the course's device, or a clear error."""
     for name, t in (("a", a), ("b", b)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{op}: {name} must be a torch.Tensor, got {type(t).__name__}")
-        if t.dtype not in dtypes:
-            want = " or ".join(str(d).replace("torch.", "") for d in dtypes)
-            raise TypeError(f"{op}: {name} must be {want}, got {t.dtype}: convert it with "
-                            f"{name}.to(torch.{str(dtypes[0]).replace('torch.', '')})")
-        if t.device.type != utils.DEVICE.type:
-            raise ValueError(f"{op}: {name} is on {t.device}, but the kernels run on {utils.DEVICE}: "
-                             f"move it with {name}.to(utils.DEVICE)")
+        check_tensor(t, name, op=op, dtypes=dtypes)
         if t.dim() != 2:
             raise ValueError(f"{op}: {name} must be 2-D, got shape {tuple(t.shape)}")
     if a.shape[1] != b.shape[0]:

@@ -74,7 +74,7 @@ def sm_count() -> int:
 
 def _one_thread_per_element(x: torch.Tensor, name: str, shared_bytes: int = 0) -> torch.Tensor:
     """Launch a kernel with one thread per element that accumulates into out[0]."""
-    x = check_input(x).reshape(-1)
+    x = check_input(x, op="sum").reshape(-1)
     n = x.numel()
     out = torch.zeros((), dtype=torch.float32, device=x.device)
     if n == 0:
@@ -137,7 +137,7 @@ def num_blocks_grid_stride(n: int, block: int = BLOCK_SIZE, per_thread: int = 16
 
 def sum_two_pass(x: torch.Tensor) -> torch.Tensor:
     """v5: grid-stride + float4 + warp shuffles, one partial per block, then one block sums them."""
-    x = check_input(x).reshape(-1)
+    x = check_input(x, op="sum").reshape(-1)
     n = x.numel()
     out = torch.zeros((), dtype=torch.float32, device=x.device)
     if n == 0:
@@ -155,7 +155,7 @@ def sum_two_pass(x: torch.Tensor) -> torch.Tensor:
 
 def row_max(x: torch.Tensor) -> torch.Tensor:
     """The max of each row of a 2-D tensor: shape (rows,). -inf for rows of length 0."""
-    x = check_input(x)
+    x = check_input(x, op="row_max")
     if x.dim() != 2:
         raise ValueError(f"row_max expects a 2-D tensor, got shape {tuple(x.shape)}")
     rows, cols = x.shape

@@ -15,7 +15,7 @@ from collections import OrderedDict
 import torch
 
 import utils
-from utils.inputs import INT32_MAX, check_input  # noqa: F401  (the shared input rules)
+from utils.inputs import INT32_MAX, check_input, check_same_shape  # noqa: F401  (the shared input rules)
 
 SOURCE = utils.KERNELS_DIR / "cuda" / "relu.cu"
 BLOCK_SIZE = 256
@@ -34,7 +34,7 @@ def cdiv(a: int, b: int) -> int:
 
 def relu_v1(x: torch.Tensor) -> torch.Tensor:
     """One thread per element, 256 threads per block, the grid rounded up."""
-    x = check_input(x)
+    x = check_input(x, op="relu")
     y = torch.empty_like(x)
     n = x.numel()
     if n == 0:
@@ -47,7 +47,7 @@ def relu_v1(x: torch.Tensor) -> torch.Tensor:
 
 def relu_vec4(x: torch.Tensor) -> torch.Tensor:
     """float4 loads/stores with a scalar tail, one float4 per thread."""
-    x = check_input(x)
+    x = check_input(x, op="relu")
     y = torch.empty_like(x)
     n = x.numel()
     if n == 0:
@@ -70,10 +70,10 @@ def relu_vec4(x: torch.Tensor) -> torch.Tensor:
 
 def relu_backward(grad_out: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """dL/dx of ReLU: grad_out where x > 0, else 0 (new tensor, shape of x)."""
-    grad_out = check_input(grad_out, "grad_out")
-    x = check_input(x)
-    if grad_out.shape != x.shape:
-        raise ValueError(f"grad_out has shape {tuple(grad_out.shape)} but x has {tuple(x.shape)}")
+    grad_out = check_input(grad_out, "grad_out", op="relu_backward")
+    x = check_input(x, op="relu_backward")
+    check_same_shape(grad_out, x, ("grad_out", "x"), op="relu_backward",
+                     hint="grad_out is the gradient of relu(x), of x's shape")
     grad_in = torch.empty_like(x)
     n = x.numel()
     if n == 0:

@@ -60,7 +60,7 @@ def threads_for(cols: int, per_thread: int) -> int:
 
 def softmax_naive(x: torch.Tensor) -> torch.Tensor:
     """v1: row max, then row sum of exp(x - max), then normalize: three kernels."""
-    x = check_input(x, ndim=2, max_numel=INT32_MAX)
+    x = check_input(x, ndim=2, max_numel=INT32_MAX, op="softmax")
     rows, cols = x.shape
     y = torch.empty_like(x)
     if x.numel() == 0:
@@ -83,7 +83,7 @@ def fused_config(cols: int) -> tuple[int, int]:
 
 def softmax_fused(x: torch.Tensor) -> torch.Tensor:
     """v2: one block per row, the row in registers: one read of x, one write of y."""
-    x = check_input(x, ndim=2, max_numel=INT32_MAX)
+    x = check_input(x, ndim=2, max_numel=INT32_MAX, op="softmax")
     rows, cols = x.shape
     y = torch.empty_like(x)
     if x.numel() == 0:
@@ -100,7 +100,7 @@ def softmax_fused(x: torch.Tensor) -> torch.Tensor:
 
 def softmax_online(x: torch.Tensor) -> torch.Tensor:
     """v3: online softmax, one block per row: running max and rescaled sum, then the output."""
-    x = check_input(x, ndim=2, max_numel=INT32_MAX)
+    x = check_input(x, ndim=2, max_numel=INT32_MAX, op="softmax")
     rows, cols = x.shape
     y = torch.empty_like(x)
     if x.numel() == 0:
@@ -156,7 +156,7 @@ def onchip_max_cols(vec4: bool = True) -> int:
 
 def softmax_onchip(x: torch.Tensor) -> torch.Tensor:
     """v5: one block per row, the row held in registers and shared memory: one read, one write."""
-    x = check_input(x, ndim=2, max_numel=INT32_MAX)
+    x = check_input(x, ndim=2, max_numel=INT32_MAX, op="softmax")
     rows, cols = x.shape
     y = torch.empty_like(x)
     if x.numel() == 0:

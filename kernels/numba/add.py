@@ -15,6 +15,7 @@ from collections import OrderedDict
 import torch
 
 import utils  # (before numba: it picks the simulator or the GPU)
+from kernels.cuda.add import check_pair  # noqa: E402  (the shared input rules)
 from numba import cuda
 
 BLOCK_SIZE = 256
@@ -48,22 +49,6 @@ def add_2d_kernel(x, y, out):
     col, row = cuda.grid(2)
     if row < out.shape[0] and col < out.shape[1]:
         out[row, col] = x[row, col] + y[row, col]
-
-
-def check_pair(x, y) -> tuple[torch.Tensor, torch.Tensor]:
-    """Clear errors for wrong types, dtypes, devices and shapes."""
-    for name, t in (("x", x), ("y", y)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-        if t.dtype != torch.float32:
-            raise TypeError(f"{name} must be float32, got {t.dtype}: convert it with {name}.float()")
-        if t.device.type != utils.DEVICE.type:
-            raise ValueError(f"{name} is on {t.device}, but the kernels run on {utils.DEVICE}: "
-                             f"move it with {name}.to(utils.DEVICE)")
-    if x.shape != y.shape:
-        raise ValueError(f"x has shape {tuple(x.shape)} but y has {tuple(y.shape)}: "
-                         "these kernels add tensors of the same shape (no broadcasting)")
-    return x, y
 
 
 def _flat(t: torch.Tensor):
@@ -106,7 +91,7 @@ def add_2d(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     Strided views are copied to contiguous matrices first: Numba's simulator moves whole
     buffers, and one code path for both modes keeps the results the same.
     """
-    x, y = check_pair(x, y)
+    x, y = check_pair(x, y, op="add_2d")
     if x.dim() != 2:
         raise ValueError(f"add_2d adds matrices: expected 2-D tensors, got shape {tuple(x.shape)}")
     rows, cols = x.shape

@@ -20,7 +20,8 @@ from collections import OrderedDict
 import torch
 
 import utils  # noqa: F401  (must come before numba: it picks the simulator or the GPU)
-from kernels.cuda.attention import attention_ref, check_qkv, empty_result, finish  # noqa: F401
+from kernels.cuda.attention import (  # noqa: F401  (the shared input rules and reference)
+    attention_ref, check_backward_inputs, check_qkv, empty_result, finish)
 from numba import cuda, float32
 # lesson 05's block reductions, which every thread gets the result of (blockDim.x a multiple of 32)
 from kernels.numba.softmax import block_max_all, block_sum_all, warp_max_all, warp_sum_all  # noqa: F401,E402
@@ -425,10 +426,7 @@ def attention_backward(q, k, v, o, lse, do, causal=False, dq_mode="separate"):
     if dq_mode not in DQ_MODES:
         raise ValueError(f"attention_backward: dq_mode must be one of {DQ_MODES}, got {dq_mode!r}")
     q, k, v, squeeze, B, H, nq, nk, d, (qf, kf, vf) = _prepare(q, k, v, "attention_backward (Numba)")
-    if squeeze:
-        o, do, lse = o.unsqueeze(1), do.unsqueeze(1), lse.unsqueeze(1)
-    if tuple(o.shape) != tuple(q.shape) or tuple(do.shape) != tuple(q.shape) or tuple(lse.shape) != (B, H, nq):
-        raise ValueError("attention_backward: o and do must have q's shape and L (B, H, Nq)")
+    o, lse, do = check_backward_inputs(q, o, lse, do, squeeze, op="attention_backward (Numba)")
     if nq == 0 or nk == 0 or d == 0 or B * H == 0:
         z = (torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v))
         return tuple(t.squeeze(1) for t in z) if squeeze else z

@@ -19,7 +19,8 @@ from collections import OrderedDict
 import torch
 
 import utils  # noqa: F401  (must come before numba: it picks the simulator or the GPU)
-from kernels.cuda.layernorm import check_norm_inputs, layernorm_ref, rmsnorm_ref  # noqa: F401
+from kernels.cuda.layernorm import (  # noqa: F401  (the shared input rules and references)
+    check_norm_backward_inputs, check_norm_inputs, layernorm_ref, rmsnorm_ref, row_stats)
 from numba import cuda, float32
 
 from kernels.numba.softmax import block_sum_all
@@ -201,16 +202,16 @@ def _row_threads(cols):
     return min(ROW_THREADS, _warps(cols))
 
 
-def _inputs(x, w, b, op):
-    return check_norm_inputs(x, w, b, op=op, dtypes=(torch.float32,))
+def _inputs(x, w, b, op, bias=False):
+    return check_norm_inputs(x, w, b, op=op, dtypes=(torch.float32,), bias=bias)
 
 
 def _forward(kernel, threads_of, x, w, b, eps, stats, op):
-    x, w, b, shape = _inputs(x, w, b, op)
+    x, w, b, shape = _inputs(x, w, b, op, bias=True)
     rows, cols = x.shape
     y = torch.empty_like(x)
-    mean = torch.empty(rows, dtype=torch.float32, device=x.device)
-    rstd = torch.empty(rows, dtype=torch.float32, device=x.device)
+    mean = row_stats(x)
+    rstd = row_stats(x)
     if rows and cols:
         args = [utils.to_numba(t) for t in (x, w, b, y, mean, rstd)]
         kernel[rows, threads_of(cols)](*args, float32(eps))
@@ -240,27 +241,13 @@ def layernorm(x, w, b, eps=EPS, stats=False):
     return layernorm_reg(x, w, b, eps, stats)
 
 
-def _backward_inputs(dy, x, w, stats_, op):
-    x, w, _, shape = _inputs(x, w, None, op)
-    dy, _, _, dshape = check_norm_inputs(dy, w, None, op=op, name="dy", dtypes=(torch.float32,))
-    if dshape != shape:
-        raise ValueError(f"{op}: dy must have x's shape {shape}, got {dshape}")
-    rows = x.shape[0]
-    out = []
-    for t, name in stats_:
-        if not isinstance(t, torch.Tensor) or t.dtype != torch.float32 or t.numel() != rows:
-            raise ValueError(f"{op}: {name} must be a float32 tensor of {rows} values (one per row)")
-        out.append(t.reshape(rows).contiguous())
-    return dy, x, w, out, shape
-
-
 def _parts(rows):
     return max(1, min(rows, 4 if utils.SIMULATE else 264))
 
 
 def layernorm_backward_atomic(dy, x, w, mean, rstd):
-    dy, x, w, (mean, rstd), shape = _backward_inputs(dy, x, w, ((mean, "mean"), (rstd, "rstd")),
-                                                     "layernorm_backward_atomic")
+    dy, x, w, (mean, rstd), shape = check_norm_backward_inputs(dy, x, w, ((mean, "mean"), (rstd, "rstd")),
+                                                               op="layernorm_backward_atomic")
     rows, cols = x.shape
     dx = torch.empty_like(x)
     dw = torch.zeros(cols, dtype=torch.float32, device=x.device)
@@ -272,8 +259,8 @@ def layernorm_backward_atomic(dy, x, w, mean, rstd):
 
 
 def layernorm_backward_partials(dy, x, w, mean, rstd):
-    dy, x, w, (mean, rstd), shape = _backward_inputs(dy, x, w, ((mean, "mean"), (rstd, "rstd")),
-                                                     "layernorm_backward_partials")
+    dy, x, w, (mean, rstd), shape = check_norm_backward_inputs(dy, x, w, ((mean, "mean"), (rstd, "rstd")),
+                                                               op="layernorm_backward_partials")
     rows, cols = x.shape
     dx = torch.empty_like(x)
     dw = torch.zeros(cols, dtype=torch.float32, device=x.device)
@@ -298,7 +285,7 @@ def rmsnorm(x, w, eps=EPS, stats=False):
     x, w, _, shape = _inputs(x, w, None, "rmsnorm")
     rows, cols = x.shape
     y = torch.empty_like(x)
-    rstd = torch.empty(rows, dtype=torch.float32, device=x.device)
+    rstd = row_stats(x)
     if rows and cols:
         rmsnorm_kernel[rows, _row_threads(cols)](*(utils.to_numba(t) for t in (x, w, y, rstd)), float32(eps))
     y = y.reshape(shape)
@@ -306,7 +293,7 @@ def rmsnorm(x, w, eps=EPS, stats=False):
 
 
 def rmsnorm_backward(dy, x, w, rstd):
-    dy, x, w, (rstd,), shape = _backward_inputs(dy, x, w, ((rstd, "rstd"),), "rmsnorm_backward")
+    dy, x, w, (rstd,), shape = check_norm_backward_inputs(dy, x, w, ((rstd, "rstd"),), op="rmsnorm_backward")
     rows, cols = x.shape
     dx = torch.empty_like(x)
     dw = torch.zeros(cols, dtype=torch.float32, device=x.device)

@@ -185,7 +185,7 @@ def _cdiv(a: int, b: int) -> int:
 
 
 def _launch_per_element(kernel, x: torch.Tensor) -> torch.Tensor:
-    x = check_input(x).reshape(-1)
+    x = check_input(x, op="sum").reshape(-1)
     out = torch.zeros(1, dtype=torch.float32, device=x.device)
     if x.numel() > 0:
         kernel[_cdiv(x.numel(), BLOCK_SIZE), BLOCK_SIZE](utils.to_numba(x), utils.to_numba(out))
@@ -214,7 +214,7 @@ def sum_warp(x: torch.Tensor) -> torch.Tensor:
 
 def sum_two_pass(x: torch.Tensor) -> torch.Tensor:
     """v5: grid-stride + warp shuffles, partials, then one block (deterministic)."""
-    x = check_input(x).reshape(-1)
+    x = check_input(x, op="sum").reshape(-1)
     n = x.numel()
     out = torch.zeros(1, dtype=torch.float32, device=x.device)
     if n == 0:
@@ -229,7 +229,7 @@ def sum_two_pass(x: torch.Tensor) -> torch.Tensor:
 
 def row_max(x: torch.Tensor) -> torch.Tensor:
     """The max of each row of a 2-D tensor: shape (rows,). -inf for rows of length 0."""
-    x = check_input(x)
+    x = check_input(x, op="row_max")
     if x.dim() != 2:
         raise ValueError(f"row_max expects a 2-D tensor, got shape {tuple(x.shape)}")
     rows, cols = x.shape

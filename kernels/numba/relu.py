@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 import utils  # noqa: F401  (before numba: it picks the simulator or the GPU)
-from utils.inputs import INT32_MAX, check_input  # noqa: F401  (the shared input rules)
+from utils.inputs import INT32_MAX, check_input, check_same_shape  # noqa: F401  (the shared input rules)
 from numba import cuda
 
 BLOCK_SIZE = 256
@@ -94,7 +94,7 @@ def _max_blocks() -> int:
 
 def relu_v1(x: torch.Tensor) -> torch.Tensor:
     """One thread per element, 256 threads per block, the grid rounded up."""
-    x = check_input(x)
+    x = check_input(x, op="relu")
     y = torch.empty_like(x)
     n = x.numel()
     if n == 0:
@@ -106,7 +106,7 @@ def relu_v1(x: torch.Tensor) -> torch.Tensor:
 
 def relu_grid_stride(x: torch.Tensor) -> torch.Tensor:
     """A grid of at most a few blocks per SM; each thread loops over the data."""
-    x = check_input(x)
+    x = check_input(x, op="relu")
     y = torch.empty_like(x)
     n = x.numel()
     if n == 0:
@@ -118,7 +118,7 @@ def relu_grid_stride(x: torch.Tensor) -> torch.Tensor:
 
 def relu_items(x: torch.Tensor) -> torch.Tensor:
     """Four elements per thread, all four loads issued before the stores."""
-    x = check_input(x)
+    x = check_input(x, op="relu")
     y = torch.empty_like(x)
     n = x.numel()
     if n == 0:
@@ -130,10 +130,10 @@ def relu_items(x: torch.Tensor) -> torch.Tensor:
 
 def relu_backward(grad_out: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """dL/dx of ReLU: grad_out where x > 0, else 0 (new tensor, shape of x)."""
-    grad_out = check_input(grad_out, "grad_out")
-    x = check_input(x)
-    if grad_out.shape != x.shape:
-        raise ValueError(f"grad_out has shape {tuple(grad_out.shape)} but x has {tuple(x.shape)}")
+    grad_out = check_input(grad_out, "grad_out", op="relu_backward")
+    x = check_input(x, op="relu_backward")
+    check_same_shape(grad_out, x, ("grad_out", "x"), op="relu_backward",
+                     hint="grad_out is the gradient of relu(x), of x's shape")
     grad_in = torch.empty_like(x)
     n = x.numel()
     if n == 0:

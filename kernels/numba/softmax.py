@@ -180,7 +180,7 @@ def _warps(n: int) -> int:
 
 def softmax_naive(x: torch.Tensor) -> torch.Tensor:
     """v1: three kernels."""
-    x = check_input(x, ndim=2, max_numel=INT32_MAX)
+    x = check_input(x, ndim=2, max_numel=INT32_MAX, op="softmax")
     rows, cols = x.shape
     y = torch.empty_like(x)
     if x.numel() == 0:
@@ -197,7 +197,7 @@ def softmax_naive(x: torch.Tensor) -> torch.Tensor:
 
 def softmax_fused(x: torch.Tensor) -> torch.Tensor:
     """v2: one block per row held in registers: one read of x, one write of y."""
-    x = check_input(x, ndim=2, max_numel=INT32_MAX)
+    x = check_input(x, ndim=2, max_numel=INT32_MAX, op="softmax")
     rows, cols = x.shape
     y = torch.empty_like(x)
     if x.numel() == 0:
@@ -212,7 +212,7 @@ def softmax_fused(x: torch.Tensor) -> torch.Tensor:
 
 def softmax_online(x: torch.Tensor) -> torch.Tensor:
     """v3: online softmax, one block per row, any row length."""
-    x = check_input(x, ndim=2, max_numel=INT32_MAX)
+    x = check_input(x, ndim=2, max_numel=INT32_MAX, op="softmax")
     rows, cols = x.shape
     y = torch.empty_like(x)
     if x.numel() == 0:

@@ -15,6 +15,7 @@ from collections import OrderedDict
 import torch
 
 import utils  # (before triton: it switches on the interpreter in simulation)
+from kernels.cuda.add import check_pair  # noqa: E402  (the shared input rules)
 import triton
 import triton.language as tl
 
@@ -48,22 +49,6 @@ def add_2d_kernel(x_ptr, y_ptr, out_ptr, rows, cols,
     tl.store(out_ptr + r[:, None] * stride_or + c[None, :] * stride_oc, x + y, mask=mask)
 
 
-def check_pair(x, y) -> tuple[torch.Tensor, torch.Tensor]:
-    """Clear errors for wrong types, dtypes, devices and shapes."""
-    for name, t in (("x", x), ("y", y)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-        if t.dtype != torch.float32:
-            raise TypeError(f"{name} must be float32, got {t.dtype}: convert it with {name}.float()")
-        if t.device.type != utils.DEVICE.type:
-            raise ValueError(f"{name} is on {t.device}, but the kernels run on {utils.DEVICE}: "
-                             f"move it with {name}.to(utils.DEVICE)")
-    if x.shape != y.shape:
-        raise ValueError(f"x has shape {tuple(x.shape)} but y has {tuple(y.shape)}: "
-                         "these kernels add tensors of the same shape (no broadcasting)")
-    return x, y
-
-
 def _launch(x: torch.Tensor, y: torch.Tensor, block_size: int, num_warps: int) -> torch.Tensor:
     x, y = check_pair(x, y)
     # offsets index memory directly: the elements must sit one after the other
@@ -89,7 +74,7 @@ def add_v2(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
 def add_2d(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """Matrix addition: a 2-D grid of programs, each one 16 x 128 tile; any strides."""
-    x, y = check_pair(x, y)
+    x, y = check_pair(x, y, op="add_2d")
     if x.dim() != 2:
         raise ValueError(f"add_2d adds matrices: expected 2-D tensors, got shape {tuple(x.shape)}")
     rows, cols = x.shape

@@ -15,12 +15,13 @@ forward and backward.
     attention_op(q, k, v, causal)             the same as a torch.library op (course::attention)
 
 q is (B, H, Nq, d), k and v (B, H, Nk, d), float32, float16 or bfloat16 (3-D (B, N, d) is one
-head); strides are passed, so transposed views work without a copy. o has q's dtype. The
-causal mask is aligned to the bottom right: query i sees key j when j <= i + Nk - Nq; a query
-that sees no key gets o = 0 and L = +inf. Any d up to 256 works (the head dimension is padded
-to a power of two >= 16 inside the kernels, with masked loads). float32 inputs use exact fp32
-products (``input_precision="ieee"``); float16/bfloat16 go through the tensor cores with fp32
-accumulation, P and dS rounded to the inputs' dtype before their products, as FlashAttention does.
+head); strides are passed, so the forwards take transposed views without a copy (the backward
+copies non-contiguous q, k and v). o has q's dtype. The causal mask is aligned to the bottom
+right: query i sees key j when j <= i + Nk - Nq; a query that sees no key gets o = 0 and
+L = +inf. Any d up to 256 works (the head dimension is padded to a power of two >= 16 inside
+the kernels, with masked loads). float32 inputs use exact fp32 products
+(``input_precision="ieee"``); float16/bfloat16 go through the tensor cores with fp32 accumulation,
+P and dS rounded to the inputs' dtype before their products, as FlashAttention does.
 
 The tile sizes are autotuned on a GPU (``utils.triton_compat.autotune``); in simulation the
 first config runs: 16 x 16 tiles, the smallest ``tl.dot`` takes, so that the interpreter is quick.
@@ -34,7 +35,8 @@ import torch
 
 import utils  # noqa: F401  (configures the interpreter before triton loads)
 from utils.triton_compat import autotune
-from kernels.cuda.attention import (attention_ref, check_qkv, empty_result, finish)  # noqa: F401
+from kernels.cuda.attention import (  # noqa: F401  (the shared input rules and reference)
+    attention_ref, check_backward_inputs, check_qkv, empty_result, finish)
 import triton
 import triton.language as tl
 
@@ -673,16 +675,12 @@ def attention_backward(q, k, v, o, lse, do, causal=False, dq_mode="separate"):
     atomics, deterministic) or "atomic" (every key-tile program adds into dq atomically)."""
     if dq_mode not in DQ_MODES:
         raise ValueError(f"attention_backward: dq_mode must be one of {DQ_MODES}, got {dq_mode!r}")
-    q, k, v, squeeze = check_qkv(q, k, v, op="attention_backward", dtypes=WITH_F64, max_d=MAX_D, contiguous=False)
-    for name, t in (("o", o), ("do", do)):
-        if not isinstance(t, torch.Tensor) or t.dtype != q.dtype:
-            raise TypeError(f"attention_backward: {name} must be a tensor of q's dtype ({q.dtype})")
-    if squeeze:
-        o, do, lse = o.unsqueeze(1), do.unsqueeze(1), lse.unsqueeze(1)
+    # Contiguous q, k and v: the kernels write dq with q's strides and dk, dv with k's (o and
+    # do may have any strides: theirs are passed).
+    q, k, v, squeeze = check_qkv(q, k, v, op="attention_backward", dtypes=WITH_F64, max_d=MAX_D)
+    o, lse, do = check_backward_inputs(q, o, lse, do, squeeze, op="attention_backward", same_dtype=True)
     B, H, nq, d = q.shape
     nk = k.shape[2]
-    if tuple(o.shape) != tuple(q.shape) or tuple(do.shape) != tuple(q.shape) or tuple(lse.shape) != (B, H, nq):
-        raise ValueError("attention_backward: o and do must have q's shape and L (B, H, Nq)")
     lse = lse.float().contiguous()
     dk = torch.empty((B, H, nk, d), dtype=q.dtype, device=q.device)
     dv = torch.empty((B, H, nk, d), dtype=q.dtype, device=q.device)

@@ -28,7 +28,8 @@ from collections import OrderedDict
 import torch
 
 import utils  # noqa: F401  (configures the interpreter before triton loads)
-from kernels.cuda.layernorm import check_norm_inputs, layernorm_ref, rmsnorm_ref  # noqa: F401
+from kernels.cuda.layernorm import (  # noqa: F401  (the shared input rules and references)
+    check_norm_backward_inputs, check_norm_inputs, layernorm_ref, rmsnorm_ref, row_stats, stats_dtype)
 import triton
 import triton.language as tl
 
@@ -105,16 +106,12 @@ def layernorm_row_kernel(x_ptr, w_ptr, b_ptr, y_ptr, mean_ptr, rstd_ptr, cols, e
 DTYPES = (torch.float32, torch.bfloat16, torch.float64)
 
 
-def stats_dtype(x):
-    return torch.float64 if x.dtype == torch.float64 else torch.float32
-
-
-def _forward(kernel, x, w, b, eps, stats, block):
-    x, w, b, shape = check_norm_inputs(x, w, b, op="layernorm", dtypes=DTYPES)
+def _forward(kernel, x, w, b, eps, stats, block, op):
+    x, w, b, shape = check_norm_inputs(x, w, b, op=op, dtypes=DTYPES, bias=True)
     rows, cols = x.shape
     y = torch.empty_like(x)
-    mean = torch.empty(rows, dtype=stats_dtype(x), device=x.device)
-    rstd = torch.empty(rows, dtype=stats_dtype(x), device=x.device)
+    mean = row_stats(x)
+    rstd = row_stats(x)
     if rows and cols:
         kernel[(rows,)](x, w, b, y, mean, rstd, cols, eps, BLOCK=block, num_warps=num_warps_for(block))
     y = y.reshape(shape)
@@ -123,7 +120,7 @@ def _forward(kernel, x, w, b, eps, stats, block):
 
 def layernorm_chunked(x, w, b, eps=EPS, stats=False):
     """v1: three passes over the row in chunks of 1024 columns."""
-    return _forward(layernorm_chunked_kernel, x, w, b, eps, stats, CHUNK)
+    return _forward(layernorm_chunked_kernel, x, w, b, eps, stats, CHUNK, "layernorm_chunked")
 
 
 def layernorm_row(x, w, b, eps=EPS, stats=False):
@@ -132,7 +129,8 @@ def layernorm_row(x, w, b, eps=EPS, stats=False):
     if cols > ROW_MAX_COLS:
         raise ValueError(f"layernorm_row holds a row in registers, at most {ROW_MAX_COLS} columns; "
                          f"got {cols}: use layernorm_chunked")
-    return _forward(layernorm_row_kernel, x, w, b, eps, stats, triton.next_power_of_2(max(cols, 1)))
+    return _forward(layernorm_row_kernel, x, w, b, eps, stats, triton.next_power_of_2(max(cols, 1)),
+                    "layernorm_row")
 
 
 def layernorm(x, w, b, eps=EPS, stats=False):
@@ -207,20 +205,9 @@ def column_sum_kernel(p_ptr, out_ptr, parts, cols, BLOCK_P: tl.constexpr, BLOCK_
 
 
 def _backward_inputs(dy, x, w, mean, rstd, op):
-    x, w, _, shape = check_norm_inputs(x, w, None, op=op, dtypes=DTYPES)
-    dy, _, _, dshape = check_norm_inputs(dy, w, None, op=op, name="dy", dtypes=DTYPES)
-    if dshape != shape or dy.dtype != x.dtype:
-        raise ValueError(f"{op}: dy must have x's shape and dtype, got {dshape} {dy.dtype} and {shape} {x.dtype}")
-    rows = x.shape[0]
-    stats = []
-    for t, name in ((mean, "mean"), (rstd, "rstd")):
-        if t is None:
-            stats.append(None)
-            continue
-        if not isinstance(t, torch.Tensor) or t.dtype != stats_dtype(x) or t.numel() != rows:
-            raise ValueError(f"{op}: {name} must be a {stats_dtype(x)} tensor of {rows} values (one per row)")
-        stats.append(t.reshape(rows).contiguous())
-    return dy, x, w, stats[0], stats[1], shape
+    dy, x, w, (mean, rstd), shape = check_norm_backward_inputs(dy, x, w, ((mean, "mean"), (rstd, "rstd")),
+                                                               op=op, dtypes=DTYPES)
+    return dy, x, w, mean, rstd, shape
 
 
 def _check_cols(cols, op):
@@ -311,7 +298,7 @@ def rmsnorm(x, w, eps=EPS, stats=False):
     rows, cols = x.shape
     _check_cols(cols, "rmsnorm")
     y = torch.empty_like(x)
-    rstd = torch.empty(rows, dtype=stats_dtype(x), device=x.device)
+    rstd = row_stats(x)
     if rows and cols:
         block = triton.next_power_of_2(cols)
         rmsnorm_kernel[(rows,)](x, w, y, rstd, cols, eps, BLOCK=block, num_warps=num_warps_for(block))

@@ -90,7 +90,7 @@ def row_max_kernel(x_ptr, out_ptr, cols, stride_row, BLOCK_SIZE: tl.constexpr):
 
 
 def _flat(x: torch.Tensor) -> torch.Tensor:
-    return check_input(x).reshape(-1)
+    return check_input(x, op="sum").reshape(-1)
 
 
 def sum_atomic(x: torch.Tensor) -> torch.Tensor:
@@ -137,7 +137,7 @@ def sum_persistent(x: torch.Tensor) -> torch.Tensor:
 
 def row_max(x: torch.Tensor) -> torch.Tensor:
     """The max of each row of a 2-D tensor: shape (rows,). -inf for rows of length 0."""
-    x = check_input(x)
+    x = check_input(x, op="row_max")
     if x.dim() != 2:
         raise ValueError(f"row_max expects a 2-D tensor, got shape {tuple(x.shape)}")
     rows, cols = x.shape

@@ -14,7 +14,7 @@ from collections import OrderedDict
 import torch
 
 import utils  # noqa: F401  (before triton: it switches on the interpreter in simulation)
-from utils.inputs import INT32_MAX, check_input  # noqa: F401  (the shared input rules)
+from utils.inputs import INT32_MAX, check_input, check_same_shape  # noqa: F401  (the shared input rules)
 import triton
 import triton.language as tl
 
@@ -40,7 +40,7 @@ def relu_backward_kernel(grad_out_ptr, x_ptr, grad_in_ptr, n, BLOCK_SIZE: tl.con
 
 
 def _launch(x: torch.Tensor, block_size: int, num_warps: int) -> torch.Tensor:
-    x = check_input(x)
+    x = check_input(x, op="relu")
     y = torch.empty_like(x)
     n = x.numel()
     if n == 0:
@@ -62,10 +62,10 @@ def relu_v2(x: torch.Tensor) -> torch.Tensor:
 
 def relu_backward(grad_out: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """dL/dx of ReLU: grad_out where x > 0, else 0 (new tensor, shape of x)."""
-    grad_out = check_input(grad_out, "grad_out")
-    x = check_input(x)
-    if grad_out.shape != x.shape:
-        raise ValueError(f"grad_out has shape {tuple(grad_out.shape)} but x has {tuple(x.shape)}")
+    grad_out = check_input(grad_out, "grad_out", op="relu_backward")
+    x = check_input(x, op="relu_backward")
+    check_same_shape(grad_out, x, ("grad_out", "x"), op="relu_backward",
+                     hint="grad_out is the gradient of relu(x), of x's shape")
     grad_in = torch.empty_like(x)
     n = x.numel()
     if n == 0:

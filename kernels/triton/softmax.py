@@ -171,7 +171,7 @@ def softmax_l2_kernel(x_ptr, y_ptr, rows, cols, BLOCK_SIZE: tl.constexpr):
 # ---------------------------------------------------------------------------------------
 def softmax_naive(x: torch.Tensor) -> torch.Tensor:
     """v1: three kernels."""
-    x = check_input(x, ndim=2, max_numel=INT32_MAX)
+    x = check_input(x, ndim=2, max_numel=INT32_MAX, op="softmax")
     rows, cols = x.shape
     y = torch.empty_like(x)
     if x.numel() == 0:
@@ -196,7 +196,7 @@ def fused_num_warps(block: int) -> int:
 
 def softmax_fused(x: torch.Tensor) -> torch.Tensor:
     """v2: one program per row, one read and one write."""
-    x = check_input(x, ndim=2, max_numel=INT32_MAX)
+    x = check_input(x, ndim=2, max_numel=INT32_MAX, op="softmax")
     rows, cols = x.shape
     y = torch.empty_like(x)
     if x.numel() == 0:
@@ -212,7 +212,7 @@ def softmax_fused(x: torch.Tensor) -> torch.Tensor:
 
 def softmax_online(x: torch.Tensor) -> torch.Tensor:
     """v3: online softmax, any row length: the statistics pass, then the output pass."""
-    x = check_input(x, ndim=2, max_numel=INT32_MAX)
+    x = check_input(x, ndim=2, max_numel=INT32_MAX, op="softmax")
     rows, cols = x.shape
     y = torch.empty_like(x)
     if x.numel() == 0:
@@ -227,7 +227,7 @@ def softmax_online(x: torch.Tensor) -> torch.Tensor:
 
 def softmax_l2(x: torch.Tensor) -> torch.Tensor:
     """v4: online softmax whose second read of each row comes from L2 (one program per SM)."""
-    x = check_input(x, ndim=2, max_numel=INT32_MAX)
+    x = check_input(x, ndim=2, max_numel=INT32_MAX, op="softmax")
     rows, cols = x.shape
     y = torch.empty_like(x)
     if x.numel() == 0:
