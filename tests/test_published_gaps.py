@@ -256,6 +256,17 @@ def test_an_error_in_a_header_of_the_kernels_folder_names_the_header(tmp_path):
         utils.cuda_kernel(src, "k")
 
 
+@emulator_only
+def test_a_function_that_the_file_declares_but_another_file_defines_is_named(monkeypatch):
+    # the reduction sample's host wrapper calls isPow2, which another file of the sample defines
+    from utils.backends.cuda import _toolchain
+    monkeypatch.setattr(_toolchain, "NVRTC_PARITY", False)  # host code: NVRTC sees the device part only
+    src = ('extern "C" bool isPow2(unsigned x);\n__global__ void k(int* p) { p[0] = 1; }\n'
+           "void launch(int* p, unsigned n) { if (isPow2(n)) k<<<1, 1>>>(p); }\n")
+    with pytest.raises(utils.CudaCompileError, match="`isPow2` is declared but not defined in this source"):
+        utils.cuda_kernel(src, "k")
+
+
 # ---------------------------------------------------------------------------------------
 # A half passed by value
 # ---------------------------------------------------------------------------------------

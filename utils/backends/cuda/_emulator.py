@@ -11,6 +11,7 @@ import ctypes
 import hashlib
 import math
 import os
+import re
 import signal
 import struct
 import subprocess
@@ -168,8 +169,11 @@ def build(text: str, name: str, filename: str, include_dir: Path | None, _retry:
         _show_warnings(out)
     try:
         lib = EmuLibrary(out)
-    except (OSError, AttributeError):  # a damaged cache entry: build it again, once
+    except (OSError, AttributeError) as e:  # a damaged cache entry: build it again, once
         out.unlink(missing_ok=True)
+        missing = re.search(r"undefined symbol: (\S+)", str(e))
+        if missing:  # not damage: the source calls a function that it only declares
+            raise CudaCompileError(_undefined_message(name, filename, missing.group(1))) from None
         if not _retry:
             raise
         return build(text, name, filename, include_dir, _retry=False, racecheck=racecheck, profile=profile)
@@ -224,6 +228,18 @@ def _show_warnings(lib_path: Path):
     text = w.read_text() if w.exists() else ""
     if text:
         print(f"CUDA C++ compiler warnings:\n{text}", file=sys.stderr)
+
+
+def _undefined_message(name: str, filename: str, symbol: str) -> str:
+    if symbol.startswith("_Z"):
+        try:
+            symbol = subprocess.run(["c++filt", symbol], capture_output=True, text=True).stdout.strip() or symbol
+        except OSError:
+            pass
+    return (f"CUDA C++ compilation of `{name}` failed (emulator build with g++):\n{filename}: error: `{symbol}` is "
+            "declared but not defined in this source. The emulator builds the file on its own (host code "
+            "included), so a function that another file of its program defines is missing: define it here, "
+            "or leave out the code that calls it")
 
 
 def _compile_message(name: str, filename: str, stderr: str) -> str:
