@@ -201,8 +201,7 @@ def _(k, get):
     close(out.double().sum().reshape(1), x.double().sum().reshape(1), rtol=1e-5, atol=1e-3, what="total")
 
 
-@case(SAMPLES, REDUCTION, "multi_warp_cg_reduce<float, 256, 64>",
-      note="a tile of 64 threads (two warps): the emulator's tiles are at most a warp; one clear error")
+@case(SAMPLES, REDUCTION, "multi_warp_cg_reduce<float, 256, 64>")
 def _(k, get):
     x, out, blocks = _reduce(k, 256, 2, max_blocks=8, dtype=torch.float32)
     close(out.double().sum().reshape(1), x.double().sum().reshape(1), rtol=1e-5, atol=1e-3, what="total")
@@ -363,9 +362,7 @@ def _(k, get):
     equal(out != 0, want)
 
 
-@case(SAMPLES, "Samples/3_CUDA_Features/warpAggregatedAtomicsCG/warpAggregatedAtomicsCG.cu", "filter_arr",
-      note="filter_arr itself needs nothing missing, but another kernel of its file calls this_grid(), "
-           "which the emulator rejects for the whole source (one clear error)")
+@case(SAMPLES, "Samples/3_CUDA_Features/warpAggregatedAtomicsCG/warpAggregatedAtomicsCG.cu", "filter_arr")
 def _(k, get):
     n = 5000
     src = randint(-10, 10, n)
@@ -435,9 +432,7 @@ def _(k, get):
     close(out[:1].double(), x.double().sum().reshape(1), rtol=1e-5, atol=1e-3, what="total in out[0]")
 
 
-@case(SAMPLES, "Samples/0_Introduction/simpleTemplates/simpleTemplates.cu", "testKernel<float>",
-      note="sharedmem.cuh, a header of the sample, declares `extern __shared__` arrays: the emulator "
-           "rewrites them in the kernel's own file only, and g++ rejects the rest (not one clear error)")
+@case(SAMPLES, "Samples/0_Introduction/simpleTemplates/simpleTemplates.cu", "testKernel<float>")
 def _(k, get):
     threads = 32
     x, y = randn(threads), poison(threads)
@@ -730,9 +725,8 @@ def _(k, get):
 
 
 @case(BLOG, "posts/mixed-precision/haxpy.cu", "haxpy",
-      note="`half a` is passed by value: the course's launcher passes pointers and plain numbers only, "
-           "so the launch is refused with that reason. (Past that, the emulator defines no __CUDA_ARCH__: "
-           "the kernel's `#else` branch, in float, would run instead of its half2 branch.)")
+      note="`half a` is passed by value (a Python float, rounded to half). The emulator defines no "
+           "__CUDA_ARCH__: the kernel's `#else` branch, in float, runs instead of its half2 branch")
 def _(k, get):
     n, a = 1001, 2.0
     x, y = randn(n, dtype=torch.float16), randn(n, dtype=torch.float16)

@@ -217,8 +217,8 @@ __global__ void rotate(const uint4* x, uint4* y) {
 @pytest.mark.skipif(not utils.SIMULATE, reason="what only the CPU emulator cannot run")
 @pytest.mark.parametrize("src, what", [
     ("#include <cooperative_groups.h>\nnamespace cg = cooperative_groups;\n__global__ void k(float* p) {\n"
-     "    auto t = cg::tiled_partition<64>(cg::this_thread_block()); p[0] = t.thread_rank(); }",
-     "does not support tiles of more than 32 threads"),
+     "    auto t = cg::tiled_partition<48>(cg::this_thread_block()); p[0] = t.thread_rank(); }",
+     "N must be a power of two of at most 1024"),
     ("#include <cublas_v2.h>\n__global__ void k(float* p) {}", "does not support cuBLAS"),
     ("__global__ void k(float* p, int n = 1) {}\nvoid host(float* p) { k<<<1, 1>>>(p); }",
      "does not support a kernel's default arguments"),

@@ -116,8 +116,8 @@ class CudaKernel:
     def _build(self):
         if self.simulated:
             from . import _emulator
-            self._lib = _emulator.build(adapt_for_emulator(self.text), self.name, self.filename, self.include_dir,
-                                        racecheck=_racecheck.enabled())
+            self._lib = _emulator.build(adapt_for_emulator(self.text, self.name), self.name, self.filename,
+                                        self.include_dir, racecheck=_racecheck.enabled())
             # A GPU compiles with NVRTC: code it rejects must not pass in simulation either.
             _tc.nvrtc_check(self.text, self.name, self.filename, self.include_dir)
             sig = self._lib.signature
@@ -201,7 +201,7 @@ class CudaKernel:
             return {"metrics": metrics, "backend": "ncu", "bytes_moved": moved}
         from . import _emulator
         if self._prof_lib is None:
-            self._prof_lib = _emulator.build(adapt_for_emulator(self.text), self.name, self.filename,
+            self._prof_lib = _emulator.build(adapt_for_emulator(self.text, self.name), self.name, self.filename,
                                              self.include_dir, profile=True)
         rec = _profile.Recorder()
         mode, seed = _current_schedule()

@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import math
 import os
+import re
 import signal
+import struct
 import subprocess
 import sys
 import tempfile
@@ -22,7 +25,7 @@ import torch
 from ... import paths
 from . import _racecheck
 from ._errors import KernelFault
-from ._source import CODE_NAMES, CudaCompileError, Param
+from ._source import CODE_NAMES, CudaCompileError, Param, project_headers
 from ._toolchain import headers_digest, write_atomic
 
 from ._toolchain import EMU_DIR, EMU_FLAGS, KERNEL_LIB_FLAGS, compiler_version, emulator_key, host_compiler
@@ -119,8 +122,10 @@ def build(text: str, name: str, filename: str, include_dir: Path | None, _retry:
     racecheck = racecheck or profile  # (both are compiled apart and linked without a runtime)
     if sys.platform.startswith("linux"):  # the header's exit() and __assert_fail win over the C library's
         flags.append("-Wl,-Bsymbolic-functions")
+    headers = project_headers(text, include_dir) if include_dir is not None else {}
+    adapted = hashlib.sha256("\0".join(f"{k}\0{v}" for k, v in sorted(headers.items())).encode()).hexdigest()[:24]
     key = hashlib.sha256("\0".join([full, emulator_key(cxx, flags), str(include_dir),
-                                    headers_digest(include_dir)]).encode()).hexdigest()[:24]
+                                    headers_digest(include_dir), adapted]).encode()).hexdigest()[:24]
     if key in _CACHE:
         if not profile:  # (the profiling variant's warnings are the normal build's, shown already)
             _show_warnings(_CACHE[key].path)
@@ -133,6 +138,12 @@ def build(text: str, name: str, filename: str, include_dir: Path | None, _retry:
         incs = ["-isystem", str(EMU_DIR), "-isystem", str(paths.CUDA_INCLUDE_DIR)]
         if include_dir is not None:
             incs = ["-I", str(include_dir)] + incs
+        if headers:  # the project's headers as the emulator needs them, found before the originals
+            folder = cache_dir / "cuda-emu-headers" / adapted
+            for rel, body in headers.items():
+                if not (folder / rel).is_file():
+                    write_atomic(folder / rel, body.encode())
+            incs = ["-I", str(folder)] + incs
         fd, tmp = tempfile.mkstemp(suffix=".so", dir=cache_dir)
         os.close(fd)
         obj = tmp + ".o" if racecheck else tmp  # instrumented: linked apart, without the sanitizer's runtime
@@ -158,8 +169,11 @@ def build(text: str, name: str, filename: str, include_dir: Path | None, _retry:
         _show_warnings(out)
     try:
         lib = EmuLibrary(out)
-    except (OSError, AttributeError):  # a damaged cache entry: build it again, once
+    except (OSError, AttributeError) as e:  # a damaged cache entry: build it again, once
         out.unlink(missing_ok=True)
+        missing = re.search(r"undefined symbol: (\S+)", str(e))
+        if missing:  # not damage: the source calls a function that it only declares
+            raise CudaCompileError(_undefined_message(name, filename, missing.group(1))) from None
         if not _retry:
             raise
         return build(text, name, filename, include_dir, _retry=False, racecheck=racecheck, profile=profile)
@@ -214,6 +228,18 @@ def _show_warnings(lib_path: Path):
     text = w.read_text() if w.exists() else ""
     if text:
         print(f"CUDA C++ compiler warnings:\n{text}", file=sys.stderr)
+
+
+def _undefined_message(name: str, filename: str, symbol: str) -> str:
+    if symbol.startswith("_Z"):
+        try:
+            symbol = subprocess.run(["c++filt", symbol], capture_output=True, text=True).stdout.strip() or symbol
+        except OSError:
+            pass
+    return (f"CUDA C++ compilation of `{name}` failed (emulator build with g++):\n{filename}: error: `{symbol}` is "
+            "declared but not defined in this source. The emulator builds the file on its own (host code "
+            "included), so a function that another file of its program defines is missing: define it here, "
+            "or leave out the code that calls it")
 
 
 def _compile_message(name: str, filename: str, stderr: str) -> str:
@@ -331,9 +357,48 @@ def describe_code(code: str) -> str:
     return CODE_NAMES.get(code, "a struct type")
 
 
+#: 16-bit floats passed by value: (torch dtype, significant bits, smallest normal exponent, largest exponent)
+_HALF_FORMATS = {"e": (torch.float16, 11, -14, 15), "E": (torch.bfloat16, 8, -126, 127)}
+
+
+def half_bits(x: float, code: str) -> int:
+    """The bits of ``x`` as a ``__half`` ("e") or ``__nv_bfloat16`` ("E"), rounded to nearest
+    even from the double directly, as CUDA's __double2half / __double2bfloat16 do (through
+    float first, the rounding could differ)."""
+    _, digits, emin, emax = _HALF_FORMATS[code]
+    if math.isnan(x):
+        return 0x7FFF  # CUDA's canonical NaN
+    sign = 0x8000 if math.copysign(1.0, x) < 0 else 0
+    a = abs(x)
+    if a != math.inf:
+        exp = max(math.frexp(a)[1] - 1, emin) - (digits - 1)  # the spacing of representable values
+        a = math.ldexp(round(math.ldexp(a, -exp)), exp)  # exact scaling; round() ties to even
+    if a >= math.ldexp(1.0, emax + 1):
+        return sign | (0x7C00 if code == "e" else 0x7F80)
+    if code == "e":
+        return sign | struct.unpack("<H", struct.pack("<e", a))[0]
+    return sign | struct.unpack("<I", struct.pack("<f", a))[0] >> 16
+
+
+def _half_arg(kname: str, p: Param, code: str, value) -> ctypes.c_uint16:
+    import numbers
+    dtype = _HALF_FORMATS[code][0]
+    if isinstance(value, torch.Tensor) and value.dim() == 0 and value.dtype == dtype:
+        return ctypes.c_uint16(int(value.view(torch.int16).item()) & 0xFFFF)
+    if isinstance(value, numbers.Real):
+        return ctypes.c_uint16(half_bits(float(value), code))
+    got = (f"a {value.dtype} tensor of shape {tuple(value.shape)}" if isinstance(value, torch.Tensor)
+           else type(value).__name__)
+    raise TypeError(f"{kname}: argument `{p.name}` is `{describe_code(code)}` (passed by value): pass a Python float "
+                    f"(converted to {describe_code(code)}, rounding to nearest even) or a 0-dim {dtype} tensor, "
+                    f"got {got}")
+
+
 def convert_scalar(kname: str, p: Param, code: str, value):
     """A Python number as the C type ``code`` of parameter ``p`` (ctypes object)."""
     import numbers
+    if code in _HALF_FORMATS:
+        return _half_arg(kname, p, code, value)
     if isinstance(value, torch.Tensor):
         raise TypeError(f"{kname}: argument `{p.name}` is declared `{describe_code(code)}` (a number), "
                         f"but got a tensor; pass a Python number (use .item() for a one-element tensor)")

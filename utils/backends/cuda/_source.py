@@ -82,6 +82,7 @@ TYPE_CODES = {
     "short": "h", "int16_t": "h", "unsigned short": "H", "uint16_t": "H",
     "char": "c", "signed char": "b", "int8_t": "b", "unsigned char": "B", "uint8_t": "B",
     "bool": "?", "void": "v",
+    "half": "e", "__half": "e", "__nv_bfloat16": "E", "nv_bfloat16": "E",
 }
 #: codes -> the C spelling used in messages
 CODE_NAMES = {"f": "float", "d": "double", "i": "int", "I": "unsigned int", "l": "long",
@@ -372,9 +373,10 @@ _INCLUDE = re.compile(r"^[ \t]*#[ \t]*include[ \t]*[<\"]([^>\"]+)[>\"]", re.M)
 EMU_HEADER_DIR = Path(__file__).resolve().parent / "emu"
 
 
-def check_supported(text: str) -> None:
+def check_supported(text: str, kernel: str | None = None) -> None:
     """One clear error for a CUDA feature the emulator does not have (instead of a cascade
-    of g++ errors about names it never declared)."""
+    of g++ errors about names it never declared). With ``kernel``, also when that kernel
+    synchronizes its grid (see `grid_sync_of`)."""
     for m in _INCLUDE.finditer(text):
         name = m.group(1)
         what = f"{LIBRARY_HEADERS[name]} ({name})" if name in LIBRARY_HEADERS else \
@@ -383,7 +385,7 @@ def check_supported(text: str) -> None:
             line = text.count("\n", 0, m.start()) + 1
             raise CudaCompileError(f"line {line}: the CPU emulator does not support {what} "
                                    f"(#include <{name}>); this kernel runs only on a GPU")
-    for pattern, what in ((r"\bcudaLaunchCooperativeKernel\b|\bthis_grid\s*\(", "grid-wide synchronization (this_grid)"),
+    for pattern, what in ((r"\bcudaLaunchCooperativeKernel\b", "grid-wide synchronization (cooperative launches)"),
                           (r"\btex[123]D\w*\s*<|\bcudaTextureObject_t\b", "textures"),
                           (r"\bwmma::", "wmma / tensor-core fragments")):
         if what.startswith("wmma") and (EMU_HEADER_DIR / "mma.h").exists():
@@ -392,11 +394,90 @@ def check_supported(text: str) -> None:
         if m:
             raise CudaCompileError(f"the CPU emulator does not support {what} (`{m.group(0).strip()}`); "
                                    "this kernel runs only on a GPU")
+    sync = grid_sync_of(text, kernel) if kernel else None
+    if sync:
+        raise CudaCompileError(f"the CPU emulator does not support grid-wide synchronization (`{sync}`); "
+                               "this kernel runs only on a GPU")
 
 
-def adapt_for_emulator(text: str) -> str:
-    """The rewrites the emulator needs; line numbers are unchanged."""
-    check_supported(text)
+_CONTROL_WORDS = {"if", "for", "while", "switch", "catch", "return", "sizeof", "alignof", "decltype", "defined",
+                  "__launch_bounds__", "__attribute__", "__align__", "alignas", "static_assert"}
+_CALL = re.compile(r"\b([A-Za-z_]\w*)\s*(?:<[^;{}()]*>\s*)?\(")
+
+
+def _closing(code: str, i: int, open_: str, close: str) -> int:
+    """The index of the bracket that closes the one at ``i``, or -1."""
+    depth = 0
+    for j in range(i, len(code)):
+        if code[j] == open_:
+            depth += 1
+        elif code[j] == close:
+            depth -= 1
+            if depth == 0:
+                return j
+    return -1
+
+
+def _function_bodies(code: str) -> dict[str, list[str]]:
+    """Function name -> the bodies of its definitions in ``code`` (comments and strings blanked)."""
+    bodies: dict[str, list[str]] = {}
+    for m in re.finditer(r"\b([A-Za-z_]\w*)\s*\(", code):
+        if m.group(1) in _CONTROL_WORDS:
+            continue
+        close = _closing(code, m.end() - 1, "(", ")")
+        if close < 0:
+            continue
+        head = re.match(r"(?:\s*(?:const|volatile|noexcept|override|final|&&?|->\s*[\w:<>,\s*&]+?))*\s*\{",
+                        code[close + 1:close + 300])
+        if head:
+            start = close + head.end() - 1
+            end = _closing(code, start, "{", "}")
+            if end > 0:
+                bodies.setdefault(m.group(1), []).append(code[start:end + 1])
+    return bodies
+
+
+def grid_sync_of(text: str, kernel: str) -> str | None:
+    """What in kernel ``kernel`` (or in a function of the source it calls) synchronizes the
+    whole grid (``grid.sync()`` on a ``this_grid()`` group), or None. Only such a kernel needs a
+    cooperative launch: the other kernels of its source run, and a ``this_grid()`` used for
+    ranks and sizes runs too, as in an ordinary launch on a GPU."""
+    code = re.sub(r'"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'', "0", strip_comments(text))
+    if "this_grid" not in code and "grid_group" not in code:
+        return None
+    names = set(re.findall(r"\bgrid_group\s*(?:const\s*)?[&*]?\s*([A-Za-z_]\w*)", code))
+    names |= set(re.findall(r"\b([A-Za-z_]\w*)\s*=\s*(?:\w+\s*::\s*)*this_grid\s*\(\s*\)", code))
+    names -= {"const", "this_grid"}
+    alts = [r"\bthis_grid\s*\(\s*\)\s*\.\s*(?:sync|barrier_arrive)\s*\("]
+    if names:
+        n = "|".join(sorted(map(re.escape, names)))
+        alts += [rf"\b(?:{n})\s*(?:\.|->)\s*(?:sync|barrier_arrive)\s*\(", rf"\bsync\s*\(\s*\*?\s*(?:{n})\s*\)"]
+    sync = re.compile("|".join(alts))
+    bodies = _function_bodies(code)
+    todo, seen = [kernel.split("<")[0].split("::")[-1].strip()], set()
+    while todo:
+        f = todo.pop()
+        if f in seen:
+            continue
+        seen.add(f)
+        for body in bodies.get(f, ()):
+            m = sync.search(body)
+            if m:
+                found = re.sub(r"\s+", "", m.group(0))
+                return found + ")" if found.endswith("(") else found
+            todo += [c for c in _CALL.findall(body) if c in bodies and c not in seen]
+    return None
+
+
+def adapt_for_emulator(text: str, kernel: str | None = None) -> str:
+    """The rewrites the emulator needs; line numbers are unchanged. With ``kernel``, the
+    kernel that will be launched, whose grid-wide synchronization is rejected (other kernels
+    of the source may still run)."""
+    check_supported(text, kernel)
+    return _rewrite_for_emulator(text)
+
+
+def _rewrite_for_emulator(text: str) -> str:
     text = CUDA_ONLY_HEADERS.sub("", text)
     text = re.sub(r"\bstatic(\s+__shared__)\b", r"\1", text)  # __shared__ is already static here
     text = _rewrite_extern_shared(text)
@@ -404,6 +485,34 @@ def adapt_for_emulator(text: str) -> str:
     if "<<<" in text:
         text = rewrite_launches(text)
     return text
+
+
+_QUOTED_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"([^"]+)"', re.M)
+
+
+def project_headers(text: str, include_dir: Path) -> dict[str, str]:
+    """The headers of the kernel's own folder that ``text`` includes with quotes, and those
+    that they include in turn: path relative to ``include_dir`` -> its text with the rewrites
+    of `adapt_for_emulator` (an ``extern __shared__`` array of a header is the launch's buffer
+    too). Each starts with a ``#line`` that names the original, so g++'s messages point at it.
+    The emulator's build puts them first on the include path."""
+    root = include_dir.resolve()
+    out: dict[str, str] = {}
+    todo = [(text, root)]
+    while todo:
+        src, here = todo.pop()
+        for name in _QUOTED_INCLUDE.findall(strip_comments(src)):
+            # g++ looks beside the including file first, then on the include path
+            path = next((p for p in ((here / name).resolve(), (root / name).resolve()) if p.is_file()), None)
+            if path is None or not path.is_relative_to(root):
+                continue
+            rel = path.relative_to(root).as_posix()
+            if rel in out:
+                continue
+            header = path.read_text(errors="replace")
+            out[rel] = f'#line 1 "{path}"\n' + _rewrite_for_emulator(header)
+            todo.append((header, path.parent))
+    return out
 
 
 def adapt_torch_host_code(text: str) -> str:

@@ -311,7 +311,7 @@ struct emu_launch_params {
 
 EMU_NS {
 
-enum { ST_READY = 0, ST_RUNNING, ST_WAIT_BLOCK, ST_WAIT_WARP, ST_DONE };
+enum { ST_READY = 0, ST_RUNNING, ST_WAIT_BLOCK, ST_WAIT_WARP, ST_DONE, ST_WAIT_TILE, ST_WAIT_COALESCED };
 enum { OP_SYNCWARP = 0, OP_SHFL, OP_SHFL_UP, OP_SHFL_DOWN, OP_SHFL_XOR, OP_BALLOT, OP_ANY, OP_ALL,
        OP_NONE };
 static const char* const op_names[] = {
@@ -319,6 +319,7 @@ static const char* const op_names[] = {
     "__ballot_sync", "__any_sync", "__all_sync", "?"};
 
 constexpr int kMaxThreads = 1024;
+constexpr int kTileLevels = 5;  // thread_block_tile sizes of several warps: 64, 128, 256, 512, 1024
 constexpr size_t kStackSize = 128 * 1024;   // per CUDA thread; local arrays live here
 constexpr size_t kStackGuard = 4 * 1024;    // inaccessible, below each stack (g++ probes
                                             // big frames page by page: -fstack-clash-protection)
@@ -360,6 +361,8 @@ struct State {
     int block_mixed;
     int bar_result;
     unsigned warp_arrived[kMaxThreads / 32];
+    int tile_arrived[kTileLevels][kMaxThreads / 64];  // threads waiting at each multi-warp tile's barrier
+    int n_wait_coalesced;                             // threads waiting in coalesced_threads()
     // stacks
     char* stack_pool;
     int free_stacks[kMaxThreads];
@@ -569,6 +572,8 @@ struct Race {
     uint32_t warp_seq[kMaxThreads / 32];
     int pair_used;
     uint32_t pair[kMaxThreads][32];   // last collective of thread t together with lane l
+    int tile_used;
+    uint32_t tile_seq[kTileLevels][kMaxThreads / 64];  // last barrier of each multi-warp tile
     uint32_t* block_seqs; unsigned long long* block_ids; size_t n_blocks, cap_blocks;
     uintptr_t lib_base;
     RaceInfo info;
@@ -627,6 +632,8 @@ EMU_NOTSAN inline void race_launch_start() {
     R.launch_start = ++R.seq;
     R.fence_seq = 0;
     R.pair_used = 0;
+    R.tile_used = 0;
+    memset(R.tile_seq, 0, sizeof R.tile_seq);
     R.n_blocks = 0;
     if (!R.lib_base) {
         Dl_info di;
@@ -672,6 +679,16 @@ EMU_NOTSAN inline void race_warp_sync(int warp, unsigned need, bool full) {
     for (unsigned m = need; m; m &= m - 1) S.th[base + __builtin_ctz(m)].iseq = s;
 }
 
+// The barrier of a thread_block_tile of several warps: tile `tile` of 2^(6 + level) threads.
+EMU_NOTSAN inline void race_tile_sync(int level, int tile) {
+    if (!R.active) return;
+    uint32_t s = ++R.seq;
+    R.tile_used = 1;
+    R.tile_seq[level][tile] = s;
+    int size = 64 << level;
+    for (int t = tile * size; t < (tile + 1) * size; ++t) S.th[t].iseq = s;
+}
+
 EMU_NOTSAN inline void race_fence() { if (R.active) R.fence_seq = ++R.seq; }
 
 EMU_NOTSAN inline uint32_t race_now() {
@@ -691,6 +708,9 @@ EMU_NOTSAN inline bool race_conflict(const RaceCell& c, bool then_write, bool no
         if (R.warp_seq[tid >> 5] > c.seq) return false;
         if (R.pair_used && R.pair[tid][c.tid & 31] > c.seq) return false;
     }
+    if (R.tile_used)
+        for (int l = 0; l < kTileLevels; ++l)
+            if ((int)(c.tid >> (6 + l)) == (tid >> (6 + l)) && R.tile_seq[l][tid >> (6 + l)] > c.seq) return false;
     return true;
 }
 
@@ -1330,7 +1350,7 @@ EMU_NOTSAN inline int describe_block(char* buf, int pos, int cap) {
             const Thread &p = S.th[i - 1], &q = S.th[i];
             same = p.state == q.state &&
                    (p.state == ST_DONE || (p.line == q.line && p.op == q.op)) &&
-                   (p.state != ST_WAIT_WARP || (i % 32 != 0));
+                   (p.state != ST_WAIT_WARP || (i % 32 != 0)) && (p.state != ST_WAIT_TILE || i % p.width != 0);
         }
         if (same) continue;
         if (groups++ > 40) { pos = appendf(buf, pos, cap, "\n  ..."); break; }
@@ -1341,6 +1361,9 @@ EMU_NOTSAN inline int describe_block(char* buf, int pos, int cap) {
         else if (p.state == ST_WAIT_BLOCK) pos = appendf(buf, pos, cap, ": wait at __syncthreads() on line %d", p.line);
         else if (p.state == ST_WAIT_WARP)
             pos = appendf(buf, pos, cap, ": wait at %s(mask=0x%08x) on line %d (warp %d)", op_names[p.op], p.mask, p.line, start / 32);
+        else if (p.state == ST_WAIT_TILE)
+            pos = appendf(buf, pos, cap, ": wait in a collective of thread_block_tile<%d> (tile %d) on line %d", p.width,
+                          start / p.width, p.line);
         else pos = appendf(buf, pos, cap, ": running");
         start = i;
     }
@@ -1447,6 +1470,55 @@ EMU_NOTSAN inline unsigned long long warp_collective(int op, unsigned mask, unsi
     return me.result;
 }
 
+// The barrier of a thread_block_tile of `size` threads (64..1024, several whole warps): the
+// threads [k*size, k*size + size) of the block. cooperative_groups.h builds the tile's
+// collectives on it, as CUDA builds them on a barrier in shared memory.
+EMU_NOTSAN inline void tile_sync(unsigned size, int line) {
+    int cur = S.cur;
+    Thread& me = S.th[cur];
+    int level = __builtin_ctz(size) - 6, tile = cur / (int)size;
+    me.state = ST_WAIT_TILE; me.op = OP_NONE; me.width = (int)size; me.line = line;
+    if (++S.tile_arrived[level][tile] < (int)size) { switch_to_scheduler(); return; }
+    S.tile_arrived[level][tile] = 0;
+    race_tile_sync(level, tile);
+    static int ids[kMaxThreads];
+    int k = 0;
+    for (int t = tile * (int)size; t < (tile + 1) * (int)size; ++t) if (t != cur) ids[k++] = t;
+    push_many(ids, k);
+    me.state = ST_RUNNING;
+}
+
+// coalesced_threads(): the lanes of the warp that are "active" here. A GPU gives the lanes that
+// arrive at the call together (those that took the same branch); here each thread runs on its
+// own until it waits, so the call waits until no thread of the block can run, and the lanes of
+// one warp waiting at the same call (file and line) form the group. Like a GPU's, the group is
+// never the lanes that went elsewhere, so its shuffles and votes are well defined.
+EMU_NOTSAN inline unsigned coalesced_wait(int line, const char* file) {
+    Thread& me = S.th[S.cur];
+    me.state = ST_WAIT_COALESCED; me.op = OP_NONE; me.line = line; me.arg = line;
+    me.value = (unsigned long long)(uintptr_t)file;
+    S.n_wait_coalesced++;
+    switch_to_scheduler();
+    return (unsigned)me.result;
+}
+EMU_NOTSAN inline void resolve_coalesced() {
+    static int ids[kMaxThreads];
+    int n = (int)S.nthreads, k = 0;
+    for (int t = 0; t < n; ++t) {
+        Thread& a = S.th[t];
+        if (a.state != ST_WAIT_COALESCED) continue;
+        unsigned m = 0;
+        for (int l = 0, base = t & ~31; l < 32 && base + l < n; ++l) {
+            const Thread& b = S.th[base + l];
+            if (b.state == ST_WAIT_COALESCED && b.arg == a.arg && b.value == a.value) m |= 1u << l;
+        }
+        a.result = m;
+        ids[k++] = t;
+    }
+    S.n_wait_coalesced = 0;
+    push_many(ids, k);
+}
+
 template <class T> inline unsigned long long to_bits(T v) {
     static_assert(sizeof(T) <= 8, "warp shuffles move at most 8 bytes");
     unsigned long long b = 0; memcpy(&b, &v, sizeof(T)); return b;
@@ -1508,6 +1580,8 @@ EMU_NOTSAN inline void run_block() {
     int n = (int)S.nthreads;
     S.n_done = 0; S.n_wait_block = 0; S.block_mixed = 0; S.qhead = S.qtail = 0;
     for (int w = 0; w < (n + 31) / 32; ++w) S.warp_arrived[w] = 0;
+    memset(S.tile_arrived, 0, sizeof S.tile_arrived);
+    S.n_wait_coalesced = 0;
     static int ids[kMaxThreads];
     poison_shared();
     for (int t = 0; t < n; ++t) { S.th[t].started = 0; S.th[t].stack = -1; S.th[t].op = OP_NONE; S.th[t].line = 0; ids[t] = t; }
@@ -1517,6 +1591,10 @@ EMU_NOTSAN inline void run_block() {
         if (S.n_done == n) {
             check_shared_guards("before the block ended");
             return;
+        }
+        if (S.n_wait_coalesced) {  // nobody else can run: the lanes at each coalesced_threads() meet
+            resolve_coalesced();
+            continue;
         }
         // Nobody can run. Either every live thread waits at the same __syncthreads, or
         // the block is stuck.
@@ -1539,8 +1617,14 @@ EMU_NOTSAN inline void run_block() {
             fault_deadlock("__syncthreads() that some threads never reach (they returned before it)");
         if (S.n_wait_block == live)
             fault_deadlock("threads wait at different __syncthreads() calls");
+        bool tile = false;
+        for (int t = 0; t < n; ++t) tile = tile || S.th[t].state == ST_WAIT_TILE;
         if (S.n_wait_block > 0)
-            fault_deadlock("__syncthreads() and a warp collective wait for each other");
+            fault_deadlock(tile ? "__syncthreads() and a collective of a thread_block_tile wait for each other"
+                                : "__syncthreads() and a warp collective wait for each other");
+        if (tile)
+            fault_deadlock("a collective of a thread_block_tile (sync, shfl, any, all, reduce) that some threads of "
+                           "the tile never reach");
         fault_deadlock("a warp collective that some lanes named in its mask never reach");
     }
 }
