@@ -29,7 +29,7 @@ from .inputs import *  # noqa: F401,F403  check_input: the input rules of every 
 from .backends.triton import compat as triton_compat  # noqa: F401,E402  tanh, do_bench, autotune that work in both modes
 from .ship import *  # noqa: F401,F403  check_custom_op: lesson 07's grader
 from .backends.triton import interpreter as triton_sim  # noqa: F401,E402  races and poison in Triton's interpreter, its driver
-from .backends.numba.races import SimulatorRaceError  # noqa: F401,E402
+from .backends.numba.races import SimulatorMemoryError, SimulatorRaceError  # noqa: F401,E402
 from .profile import profile, Profile  # noqa: F401,E402  counters of one launch (emulator or ncu)
 from .backends import Backend, BACKENDS, backend_of, record_launches  # noqa: F401,E402  one interface to the three
 

@@ -262,6 +262,9 @@ def _fault_hint(msg: str) -> str:
         return ("a thread wrote outside a __shared__ array: its size is fixed when the kernel is compiled "
                 "(BLOCK), so every index into it (threadIdx.x, t + stride) must stay below BLOCK, and the "
                 "kernel must be launched with at most BLOCK threads per block.")
+    if "off-by-one" in low:  # Triton's interpreter: a masked access whose offsets the mask does not test
+        return ("the mask lets through a lane whose offset is out of bounds: load and store at the same "
+                "offsets the mask tests (offs, not offs + 1).")
     if any(w in low for w in ("out of bounds", "out-of-bounds", "past the end", "before the start",
                               "out of range", "index")):
         return "a thread read or wrote outside a tensor: is every access guarded by the bounds check (idx < n)?"

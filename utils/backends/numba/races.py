@@ -40,7 +40,7 @@ import sys
 
 from ..cuda._errors import KernelFault
 
-__all__ = ["SimulatorRaceError", "RACECHECK"]
+__all__ = ["SimulatorRaceError", "SimulatorMemoryError", "RACECHECK"]
 
 #: Race detection in simulation (``COURSE_RACECHECK=0`` in the environment turns it off).
 RACECHECK = os.environ.get("COURSE_RACECHECK", "1").strip() not in ("0", "false", "no", "off")
@@ -48,6 +48,11 @@ RACECHECK = os.environ.get("COURSE_RACECHECK", "1").strip() not in ("0", "false"
 
 class SimulatorRaceError(KernelFault):
     """Two accesses of a simulated kernel that race on a GPU (see ``utils/backends/numba/races.py``)."""
+
+
+class SimulatorMemoryError(KernelFault):
+    """An access of a simulated kernel outside every tensor argument: an illegal or stray
+    memory access on a GPU (Triton's interpreter, ``utils/backends/triton/interpreter.py``)."""
 
 
 READ, WRITE, ATOMIC = "read", "write", "atomic"

@@ -12,6 +12,11 @@ nothing. ``TRITON_SIM_PATCHES`` lists what was changed.
   naming both programs, the argument and the element. Atomics never race with atomics,
   and a program that has taken a lock with ``tl.atomic_cas`` is trusted with what it does
   while holding it (the layer-norm tutorial's pattern). ``COURSE_RACECHECK=0`` turns it off.
+* **Out-of-bounds accesses.** A lane that a load, store or atomic performs (mask on) outside
+  every tensor argument of the launch (the elements each view reaches through its strides)
+  raises :class:`SimulatorMemoryError` naming the program, argument, offset and line, with the
+  fix (a mask, or an off-by-one between mask and offsets). The interpreter read whatever lay
+  there, or crashed the process with a segmentation fault far from any tensor. Always on.
 * **Poison for masked-off lanes.** A ``tl.load(ptr, mask=m)`` without ``other=`` leaves the
   masked-off lanes undefined on a GPU; the interpreter gives 0, which hides a forgotten
   ``other=0.0`` in a sum. Here they read NaN (floats) or the type's most negative
@@ -53,7 +58,7 @@ import sys
 import time
 
 from ...config import SIMULATE
-from ..numba.races import RACECHECK, SimulatorRaceError
+from ..numba.races import RACECHECK, SimulatorMemoryError, SimulatorRaceError
 
 __all__ = ["TRITON_SIM_PATCHES", "H100_PROPERTIES"]
 
@@ -98,10 +103,13 @@ class _Shadow:
 class _Launch:
     """What one launch has touched, by storage."""
 
-    def __init__(self, name, tensors, storages):
+    def __init__(self, name, tensors, storages, extents=()):
         import numpy as np
         self.name = name
         self.tensors = tensors   # [(argument name, first address, itemsize, numel, shape)]
+        self.extents = list(extents)  # [(argument name, first byte, end byte, itemsize, numel)]
+        self.lo = np.array([e[1] for e in self.extents], dtype=np.int64)
+        self.hi = np.array([e[2] for e in self.extents], dtype=np.int64)
         self.shadows = [_Shadow(*st) for st in sorted(storages)]
         self.starts = np.array([sh.start for sh in self.shadows], dtype=np.int64)
         self.sites: list = []    # (file, line) of each recorded access, by site id
@@ -219,6 +227,102 @@ def _record(builder, ptrs, mask, kind):
         pid, sites = sh.table(kind)
         pid[idx] = p
         sites[idx] = sid
+
+
+def _check_bounds(builder, ptrs, mask, kind):
+    """Every lane that a load, store or atomic really performs (its mask on) must touch
+    memory of one of the launch's tensor arguments, as the CUDA emulator and
+    compute-sanitizer's memcheck require; the interpreter read whatever lay there (or
+    crashed the process far from any tensor). Raises ``SimulatorMemoryError``."""
+    launch = _launch[0]
+    if launch is None or not launch.extents:
+        return
+    import numpy as np
+    addrs = np.asarray(ptrs.data).astype(np.int64, copy=False)
+    masked = False
+    if mask is not None:
+        keep = np.broadcast_to(np.asarray(mask.data, dtype=bool), addrs.shape)
+        masked = not bool(keep.all())  # an unmasked tl.load passes a mask of all lanes
+        addrs = addrs[keep]
+    addrs = addrs.ravel()
+    if addrs.size == 0:
+        return
+    size = max(1, ptrs.get_element_ty().primitive_bitwidth // 8)
+    inside = np.zeros(addrs.shape, dtype=bool)
+    for lo, hi in zip(launch.lo, launch.hi):
+        inside |= (addrs >= lo) & (addrs + size <= hi)
+    if inside.all():
+        return
+    addr = int(addrs[int(np.argmin(inside))])
+    verb = {"load": "loads", "store": "stores to", "atomic": "updates", "atomic_cas": "updates"}[kind]
+    where = _describe_site(_site())
+    program = _pid_tuple(builder, _program(builder))
+    # the argument the address is nearest to, and on which side of it the address lies
+    gaps = [(addr - hi if addr >= hi else lo - addr, e) for e, lo, hi in zip(launch.extents, launch.lo, launch.hi)]
+    gap, (name, lo, hi, itemsize, numel) = min(gaps, key=lambda g: g[0])
+    _launch[0] = None  # the rest of the launch unwinds unchecked
+    if gap > 1 << 20:
+        raise SimulatorMemoryError(
+            f"out-of-bounds access in Triton kernel `{launch.name}`: program {program} {verb} address "
+            f"{addr:#x} at {where}, which is not inside any tensor argument: an offset far out of "
+            "range (a wrong stride or program id?). On a GPU this is an illegal memory access.")
+    side = "past the end" if addr >= hi else "before the start"
+    offset = (addr - lo) // itemsize
+    if addr < lo:
+        fix = ("The offset is negative: check how the offsets are computed (offs - 1 at offs = 0?), "
+               "and mask the lanes that go below 0.")
+    elif masked:  # the mask is there, but it lets this lane through: it tests other offsets
+        fix = ("The access has a mask, yet a lane it keeps goes out of bounds: the mask and the "
+               "offsets disagree (an off-by-one, such as x_ptr + offs + 1 under mask=offs < n?). "
+               "Load and store at the offsets the mask tests.")
+    else:
+        fix = ("Mask the lanes past the end: tl.load(ptrs, mask=offs < n, other=0.0), "
+               "tl.store(ptrs, y, mask=offs < n).")
+    raise SimulatorMemoryError(
+        f"out-of-bounds access in Triton kernel `{launch.name}`: program {program} {verb} "
+        f"{name} + {offset} at {where}, {side} of `{name}`'s tensor ({numel} element"
+        f"{'s' if numel != 1 else ''}, offsets 0..{numel - 1}). On a GPU this reads or writes "
+        f"another tensor's memory, or stops the program with an illegal memory access. {fix}")
+
+
+def _describe_site(site):
+    from ..numba.sites import describe_site
+    return describe_site(site)
+
+
+def _extent(t):
+    """(first byte, end byte) of the elements a tensor view can reach through its strides."""
+    if t.numel() == 0:
+        return t.data_ptr(), t.data_ptr()
+    lo = sum((n - 1) * s for n, s in zip(t.shape, t.stride()) if s < 0)
+    hi = sum((n - 1) * s for n, s in zip(t.shape, t.stride()) if s > 0)
+    return t.data_ptr() + lo * t.element_size(), t.data_ptr() + (hi + 1) * t.element_size()
+
+
+def _tensors_in(name, v, depth=0):
+    """The tensors of one argument: itself, those in a tuple or list, a descriptor's base."""
+    if hasattr(v, "data_ptr") and hasattr(v, "element_size") and hasattr(v, "stride"):
+        return [(name, v)]
+    if depth < 3 and isinstance(v, (tuple, list)):
+        return [t for k, item in enumerate(v) for t in _tensors_in(f"{name}[{k}]", item, depth + 1)]
+    base = getattr(v, "base", None)
+    if depth < 3 and base is not None and base is not v:
+        return _tensors_in(name, base, depth + 1)
+    return []
+
+
+def _extents(fn, args, kwargs):
+    """[(argument name, first byte, end byte, itemsize, numel)] of a launch's tensors."""
+    try:
+        sig = inspect.signature(fn)
+        bound = sig.bind_partial(*args, **{k: v for k, v in kwargs.items() if k in sig.parameters})
+    except (TypeError, ValueError):
+        return []
+    out = []
+    for name, v in bound.arguments.items():
+        for label, t in _tensors_in(name, v):
+            out.append((label, *_extent(t), t.element_size(), t.numel()))
+    return out
 
 
 def _tensor_args(fn, args, kwargs):
@@ -509,21 +613,25 @@ def apply() -> bool:
         if other is None:
             dtype_tt = ptrs.get_element_ty()
             other = interp.TensorHandle(_poison(np_dtype(dtype_tt), ptrs.data.shape), dtype_tt)
+        _check_bounds(self, ptrs, mask, "load")
         _record(self, ptrs, mask, "load")
         _profile(self, ptrs, mask, "load")
         return original_load(self, ptrs, mask, other, *rest, **kw)
 
     def create_masked_store(self, ptrs, value, mask, *rest, **kw):
+        _check_bounds(self, ptrs, mask, "store")
         _record(self, ptrs, mask, "store")
         _profile(self, ptrs, mask, "store")
         return original_store(self, ptrs, value, mask, *rest, **kw)
 
     def create_atomic_rmw(self, rmwOp, ptr, val, mask, *rest, **kw):
+        _check_bounds(self, ptr, mask, "atomic")
         _record(self, ptr, mask, "atomic")
         _profile(self, ptr, mask, "atomic")
         return original_rmw(self, rmwOp, ptr, val, mask, *rest, **kw)
 
     def create_atomic_cas(self, ptr, cmp, val, *rest, **kw):
+        _check_bounds(self, ptr, None, "atomic_cas")
         _record(self, ptr, None, "atomic_cas")
         _profile(self, ptr, None, "atomic")
         return original_cas(self, ptr, cmp, val, *rest, **kw)
@@ -591,15 +699,16 @@ def apply() -> bool:
     def __call__(self, *args_dev, **kwargs):
         if _launch[0] is None:  # a launch, not a device function called from one
             check_globals(self.fn)
-        if not RACECHECK or _launch[0] is not None:
+        if _launch[0] is not None:
             return original_call(self, *args_dev, **kwargs)
-        _launch[0] = _Launch(getattr(self.fn, "__name__", "kernel"),
-                             *_tensor_args(self.fn, args_dev, kwargs))
+        tensors, storages = _tensor_args(self.fn, args_dev, kwargs)
+        _launch[0] = _Launch(getattr(self.fn, "__name__", "kernel"), tensors,
+                             storages if RACECHECK else [], _extents(self.fn, args_dev, kwargs))
         try:
             return original_call(self, *args_dev, **kwargs)
         except interp.InterpreterError as e:
             # Raise the report itself, not the interpreter's repr() of it.
-            if isinstance(e.__cause__, SimulatorRaceError):
+            if isinstance(e.__cause__, (SimulatorRaceError, SimulatorMemoryError)):
                 raise e.__cause__.with_traceback(None) from None
             raise
         finally:
