@@ -164,7 +164,6 @@ def _element(launch, addr):
 
 
 def _report(builder, launch, addr, first, first_kind, second, second_kind):
-    from ..numba.sites import describe_site as _describe_site
     (p, psite), (c, csite) = first, second
     both_store = first_kind == second_kind == "store"
     lines = [
@@ -281,7 +280,7 @@ def _check_bounds(builder, ptrs, mask, kind):
     raise SimulatorMemoryError(
         f"out-of-bounds access in Triton kernel `{launch.name}`: program {program} {verb} "
         f"{name} + {offset} at {where}, {side} of `{name}`'s tensor ({numel} element"
-        f"{'s' if numel != 1 else ''}, offsets 0..{numel - 1}). On a GPU this reads or writes "
+        f"{'s' if numel != 1 else ''}, offsets 0..{(hi - lo) // itemsize - 1}). On a GPU this reads or writes "
         f"another tensor's memory, or stops the program with an illegal memory access. {fix}")
 
 
