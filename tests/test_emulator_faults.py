@@ -389,5 +389,12 @@ __global__ void block_reverse(const float* x, float* y) {
         kern[1, 64](x, y)
     with pytest.raises(utils.KernelFault, match=r"byte 64 .*asked for 64 bytes.*elements instead of bytes"):
         kern[1, 64, 64](x, y)           # 64 elements, but 64 bytes
+    # whatever the first byte of the first float past the end (it may match the guard pattern,
+    # leaving the second byte the first changed one), the report names the float's first byte
+    first = x[16:17].view(torch.uint8)
+    for low_byte in range(256):
+        first[0] = low_byte
+        with pytest.raises(utils.KernelFault, match=r"wrote byte 64 of the dynamic"):
+            kern[1, 64, 64](x, y)
     kern[1, 64, 64 * 4](x, y)
     assert torch.equal(y, x.flip(0))

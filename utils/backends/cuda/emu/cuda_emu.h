@@ -1531,6 +1531,9 @@ EMU_NOTSAN inline void check_shared_guards(const char* when) {
     const unsigned char* dg = (const unsigned char*)dyn_ptr + dyn_shared_bytes;
     for (size_t k = 0; k < kSharedGuard; ++k) {
         if (guard_byte_ok(dg, k)) continue;
+        // The first changed byte may be the second of an element whose first byte happened to
+        // match the guard pattern: name the element's first byte.
+        unsigned long long byte = (dyn_shared_bytes + k) / dyn_elem * dyn_elem;
         emu_fault_info& f = S.fault;
         f.kind = 7;
         f.block[0] = (int)blockIdx.x; f.block[1] = (int)blockIdx.y; f.block[2] = (int)blockIdx.z;
@@ -1539,7 +1542,7 @@ EMU_NOTSAN inline void check_shared_guards(const char* when) {
                  "but the launch asked for %llu byte%s, %s. The size is the third launch parameter: "
                  "k[grid, block, shared_bytes](...) (<<<grid, block, shared_bytes>>> in C++); is it missing, "
                  "or counted in elements instead of bytes?",
-                 blockIdx.x, blockIdx.y, blockIdx.z, (unsigned long long)(dyn_shared_bytes + k),
+                 blockIdx.x, blockIdx.y, blockIdx.z, byte,
                  (unsigned long long)dyn_shared_bytes, dyn_shared_bytes == 1 ? "" : "s", when);
         siglongjmp(S.jmp, 1);
     }
