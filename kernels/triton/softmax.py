@@ -17,6 +17,7 @@ from collections import OrderedDict
 import torch
 
 import utils  # noqa: F401  (configures the interpreter before triton loads)
+from kernels._launch import sm_count
 from utils.inputs import INT32_MAX, check_input  # noqa: F401  (the shared input rules)
 from kernels.cuda.softmax import softmax_ref  # noqa: F401,E402  (the PyTorch references, defined once)
 import triton
@@ -34,13 +35,6 @@ L2_NUM_WARPS = 32
 NAIVE_BLOCK = 1024
 INT_MAX = 2**31 - 1
 
-
-
-def sm_count() -> int:
-    """Streaming multiprocessors of the GPU (a small stand-in in simulation)."""
-    if utils.SIMULATE:
-        return 4
-    return torch.cuda.get_device_properties(utils.DEVICE).multi_processor_count
 
 
 # ---------------------------------------------------------------------------------------
