@@ -64,11 +64,11 @@ def main(argv=None) -> int:
         print(f"This measures launches on a GPU; this machine runs in simulation ({utils.REASON}). "
               "The recorded numbers are in benchmarks/results/launch-overhead.json.")
         return 2
+    from utils.backends.cuda import _gpu
+
     import triton
     import triton.language as tl
     from numba import cuda
-
-    from utils.backends.cuda import _gpu
 
     x = torch.randn(1, device="cuda")
     y = torch.empty_like(x)

@@ -120,15 +120,6 @@ def attention_backward_ref(q, k, v, do, causal: bool = False):
     return q64.grad, k64.grad, v64.grad
 
 
-def bench_inputs(B, H, N, d, dtype, device=None, seed=0, requires_grad=False):
-    g = torch.Generator(device=device or utils.DEVICE).manual_seed(seed)
-    out = []
-    for _ in range(3):
-        t = torch.randn(B, H, N, d, generator=g, device=device or utils.DEVICE).to(dtype)
-        out.append(t.requires_grad_(requires_grad))
-    return tuple(out)
-
-
 # =========================================================================================
 # The launchers of attention.cu
 # =========================================================================================

@@ -26,7 +26,7 @@ import torch.nn.functional as F
 
 import utils
 from kernels._launch import cdiv
-from utils.inputs import INT32_MAX, check_input  # noqa: F401  (the shared input rules)
+from utils.inputs import INT32_MAX, check_input  # the shared input rules
 
 SOURCE = Path(__file__).with_name("gelu.cu")
 #: Threads per block. Any multiple of 32 works; 256 keeps many blocks resident per SM.

@@ -15,7 +15,7 @@ import torch
 
 import utils
 from kernels._launch import cdiv, cuda_source, sm_count
-from utils.inputs import INT32_MAX, check_input  # noqa: F401  (the shared input rules)
+from utils.inputs import INT32_MAX, check_input  # the shared input rules
 
 SOURCE = utils.KERNELS_DIR / "cuda" / "softmax.cu"
 INT_MAX = 2**31 - 1

@@ -19,13 +19,14 @@ from collections import OrderedDict
 
 import torch
 
-import utils  # noqa: F401  (must come before numba: it picks the simulator or the GPU)
+import utils  # must come before numba: it picks the simulator or the GPU
 from kernels._launch import cdiv
-from kernels.cuda.attention import (  # noqa: F401  (the shared input rules and reference)
-    attention_ref, check_backward_inputs, check_qkv, empty_result, finish)
-from numba import cuda, float32
+from kernels.cuda.attention import attention_ref, check_backward_inputs, check_qkv, empty_result, finish  # noqa: F401  (the shared input rules and reference)
+
 # lesson 05's block reductions, which every thread gets the result of (blockDim.x a multiple of 32)
-from kernels.numba.reduction import block_max_all, block_sum_all, warp_max_all, warp_sum_all  # noqa: F401,E402
+from kernels.numba.reduction import block_max_all, block_sum_all, warp_max_all, warp_sum_all  # noqa: F401
+
+from numba import cuda, float32
 
 INF = math.inf
 MAX_D = 128

@@ -18,14 +18,13 @@ from collections import OrderedDict
 
 import torch
 
-import utils  # noqa: F401  (must come before numba: it picks the simulator or the GPU)
+import utils  # must come before numba: it picks the simulator or the GPU
 import utils.topics.layernorm as layernorm_spec
 from kernels._launch import cdiv
-from kernels.cuda.layernorm import (  # noqa: F401  (the shared input rules and references)
-    check_norm_backward_inputs, check_norm_inputs, layernorm_ref, rmsnorm_ref, row_stats)
-from numba import cuda, float32
-
+from kernels.cuda.layernorm import check_norm_backward_inputs, check_norm_inputs, layernorm_ref, rmsnorm_ref, row_stats  # noqa: F401  (the shared input rules and references)
 from kernels.numba.reduction import block_sum_all
+
+from numba import cuda, float32
 
 EPS = layernorm_spec.EPS  # the epsilon of the topic (rstd = 1 / sqrt(var + EPS)), defined once
 ITEMS = 16
@@ -128,7 +127,6 @@ def layernorm_bwd_partials_kernel(dy, x, w, mean_in, rstd_in, dx, pdw, pdb):
     scratch = cuda.shared.array(32, float32)
     k = cuda.blockIdx.x
     cols = x.shape[1]
-    inv = float32(1.0) / float32(cols)  # float32: x / cols would promote to float64
     for c in range(cuda.threadIdx.x, cols, cuda.blockDim.x):
         pdw[k, c] = float32(0.0)
         pdb[k, c] = float32(0.0)

@@ -14,9 +14,10 @@ from collections import OrderedDict
 
 import torch
 
-import utils  # noqa: F401  (must come before numba: it picks the simulator or the GPU)
+import utils  # must come before numba: it picks the simulator or the GPU
 from kernels._launch import cdiv
 from kernels.cuda.matmul import check_operands, matmul_ref  # noqa: F401  (the shared input rules and reference)
+
 from numba import cuda, float32
 
 #: Tile edge of v2: a compile-time constant, since cuda.shared.array needs a fixed shape.

@@ -17,10 +17,11 @@ from collections import OrderedDict
 
 import torch
 
-import utils  # noqa: F401  (must come before numba: it picks the simulator or the GPU)
+import utils  # must come before numba: it picks the simulator or the GPU
 from kernels._launch import cdiv, sm_count
+from kernels.cuda.reduction import row_max_ref, sum_ref  # noqa: F401  (the PyTorch references, defined once)
 from utils.inputs import INT32_MAX, check_input  # noqa: F401  (the shared input rules)
-from kernels.cuda.reduction import row_max_ref, sum_ref  # noqa: F401,E402  (the PyTorch references, defined once)
+
 from numba import cuda, float32
 
 #: Threads per block, a power of two and a multiple of 32. Shared arrays need their size
@@ -289,4 +290,4 @@ VERSIONS = OrderedDict(
     v5=("grid-stride + warp shuffles, two passes (deterministic)", sum_two_pass),
 )
 REFERENCE = "v5"
-sum = VERSIONS[REFERENCE][1]  # noqa: A001  (the topic's launcher is called sum)
+sum = VERSIONS[REFERENCE][1]  # the topic's launcher is called sum

@@ -12,11 +12,12 @@ from collections import OrderedDict
 
 import torch
 
-import utils  # noqa: F401  (must come before numba: it picks the simulator or the GPU)
+import utils  # must come before numba: it picks the simulator or the GPU
 from kernels._launch import cdiv
-from utils.inputs import INT32_MAX, check_input  # noqa: F401  (the shared input rules)
-from kernels.cuda.softmax import softmax_ref  # noqa: F401,E402  (the PyTorch references, defined once)
+from kernels.cuda.softmax import softmax_ref  # noqa: F401  (the PyTorch references, defined once)
 from kernels.numba.reduction import block_max_all, block_sum_all, warp_sum_all  # noqa: F401  (attention uses warp_sum_all)
+from utils.inputs import INT32_MAX, check_input  # the shared input rules
+
 from numba import cuda, float32
 
 FULL_MASK = 0xFFFFFFFF

@@ -27,11 +27,18 @@ from collections import OrderedDict
 
 import torch
 
-import utils  # noqa: F401  (configures the interpreter before triton loads)
+import utils  # configures the interpreter before triton loads
 import utils.topics.layernorm as layernorm_spec
 from kernels._launch import sm_count
 from kernels.cuda.layernorm import (  # noqa: F401  (the shared input rules and references)
-    check_norm_backward_inputs, check_norm_inputs, layernorm_ref, rmsnorm_ref, row_stats, stats_dtype)
+    check_norm_backward_inputs,
+    check_norm_inputs,
+    layernorm_ref,
+    rmsnorm_ref,
+    row_stats,
+    stats_dtype,
+)
+
 import triton
 import triton.language as tl
 
@@ -351,7 +358,8 @@ class LayerNormFunction(torch.autograd.Function):
 
 
 @torch.library.custom_op("course::layernorm_triton", mutates_args=())
-def layernorm_op(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def layernorm_op(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor,
+                 eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """y, mean, rstd of LayerNorm over the last dim (the Triton kernels)."""
     return layernorm(x, w, b, eps, stats=True)
 

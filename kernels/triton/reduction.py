@@ -15,8 +15,9 @@ import torch
 
 import utils  # noqa: F401  (configures the interpreter before triton loads)
 from kernels._launch import sm_count
+from kernels.cuda.reduction import row_max_ref, sum_ref  # noqa: F401  (the PyTorch references, defined once)
 from utils.inputs import INT32_MAX, check_input  # noqa: F401  (the shared input rules)
-from kernels.cuda.reduction import row_max_ref, sum_ref  # noqa: F401,E402  (the PyTorch references, defined once)
+
 import triton
 import triton.language as tl
 
@@ -150,4 +151,4 @@ VERSIONS = OrderedDict(
     v3=("persistent grid-stride loop, vector accumulator, two passes (deterministic)", sum_persistent),
 )
 REFERENCE = "v3"
-sum = VERSIONS[REFERENCE][1]  # noqa: A001  (the topic's launcher is called sum)
+sum = VERSIONS[REFERENCE][1]  # the topic's launcher is called sum

@@ -18,8 +18,9 @@ import torch
 
 import utils  # noqa: F401  (configures the interpreter before triton loads)
 from kernels._launch import sm_count
-from utils.inputs import INT32_MAX, check_input  # noqa: F401  (the shared input rules)
-from kernels.cuda.softmax import softmax_ref  # noqa: F401,E402  (the PyTorch references, defined once)
+from kernels.cuda.softmax import softmax_ref  # noqa: F401  (the PyTorch references, defined once)
+from utils.inputs import INT32_MAX, check_input  # the shared input rules
+
 import triton
 import triton.language as tl
 
