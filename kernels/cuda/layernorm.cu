@@ -1,13 +1,17 @@
 // LayerNorm and RMSNorm over the last dim of a (rows, cols) row-major float32 matrix:
 //     y = (x - mean) * rstd * w + b,  rstd = 1 / sqrt(var + eps),  var = mean((x - mean)^2)
 //
-// Loaded by kernels/cuda/layernorm.py through utils.cuda_kernel. The versions of lesson 09:
-//   forward  layernorm_block_kernel   a block per row, two passes over the row from memory
-//            layernorm_warp_kernel    a warp per row (short rows): reductions in shuffles only
-//            layernorm_reg{1,2,4,8,16}_kernel  a block per row held in registers: x read once
-//   backward layernorm_bwd_atomic_kernel      dx per row, dw/db by atomicAdd
-//            layernorm_bwd_partials_kernel    dx per row and per-block dw/db partials ...
-//            column_sum_kernel                ... summed by a second kernel
+// Loaded by kernels/cuda/layernorm.py through utils.cuda_kernel. The versions of lesson 09
+// (VERSIONS and BACKWARD_VERSIONS in layernorm.py, naive to best):
+//   forward
+//   v1  a block per row, three passes over the row from memory          layernorm_block_kernel
+//   v2  a warp per row, reductions by shuffles only (short rows)        layernorm_warp_kernel
+//   v3  a block per row held in registers: x read once                  layernorm_reg{1,2,4,8,16}_kernel
+//   v4  the reference: v2 up to 256 columns, v3 up to 16384, v1 beyond
+//   backward
+//   atomic  dx per row, dw/db by atomicAdd                               layernorm_bwd_atomic_kernel
+//   partials  fused: dx and per-block dw/db partials, then a column-sum kernel
+//             layernorm_bwd_partials_kernel, then column_sum_kernel
 //   rmsnorm  rmsnorm_kernel, rmsnorm_bwd_partials_kernel
 //
 // Never E[x^2] - E[x]^2: with x = 1000 + randn, E[x^2] is about 1e6 and float32 keeps it to

@@ -1,14 +1,10 @@
 """LayerNorm and RMSNorm in CUDA C++: launchers for ``layernorm.cu``.
 
-Forward (``VERSIONS``; ``f(x, w, b, eps=1e-5, stats=False)`` -> y, or (y, mean, rstd)):
-
-    v1  layernorm_block   a block per row, three passes over the row from memory
-    v2  layernorm_warp    a warp per row (short rows), reductions by shuffles only
-    v3  layernorm_reg     a block per row held in registers: x read once
-    v4  layernorm         the reference: v2 up to 256 columns, v3 up to 16384, v1 beyond
-
-Backward (``BACKWARD_VERSIONS``; ``f(dy, x, w, mean, rstd)`` -> (dx, dw, db)): atomics, or
-per-block partials plus a column-sum kernel. RMSNorm: ``rmsnorm``, ``rmsnorm_backward``.
+The header of ``layernorm.cu`` lists the versions. Forward (``VERSIONS``: ``layernorm_block``
+v1, ``layernorm_warp`` v2, ``layernorm_reg`` v3, ``layernorm`` v4, the reference), each
+``f(x, w, b, eps=1e-5, stats=False)`` -> y, or (y, mean, rstd). Backward
+(``BACKWARD_VERSIONS``: atomic, partials), ``f(dy, x, w, mean, rstd)`` -> (dx, dw, db).
+RMSNorm: ``rmsnorm``, ``rmsnorm_backward``.
 
 The CUDA C++ and Numba kernels take float32 only, Triton's bfloat16 and float64 too. The input
 rules (``check_norm_inputs``, ``check_norm_backward_inputs``) serve all three languages. ``b``

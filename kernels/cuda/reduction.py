@@ -1,6 +1,7 @@
-"""Reductions in CUDA C++: launchers for the kernels of ``reduction.cu``.
+"""Reductions in CUDA C++: launchers for the kernels of ``reduction.cu``, whose header lists the
+versions.
 
-    sum(x)        the reference: grid-stride + float4 + warp shuffles, two passes (v5)
+    sum(x)        the reference (v5)
     row_max(x)    the max of each row of a 2-D tensor, one block per row
     sum_racy(x)   v0, the data race of lesson 04 (wrong on purpose, never benchmarked)
 

@@ -1,7 +1,7 @@
-"""ReLU in CUDA C++: launchers for the kernels of ``relu.cu``.
+"""ReLU in CUDA C++: launchers for the kernels of ``relu.cu``, whose header lists the versions.
 
-    relu(x)                     the reference launcher (float4 + scalar tail, grid-stride)
-    relu_v1(x)                  one thread per element
+    relu(x)                     the reference launcher (v2)
+    relu_v1(x)                  v1
     relu_backward(grad_out, x)  grad_out where x > 0, else 0
 
 Kernels compile on first use (NVRTC on a GPU, the course's emulator on a CPU) and are

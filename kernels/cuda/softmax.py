@@ -1,10 +1,11 @@
-"""Softmax over the last dim of a 2-D tensor in CUDA C++: launchers for ``softmax.cu``.
+"""Softmax over the last dim of a 2-D tensor in CUDA C++: launchers for ``softmax.cu``, whose
+header lists the versions.
 
-    softmax(x)          the reference (v6): v5 while a row fits on chip, v3 beyond
-    softmax_naive(x)    v1, three kernels
-    softmax_fused(x)    v2, one row per block held in registers
-    softmax_online(x)   v3, online softmax, rows of any length (persistent grid)
-    softmax_onchip(x)   v5, one row per block held in registers and shared memory
+    softmax(x)          the reference (v6)
+    softmax_naive(x)    v1
+    softmax_fused(x)    v2
+    softmax_online(x)   v3
+    softmax_onchip(x)   v5
 """
 from __future__ import annotations
 

@@ -2,15 +2,16 @@
 
 Forward (``VERSIONS``; ``f(x, w, b, eps=1e-5, stats=False)`` -> y, or (y, mean, rstd)):
 
-    v1  layernorm_block   a block per row, three passes over the row from memory
-    v2  layernorm_reg     a block per row held in registers (a local array): x read once
-    v3  layernorm         the reference: v2 up to 8192 columns, v1 beyond
+    v1  a block per row, three passes over the row from memory                    layernorm_block
+    v2  a block per row held in registers (a local array): x read once            layernorm_reg
+    v3  the reference: v2 up to 8192 columns, v1 beyond                           layernorm
 
 Backward (``BACKWARD_VERSIONS``; ``f(dy, x, w, mean, rstd)`` -> (dx, dw, db)):
 
-    atomic      a block per row: dx, then dw/db by cuda.atomic.add
-    partials    two stages: a persistent grid computes dx and each block's dw/db partial
-                sums (its own row of a buffer), then a second kernel adds the partials
+    atomic  dx per row, dw/db by cuda.atomic.add
+    partials  two stages: dx and per-block dw/db partials, then a column-sum kernel
+              (a persistent grid computes dx and each block's dw/db partial sums, its own
+              row of a buffer, then a second kernel adds the partials)
 """
 from __future__ import annotations
 

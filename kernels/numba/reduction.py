@@ -4,8 +4,17 @@ The same path as the CUDA C++ versions, with Numba's names: ``cuda.shared.array`
 ``__shared__``, ``cuda.syncthreads()`` for ``__syncthreads()``, ``cuda.atomic.add`` for
 ``atomicAdd`` and ``cuda.shfl_down_sync`` for ``__shfl_down_sync``.
 
-    sum(x)       the reference (v5): grid-stride + warp shuffles, two passes
-    row_max(x)   the max of each row of a 2-D tensor, one block per row
+Versions of ``sum`` (``VERSIONS``, naive to best; ``sum`` is the reference, v5):
+
+    v1  cuda.atomic.add per element (non-deterministic)
+    v2  shared-memory tree, interleaved addressing, atomic per block (non-deterministic)
+    v3  shared-memory tree, sequential addressing, atomic per block (non-deterministic)
+    v4  warp-shuffle block reduction, atomic per block (non-deterministic)
+    v5  grid-stride + warp shuffles, two passes (deterministic)
+
+and ``row_max(x)``: the max of each row of a 2-D tensor, one block per row. The module also
+holds the reductions whose result every thread gets (``block_sum_all``, ...), which the
+softmax, layernorm and attention kernels use.
 
 In simulation every CUDA thread is a Python thread, so blocks are small there (64
 threads) and the grid-stride version launches only a few blocks.

@@ -1,9 +1,12 @@
 """ReLU in Numba: ``@cuda.jit`` kernels and their launchers.
 
-    relu(x)                     the reference launcher (four elements per thread)
-    relu_grid_stride(x)         a grid-stride loop over a capped grid
-    relu_v1(x)                  one thread per element
-    relu_backward(grad_out, x)  grad_out where x > 0, else 0
+Versions (``VERSIONS``, naive to best; ``relu`` is the reference, v3):
+
+    v1  one thread per element, 256 threads per block                                  relu_v1
+    v2  grid-stride loop over a capped grid                                            relu_grid_stride
+    v3  four elements per thread, loads before stores (more memory requests in flight)   relu_items
+
+and ``relu_backward(grad_out, x)``: grad_out where x > 0, else 0.
 
 ``import utils`` comes first: it decides whether ``numba.cuda`` is the real GPU target or
 Numba's CUDA simulator. Tensors reach the kernels through ``utils.to_numba`` (same memory,

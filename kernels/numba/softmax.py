@@ -1,9 +1,12 @@
 """Softmax over the last dim of a 2-D tensor in Numba (``numba.cuda.jit``).
 
-    softmax(x)          the reference (v4): v2 for rows up to 16384 columns, v3 beyond
-    softmax_naive(x)    v1: three kernels (row max, row exp-sum, normalize)
-    softmax_fused(x)    v2: one block per row, the row in registers (a local array)
-    softmax_online(x)   v3: online softmax, one block per row, any row length
+Versions (``VERSIONS``, naive to best):
+
+    v1  naive: three kernels (max, exp-sum, normalize), x read 3 times             softmax_naive
+    v2  fused: one row per block in a local array, warp-shuffle reductions (rows <= 16384)
+        softmax_fused
+    v3  online: running max + rescaled sum, then the output pass (any row length)   softmax_online
+    v4  v2 for rows up to 16384 columns, v3 beyond                                  softmax, the reference
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Matrix multiplication on tensor cores in Triton (topic ``matmul_fp16``).
 
-    matmul_fp16(a, b)     v2: float16 or bfloat16 A and B, fp32 accumulation, C in the
-                          inputs' dtype like torch.mm (autotuned tiles, grouped ordering)
+    v2  fp16/bf16 in, fp32 accumulate: tl.dot on tensor cores, autotuned tiles, grouped ordering
+        matmul_fp16(a, b): C in the inputs' dtype like torch.mm
 
 The kernel is the one of kernels/triton/matmul.py (v1 is its exact-fp32 twin).
 """

@@ -4,8 +4,13 @@ A Triton program owns a whole block of elements, so a block's reduction is one c
 ``tl.sum(x, axis=0)``: the compiler writes the warp shuffles and the shared memory. What
 is left to us is the part across programs: atomics, or a second pass.
 
-    sum(x)       the reference (v3): a persistent grid-stride loop, then a second pass
-    row_max(x)   the max of each row of a 2-D tensor, one program per row
+Versions of ``sum`` (``VERSIONS``; ``sum`` is the reference, v3):
+
+    v1  tl.sum per program + tl.atomic_add (non-deterministic)
+    v2  tl.sum per program, then a second pass over the partials (deterministic)
+    v3  persistent grid-stride loop, vector accumulator, two passes (deterministic)
+
+and ``row_max(x)``: the max of each row of a 2-D tensor, one program per row.
 """
 from __future__ import annotations
 

@@ -1,7 +1,11 @@
 """ReLU in Triton: ``@triton.jit`` kernels and their launchers.
 
-    relu(x)                     the reference launcher
-    relu_backward(grad_out, x)  grad_out where x > 0, else 0
+Versions (``VERSIONS``; ``relu`` is the reference, v1):
+
+    v1  1024 elements per program, 4 warps   relu_v1
+    v2  4096 elements per program, 8 warps   relu_v2
+
+and ``relu_backward(grad_out, x)``: grad_out where x > 0, else 0.
 
 A Triton program handles a whole BLOCK_SIZE-wide slice of the data at once: ``tl.arange``
 gives the offsets of the slice, a mask switches off the lanes past the end. Triton picks

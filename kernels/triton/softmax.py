@@ -1,12 +1,14 @@
 """Softmax over the last dim of a 2-D tensor in Triton.
 
-    softmax(x)          the reference (v5): v2 for rows up to 16384 columns, v4 beyond
-    softmax_naive(x)    v1: three kernels (row max, row exp-sum, normalize)
-    softmax_fused(x)    v2: one program per row, the whole row in one block
-    softmax_online(x)   v3: online softmax, any row length (a persistent grid of programs,
-                        each looping over rows)
-    softmax_l2(x)       v4: the online softmax with the row kept in L2 between its two reads:
-                        one program per SM, cache hints on every load (the reference on long rows)
+Versions (``VERSIONS``, naive to best):
+
+    v1  naive: three kernels (max, exp-sum, normalize), x read 3 times      softmax_naive
+    v2  fused: one program per row, the row in one block (rows <= 16384)    softmax_fused
+    v3  online: per-lane running max + rescaled sum, then the output pass (any row length)
+        softmax_online: a persistent grid of programs, each looping over rows
+    v4  L2-resident online: one program per SM, evict_last then evict_first loads (any row length)
+        softmax_l2: the row kept in L2 between its two reads
+    v5  v2 for rows up to 16384 columns, v4 beyond                          softmax, the reference
 
 Only ``tl.exp`` and friends are used: ``triton.language`` alone, no libdevice.
 """
