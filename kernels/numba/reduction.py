@@ -28,7 +28,7 @@ import torch
 
 import utils  # must come before numba: it picks the simulator or the GPU
 from kernels._launch import cdiv, sm_count
-from kernels.cuda.reduction import row_max_ref, sum_ref  # noqa: F401  (the PyTorch references, defined once)
+from kernels.cuda.reduction import row_max_input, row_max_ref, sum_ref  # noqa: F401  (the references, defined once)
 from utils.inputs import INT32_MAX, check_input  # noqa: F401  (the shared input rules)
 
 from numba import cuda, float32
@@ -279,13 +279,10 @@ def sum_two_pass(x: torch.Tensor) -> torch.Tensor:
 
 def row_max(x: torch.Tensor) -> torch.Tensor:
     """The max of each row of a 2-D tensor: shape (rows,). -inf for rows of length 0."""
-    x = check_input(x, op="row_max")
-    if x.dim() != 2:
-        raise ValueError(f"row_max expects a 2-D tensor, got shape {tuple(x.shape)}")
-    rows, cols = x.shape
-    out = torch.full((rows,), float("-inf"), dtype=torch.float32, device=x.device)
-    if rows == 0 or cols == 0:
+    x, out = row_max_input(x)
+    if x.numel() == 0:
         return out
+    rows, cols = x.shape
     threads = min(BLOCK_SIZE, max(32, cdiv(cols, 32) * 32))
     row_max_kernel[rows, threads](utils.to_numba(x), utils.to_numba(out))
     return out

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 import utils  # before numba: it picks the simulator or the GPU
+from kernels.cuda.relu import relu_backward_input
 from utils.inputs import INT32_MAX, check_input, check_same_shape  # noqa: F401  (the shared input rules)
 
 from numba import cuda
@@ -134,11 +135,7 @@ def relu_items(x: torch.Tensor) -> torch.Tensor:
 
 def relu_backward(grad_out: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """dL/dx of ReLU: grad_out where x > 0, else 0 (new tensor, shape of x)."""
-    grad_out = check_input(grad_out, "grad_out", op="relu_backward")
-    x = check_input(x, op="relu_backward")
-    check_same_shape(grad_out, x, ("grad_out", "x"), op="relu_backward",
-                     hint="grad_out is the gradient of relu(x), of x's shape")
-    grad_in = torch.empty_like(x)
+    grad_out, x, grad_in = relu_backward_input(grad_out, x)
     n = x.numel()
     if n == 0:
         return grad_in

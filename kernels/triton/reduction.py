@@ -20,7 +20,7 @@ import torch
 
 import utils  # noqa: F401  (configures the interpreter before triton loads)
 from kernels._launch import sm_count
-from kernels.cuda.reduction import row_max_ref, sum_ref  # noqa: F401  (the PyTorch references, defined once)
+from kernels.cuda.reduction import row_max_input, row_max_ref, sum_ref  # noqa: F401  (the references, defined once)
 from utils.inputs import INT32_MAX, check_input  # noqa: F401  (the shared input rules)
 
 import triton
@@ -138,13 +138,10 @@ def sum_persistent(x: torch.Tensor) -> torch.Tensor:
 
 def row_max(x: torch.Tensor) -> torch.Tensor:
     """The max of each row of a 2-D tensor: shape (rows,). -inf for rows of length 0."""
-    x = check_input(x, op="row_max")
-    if x.dim() != 2:
-        raise ValueError(f"row_max expects a 2-D tensor, got shape {tuple(x.shape)}")
-    rows, cols = x.shape
-    out = torch.full((rows,), float("-inf"), dtype=torch.float32, device=x.device)
-    if rows == 0 or cols == 0:
+    x, out = row_max_input(x)
+    if x.numel() == 0:
         return out
+    rows, cols = x.shape
     block = min(4096, triton.next_power_of_2(cols))
     row_max_kernel[(rows,)](x, out, cols, x.stride(0), BLOCK_SIZE=block)
     return out

@@ -20,8 +20,7 @@ import torch
 
 import utils  # noqa: F401  (configures the interpreter before triton loads)
 from kernels._launch import sm_count
-from kernels.cuda.softmax import softmax_ref  # noqa: F401  (the PyTorch references, defined once)
-from utils.inputs import INT32_MAX, check_input  # the shared input rules
+from kernels.cuda.softmax import softmax_input, softmax_ref  # noqa: F401  (the reference, defined once)
 
 import triton
 import triton.language as tl
@@ -168,11 +167,10 @@ def softmax_l2_kernel(x_ptr, y_ptr, rows, cols, BLOCK_SIZE: tl.constexpr):
 # ---------------------------------------------------------------------------------------
 def softmax_naive(x: torch.Tensor) -> torch.Tensor:
     """v1: three kernels."""
-    x = check_input(x, ndim=2, max_numel=INT32_MAX, op="softmax")
-    rows, cols = x.shape
-    y = torch.empty_like(x)
+    x, y = softmax_input(x)
     if x.numel() == 0:
         return y
+    rows, cols = x.shape
     block = min(NAIVE_BLOCK, triton.next_power_of_2(cols))
     row_max = torch.empty(rows, dtype=torch.float32, device=x.device)
     row_sum = torch.empty(rows, dtype=torch.float32, device=x.device)
@@ -193,11 +191,10 @@ def fused_num_warps(block: int) -> int:
 
 def softmax_fused(x: torch.Tensor) -> torch.Tensor:
     """v2: one program per row, one read and one write."""
-    x = check_input(x, ndim=2, max_numel=INT32_MAX, op="softmax")
-    rows, cols = x.shape
-    y = torch.empty_like(x)
+    x, y = softmax_input(x)
     if x.numel() == 0:
         return y
+    rows, cols = x.shape
     block = triton.next_power_of_2(cols)
     if block > FUSED_MAX_COLS:
         raise ValueError(
@@ -209,11 +206,10 @@ def softmax_fused(x: torch.Tensor) -> torch.Tensor:
 
 def softmax_online(x: torch.Tensor) -> torch.Tensor:
     """v3: online softmax, any row length: the statistics pass, then the output pass."""
-    x = check_input(x, ndim=2, max_numel=INT32_MAX, op="softmax")
-    rows, cols = x.shape
-    y = torch.empty_like(x)
+    x, y = softmax_input(x)
     if x.numel() == 0:
         return y
+    rows, cols = x.shape
     block = min(ONLINE_BLOCK, triton.next_power_of_2(cols))
     num_warps = 16 if block >= 8192 else 8 if block >= 2048 else 4
     # Persistent: about 512 threads per SM (one program of 16 warps for long rows).
@@ -224,11 +220,10 @@ def softmax_online(x: torch.Tensor) -> torch.Tensor:
 
 def softmax_l2(x: torch.Tensor) -> torch.Tensor:
     """v4: online softmax whose second read of each row comes from L2 (one program per SM)."""
-    x = check_input(x, ndim=2, max_numel=INT32_MAX, op="softmax")
-    rows, cols = x.shape
-    y = torch.empty_like(x)
+    x, y = softmax_input(x)
     if x.numel() == 0:
         return y
+    rows, cols = x.shape
     block = min(L2_BLOCK, triton.next_power_of_2(cols))
     # One program per SM and no more: the rows in flight must fit in L2 (see the kernel).
     softmax_l2_kernel[(min(rows, sm_count()),)](x, y, rows, cols, BLOCK_SIZE=block,
