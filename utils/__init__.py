@@ -22,6 +22,7 @@ from .topics.gelu import gelu_tanh_ref  # noqa: F401
 globals().update(_CHECKS)  # check_relu, check_gelu, check_sum, check_softmax, ...: every topic's graders
 from .bench import *  # noqa: F401,F403  bench, recorded results
 from .plots import *  # noqa: F401,F403  bandwidth plots, index maps, reduction trees
+from .source_view import *  # noqa: F401,F403  show(kernel): the source, PTX or SASS of a kernel of any language
 from .occupancy import *  # noqa: F401,F403  occupancy: the CUDA occupancy calculator, GPUS
 from .progress import *  # noqa: F401,F403  progress bars on long sweeps
 from .report import *  # noqa: F401,F403  environment report
