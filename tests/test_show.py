@@ -2,10 +2,10 @@
 its PTX and SASS."""
 import pytest
 
+import kernels.numba.relu as numba_relu   # kernels imports utils first: simulation is set up before numba
+import kernels.triton.relu as triton_relu
 import utils
 import utils.config
-import kernels.numba.relu as numba_relu
-import kernels.triton.relu as triton_relu
 
 RELU_CU = utils.KERNELS_DIR / "cuda" / "relu.cu"
 
@@ -123,7 +123,8 @@ def results(tmp_path):
 def _columns_line_up(lines):
     """Every line of a table has its column gaps where the header's separator line has them."""
     sep = next(i for i, ln in enumerate(lines) if set(ln) <= {"-", " "} and "-" in ln)
-    ends = [i for i, ch in enumerate(lines[sep]) if ch == "-" and (i + 1 == len(lines[sep]) or lines[sep][i + 1] == " ")]
+    bar = lines[sep]
+    ends = [i for i, ch in enumerate(bar) if ch == "-" and (i + 1 == len(bar) or bar[i + 1] == " ")]
     for ln in lines[sep - 1:sep + 1] + [ln for ln in lines[sep + 1:] if not ln.startswith(" ")]:
         for e in ends[:-1]:
             assert ln[e + 1:e + 3] == "  ", (ln, e)
