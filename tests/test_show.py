@@ -2,7 +2,7 @@
 its PTX and SASS."""
 import pytest
 
-import kernels.numba.relu as numba_relu   # kernels imports utils first: simulation is set up before numba
+import kernels.numba.relu as numba_relu  # kernels imports utils first: simulation is set up before numba
 import kernels.triton.relu as triton_relu
 import utils
 import utils.config
