@@ -450,3 +450,19 @@ def test_online_softmax_steps_rescale_only_when_the_max_rises():
     assert len([ln for ln in fig.axes[1].lines if ln.get_gid() == "rescale"]) == 1
     t = fig.axes[1].get_title()
     assert t.split("l = ")[1][:7] == t.split("= ")[-1][:7]   # online sum == exact sum
+
+
+def test_recorded_attention_sweep(tmp_path, capsys):
+    rows = [{"topic": "attention", "variant": f"{v} [float16, {'causal' if c else 'full'}, forward]",
+             "shape": [16384 // n, 32, n, 64], "dtype": "float16", "causal": c, "pass": "forward", "sweep": True,
+             "tflops": tf * n / 1024} for v, tf in (("triton v3", 300.0), ("SDPA flash", 250.0))
+            for c in (False, True) for n in (512, 1024, 2048)]
+    p = tmp_path / "h100.json"
+    p.write_text(json.dumps({"machine": {"gpu": "H100"}, "date": "2026-01-01", "rows": rows}))
+    fig = utils.plot_recorded_attention(p)
+    full, causal = fig.axes
+    assert sorted(ln.get_gid() for ln in full.lines) == ["SDPA flash", "triton v3"]
+    assert list(next(ln for ln in causal.lines if ln.get_gid() == "triton v3").get_xdata()) == [512, 1024, 2048]
+    assert next(ln for ln in full.lines if ln.get_gid() == "SDPA flash").get_linestyle() == "--"
+    assert utils.plot_recorded_attention(p, d=128) is None
+    assert "No recorded attention sweep" in capsys.readouterr().out

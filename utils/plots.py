@@ -39,6 +39,7 @@ __all__ = [
     "plot_causal_tiles",
     "online_softmax_steps",
     "plot_flash_loop",
+    "plot_recorded_attention",
 ]
 
 _MASKED = "#d9d9d9"   # threads past the end: launched, but the bounds check stops them
@@ -1051,14 +1052,14 @@ def online_softmax_steps(scores, block: int) -> list[dict]:
     scores = [float(s) for s in scores]
     if not scores or block < 1:
         raise ValueError("need at least one score and a block of at least 1")
-    m, l, out = -math.inf, 0.0, []
+    m, run_sum, out = -math.inf, 0.0, []
     for t in range(0, len(scores), block):
         tile = scores[t:t + block]
         m_new = max(m, max(tile))
         alpha = math.exp(m - m_new) if m != -math.inf else 0.0
-        l = alpha * l + sum(math.exp(s - m_new) for s in tile)
+        run_sum = alpha * run_sum + sum(math.exp(s - m_new) for s in tile)
         out.append({"tile": t // block, "tile_max": max(tile), "m_old": m, "m_new": m_new, "alpha": alpha,
-                    "l": l})
+                    "l": run_sum})
         m = m_new
     return out
 
@@ -1143,4 +1144,35 @@ def plot_flash_loop(nq: int = 64, nk: int = 96, block_m: int = 16, block_n: int 
     right.tick_params(labelsize=7)
     right.set_title(f"one query row: the running max m (red) and the rescale\nafter the last tile "
                     f"l = {steps[-1]['l']:.4f}; the exact Σ exp(s − max s) = {exact:.4f}", fontsize=9)
+    return fig
+
+
+def plot_recorded_attention(path=None, *, d: int = 64, pass_: str = "forward", dtype: str = "float16"):
+    """The recorded attention sweep: TFLOP/s against the sequence length N (B x N fixed), one
+    panel without the mask and one causal. The course's kernels are solid lines in their
+    language's colour, PyTorch's backends dashed or dotted in greys. Prints a line and returns
+    None when nothing is recorded."""
+    from .bench import recorded_label, recorded_rows
+    rows = [r for r in recorded_rows("attention", path) if r.get("sweep") and r.get("pass") == pass_
+            and r.get("dtype") == dtype and (r.get("shape") or [0] * 4)[3] == d]
+    if not rows:
+        print(f"No recorded attention sweep ({pass_}, {dtype}, d = {d}) to plot yet.")
+        return None
+    fig, axes = _new_figure(2, (11, 4), sharey=True)
+    styles: dict = {}
+    for ax, causal in zip(axes, (False, True)):
+        for variant in sorted({r["variant"] for r in rows if r.get("causal") == causal}):
+            name = variant.split(" [")[0]
+            pts = sorted((r["shape"][2], r["tflops"]) for r in rows
+                         if r["variant"] == variant and r.get("causal") == causal)
+            ours = name.split()[0] in _LANG_SHADES
+            style = "-" if ours else styles.setdefault(name, ("--", ":", "-.")[len(styles) % 3])
+            ax.plot(*zip(*pts), style, marker="o", ms=3, color=variant_color(name), label=name, gid=name)
+        tokens = rows[0]["shape"][0] * rows[0]["shape"][2]
+        ax.set(xscale="log", xlabel=f"sequence length N (B x N = {tokens} tokens)",
+               title=f"{pass_}, {dtype}, d = {d}, {'causal' if causal else 'no mask'}")
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("TFLOP/s")
+    axes[1].legend(fontsize=8, loc="lower right")
+    fig.suptitle(f"recorded on {recorded_label('attention', path)}", fontsize=9)
     return fig
