@@ -156,6 +156,13 @@ def test_show_targets_lines_up_and_says_why_a_target_was_missed(results, capsys)
     assert lines[3].startswith("    why: no cp.async") and all(len(ln) <= 100 for ln in lines[3:6])
     assert any(ln.rstrip().endswith("not measured") for ln in lines)
     assert lines[-1] == "1 of 3 targets met, 1 missed"
+    import json
+    data = json.loads(results.read_text())
+    data["targets"].append({**data["targets"][0], "shape": [1, 2, 128, 16]})   # the same reason again
+    results.write_text(json.dumps(data))
+    utils.show_targets("attention", path=results)
+    out = capsys.readouterr().out
+    assert out.count("why: no cp.async") == 1 and "why: as above" in out
     _columns_line_up([ln for ln in lines[:-1] if not ln.startswith("    ")])
 
 

@@ -529,10 +529,15 @@ def show_targets(topic: str, path=None, **where) -> list[dict]:
     header = ["kernel", "shape"] + (["configuration"] if keys else []) + ["goal", "measured", "status"]
     table = _table(header, rows, "lr" + ("l" if keys else "") + "llr").split("\n")
     print("\n".join(table[:2]))
+    said = set()
     for t, line in zip(targets, table[2:]):
         print(line)
         if t.get("met") is False and t.get("why"):
-            print(textwrap.fill(t["why"], width=100, initial_indent="    why: ", subsequent_indent="         "))
+            if t["why"] in said:
+                print("    why: as above")
+            else:
+                said.add(t["why"])
+                print(textwrap.fill(t["why"], width=100, initial_indent="    why: ", subsequent_indent="         "))
     missed = [t for t in targets if t.get("met") is False]
     met = sum(t.get("met") is True for t in targets)
     print(f"{met} of {len(targets)} targets met" + (f", {len(missed)} missed" if missed else ""))
