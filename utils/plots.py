@@ -1119,9 +1119,9 @@ def plot_flash_loop(nq: int = 64, nk: int = 96, block_m: int = 16, block_n: int 
     left.set_title(f"program {program} walks its row of tiles, one step each;\n"
                    "a tile of S and P exists only on chip, during its step", fontsize=9)
 
-    for j, s in enumerate(scores):
-        right.bar(j, s - min(scores) + 0.2, bottom=min(scores) - 0.2, width=0.85,
-                  color=_BLOCK_COLORS[(j // block_n) % len(_BLOCK_COLORS)], edgecolor="none", gid="score")
+    low = min(scores) - 0.2
+    right.bar(range(nk), [s - low for s in scores], bottom=low, width=0.85, edgecolor="none", gid="score",
+              color=[_BLOCK_COLORS[(j // block_n) % len(_BLOCK_COLORS)] for j in range(nk)])
     xs, ms = [], []
     for st in steps:
         lo, hi = st["tile"] * block_n - 0.5, min(nk, (st["tile"] + 1) * block_n) - 0.5
