@@ -32,33 +32,27 @@ _WHATS = ("source", "ptx", "sass", "ttir", "ttgir", "llir")
 
 def cuda_function_source(text: str, name: str) -> str:
     """The text of the ``__global__`` or ``__device__`` function ``name`` in CUDA C++ ``text``:
-    the comment block right above it (and a ``template`` line), then its body."""
+    the comment block right above it (and a ``template`` line), then its definition. Braces in
+    comments and strings do not count; a declaration without a body is passed over."""
+    from .backends.cuda._source import _closing, strip_comments
     base = name.split("<")[0].strip()
-    lines = text.split("\n")
-    start = next((i for i, ln in enumerate(lines)
-                  if re.search(rf"\b{re.escape(base)}\s*\(", ln) and ("__global__" in ln or "__device__" in ln)),
-                 None)
-    if start is None:
-        # the qualifiers may stand on the line above the name
-        start = next((i for i, ln in enumerate(lines)
-                      if re.search(rf"\b{re.escape(base)}\s*\(", ln) and i > 0
-                      and ("__global__" in lines[i - 1] or "__device__" in lines[i - 1])), None)
-        if start is not None:
-            start -= 1
-    if start is None:
-        raise KeyError(f"no __global__ or __device__ function {base!r} in this source")
-    first = start
-    if first > 0 and lines[first - 1].lstrip().startswith("template"):
-        first -= 1
-    while first > 0 and lines[first - 1].lstrip().startswith("//") and lines[first - 1].strip("/ -"):
-        first -= 1
-    depth, end, opened = 0, start, False
-    for end in range(start, len(lines)):
-        depth += lines[end].count("{") - lines[end].count("}")
-        opened = opened or "{" in lines[end]
-        if opened and depth == 0:
-            break
-    return "\n".join(lines[first:end + 1])
+    code = strip_comments(text)                   # same offsets as text, comments blanked
+    for m in re.finditer(rf"\b{re.escape(base)}\s*(?:<[^;{{}}()]*>\s*)?\(", code):
+        decl = max(code.rfind(c, 0, m.start()) for c in ";{}") + 1
+        quals = [code.find(q, decl, m.start()) for q in ("template", "__global__", "__device__")]
+        if quals[1] < 0 and quals[2] < 0:
+            continue                              # a call, or a host function
+        close = _closing(code, m.end() - 1, "(", ")")
+        brace = code.find("{", close)
+        if close < 0 or brace < 0 or ";" in code[close:brace]:
+            continue                              # a declaration: the definition comes later
+        end = _closing(code, brace, "{", "}")
+        lines = text.split("\n")
+        first = text.count("\n", 0, min(q for q in quals if q >= 0))
+        while first > 0 and lines[first - 1].lstrip().startswith("//") and lines[first - 1].strip("/ -"):
+            first -= 1
+        return "\n".join(lines[first:text.count("\n", 0, end) + 1])
+    raise KeyError(f"no __global__ or __device__ function {base!r} in this source")
 
 
 def _ptx_entry(ptx: str, name: str) -> str:
