@@ -178,3 +178,15 @@ def test_compare_runs_puts_two_files_side_by_side(results, tmp_path, capsys):
     assert [r["file"] for r in rows] == ["h100.json", "bench.json"]
     assert "commit abababababab" in out and "commit cdcdcdcdcdcd" in out
     assert "900.0..1,500.0" in out and "200.0..300.0" in out    # p20..p80 in microseconds
+
+
+def test_no_notebook_writes_its_own_show():
+    """One way to show a kernel: lessons call utils.show instead of defining a helper of their own."""
+    import json
+    import re
+    from pathlib import Path
+    root = Path(__file__).resolve().parent.parent
+    own = [f"{p.relative_to(root)} cell {i}" for p in sorted(root.glob("notebooks/*.ipynb"))
+           for i, c in enumerate(json.loads(p.read_text())["cells"])
+           if c["cell_type"] == "code" and re.search(r"^def show\(", "".join(c["source"]), re.M)]
+    assert not own, f"use utils.show(kernel) instead of a notebook's own show(): {own}"
