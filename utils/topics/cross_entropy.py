@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 
 from ..config import DEVICE, SIMULATE
-from ..grading import Grader, GradingError, randn, success
+from ..grading import Grader, randn, success
 from . import _multi
 from ._spec import FLOAT, Spec, Target, generator
 
