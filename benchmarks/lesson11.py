@@ -27,6 +27,14 @@ import kernels
 T0 = time.time()
 ROWS: list[dict] = []
 OUT: dict = {}
+#: --smoke: every section at small sizes on utils.DEVICE (also in simulation), one untimed call
+#: each, to try the script before spending GPU time on it.
+SMOKE = False
+DEV = "cuda"
+
+
+def size(gpu, small):
+    return small if SMOKE else gpu
 
 
 def save(path):
@@ -36,6 +44,10 @@ def save(path):
 
 
 def bench_ms(fn, rep=60):
+    if SMOKE:
+        t = time.perf_counter()
+        fn()
+        return 1e3 * (time.perf_counter() - t)
     import triton.testing
     return float(triton.testing.do_bench(fn, warmup=10, rep=rep))
 
@@ -67,8 +79,8 @@ def checked(name, cond, detail=""):
 
 # ---------------------------------------------------------------------------------------
 def copy_section(path):
-    n = 1 << 28
-    x = torch.randn(n, device="cuda")
+    n = size(1 << 28, 1 << 12)
+    x = torch.randn(n, device=DEV)
     y = torch.empty_like(x)
     ms = bench_ms(lambda: y.copy_(x))
     row(path, "copy", "torch copy_", (n,), 8 * n, ms)
@@ -76,10 +88,10 @@ def copy_section(path):
 
 
 def ce_section(path, dtype):
-    rows, V = 8192, 50304
+    rows, V = size(8192, 64), size(50304, 1000)
     name = "float32" if dtype == torch.float32 else "bfloat16"
-    x = (2 * torch.randn(rows, V, device="cuda")).to(dtype)
-    t = torch.randint(0, V, (rows,), device="cuda")
+    x = (2 * torch.randn(rows, V, device=DEV)).to(dtype)
+    t = torch.randint(0, V, (rows,), device=DEV)
     t[::7] = -100
     nbytes = 3 * x.element_size() * rows * V  # two reads and one write of the logits
 
@@ -108,22 +120,23 @@ def ce_section(path, dtype):
 
 
 def adamw_section(path):
-    n = 124_475_904
-    p = torch.randn(n, device="cuda")
-    g = torch.randn(n, device="cuda")
-    m = torch.zeros(n, device="cuda")
-    v = torch.zeros(n, device="cuda")
+    n = size(124_475_904, 4096)
+    p = torch.randn(n, device=DEV)
+    g = torch.randn(n, device=DEV)
+    m = torch.zeros(n, device=DEV)
+    v = torch.zeros(n, device=DEV)
     nbytes = 28 * n
     hp = dict(lr=6e-4, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1)
+    SUB = size(1 << 20, 1024)  # noqa: N806
     # correctness: 3 steps against torch's fused AdamW on a copy
-    ref = torch.nn.Parameter(p[: 1 << 20].clone())
+    ref = torch.nn.Parameter(p[: SUB].clone())
     opt = torch.optim.AdamW([ref], lr=6e-4, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1, fused=True)
     for lang in ("triton", "cuda"):
-        pp, mm, vv = p[: 1 << 20].clone(), torch.zeros(1 << 20, device="cuda"), torch.zeros(1 << 20, device="cuda")
-        r = torch.nn.Parameter(p[: 1 << 20].clone())
+        pp, mm, vv = p[: SUB].clone(), torch.zeros(SUB, device=DEV), torch.zeros(SUB, device=DEV)
+        r = torch.nn.Parameter(p[: SUB].clone())
         o = torch.optim.AdamW([r], lr=6e-4, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1, fused=True)
         for step in range(1, 4):
-            gg = torch.randn(1 << 20, device="cuda")
+            gg = torch.randn(SUB, device=DEV)
             kernels.get("adamw", lang)(pp, gg, mm, vv, step=step, **hp)
             r.grad = gg
             o.step()
@@ -153,22 +166,22 @@ def adamw_section(path):
 
 
 def embedding_section(path):
-    N, V, D = 16 * 1024, 50304, 768
-    dout = torch.randn(N, D, device="cuda")
-    dw = torch.zeros(V, D, device="cuda")
+    N, V, D = size(16 * 1024, 256), size(50304, 500), size(768, 32)
+    dout = torch.randn(N, D, device=DEV)
+    dw = torch.zeros(V, D, device=DEV)
     nbytes = 4 * N * D + 8 * N + 2 * 4 * min(N, V) * D
-    zipf = 1.0 / torch.arange(1, V + 1, device="cuda", dtype=torch.float64)
+    zipf = 1.0 / torch.arange(1, V + 1, device=DEV, dtype=torch.float64)
     for dist in ("uniform", "zipf"):
         # uniform ids: few repeats; Zipf's law (p(k) ~ 1/k, as words in text): the commonest id
         # holds about 9 % of the tokens, a run of about 1,500 equal ids after the sort
-        ids = (torch.randint(0, V, (N,), device="cuda") if dist == "uniform"
+        ids = (torch.randint(0, V, (N,), device=DEV) if dist == "uniform"
                else torch.multinomial(zipf, N, replacement=True))
         runs = int(torch.bincount(ids, minlength=V).max())
         want = torch.ops.aten.embedding_dense_backward(dout, ids, V, -1, False)
         for lang in ("triton", "cuda"):
             for ver in ("v4", "v3", "v2"):
                 fn = kernels.get("embedding", lang, ver)
-                got = fn(ids, dout, torch.zeros(V, D, device="cuda"))
+                got = fn(ids, dout, torch.zeros(V, D, device=DEV))
                 ok = checked(f"embedding_backward {lang} {ver} {dist}", float((got - want).abs().max()) < 1e-2)
                 ms = bench_ms(lambda: fn(ids, dout, dw))
                 row(path, "embedding_backward", f"{lang} {ver}", (N, V, D), nbytes, ms, checked=ok, ids=dist,
@@ -176,7 +189,7 @@ def embedding_section(path):
         ms = bench_ms(lambda: torch.ops.aten.embedding_dense_backward(dout, ids, V, -1, False))
         row(path, "embedding_backward", "torch eager (embedding_dense_backward)", (N, V, D), nbytes, ms, ids=dist,
             longest_run=runs)
-    w = torch.randn(V, D, device="cuda")
+    w = torch.randn(V, D, device=DEV)
     for lang in ("triton", "cuda"):
         fn = kernels.module("embedding", lang).embedding
         checked(f"embedding forward {lang}", torch.equal(fn(ids, w), w[ids]))
@@ -187,9 +200,9 @@ def embedding_section(path):
 
 
 def fusion_section(path):
-    R, C = 16384, 3072
-    x = torch.randn(R, C, device="cuda")
-    b = torch.randn(C, device="cuda")
+    R, C = size(16384, 64), size(3072, 300)
+    x = torch.randn(R, C, device=DEV)
+    b = torch.randn(C, device=DEV)
     want = torch.nn.functional.gelu(x + b, approximate="tanh")
     for lang in ("triton", "cuda"):
         for ver in ("v2", "v1"):
@@ -199,9 +212,9 @@ def fusion_section(path):
             row(path, "bias_gelu", f"{lang} {ver}", (R, C), 8 * R * C, ms, checked=ok)
     ms = bench_ms(lambda: torch.nn.functional.gelu(x + b, approximate="tanh"))
     row(path, "bias_gelu", "torch eager (x + b, then F.gelu)", (R, C), 8 * R * C, ms)
-    R, C = 16384, 768
-    x, r = torch.randn(R, C, device="cuda"), torch.randn(R, C, device="cuda")
-    w, bb = torch.randn(C, device="cuda"), torch.randn(C, device="cuda")
+    R, C = size(16384, 64), size(768, 300)
+    x, r = torch.randn(R, C, device=DEV), torch.randn(R, C, device=DEV)
+    w, bb = torch.randn(C, device=DEV), torch.randn(C, device=DEV)
     want = torch.nn.functional.layer_norm(x + r, (C,), w, bb, 1e-5)
     for lang in ("triton", "cuda"):
         for ver in ("v2", "v1"):
@@ -222,18 +235,27 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="benchmarks/results/h100-lesson11.json")
     ap.add_argument("--budget", type=float, default=100.0, help="seconds after which no new section starts")
+    ap.add_argument("--smoke", action="store_true", help="small sizes, one untimed call each (works in simulation)")
     args = ap.parse_args(argv)
-    if utils.SIMULATE:
-        print("lesson11 benchmarks need a GPU")
+    global SMOKE, DEV
+    SMOKE, DEV = args.smoke, utils.DEVICE
+    if utils.SIMULATE and not SMOKE:
+        print("lesson11 benchmarks need a GPU (--smoke tries the script in simulation)")
         return 1
     import triton
-    props = torch.cuda.get_device_properties(0)
+
+    class _Props:
+        name, multi_processor_count = "none (smoke run)", 0
+    props = _Props if SMOKE else torch.cuda.get_device_properties(0)
     OUT.update(date=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **utils.source_commit(),
                machine=dict(gpu=props.name, sm_count=props.multi_processor_count, torch=torch.__version__,
                             triton=triton.__version__, cuda=torch.version.cuda, python=platform.python_version()),
                timing="triton.testing.do_bench median, warmup 10 ms, rep 60 ms",
-               targets={"cross_entropy float32 ms": 1.94, "cross_entropy bfloat16 ms (torch.compile's)": 1.98,
-                        "adamw ms (torch fused)": 1.42, "embedding_backward v3 vs torch eager": 1.0})
+               targets=_targets(),
+               issue_anchors={"cross_entropy float32 torch eager ms": 6.58, "cross_entropy float32 torch.compile ms": 3.38,
+                              "cross_entropy bfloat16 torch eager ms": 7.82,
+                              "cross_entropy bfloat16 torch.compile ms": 1.98,
+                              "adamw torch fused ms": 1.42, "adamw torch foreach ms": 3.77})
     sections = [("copy", lambda: copy_section(args.out)),
                 ("cross_entropy float32", lambda: ce_section(args.out, torch.float32)),
                 ("cross_entropy bfloat16", lambda: ce_section(args.out, torch.bfloat16)),
@@ -243,6 +265,8 @@ def main(argv=None):
                 ("cross_entropy bfloat16 compile", lambda: ce_compile(args.out, torch.bfloat16)),
                 ("cross_entropy float32 compile", lambda: ce_compile(args.out, torch.float32))]
     for name, fn in sections:
+        if SMOKE and "compile" in name:
+            continue  # minutes of Inductor on a CPU; the script's compile path is ce_compile
         if not section(name, args.budget):
             continue
         try:
@@ -250,17 +274,32 @@ def main(argv=None):
         except Exception:  # noqa: BLE001  one section's failure must not lose the others
             OUT.setdefault("errors", {})[name] = traceback.format_exc()[-2000:]
             print(f"[{name}] FAILED:\n{traceback.format_exc()[-1500:]}", flush=True)
-        torch.cuda.empty_cache()
+        if not SMOKE:
+            torch.cuda.empty_cache()
         save(args.out)
     save(args.out)
     return 0
 
 
+def _targets():
+    """Every lesson-11 topic's H100 goals, as recorded beside the numbers."""
+    import importlib
+    from benchmarks.topics import LESSON11
+    out = {}
+    for name in LESSON11:
+        mod = importlib.import_module(f"utils.topics.{name}")
+        out[name] = [dict(lang=t.lang, kind=t.kind, threshold=t.threshold, shape=list(t.shape or ()))
+                     for t in getattr(mod, "TARGETS", [])]
+        if hasattr(mod, "TARGET_MS"):
+            out[name + " ms"] = mod.TARGET_MS
+    return out
+
+
 def ce_compile(path, dtype):
-    rows, V = 8192, 50304
+    rows, V = size(8192, 64), size(50304, 1000)
     name = "float32" if dtype == torch.float32 else "bfloat16"
-    x = (2 * torch.randn(rows, V, device="cuda")).to(dtype)
-    t = torch.randint(0, V, (rows,), device="cuda")
+    x = (2 * torch.randn(rows, V, device=DEV)).to(dtype)
+    t = torch.randint(0, V, (rows,), device=DEV)
     t[::7] = -100
 
     def torch_ce(x):

@@ -127,7 +127,7 @@ def embedding_backward_join_kernel(sorted_ptr, head_ptr, tail_ptr, dw_ptr, n, vo
     if cont_next and not (single and cont_prev):
         acc = tl.load(tail_ptr + ch * dim + cols, mask=cmask, other=0.0)
         k = ch + 1
-        going = True
+        going = tok == tok  # (a tensor from the start: a loop-carried value keeps its type)
         while going:
             acc += tl.load(head_ptr + k * dim + cols, mask=cmask, other=0.0)
             ks = k * CHUNK
