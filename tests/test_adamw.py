@@ -46,6 +46,8 @@ def test_bad_input_is_refused_clearly(lang):
         fn(p, g.double(), m, v, step=1)
     with pytest.raises(ValueError, match=r"exp_avg has shape \(9,\) but params has \(10,\)"):
         fn(p, g, m[:9], v, step=1)
+    with pytest.raises(ValueError, match=r"exp_avg_sq is on meta"):
+        fn(p, g, m, v.to("meta"), step=1)
     with pytest.raises(ValueError, match=r"params must be contiguous"):
         fn(torch.randn(10, 2)[:, 0], g, m, v, step=1)
     e = torch.empty(0)

@@ -26,6 +26,8 @@ def test_bias_gelu_versions_and_backward(lang):
     torch.testing.assert_close(bias_gelu_backward_ref64(dy, x, b), z.grad)
     with pytest.raises(ValueError, match=r"b must have shape \(77,\)"):
         mod.bias_gelu(x, b[:5])
+    with pytest.raises(ValueError, match=r"b is on meta"):
+        mod.bias_gelu(x, b.to("meta"))
     with pytest.raises(TypeError, match=r"x must be float32"):
         mod.bias_gelu(x.double(), b)
     assert mod.bias_gelu(torch.empty(0, 77), b).shape == (0, 77)

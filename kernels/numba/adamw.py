@@ -10,11 +10,17 @@ import torch
 
 import utils  # noqa: F401  (must come before numba: it picks the simulator or the GPU)
 from kernels.cuda.adamw import (  # noqa: F401  (input rules and references, defined once)
-    NORM_BLOCKS, THREADS, _as_lists, adamw_ref, cdiv, check_adamw_inputs, check_hyper, check_input, grid_for,
+    MAX_BLOCKS, NORM_BLOCKS, _as_lists, adamw_ref, cdiv, check_adamw_inputs, check_hyper, check_input,
     grad_norm_ref, scale_tensor)
 from numba import cuda, float32
 
 FULL_MASK = 0xFFFFFFFF
+#: Threads per block: one warp in simulation (each simulated thread is a Python thread).
+THREADS = 32 if utils.SIMULATE else 256
+
+
+def grid_for(n):
+    return max(1, min(cdiv(n, THREADS), MAX_BLOCKS))
 
 
 @cuda.jit

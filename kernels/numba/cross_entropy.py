@@ -20,7 +20,8 @@ from kernels.cuda.cross_entropy import (  # noqa: F401  (input rules and referen
 from numba import cuda, float32
 
 FULL_MASK = 0xFFFFFFFF
-ROW_THREADS = 64 if utils.SIMULATE else 1024
+#: Threads per row block: one warp in simulation (each simulated thread is a Python thread).
+ROW_THREADS = 32 if utils.SIMULATE else 1024
 F32 = (torch.float32,)
 
 
