@@ -19,7 +19,7 @@ from collections import OrderedDict
 import torch
 
 import utils
-from utils.inputs import check_input, check_tensor  # noqa: F401  (the shared input rules)
+from utils.inputs import check_input, check_tensor
 
 SOURCE = utils.KERNELS_DIR / "cuda" / "adamw.cu"
 THREADS = 64 if utils.SIMULATE else 256

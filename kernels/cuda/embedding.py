@@ -20,7 +20,7 @@ from collections import OrderedDict
 import torch
 
 import utils
-from utils.inputs import INT32_MAX, check_input, check_tensor  # noqa: F401  (the shared input rules)
+from utils.inputs import INT32_MAX, check_input, check_tensor
 
 SOURCE = utils.KERNELS_DIR / "cuda" / "embedding.cu"
 THREADS = 64 if utils.SIMULATE else 256

@@ -14,7 +14,7 @@ from collections import OrderedDict
 import torch
 
 import utils
-from kernels.cuda.layernorm import EPS, check_norm_inputs  # noqa: F401  (the shared input rules)
+from kernels.cuda.layernorm import EPS, check_norm_inputs
 from utils.inputs import check_input  # noqa: F401
 
 SOURCE = utils.KERNELS_DIR / "cuda" / "residual_layernorm.cu"

@@ -8,10 +8,20 @@ from collections import OrderedDict
 
 import torch
 
-import utils  # noqa: F401  (must come before numba: it picks the simulator or the GPU)
+import utils
 from kernels.cuda.adamw import (  # noqa: F401  (input rules and references, defined once)
-    MAX_BLOCKS, NORM_BLOCKS, _as_lists, adamw_ref, cdiv, check_adamw_inputs, check_hyper, check_input,
-    grad_norm_ref, scale_tensor)
+    MAX_BLOCKS,
+    NORM_BLOCKS,
+    _as_lists,
+    adamw_ref,
+    cdiv,
+    check_adamw_inputs,
+    check_hyper,
+    check_input,
+    grad_norm_ref,
+    scale_tensor,
+)
+
 from numba import cuda, float32
 
 FULL_MASK = 0xFFFFFFFF

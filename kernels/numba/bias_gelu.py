@@ -7,9 +7,16 @@ from collections import OrderedDict
 
 import torch
 
-import utils  # noqa: F401  (must come before numba: it picks the simulator or the GPU)
+import utils
 from kernels.cuda.bias_gelu import (  # noqa: F401  (input rules and references, defined once)
-    THREADS, bias_gelu_backward_ref, bias_gelu_ref, check_bias_backward_inputs, check_bias_inputs, grid_for)
+    THREADS,
+    bias_gelu_backward_ref,
+    bias_gelu_ref,
+    check_bias_backward_inputs,
+    check_bias_inputs,
+    grid_for,
+)
+
 from numba import cuda, float32
 
 K0 = float32(0.7978845608)

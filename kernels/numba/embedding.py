@@ -8,9 +8,14 @@ from collections import OrderedDict
 
 import torch
 
-import utils  # noqa: F401  (must come before numba: it picks the simulator or the GPU)
+import utils
 from kernels.cuda.embedding import (  # noqa: F401  (input rules and references, defined once)
-    check_embedding_backward_inputs, check_embedding_inputs, embedding_forward_ref, embedding_ref)
+    check_embedding_backward_inputs,
+    check_embedding_inputs,
+    embedding_forward_ref,
+    embedding_ref,
+)
+
 from numba import cuda
 
 THREADS = 64 if utils.SIMULATE else 256

@@ -7,9 +7,17 @@ from collections import OrderedDict
 
 import torch
 
-import utils  # noqa: F401  (configures the interpreter before triton loads)
+import utils
 from kernels.cuda.adamw import (  # noqa: F401  (input rules and references, defined once)
-    _as_lists, adamw_ref, check_adamw_inputs, check_hyper, check_input, grad_norm_ref, scale_tensor)
+    _as_lists,
+    adamw_ref,
+    check_adamw_inputs,
+    check_hyper,
+    check_input,
+    grad_norm_ref,
+    scale_tensor,
+)
+
 import triton
 import triton.language as tl
 

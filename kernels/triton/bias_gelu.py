@@ -9,9 +9,9 @@ from collections import OrderedDict
 
 import torch
 
-import utils  # noqa: F401  (configures the interpreter before triton loads)
-from kernels.cuda.bias_gelu import (  # noqa: F401  (input rules and references, defined once)
-    bias_gelu_backward_ref, bias_gelu_ref, check_bias_backward_inputs, check_bias_inputs)
+import utils
+from kernels.cuda.bias_gelu import bias_gelu_backward_ref, bias_gelu_ref, check_bias_backward_inputs, check_bias_inputs  # noqa: F401  (input rules and references, defined once)
+
 import triton
 import triton.language as tl
 

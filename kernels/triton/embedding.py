@@ -7,9 +7,14 @@ from collections import OrderedDict
 
 import torch
 
-import utils  # noqa: F401  (configures the interpreter before triton loads)
+import utils
 from kernels.cuda.embedding import (  # noqa: F401  (input rules and references, defined once)
-    check_embedding_backward_inputs, check_embedding_inputs, embedding_forward_ref, embedding_ref)
+    check_embedding_backward_inputs,
+    check_embedding_inputs,
+    embedding_forward_ref,
+    embedding_ref,
+)
+
 import triton
 import triton.language as tl
 

@@ -7,9 +7,9 @@ from collections import OrderedDict
 
 import torch
 
-import utils  # noqa: F401  (configures the interpreter before triton loads)
-from kernels.cuda.residual_layernorm import (  # noqa: F401  (input rules and references, defined once)
-    EPS, _stats_out, check_residual_inputs, residual_layernorm_ref)
+import utils
+from kernels.cuda.residual_layernorm import EPS, _stats_out, check_residual_inputs, residual_layernorm_ref  # noqa: F401  (input rules and references, defined once)
+
 import triton
 import triton.language as tl
 
