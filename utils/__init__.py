@@ -32,6 +32,7 @@ from .backends.triton import interpreter as triton_sim  # noqa: F401,E402  races
 from .backends.numba.races import SimulatorMemoryError, SimulatorRaceError  # noqa: F401,E402
 from .profile import profile, Profile  # noqa: F401,E402  counters of one launch (emulator or ncu)
 from .backends import Backend, BACKENDS, backend_of, record_launches  # noqa: F401,E402  one interface to the three
+from .gpt import *  # noqa: F401,F403,E402  lesson 11's GPT: GPT, GPTConfig, gradient_check, course_text, train_gpt
 
 # The modules' earlier paths, which learners' code may import (`from utils.triton_compat import tanh`).
 import sys as _sys  # noqa: E402
