@@ -34,9 +34,9 @@ OUT = ROOT / "benchmarks" / "results" / "gpt-cpu-train.json"
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seconds", type=float, default=180.0, help="training time (default 180)")
-    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--layers", type=int, default=3)
     ap.add_argument("--heads", type=int, default=4)
-    ap.add_argument("--width", type=int, default=128)
+    ap.add_argument("--width", type=int, default=96)
     ap.add_argument("--T", type=int, default=64)
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--lr", type=float, default=2e-3)

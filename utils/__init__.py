@@ -19,6 +19,7 @@ from .check import *  # noqa: F401,F403  tolerance table, assert_close
 from .grading import POISON_BITS, GradingError, check_shared, check_traffic, show_rejection  # noqa: F401  the harness
 from .topics import CHECKS as _CHECKS, topic  # noqa: F401  one spec per topic (utils/topics/<topic>.py)
 from .topics.gelu import gelu_tanh_ref  # noqa: F401
+from .topics.gpt import check_gpt_op  # noqa: F401,E402  lesson 11: your kernels in the GPT
 globals().update(_CHECKS)  # check_relu, check_gelu, check_sum, check_softmax, ...: every topic's graders
 from .bench import *  # noqa: F401,F403  bench, recorded results
 from .plots import *  # noqa: F401,F403  bandwidth plots, index maps, reduction trees
