@@ -74,7 +74,8 @@ class Trainer:
         self.fwd = self.model
         if compiled:
             self.fwd = torch.compile(self.model, backend="inductor" if gpu else "aot_eager")
-        self.amp = torch.autocast("cuda", dtype=torch.bfloat16) if gpu else None
+        # no cast cache: the same step is captured in a CUDA Graph below
+        self.amp = torch.autocast("cuda", dtype=torch.bfloat16, cache_enabled=False) if gpu else None
 
     def step(self, x, y):
         if self.amp is not None:
@@ -94,8 +95,14 @@ def _lr_schedule(opt, lr, step, warmup=20):
         g["lr"] = lr * min(1.0, (step + 1) / warmup)
 
 
-def run_config(name, cfg, args, xs, ys):
+T_START = time.perf_counter()
+
+
+def run_config(name, cfg, args, xs, ys, reserve=0.0):
+    """Trains one configuration; stops early (and says so) when the run's time budget, less
+    ``reserve`` seconds kept for the configurations still to come, is spent."""
     res = {"name": name}
+    deadline = T_START + args.budget - reserve
     t_build = time.perf_counter()
     tr = Trainer(name, cfg, args)
     if utils.DEVICE.type == "cuda":
@@ -111,6 +118,9 @@ def run_config(name, cfg, args, xs, ys):
         times.append(time.perf_counter() - t0)
         if s == 0:
             res["first_step_s"] = times[0]   # compile, autotuning
+        if time.perf_counter() > deadline and s + 1 >= args.warmup + 5:
+            res["stopped_early"] = f"time budget: {s + 1} of {args.steps} steps"
+            break
     res["losses"] = [float(v) for v in torch.stack(losses).float().cpu()]
     timed = times[args.warmup:] or times
     ms = 1000 * sum(timed) / len(timed)
@@ -119,7 +129,8 @@ def run_config(name, cfg, args, xs, ys):
     if utils.DEVICE.type == "cuda":
         res["peak_memory_gb"] = torch.cuda.max_memory_allocated() / 1e9
     res["profile"] = _profile(tr, xs, ys, args)
-    if args.graphs and name in ("torch eager", "course + cuBLAS") and utils.DEVICE.type == "cuda":
+    if (args.graphs and name in ("torch eager", "course + cuBLAS") and utils.DEVICE.type == "cuda"
+            and time.perf_counter() < deadline + 10):
         res["cuda_graph"] = _graph(tr, xs, ys, args)
     del tr
     if utils.DEVICE.type == "cuda":
@@ -235,6 +246,8 @@ def main(argv=None):
     ap.add_argument("--no-graphs", dest="graphs", action="store_false")
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--configs", default=",".join(CONFIGS), help="comma-separated subset of: " + ", ".join(CONFIGS))
+    ap.add_argument("--budget", type=float, default=1e9, help="seconds for the whole run: later configurations "
+                    "keep about 30 s each, a configuration past its share trains fewer steps")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     args = ap.parse_args(argv)
     if args.tiny:
@@ -254,7 +267,7 @@ def main(argv=None):
            "device": device, "torch": torch.__version__, "config": {**vars(cfg), "batch": args.batch, "T": args.T},
            "autocast": "bfloat16" if utils.DEVICE.type == "cuda" else None, "steps": args.steps,
            "warmup": args.warmup, "commit": utils.source_commit(), "ops": {}, "configs": []}
-    for name in names:
+    for k, name in enumerate(names):
         if name not in SETUP:
             raise SystemExit(f"unknown configuration {name!r}: choose from {', '.join(CONFIGS)}")
         backend, matmul, _ = SETUP[name]
@@ -262,7 +275,7 @@ def main(argv=None):
         t0 = time.perf_counter()
         try:
             with (utils.race_checks_off() if utils.SIMULATE else _null()):
-                c = run_config(name, utils.GPT2_124M if not args.tiny else cfg, args, xs, ys)
+                c = run_config(name, cfg, args, xs, ys, reserve=30.0 * (len(names) - 1 - k))
         except Exception as e:  # noqa: BLE001  one failing configuration must not lose the others
             c = {"name": name, "error": f"{type(e).__name__}: {e}", "trace": traceback.format_exc()[-3000:]}
         c["wall_s"] = time.perf_counter() - t0
