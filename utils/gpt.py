@@ -343,7 +343,10 @@ class GradientReport:
 
 
 #: Relative error (max |g - g_ref| / max |g_ref|, per parameter) the gradient check accepts.
-GRAD_TOL = {torch.float64: 1e-9, torch.float32: 2e-4}
+#: float64: lesson 10's attention backward keeps the logsumexp L in float32 (as FlashAttention
+#: does), so even a float64 model carries float32's rounding of L into its gradients: about
+#: 3e-7 relative (the forward, LayerNorm and GELU agree with torch to 1e-15).
+GRAD_TOL = {torch.float64: 1e-6, torch.float32: 2e-4}
 
 
 def _grads(model: GPT, x, y):

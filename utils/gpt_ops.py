@@ -15,8 +15,13 @@ Each operator of the model, and whose kernel runs it with ``backend="course"``:
                   the derivative in torch operators until a GELU backward kernel exists
     linear        ``matmul="triton"``: lesson 06's Triton matmul for x W^T and for both gradients
                   (``course_gpt::linear``); ``matmul="torch"``: torch's matmul (cuBLAS on a GPU)
-    embedding     torch's ``F.embedding`` (gather; its backward is a scatter-add)
-    cross_entropy torch's ``F.cross_entropy``
+    embedding     lesson 11's Triton gather, and its backward: the ids sorted, one owner per row of
+                  the table (deterministic) (``course_gpt::embedding``); float32 tables
+    cross_entropy lesson 11's fused Triton cross entropy: the loss and its gradient in one pass over
+                  the logits, the gradient kept for the backward (``course_gpt::cross_entropy``);
+                  float32 or bfloat16 logits
+    (float64, for the gradient check, takes torch's embedding and cross entropy: those kernels
+    are float32/bfloat16 only)
 
 The kernels of embedding, cross entropy, AdamW and the fused bias + GELU / residual + LayerNorm
 are plugged in through ``Ops`` too (``Ops.replace``): the gradient check and the grader of
@@ -188,8 +193,87 @@ def gelu_course(x: torch.Tensor) -> torch.Tensor:
     return torch.ops.course_gpt.gelu(x)
 
 
+# ------------------------------------------------------------------------------------------
+# Embedding and cross entropy: lesson 11's kernels (kernels/triton/embedding.py and
+# cross_entropy.py), for float32 tables and float32/bfloat16 logits; other dtypes (float64 in
+# the gradient check) go to torch's.
+# ------------------------------------------------------------------------------------------
+@torch.library.custom_op("course_gpt::embedding", mutates_args=())
+def _embedding_op(ids: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    from kernels.triton.embedding import embedding
+    return embedding(ids, weight)
+
+
+@_embedding_op.register_fake
+def _(ids, weight):
+    return weight.new_empty(*ids.shape, weight.shape[1])
+
+
+@torch.library.custom_op("course_gpt::embedding_backward", mutates_args=())
+def _embedding_backward_op(ids: torch.Tensor, dout: torch.Tensor, vocab: int) -> torch.Tensor:
+    from kernels.triton.embedding import embedding_backward
+    dweight = torch.zeros(vocab, dout.shape[-1], dtype=torch.float32, device=dout.device)
+    return embedding_backward(ids.reshape(-1), dout.reshape(-1, dout.shape[-1]).float(), dweight)
+
+
+@_embedding_backward_op.register_fake
+def _(ids, dout, vocab):
+    return dout.new_empty(vocab, dout.shape[-1], dtype=torch.float32)
+
+
+def _embedding_setup(ctx, inputs, output):
+    ids, weight = inputs
+    ctx.save_for_backward(ids)
+    ctx.vocab = weight.shape[0]
+
+
+def _embedding_backward(ctx, dout):
+    (ids,) = ctx.saved_tensors
+    return None, torch.ops.course_gpt.embedding_backward(ids, dout.contiguous(), ctx.vocab)
+
+
+_embedding_op.register_autograd(_embedding_backward, setup_context=_embedding_setup)
+
+
+def embedding_course(ids: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    if weight.dtype != torch.float32:
+        return F.embedding(ids, weight)
+    return torch.ops.course_gpt.embedding(ids, weight)
+
+
+@torch.library.custom_op("course_gpt::cross_entropy", mutates_args=())
+def _cross_entropy_op(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The mean loss and its gradient with respect to the logits, in one pass (fused)."""
+    from kernels.triton.cross_entropy import cross_entropy
+    return cross_entropy(logits, targets)
+
+
+@_cross_entropy_op.register_fake
+def _(logits, targets):
+    return logits.new_empty((), dtype=torch.float32), torch.empty_like(logits)
+
+
+def _ce_setup(ctx, inputs, output):
+    ctx.save_for_backward(output[1])
+
+
+def _ce_backward(ctx, dloss, dgrad):
+    (grad,) = ctx.saved_tensors
+    return grad * dloss.to(grad.dtype), None
+
+
+_cross_entropy_op.register_autograd(_ce_backward, setup_context=_ce_setup)
+
+
+def cross_entropy_course(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    if logits.dtype not in (torch.float32, torch.bfloat16):
+        return _cross_entropy_torch(logits, targets)
+    return torch.ops.course_gpt.cross_entropy(logits.contiguous(), targets.contiguous())[0]
+
+
 def _cross_entropy_torch(logits, targets):
-    return F.cross_entropy(logits.float(), targets)
+    # float32 at least (bfloat16 logits under autocast are upcast, as autocast would do)
+    return F.cross_entropy(logits if logits.dtype == torch.float64 else logits.float(), targets)
 
 
 def _attention_torch(q, k, v):
@@ -232,14 +316,14 @@ _TORCH_SOURCES = (("embedding", "torch F.embedding"), ("layernorm", "torch F.lay
 TORCH_OPS = Ops(embedding=F.embedding, layernorm=_layernorm_torch, linear=F.linear, attention=_attention_torch,
                 gelu=gelu_tanh, cross_entropy=_cross_entropy_torch, sources=_TORCH_SOURCES)
 
-COURSE_OPS = Ops(embedding=F.embedding, layernorm=layernorm_course, linear=F.linear, attention=attention_course,
-                 gelu=gelu_course, cross_entropy=_cross_entropy_torch,
-                 sources=(("embedding", "torch F.embedding"),
+COURSE_OPS = Ops(embedding=embedding_course, layernorm=layernorm_course, linear=F.linear, attention=attention_course,
+                 gelu=gelu_course, cross_entropy=cross_entropy_course,
+                 sources=(("embedding", "lesson 11: Triton gather, sorted scatter-add bwd (float32; torch in float64)"),
                           ("layernorm", "lesson 09: Triton LayerNorm fwd + bwd"),
                           ("linear", "torch matmul (cuBLAS on a GPU)"),
                           ("attention", "lesson 10: Triton FlashAttention-2 fwd + bwd"),
                           ("gelu", "lesson 03: Triton GELU fwd (bwd in torch)"),
-                          ("cross_entropy", "torch F.cross_entropy")))
+                          ("cross_entropy", "lesson 11: Triton fused loss + gradient (float32/bf16; torch in float64)")))
 
 OPS = {"torch": TORCH_OPS, "course": COURSE_OPS}
 BACKENDS = tuple(OPS)
