@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import sys
 import time
 import traceback
@@ -148,7 +147,7 @@ def _profile(tr, xs, ys, args):
             for s in range(n):
                 tr.step(xs[s], ys[s])
             _sync()
-    except Exception as e:  # noqa: BLE001  a profiler failure must not lose the timings
+    except Exception as e:
         return {"error": f"{type(e).__name__}: {e}"}
     gpu = utils.DEVICE.type == "cuda"
     rows = []
@@ -193,7 +192,7 @@ def _graph(tr, xs, ys, args):
         graph_ms = timed(graph.replay)
         return {"steps": n, "eager_ms": eager_ms, "graph_ms": graph_ms, "saved_ms": eager_ms - graph_ms,
                 "last_loss": float(static_loss)}
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         return {"error": f"{type(e).__name__}: {e}", "trace": traceback.format_exc()[-1500:]}
 
 
@@ -276,11 +275,12 @@ def main(argv=None):
         try:
             with (utils.race_checks_off() if utils.SIMULATE else _null()):
                 c = run_config(name, cfg, args, xs, ys, reserve=30.0 * (len(names) - 1 - k))
-        except Exception as e:  # noqa: BLE001  one failing configuration must not lose the others
+        except Exception as e:
             c = {"name": name, "error": f"{type(e).__name__}: {e}", "trace": traceback.format_exc()[-3000:]}
         c["wall_s"] = time.perf_counter() - t0
         res["configs"].append(c)
-        line = (f"{name:24s} {c.get('tokens_per_s', float('nan')):>10,.0f} tok/s  {c.get('ms_per_step', float('nan')):7.1f}"
+        tps, ms = c.get("tokens_per_s", float("nan")), c.get("ms_per_step", float("nan"))
+        line = (f"{name:24s} {tps:>10,.0f} tok/s  {ms:7.1f}"
                 f" ms/step  peak {c.get('peak_memory_gb', float('nan')):5.1f} GB  loss {c['losses'][0]:.3f} -> "
                 f"{c['losses'][-1]:.3f}  ({c['wall_s']:.0f} s)" if "losses" in c else f"{name}: {c['error']}")
         print(line, flush=True)
@@ -293,7 +293,7 @@ def main(argv=None):
     (args.out / "gpt-train.json").write_text(json.dumps(res, indent=1) + "\n")
     try:
         plot(res, args.out / "gpt-train.png")
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         print(f"no plot: {e}")
 
 

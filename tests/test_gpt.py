@@ -132,7 +132,7 @@ def test_h100_script_runs_tiny_on_cpu(tmp_path):
     names = [c["name"] for c in res["configs"]]
     assert names == ["torch eager", "torch.compile", "course + cuBLAS", "course + Triton matmul"]
     for c in res["configs"]:
-        assert len(c["losses"]) == 2 and all(l == l for l in c["losses"])  # noqa: E741
+        assert len(c["losses"]) == 2 and all(l == l for l in c["losses"])
     # same weights and batches: the first loss is the same in every configuration
     first = [c["losses"][0] for c in res["configs"]]
     assert max(first) - min(first) < 1e-3, first

@@ -65,8 +65,10 @@ def gelu_tanh_backward(dy: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
 # ------------------------------------------------------------------------------------------
 def _gelu_launch(x: torch.Tensor) -> torch.Tensor:
     import numpy as np
-    import triton
+
     from kernels.triton.gelu import BLOCK_SIZE, gelu_kernel
+
+    import triton
     work = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x.contiguous()
     y = torch.empty_like(work)
     n = work.numel()
@@ -323,7 +325,8 @@ COURSE_OPS = Ops(embedding=embedding_course, layernorm=layernorm_course, linear=
                           ("linear", "torch matmul (cuBLAS on a GPU)"),
                           ("attention", "lesson 10: Triton FlashAttention-2 fwd + bwd"),
                           ("gelu", "lesson 03: Triton GELU fwd (bwd in torch)"),
-                          ("cross_entropy", "lesson 11: Triton fused loss + gradient (float32/bf16; torch in float64)")))
+                          ("cross_entropy",
+                           "lesson 11: Triton fused loss + gradient (float32/bf16; torch in float64)")))
 
 OPS = {"torch": TORCH_OPS, "course": COURSE_OPS}
 BACKENDS = tuple(OPS)
