@@ -25,12 +25,12 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 
-from .gpt_ops import Ops, ops_for
+from .gpt_ops import OP_NAMES, Ops, ops_for
 from .paths import ROOT
 
 __all__ = ["GPTConfig", "GPT", "CharTokenizer", "course_text", "char_dataset", "get_batch", "make_optimizer",
            "train_gpt", "gradient_check", "GradientReport", "save_checkpoint", "load_checkpoint",
-           "GPT2_124M", "copy_weights", "ops_for", "Ops"]
+           "GPT2_124M", "copy_weights", "ops_for", "Ops", "OP_NAMES", "evaluate", "GRAD_TOL", "race_checks_off"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -269,7 +269,6 @@ def evaluate(model: GPT, data: torch.Tensor, *, batch: int, T: int, batches: int
     return total / batches
 
 
-__all__.append("evaluate")
 
 
 def save_checkpoint(path, model: GPT, opt, gen: torch.Generator | None = None, step: int = 0):
@@ -380,8 +379,6 @@ def gradient_check(cfg: GPTConfig, *, backend: str = "course", matmul: str = "to
     return GradientReport(dtype, loss, loss_ref, rows, GRAD_TOL.get(dtype, 2e-4))
 
 
-__all__.append("GRAD_TOL")
-__all__.append("OP_NAMES")
 
 
 def race_checks_off():
@@ -393,4 +390,3 @@ def race_checks_off():
     return triton_backend.race_detection(False)
 
 
-__all__.append("race_checks_off")
