@@ -3,11 +3,13 @@
 //     h = x + r                   (the residual stream, kept: the next block adds to it)
 //     y = (h - mean) * rstd * w + b,   mean, rstd of each row of h (biased variance, eps inside)
 //
-//   v1 (unfused): residual_add_kernel writes h, then lesson 09's LayerNorm reads it back.
-//   v2 residual_layernorm_kernel: one block per row; x and r read once, h and y written once.
-//      The statistics come from h in two passes over the row (the mean, then the squared
-//      deviations), both re-reading h from L1/L2 where the first pass left it, never
-//      E[h^2] - E[h]^2, which loses every digit on rows with a large mean.
+//   v1  unfused: an add kernel writes h, then lesson 09's LayerNorm reads it back
+//       residual_add_kernel writes h, then lesson 09's LayerNorm reads it back.
+//   v2  fused: one block per row, x and r read once, h and y written once
+//       residual_layernorm_kernel: one block per row; x and r read once, h and y written once.
+//       The statistics come from h in two passes over the row (the mean, then the squared
+//       deviations), both re-reading h from L1/L2 where the first pass left it, never
+//       E[h^2] - E[h]^2, which loses every digit on rows with a large mean.
 #include "common.h"
 
 #define FULL_MASK 0xffffffffu

@@ -1,6 +1,12 @@
 """AdamW and the global gradient norm in Triton, as in ``kernels/cuda/adamw.cu``: v1 one kernel
 per line of the formula, v2 the whole step in one kernel; ``grad_norm`` gives the norm and the
-clipping factor, which stays on the device."""
+clipping factor, which stays on the device.
+
+Versions (``VERSIONS``, naive to best):
+
+    v1  unfused: decay, moments, update as three kernels (p, m, v read twice)
+    v2  fused: the whole step in one kernel, 28 bytes per parameter
+"""
 from __future__ import annotations
 
 from collections import OrderedDict
