@@ -19,6 +19,7 @@ from collections import OrderedDict
 import torch
 
 import utils
+from kernels._launch import cdiv
 from utils.inputs import check_input, check_tensor
 
 SOURCE = utils.KERNELS_DIR / "cuda" / "adamw.cu"
@@ -33,10 +34,6 @@ DEFAULTS = dict(lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=1e-2)
 @functools.lru_cache(maxsize=None)
 def kernel(name: str):
     return utils.cuda_kernel(SOURCE, name)
-
-
-def cdiv(a, b):
-    return (a + b - 1) // b
 
 
 def grid_for(n):

@@ -17,6 +17,7 @@ from collections import OrderedDict
 import torch
 
 import utils
+from kernels._launch import cdiv
 from kernels.cuda.embedding import (  # noqa: F401  (input rules and references, defined once)
     check_embedding_backward_inputs,
     check_embedding_inputs,
@@ -27,10 +28,6 @@ from kernels.cuda.embedding import (  # noqa: F401  (input rules and references,
 from numba import cuda
 
 THREADS = 64 if utils.SIMULATE else 256
-
-
-def cdiv(a, b):
-    return (a + b - 1) // b
 
 
 @cuda.jit

@@ -102,7 +102,7 @@ def _row_sums(dy, x, w, row, mean, rstd, scratch):
         g = dy[row, c] * w[c]
         s1 += g * (x[row, c] - mean) * rstd
         s2 += g
-    # block_sum_all ends with a barrier: the second sum cannot overwrite scratch early
+    # block_sum_all begins with a barrier: the second sum cannot overwrite scratch early
     inv = float32(1.0) / float32(x.shape[1])
     c1 = block_sum_all(s1, scratch) * inv
     c2 = block_sum_all(s2, scratch) * inv
