@@ -295,9 +295,52 @@ def part_mm():
 
 # ---------------------------------------------------------------------------------------
 def part_host():
-    """Host cost per call of every reference launcher, and CUDA graphs: launch-overhead.json."""
+    """Host cost per call of every reference launcher, and CUDA graphs: launch-overhead.json;
+    then where a LayerNorm launcher's host time goes, step by step."""
     import benchmarks.launch_overhead as lo
+    import kernels
+    import triton
+    from kernels.triton import layernorm as tln
+    from kernels.cuda.layernorm import check_norm_inputs, row_stats
     lo.main(["--out", str(OUT[0].parent)])
+    x, w, b = inputs((4, 512), torch.float32)
+    y, mean, rstd = torch.empty_like(x), torch.empty(4, device="cuda"), torch.empty(4, device="cuda")
+    steps = {
+        "check_norm_inputs(x, w, b)": lambda: check_norm_inputs(x, w, b, op="layernorm", dtypes=tln.DTYPES, bias=True),
+        "torch.empty_like(x) + 2 x row_stats(x)": lambda: (torch.empty_like(x), row_stats(x), row_stats(x)),
+        "tln.rows_config(cols, 4) (cached)": lambda: tln.rows_config(512, 4),
+        "triton layernorm_rows_kernel[grid](9 args, ROWS, BLOCK, num_warps)": lambda: tln.layernorm_rows_kernel[(1,)](
+            x, w, b, y, mean, rstd, 4, 512, 1e-5, ROWS=4, BLOCK=512, num_warps=2),
+        "triton layernorm (whole launcher)": lambda: tln.layernorm(x, w, b),
+        "torch.cuda.current_stream().cuda_stream": lambda: torch.cuda.current_stream().cuda_stream,
+        "x.data_ptr() x 6": lambda: [t.data_ptr() for t in (x, w, b, y, mean, rstd)],
+    }
+    for lang in ("cuda", "numba"):
+        steps[f"{lang} layernorm (whole launcher)"] = lambda f=kernels.get("layernorm", lang): f(x, w, b)
+    # A compiled Triton kernel called directly: what is left without the JIT's per-call work
+    try:
+        ck = tln.layernorm_rows_kernel[(1,)](x, w, b, y, mean, rstd, 4, 512, 1e-5, ROWS=4, BLOCK=512, num_warps=2)
+        RES["triton_compiled_type"] = type(ck).__name__
+        for label, args in (("without constexprs", (x, w, b, y, mean, rstd, 4, 512, 1e-5)),
+                            ("with constexprs", (x, w, b, y, mean, rstd, 4, 512, 1e-5, 4, 512))):
+            try:
+                y.zero_()
+                ck[(1, 1, 1)](*args)
+                torch.cuda.synchronize()
+                ok = close(y, F.layer_norm(x, (512,), w, b, 1e-5), torch.float32)
+                RES.setdefault("triton_direct", {})[label] = ok
+                if ok:
+                    steps[f"triton CompiledKernel[grid](...) {label}"] = lambda a=args: ck[(1, 1, 1)](*a)
+            except Exception as e:  # noqa: BLE001
+                err(f"triton direct {label}", e)
+    except Exception as e:  # noqa: BLE001
+        err("triton compiled kernel", e)
+    for name, fn in steps.items():
+        try:
+            r = lo.per_launch_us(fn)
+            record("host", name=name, **r)
+        except Exception as e:  # noqa: BLE001
+            err(f"host {name}", e)
 
 
 def main():
