@@ -115,14 +115,14 @@ def reference_launchers():
         shape = min(check_shapes(topic, False), key=lambda s: float(np.prod(s)))
         try:
             case = CheckCase(topic, shape, seed=0)
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             print(f"{topic}: no inputs ({e})")
             continue
         for lang in kernels.LANGUAGES:
             try:
                 mod = kernels.module(topic, lang)
                 fn = mod.VERSIONS[mod.REFERENCE][1]
-            except Exception:  # noqa: BLE001
+            except Exception:
                 continue
             out.append((f"{lang} {topic} {mod.REFERENCE} at {'x'.join(map(str, shape))}",
                         (lambda fn=fn, a=case.inputs: fn(*a))))
@@ -134,7 +134,8 @@ def reference_launchers():
         mod = kernels.module("layernorm", lang)
         _, mean, rstd = mod.layernorm(x, w, b, stats=True)
         _, r = mod.rmsnorm(x, w, stats=True)
-        out.append((f"{lang} layernorm_backward at 4x512", lambda m=mod, mean=mean, rstd=rstd: m.layernorm_backward(dy, x, w, mean, rstd)))
+        out.append((f"{lang} layernorm_backward at 4x512",
+                    lambda m=mod, mean=mean, rstd=rstd: m.layernorm_backward(dy, x, w, mean, rstd)))
         out.append((f"{lang} rmsnorm at 4x512", lambda m=mod: m.rmsnorm(x, w)))
         out.append((f"{lang} rmsnorm_backward at 4x512", lambda m=mod, r=r: m.rmsnorm_backward(dy, x, w, r)))
     return out
@@ -142,11 +143,11 @@ def reference_launchers():
 
 def measure_all() -> dict:
     """Every row of the record: bare launches, the steps of a Numba launch, every reference launcher."""
+    from utils.backends.cuda import _gpu
+
     import triton
     import triton.language as tl
     from numba import cuda
-
-    from utils.backends.cuda import _gpu
 
     x = torch.randn(1, device="cuda")
     y = torch.empty_like(x)
@@ -193,7 +194,7 @@ def measure_all() -> dict:
     for name, fn in reference_launchers():
         try:
             rows[f"launcher: {name}"] = per_launch_us(fn)
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             print(f"{name}: {type(e).__name__}: {e}")
     for name, r in rows.items():
         print(f"{name:<80} {r['median_us']:7.2f} us  (min {r['min_us']:.2f}, max {r['max_us']:.2f})", flush=True)
@@ -208,10 +209,10 @@ def main(argv=None) -> int:
         print(f"This measures launches on a GPU; this machine runs in simulation ({utils.REASON}). "
               "The recorded numbers are in benchmarks/results/launch-overhead.json.")
         return 2
-    import triton
-
     import kernels
     from utils.topics.layernorm import layernorm_input
+
+    import triton
 
     measured = measure_all()
     # LayerNorm at 4096 x 4096 (128 MB, about 45 us of copy): launched one by one from Python,
@@ -222,7 +223,7 @@ def main(argv=None) -> int:
         f = kernels.get("layernorm", lang)
         try:
             graphs[f"{lang} layernorm 4096x4096"] = graph_vs_eager(lambda f=f: f(x, w, b))
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             graphs[f"{lang} layernorm 4096x4096"] = dict(error=f"{type(e).__name__}: {e}")
         print(lang, graphs[f"{lang} layernorm 4096x4096"], flush=True)
     data = dict(

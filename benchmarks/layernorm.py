@@ -110,7 +110,7 @@ def contenders(languages):
     for lang in languages:
         try:
             mod = kernels.module(TOPIC, lang)
-        except Exception:  # noqa: BLE001
+        except Exception:
             continue
         dts = ("float32", "bfloat16") if lang != "numba" else ("float32",)  # Numba: no bfloat16 in NumPy
         for v, (desc, f) in mod.VERSIONS.items():
@@ -156,7 +156,7 @@ def contenders(languages):
             ("rmsnorm forward", "Liger", "torch", "liger", "Liger Kernel's RMSNorm (Triton)", False,
              lambda x, w: LigerRMSNormFunction.apply(x, w, EPS), ("float32", "bfloat16")),
         ]
-    except Exception:  # noqa: BLE001  not installed
+    except Exception:
         pass
     return out
 
@@ -216,7 +216,7 @@ def run_topic(events, sizes, *, skip=(), languages=None, sweep=True, main=True, 
                 events.emit(event="failed", key=f"{variant}@*", **meta, shape=None, status="unsupported",
                             reason=harness._short(e))
                 continue
-            except Exception as e:  # noqa: BLE001
+            except Exception as e:
                 why = f"raised {type(e).__name__}: {harness._short(e)}"
             if why:
                 events.emit(event="failed", key=f"{variant}@*", **meta, shape=None, status="failed check", reason=why)
@@ -234,7 +234,7 @@ def run_topic(events, sizes, *, skip=(), languages=None, sweep=True, main=True, 
                     args = _timed_inputs(kind, shape, dtype)
                     nbytes = _bytes(kind, shape, args[0].element_size())
                     res = utils.bench(fn, *args, nbytes=nbytes, name=variant, warmup=warmup, rep=rep)
-                except Exception as e:  # noqa: BLE001
+                except Exception as e:
                     events.emit(event="failed", key=key, **meta, shape=list(shape), status="error",
                                 reason=f"while timing: {type(e).__name__}: {harness._short(e)}")
                     if not harness.cuda_context_ok():

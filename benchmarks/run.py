@@ -82,7 +82,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         p.error(f"--sweep-only takes --topics among {', '.join(CUSTOM_WORKERS)}, and no --no-sweep")
     if args.simulated_dry_run and args.out == str(utils.RESULTS_DIR):
         p.error("--simulated-dry-run needs --out DIR: its numbers must not land among the recorded results")
-    args.topics_given = any(a == "--topics" or a.startswith("--topics=") for a in (argv if argv is not None else sys.argv[1:]))
+    given = argv if argv is not None else sys.argv[1:]
+    args.topics_given = any(a == "--topics" or a.startswith("--topics=") for a in given)
     if args.stale and args.topics_given:
         p.error("--stale picks the topics itself: leave out --topics")
     args.langs = [s.strip() for s in args.langs.split(",") if s.strip()]
@@ -147,6 +148,7 @@ def gpu_slug(gpu_name: str) -> str:
 
 def machine_info(name: str) -> dict:
     import torch
+
     import triton
 
     if utils.SIMULATE:

@@ -12,9 +12,9 @@ import pytest
 import utils
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
-from matplotlib.patches import Rectangle  # noqa: E402
+import matplotlib.pyplot as plt
+from matplotlib.figure import Figure
+from matplotlib.patches import Rectangle
 
 
 def rects(fig, gid=None):
@@ -209,6 +209,7 @@ def test_figure_shows_once_in_a_notebook(monkeypatch):
     # In a notebook the inline backend and the cell's value both ask a figure to display
     # itself; the first request draws it and takes it out of pyplot.
     from IPython import display as ipy_display
+
     from utils import plots
     shown = []
     monkeypatch.setattr(plots, "_inline_backend", lambda: True)

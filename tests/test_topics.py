@@ -93,7 +93,8 @@ def test_benchmark_shapes_and_bytes(name, mode):
         assert shapes and all(isinstance(s, tuple) and all(int(d) >= 1 for d in s) for s in shapes)
     for shape in spec.main_shapes(sizes):
         n = math.prod(shape)
-        if spec.flops is not None and len(shape) == 3:  # (M, N, K): A, B read once and C written once, 2 FLOPs per product term
+        # (M, N, K): A, B read once and C written once, 2 FLOPs per product term
+        if spec.flops is not None and len(shape) == 3:
             M, N, K = shape
             assert spec.nbytes(shape) >= 2 * (M * K + K * N + M * N) and spec.flops(shape) == 2 * n
             continue

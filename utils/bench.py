@@ -71,9 +71,9 @@ Schema of ``h100.json`` (``"schema": 1``)::
 from __future__ import annotations
 
 import json
-import re
 import math
 import os
+import re
 import subprocess
 import time
 from dataclasses import asdict, dataclass

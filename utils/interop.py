@@ -153,7 +153,7 @@ class NumbaLauncher:
             self._slow(grid, block, shared, args)
             try:
                 self._compiled[kind] = self._compile_entry(args)
-            except Exception:  # noqa: BLE001  other numba-cuda internals: keep Numba's path
+            except Exception:
                 self._compiled[kind] = None
             return None
         if entry is None:
@@ -165,8 +165,8 @@ class NumbaLauncher:
         return self._launch(entry, grid, block, shared, args)
 
     def _launch(self, entry, grid, block, shared, args):
-        from numba.cuda.dispatcher import LaunchConfig, launch
         from numba.cuda.cudadrv.driver import _to_core_stream
+        from numba.cuda.dispatcher import LaunchConfig, launch
 
         kernel, conv = entry
         kargs = []

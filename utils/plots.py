@@ -807,11 +807,11 @@ def _top_level(events):
 
 def plot_timeline(trace, *, start_us=None, span_us=None, title=None, ax=None):
     """A profiler trace as lanes over time: the spans you annotated (``record_function``, and
-    PyTorch's own, such as an optimizer step), the host's PyTorch ops, its CUDA API calls and the GPU's kernels and copies. CUDA calls in
-    which the host waits for the GPU (synchronize, a copy to the host) are red: during them
-    the host does nothing else. ``start_us``/``span_us`` pick a window, in microseconds from
-    the first event. ``trace``: a path to a Chrome trace (``prof.export_chrome_trace``), or
-    its dict.
+    PyTorch's own, such as an optimizer step), the host's PyTorch ops, its CUDA API calls and the
+    GPU's kernels and copies. CUDA calls in which the host waits for the GPU (synchronize, a copy
+    to the host) are red: during them the host does nothing else. ``start_us``/``span_us`` pick
+    a window, in microseconds from the first event. ``trace``: a path to a Chrome trace
+    (``prof.export_chrome_trace``), or its dict.
     """
     _, Patch, Rectangle = _mpl()
     events = [e for e in load_trace(trace) if _lane(e)]

@@ -21,14 +21,15 @@ from collections import OrderedDict
 
 import torch
 
-import utils  # noqa: F401  (must come before numba: it picks the simulator or the GPU)
-from kernels.cuda.layernorm import (  # noqa: F401  (the shared input rules and references)
-    check_norm_backward_inputs, check_norm_inputs, layernorm_ref, rmsnorm_ref, row_stats)
+import utils  # must come before numba: it picks the simulator or the GPU
+import utils.topics.layernorm as layernorm_spec
+from kernels._launch import cdiv
+from kernels.cuda.layernorm import check_norm_backward_inputs, check_norm_inputs, layernorm_ref, rmsnorm_ref, row_stats  # noqa: F401  (the shared input rules and references)
+from kernels.numba.reduction import block_sum_all, warp_sum_all
+
 from numba import cuda, float32
 
-from kernels.numba.softmax import block_sum_all, warp_sum_all
-
-EPS = 1e-5
+EPS = layernorm_spec.EPS  # the epsilon of the topic (rstd = 1 / sqrt(var + EPS)), defined once
 ITEMS = 32
 MAX_THREADS = 1024
 #: 512 threads: at 1024, the local array's registers exceed what a block may have (a launch
@@ -165,7 +166,6 @@ def layernorm_bwd_partials_kernel(dy, x, w, mean_in, rstd_in, dx, pdw, pdb):
     scratch = cuda.shared.array(32, float32)
     k = cuda.blockIdx.x
     cols = x.shape[1]
-    inv = float32(1.0) / float32(cols)  # float32: x / cols would promote to float64
     for c in range(cuda.threadIdx.x, cols, cuda.blockDim.x):
         pdw[k, c] = float32(0.0)
         pdb[k, c] = float32(0.0)
@@ -229,12 +229,8 @@ def rmsnorm_bwd_partials_kernel(dy, x, w, rstd_in, dx, pdw):
 
 
 # ---------------------------------------------------------------------------------------
-def _cdiv(a, b):
-    return (a + b - 1) // b
-
-
 def _warps(n):
-    return min(MAX_THREADS, max(32, _cdiv(n, 32) * 32))
+    return min(MAX_THREADS, max(32, cdiv(n, 32) * 32))
 
 
 def _row_threads(cols):
@@ -277,7 +273,7 @@ _launch_block = utils.NumbaLauncher(layernorm_block_kernel)
 
 
 def _reg_threads(cols):
-    return _warps(_cdiv(cols, ITEMS)) if not utils.SIMULATE else max(_warps(_cdiv(cols, ITEMS)), 32)
+    return _warps(cdiv(cols, ITEMS)) if not utils.SIMULATE else max(_warps(cdiv(cols, ITEMS)), 32)
 
 
 def layernorm(x, w, b, eps=EPS, stats=False):
@@ -291,7 +287,7 @@ def layernorm(x, w, b, eps=EPS, stats=False):
     if rows and cols:
         e = float32(eps)
         if cols <= WARP_MAX_COLS:
-            _launch_warp(_cdiv(rows, WARP_ROWS), 32 * WARP_ROWS, x, w, b, y, mean, rstd, e)
+            _launch_warp(cdiv(rows, WARP_ROWS), 32 * WARP_ROWS, x, w, b, y, mean, rstd, e)
         elif cols <= REG_MAX_COLS:
             _launch_reg(rows, _reg_threads(cols), x, w, b, y, mean, rstd, e)
         else:
@@ -337,8 +333,8 @@ def layernorm_backward_partials(dy, x, w, mean, rstd):
     pdb = torch.empty(parts, cols, dtype=torch.float32, device=x.device)
     _launch_bwd(parts, _row_threads(cols), dy, x, w, mean, rstd, dx, pdw, pdb)
     threads = 64 if utils.SIMULATE else 256
-    _launch_colsum(_cdiv(cols, threads), threads, pdw, dw)
-    _launch_colsum(_cdiv(cols, threads), threads, pdb, db)
+    _launch_colsum(cdiv(cols, threads), threads, pdw, dw)
+    _launch_colsum(cdiv(cols, threads), threads, pdb, db)
     return dx.reshape(shape), dw, db
 
 
@@ -367,7 +363,7 @@ def rmsnorm_backward(dy, x, w, rstd):
     pdw = torch.empty(parts, cols, dtype=torch.float32, device=x.device)
     _launch_rms_bwd(parts, _row_threads(cols), dy, x, w, rstd, dx, pdw)
     threads = 64 if utils.SIMULATE else 256
-    _launch_colsum(_cdiv(cols, threads), threads, pdw, dw)
+    _launch_colsum(cdiv(cols, threads), threads, pdw, dw)
     return dx.reshape(shape), dw
 
 

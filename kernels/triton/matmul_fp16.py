@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-from kernels.triton.matmul import matmul_fp16, matmul_ref, matmul_tma  # noqa: F401
+from kernels.triton.matmul import matmul_fp16, matmul_ref, matmul_tma
 
 VERSIONS = OrderedDict(
     v2=("fp16/bf16 in, fp32 accumulate: tl.dot on tensor cores, autotuned tiles, grouped ordering", matmul_fp16),

@@ -25,6 +25,7 @@ CHECKS = {name: fn for spec in TOPICS.values() for name, fn in spec.checks.items
 
 # What each grader lets a launcher compute with torch (Spec.torch_ops_allowed).
 from ..grading import TORCH_OPS_ALLOWED  # noqa: E402
+
 TORCH_OPS_ALLOWED.update({name: frozenset(spec.torch_ops_allowed) for spec in TOPICS.values() for name in spec.checks})
 
 

@@ -82,7 +82,8 @@ def _probabilities(s):
     e = torch.exp(s - m_safe)
     l = e.sum(dim=-1, keepdim=True)
     p = torch.where(empty, torch.zeros_like(e), e / torch.where(empty, torch.ones_like(l), l))
-    lse = torch.where(empty, torch.full_like(m, float("inf")), m_safe + torch.log(torch.where(empty, torch.ones_like(l), l)))
+    lse = torch.where(empty, torch.full_like(m, float("inf")),
+                      m_safe + torch.log(torch.where(empty, torch.ones_like(l), l)))
     return p, lse.squeeze(-1)
 
 
@@ -697,7 +698,7 @@ def _try_layout(g, case, dtype):
     try:
         (ins, _guards) = _make_inputs(case, dtype)
         g.fn(*ins)
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         if "contiguous" in str(e).lower():
             return str(e).splitlines()[0]
     return None
