@@ -348,7 +348,7 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--out", required=True)
     p.add_argument("--budget", type=float, default=300)
-    p.add_argument("--parts", default="host:40,ln:150,bwd:60,mm:110",
+    p.add_argument("--parts", default="host:35,ln:130,bwd:55,mm:105",
                    help="parts with their share of seconds")
     args = p.parse_args()
     end = time.time() + args.budget
