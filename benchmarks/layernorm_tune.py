@@ -344,6 +344,112 @@ def part_host():
             err(f"host {name}", e)
 
 
+def part_fwd2():
+    """Triton v3's eviction hint and warps at the shapes where the first sweep disagreed."""
+    import triton
+    from kernels.triton import layernorm as tln
+    for shape, dname in (((4096, 16384), "bfloat16"), ((4096, 4096), "bfloat16"), ((4096, 16384), "float32"),
+                         ((4096, 4096), "float32"), ((65536, 512), "bfloat16")):
+        dtype = DTYPES[dname]
+        x, w, b = inputs(shape, dtype)
+        ref = F.layer_norm(x.float(), (shape[1],), w.float(), b.float(), 1e-5).to(dtype)
+        nbytes = 2 * x.numel() * x.element_size()
+        rows, cols = shape
+        y = torch.empty_like(x)
+        mean = torch.empty(rows, device="cuda")
+        rstd = torch.empty(rows, device="cuda")
+        block = triton.next_power_of_2(cols)
+        nrows, _, warps = tln.rows_config(cols, x.element_size())
+        for evict in ("", "evict_first"):
+            for wp in sorted({warps, 8, 16}):
+                def run(evict=evict, wp=wp):
+                    tln.layernorm_rows_kernel[(triton.cdiv(rows, nrows),)](
+                        x, w, b, y, mean, rstd, rows, cols, 1e-5, ROWS=nrows, BLOCK=block, EVICT=evict, num_warps=wp)
+                    return y
+                time_fwd("ln", "triton rows kernel", run, shape, dname, ref, nbytes, rows_=nrows, warps=wp,
+                         evict=evict)
+        time_fwd("ln", "triton v2 (launcher)", lambda: tln.layernorm_row(x, w, b), shape, dname, ref, nbytes)
+        time_fwd("ln", "triton v3 (launcher)", lambda: tln.layernorm(x, w, b), shape, dname, ref, nbytes,
+                 config=[nrows, block, warps])
+        # the same bytes moved by a plain copy: how close to the big copy a pass of this size gets
+        time_fwd("ln", "copy_ of x (same bytes)", lambda: y.copy_(x), shape, dname, None, nbytes)
+
+
+def part_numba2():
+    import kernels
+    nln = kernels.module("layernorm", "numba")
+    for shape in ((4096, 16384), (4096, 4096), (65536, 512)):
+        x, w, b = inputs(shape, torch.float32)
+        ref = F.layer_norm(x, (shape[1],), w, b, 1e-5)
+        time_fwd("ln", "numba v3 (launcher)", lambda: nln.layernorm(x, w, b), shape, "float32", ref,
+                 2 * x.numel() * 4)
+
+
+def part_bwd2():
+    from kernels.triton import layernorm as tln
+    from utils.topics.layernorm import layernorm_backward_bytes
+    shape = (4096, 4096)
+    for dname, dtype in DTYPES.items():
+        x, w, b = inputs(shape, dtype)
+        dy = torch.randn(shape, device="cuda").to(dtype)
+        xf = x.float()
+        mean = xf.mean(1)
+        rstd = torch.rsqrt(xf.var(1, unbiased=False) + 1e-5)
+        rdx = torch.ops.aten.native_layer_norm_backward(dy.float(), xf, [shape[1]], mean[:, None], rstd[:, None],
+                                                        w.float(), b.float(), [True, True, True])[0]
+        nb = layernorm_backward_bytes(shape, x.element_size())
+        for tile in (16384, 32768, 65536):
+            for per_sm in (1, 2):
+                tln.BWD_TILE_BYTES, tln.BWD_PROGRAMS_PER_SM = tile, per_sm
+                tln.bwd_config.cache_clear()
+                cfg = list(tln.bwd_config(*shape, x.element_size()))
+                try:
+                    out = tln.layernorm_backward(dy, x, w, mean, rstd)
+                    if not close(out[0], rdx, dtype):
+                        record("bwd", name="triton ln bwd", dtype=dname, status="WRONG", config=cfg)
+                        continue
+                    ms, lo, hi = bench(lambda: tln.layernorm_backward(dy, x, w, mean, rstd))
+                    record("bwd", name="triton ln bwd", shape=list(shape), dtype=dname, ms=ms, gbps=nb / ms / 1e6,
+                           frac=nb / ms / 1e6 / RES["copy_gbps"], tile=tile, per_sm=per_sm, config=cfg)
+                except Exception as e:  # noqa: BLE001
+                    err(f"bwd2 {dname} {tile} {per_sm}", e)
+
+
+def part_mm2():
+    import kernels
+    from kernels.triton import matmul as tm
+    torch.backends.cuda.matmul.allow_tf32 = False
+    M, N, K = 4095, 4097, 4093
+    for dname, dtype in (("float16", torch.float16), ("bfloat16", torch.bfloat16)):
+        a = torch.randn(M, K, device="cuda").to(dtype)
+        bm = torch.randn(K, N, device="cuda").to(dtype)
+        ref = torch.mm(a, bm)
+        fl = 2 * M * N * K
+
+        def padded(cfg):
+            a2, b2 = tm.aligned_copy(a), tm.aligned_copy(bm)
+            c2 = tm.aligned_empty(M, N, dtype, a.device)
+            bm_, bn, bk, g, nw, st = cfg
+            tm.launch_tma(tm.matmul_tma_kernel, a2, b2, c2, M, N, K, BLOCK_M=bm_, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=g,
+                          num_warps=nw, num_stages=st)
+            return c2.contiguous()
+        for name, fn, extra in (("torch.mm", lambda: torch.mm(a, bm), {}),
+                                ("tma padded", lambda: padded(tm.TMA_SHAPES[0]), {"cfg": list(tm.TMA_SHAPES[0])}),
+                                ("tma padded", lambda: padded(tm.TMA_SHAPES[1]), {"cfg": list(tm.TMA_SHAPES[1])}),
+                                ("triton v3 (launcher, autotuned)", lambda: kernels.get("matmul_fp16", "triton")(a, bm),
+                                 {})):
+            try:
+                c = fn()
+                rel = float(((c.float() - ref.float()).abs().max()) / (ref.float().abs().max()))
+                if rel > 2e-2:
+                    record("mm", name=name, dtype=dname, status="WRONG", rel=rel, **extra)
+                    continue
+                ms, lo, hi = bench(fn, warmup=25, rep=100)
+                record("mm", name=name, shape=[M, N, K], dtype=dname, ms=ms, tflops=fl / ms / 1e9, **extra)
+            except Exception as e:  # noqa: BLE001
+                err(f"mm2 {name} {dname}", e)
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--out", required=True)

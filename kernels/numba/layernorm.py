@@ -32,8 +32,7 @@ from numba import cuda, float32
 EPS = layernorm_spec.EPS  # the epsilon of the topic (rstd = 1 / sqrt(var + EPS)), defined once
 ITEMS = 32
 MAX_THREADS = 1024
-#: 512 threads: at 1024, the local array's registers exceed what a block may have (a launch
-#: fails with CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES on an H100).
+#: 512 threads of 32 values (see layernorm_reg_kernel's register cap).
 REG_THREADS = 512
 REG_MAX_COLS = ITEMS * REG_THREADS
 #: v3's warp-per-row kernel: 32 values a lane, rows up to 1024 columns, WARP_ROWS rows a block.
@@ -69,7 +68,10 @@ def layernorm_block_kernel(x, w, b, y, mean_out, rstd_out, eps):
 
 
 # v2: each thread keeps its columns t, t + blockDim, ... in a local array (registers).
-@cuda.jit
+# 32 values a thread and up to 512 threads: capped at 128 registers a thread, so that 512
+# threads fit an SM's 65536 registers (uncapped, the launch fails with
+# CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES on an H100). The simulator takes no register cap.
+@cuda.jit(**({} if utils.SIMULATE else {"max_registers": 128}))
 def layernorm_reg_kernel(x, w, b, y, mean_out, rstd_out, eps):
     scratch = cuda.shared.array(32, float32)
     v = cuda.local.array(ITEMS, float32)

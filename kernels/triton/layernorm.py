@@ -115,14 +115,15 @@ def layernorm_row_kernel(x_ptr, w_ptr, b_ptr, y_ptr, mean_ptr, rstd_ptr, cols, e
 # along axis 1, one mean and one rstd per row.
 @triton.jit
 def layernorm_rows_kernel(x_ptr, w_ptr, b_ptr, y_ptr, mean_ptr, rstd_ptr, rows, cols, eps,
-                          ROWS: tl.constexpr, BLOCK: tl.constexpr):
+                          ROWS: tl.constexpr, BLOCK: tl.constexpr, EVICT: tl.constexpr = ""):
     r = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
     c = tl.arange(0, BLOCK)
     rmask = r < rows
     cmask = c < cols
     mask = rmask[:, None] & cmask[None, :]
     offs = r[:, None] * cols + c[None, :]
-    x = tl.load(x_ptr + offs, mask=mask, other=0.0, eviction_policy="evict_first").to(mean_ptr.dtype.element_ty)
+    # EVICT = "evict_first": x is read once, so it need not stay in L2 (a hint; tried on the H100)
+    x = tl.load(x_ptr + offs, mask=mask, other=0.0, eviction_policy=EVICT).to(mean_ptr.dtype.element_ty)
     mean = tl.sum(x, axis=1) / cols
     d = tl.where(mask, x - mean[:, None], 0.0)
     rstd = 1.0 / tl.sqrt(tl.sum(d * d, axis=1) / cols + eps)
@@ -166,8 +167,11 @@ def layernorm_row(x, w, b, eps=EPS, stats=False):
 
 
 #: Bytes of x one program of v3 holds (ROWS x BLOCK elements): a row of 512 floats is 2 KB,
-#: so 8 rows a program; one row of 4096 floats fills it. A warp per KB, at most 16.
+#: so 8 rows a program; one row of 4096 floats fills it. A warp per 2 KB, 4 to 16 warps.
+#: Picked from a sweep on an H100 (benchmarks/layernorm_tune.py).
 TILE_BYTES = 16384
+#: The eviction hint of v3's load of x ("" or "evict_first": x is read once).
+EVICT = ""
 
 
 @functools.lru_cache(maxsize=256)
@@ -177,7 +181,7 @@ def rows_config(cols: int, itemsize: int, tile_bytes: int = TILE_BYTES) -> tuple
     if utils.SIMULATE:
         return min(4, max(1, 1024 // block)), block, 1
     rows = max(1, tile_bytes // (block * itemsize))
-    warps = max(1, min(16, rows * block * itemsize // 1024))
+    warps = max(4, min(16, rows * block * itemsize // 2048))
     return rows, block, warps
 
 
@@ -194,7 +198,7 @@ def layernorm(x, w, b, eps=EPS, stats=False):
     if rows and cols:
         nrows, block, warps = rows_config(cols, x.element_size())
         layernorm_rows_kernel[(triton.cdiv(rows, nrows),)](x, w, b, y, mean, rstd, rows, cols, eps,
-                                                           ROWS=nrows, BLOCK=block, num_warps=warps)
+                                                           ROWS=nrows, BLOCK=block, EVICT=EVICT, num_warps=warps)
     y = y.reshape(shape)
     return (y, mean, rstd) if stats else y
 
@@ -352,7 +356,8 @@ layernorm_backward = layernorm_backward_partials
 # RMSNorm: LayerNorm without the mean (and without b). One reduction instead of two, and no
 # centering: LLMs (LLaMA, Mistral, ...) use it because it is cheaper and trains as well.
 @triton.jit
-def rmsnorm_kernel(x_ptr, w_ptr, y_ptr, rstd_ptr, rows, cols, eps, ROWS: tl.constexpr, BLOCK: tl.constexpr):
+def rmsnorm_kernel(x_ptr, w_ptr, y_ptr, rstd_ptr, rows, cols, eps, ROWS: tl.constexpr, BLOCK: tl.constexpr,
+                   EVICT: tl.constexpr = ""):
     # ROWS rows per program, as LayerNorm's v3
     r = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
     c = tl.arange(0, BLOCK)
@@ -360,7 +365,7 @@ def rmsnorm_kernel(x_ptr, w_ptr, y_ptr, rstd_ptr, rows, cols, eps, ROWS: tl.cons
     cmask = c < cols
     mask = rmask[:, None] & cmask[None, :]
     offs = r[:, None] * cols + c[None, :]
-    x = tl.load(x_ptr + offs, mask=mask, other=0.0, eviction_policy="evict_first").to(rstd_ptr.dtype.element_ty)
+    x = tl.load(x_ptr + offs, mask=mask, other=0.0, eviction_policy=EVICT).to(rstd_ptr.dtype.element_ty)
     rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=1) / cols + eps)
     w = tl.load(w_ptr + c, mask=cmask, other=0.0).to(rstd_ptr.dtype.element_ty)
     tl.store(y_ptr + offs, (x * rstd[:, None] * w[None, :]).to(y_ptr.dtype.element_ty), mask=mask)
@@ -401,7 +406,7 @@ def rmsnorm(x, w, eps=EPS, stats=False):
     if rows and cols:
         nrows, block, warps = rows_config(cols, x.element_size())
         rmsnorm_kernel[(triton.cdiv(rows, nrows),)](x, w, y, rstd, rows, cols, eps, ROWS=nrows, BLOCK=block,
-                                                     num_warps=warps)
+                                                     EVICT=EVICT, num_warps=warps)
     y = y.reshape(shape)
     return (y, rstd) if stats else y
 
