@@ -346,8 +346,9 @@ def part_host():
 
 def part_fwd2():
     """Triton v3's eviction hint and warps at the shapes where the first sweep disagreed."""
-    import triton
     from kernels.triton import layernorm as tln
+
+    import triton
     for shape, dname in (((4096, 16384), "bfloat16"), ((4096, 4096), "bfloat16"), ((4096, 16384), "float32"),
                          ((4096, 4096), "float32"), ((65536, 512), "bfloat16")):
         dtype = DTYPES[dname]
@@ -411,7 +412,7 @@ def part_bwd2():
                     ms, lo, hi = bench(lambda: tln.layernorm_backward(dy, x, w, mean, rstd))
                     record("bwd", name="triton ln bwd", shape=list(shape), dtype=dname, ms=ms, gbps=nb / ms / 1e6,
                            frac=nb / ms / 1e6 / RES["copy_gbps"], tile=tile, per_sm=per_sm, config=cfg)
-                except Exception as e:  # noqa: BLE001
+                except Exception as e:
                     err(f"bwd2 {dname} {tile} {per_sm}", e)
 
 
@@ -446,7 +447,7 @@ def part_mm2():
                     continue
                 ms, lo, hi = bench(fn, warmup=25, rep=100)
                 record("mm", name=name, shape=[M, N, K], dtype=dname, ms=ms, tflops=fl / ms / 1e9, **extra)
-            except Exception as e:  # noqa: BLE001
+            except Exception as e:
                 err(f"mm2 {name} {dname}", e)
 
 
