@@ -37,7 +37,7 @@ __global__ void scale_kernel(const float* __restrict__ x_ptr, float* __restrict_
     if (i < n) y_ptr[i] = a * x_ptr[i];
 }
 """
-LAUNCHES, BATCHES = 1000, 5
+LAUNCHES, BATCHES = 500, 5
 
 
 def per_launch_us(fn) -> dict:

@@ -6,6 +6,8 @@ what one forward launcher per topic cannot say:
 
 * the bfloat16 forward of every version that takes bfloat16 (``[bfloat16, forward]``), at the
   main shapes;
+* a copy of the forward's bytes at each main shape, in both dtypes (``[float32, copy]``): the
+  best a pass of that size can do, beside the roofline's 2 GB copy;
 * the backward, dx, dw and db together (``[float32, backward]``, ``[bfloat16, backward]``),
   RMSNorm's forward and backward, at 4096 x 4096, beside torch eager (``aten`` LayerNorm
   backward; ``F.rms_norm`` and its autograd backward) and Liger where it is installed.
@@ -81,6 +83,8 @@ def check_case(kind, fn, shape, dtype, seed=7) -> str | None:
     x, w, b = spec.layernorm_input(shape, seed=seed, dtype=dtype, device=utils.DEVICE)
     dy = torch.randn(shape, device=utils.DEVICE, generator=torch.Generator(utils.DEVICE).manual_seed(seed)).to(dtype)
     rows = shape[0]
+    if kind == "copy":
+        return _bad(fn(x, w, b), x.double(), dtype)
     if kind == "forward":
         y = fn(x, w, b)
         return _bad(y, spec.layernorm_ref64(x, w, b), dtype)
@@ -136,6 +140,10 @@ def contenders(languages):
         return torch.autograd.grad(F.rms_norm(xr, (x.shape[1],), wr, EPS), (xr, wr), dy)
 
     out += [
+        # The bytes of one forward pass, copied: what the pass could take at best at that size
+        # (a copy of 128 MB does not reach the rate of the 2 GB copy the roofline is).
+        ("copy", "copy", "torch", "copy_same_bytes", "y.copy_(x): x read and y written, the forward's bytes",
+         False, lambda x, w, b: torch.empty_like(x).copy_(x), ("float32", "bfloat16")),
         ("forward", "torch", "torch", "eager", "F.layer_norm", False,
          lambda x, w, b: F.layer_norm(x, (x.shape[1],), w, b, EPS), ("bfloat16",)),
         ("backward", "torch", "torch", "eager", "aten.native_layer_norm_backward (dx, dw, db)", False, ln_bwd,
@@ -163,7 +171,7 @@ def contenders(languages):
 
 def _bytes(kind, shape, itemsize):
     rows, cols = shape
-    if kind in ("forward", "rmsnorm forward"):
+    if kind in ("forward", "rmsnorm forward", "copy"):
         return 2 * itemsize * rows * cols
     if kind == "backward":
         return _spec().layernorm_backward_bytes(shape, itemsize)
@@ -173,7 +181,7 @@ def _bytes(kind, shape, itemsize):
 def _timed_inputs(kind, shape, dtype):
     spec = _spec()
     x, w, b = spec.layernorm_input(shape, seed=1, dtype=dtype, device=utils.DEVICE)
-    if kind == "forward":
+    if kind in ("forward", "copy"):
         return (x, w, b)
     if kind == "rmsnorm forward":
         return (x, w)
@@ -201,7 +209,7 @@ def run_topic(events, sizes, *, skip=(), languages=None, sweep=True, main=True, 
         for dname in dts:
             dtype = DTYPES[dname]
             variant = variant_name(base, dname, kind)
-            shapes = fwd_shapes if kind == "forward" else [extra_shape]
+            shapes = fwd_shapes if kind in ("forward", "copy") else [extra_shape]
             if f"{variant}@*" in skip:
                 continue
             meta = dict(topic=TOPIC, variant=variant, lang=lang, version=version, dtype=dname, **{"pass": kind})

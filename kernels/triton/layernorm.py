@@ -8,7 +8,8 @@ or ``(y, mean, rstd)`` with ``stats=True``: the float32 statistics the backward 
     v2  layernorm_row       a program per row, the whole row in registers: x read once, the
                             variance two-pass over registers (the reference up to 32768 columns)
     v3  layernorm           the reference: ROWS rows per program as one 2-D tile (short rows
-                            fill a program), the row in registers up to 32768 columns, v1 beyond
+                            fill a program; v2's kernel where one row fills it), the row in
+                            registers up to 32768 columns, v1 beyond
 
 Backward (``BACKWARD_VERSIONS``; ``f(dy, x, w, mean, rstd)`` returns ``(dx, dw, db)``):
 
@@ -197,8 +198,13 @@ def layernorm(x, w, b, eps=EPS, stats=False):
     rstd = row_stats(x)
     if rows and cols:
         nrows, block, warps = rows_config(cols, x.element_size())
-        layernorm_rows_kernel[(triton.cdiv(rows, nrows),)](x, w, b, y, mean, rstd, rows, cols, eps,
-                                                           ROWS=nrows, BLOCK=block, EVICT=EVICT, num_warps=warps)
+        if nrows == 1:
+            # One row a program: v2's 1-D kernel. (On an H100 the [1, BLOCK] tile of the 2-D
+            # kernel ran bfloat16 rows of 16384 at 71% of copy, the 1-D one at 93%.)
+            layernorm_row_kernel[(rows,)](x, w, b, y, mean, rstd, cols, eps, BLOCK=block, num_warps=warps)
+        else:
+            layernorm_rows_kernel[(triton.cdiv(rows, nrows),)](x, w, b, y, mean, rstd, rows, cols, eps,
+                                                               ROWS=nrows, BLOCK=block, EVICT=EVICT, num_warps=warps)
     y = y.reshape(shape)
     return (y, mean, rstd) if stats else y
 
@@ -309,8 +315,8 @@ def layernorm_backward_atomic(dy, x, w, mean, rstd):
 #: Persistent programs of the backward per SM (each writes a row of partial sums: more
 #: programs overlap better, but the partials are extra traffic), and the bytes of x and dy
 #: one step of a program holds.
-BWD_PROGRAMS_PER_SM = 2
-BWD_TILE_BYTES = 8192
+BWD_PROGRAMS_PER_SM = 1
+BWD_TILE_BYTES = 16384
 
 
 @functools.lru_cache(maxsize=256)

@@ -42,9 +42,8 @@ def _configs(fp32: bool):
         shapes = [(128, 128, 32, 8, 3), (128, 128, 16, 8, 4), (128, 64, 32, 4, 4), (64, 128, 32, 4, 4),
                   (64, 64, 32, 4, 4), (128, 256, 16, 8, 3)]
     else:
-        shapes = [(128, 256, 64, 8, 3), (256, 128, 64, 8, 3), (128, 128, 64, 4, 4), (128, 128, 64, 8, 4),
-                  (128, 64, 64, 4, 4), (64, 128, 64, 4, 4), (128, 256, 32, 8, 4), (64, 64, 64, 4, 5),
-                  (128, 256, 64, 8, 4), (256, 128, 64, 8, 4), (256, 256, 64, 8, 3), (128, 256, 128, 8, 3)]
+        # the four fastest of a sweep on an H100 (4096^3 and 4095 x 4097 x 4093, fp16 and bf16)
+        shapes = [(128, 256, 64, 8, 3), (128, 256, 64, 8, 4), (128, 256, 32, 8, 4), (256, 128, 64, 8, 3)]
     return [triton.Config({"BLOCK_M": m, "BLOCK_N": n, "BLOCK_K": k, "GROUP_M": 8}, num_warps=w, num_stages=s)
             for m, n, k, w, s in shapes] + small
 
@@ -227,8 +226,8 @@ def aligned_copy(t: torch.Tensor) -> torch.Tensor:
 
 def matmul_tma(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """v3: float16/bfloat16, persistent with TMA descriptors. Operands whose rows are not 16-byte
-    aligned (K = 4093 in float16) are copied into aligned buffers first: the copies move a few
-    percent of the time the product takes, and the descriptors' shapes stay the true ones, so
+    aligned (K = 4093 in float16) are copied into aligned buffers first: the copies take far less
+    time than unaligned loads cost the kernel, and the descriptors' shapes stay the true ones, so
     the padding is never read (TMA fills what lies past the shape with zeros)."""
     M, N, K, c = _check(a, b, "matmul_tma", HALF)
     if c.numel() == 0 or K == 0:
