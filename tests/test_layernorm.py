@@ -65,9 +65,11 @@ def test_backward_versions(lang, version):
 
 
 def test_cuda_vec_backward_and_bfloat16():
-    """CUDA C++ v5 and its backward: float32 (16-byte vectors, and a row of odd length), bfloat16."""
+    """CUDA C++ v5 and its backward: float32 with 16-byte vectors (test_rmsnorm runs rows of odd
+    length through the same kernels), and bfloat16. Each instantiation of the templates is one
+    more compilation for the emulator: few shapes."""
     m = _mod("cuda")
-    for shape in [(37, 780), (3, 1501)]:
+    for shape in [(37, 780)]:
         x, w, _ = spec.layernorm_input(shape, seed=2)
         dy = torch.randn(shape, generator=torch.Generator().manual_seed(3)).to(x.device)
         mean, rstd = spec.layernorm_stats64(x)
