@@ -279,5 +279,26 @@ def evaluate(rows: list[dict]) -> list[dict]:
                            met=None if value is None else bool(value >= thr), dtype=dname, **{"pass": kind})
                 if how == "torch":
                     row["versus"] = f"torch eager {kind}"
+                if row["met"] is False:
+                    row["why"] = _why(kind, dname, shape, mine, r)
                 out.append(row)
     return out
+
+
+def _why(kind, dname, shape, rows, r) -> str:
+    """What the record itself says about a missed target: the forward against a copy of the same
+    bytes in the same run; the backward against what the tuning sweep measured."""
+    if kind == "forward":
+        copy = next((r for r in rows if r.get("pass") == "copy" and r["dtype"] == dname
+                     and tuple(r["shape"]) == tuple(shape)), None)
+        if copy and copy.get("fraction_of_copy") and r and r.get("gbps"):
+            return (f"a plain copy of the same bytes (y.copy_(x), {dname}, {shape[0]}x{shape[1]}) reached "
+                    f"{copy['fraction_of_copy']:.1%} of the 2 GB copy in this run, the ceiling of a pass this "
+                    f"size; the kernel ran at {r['gbps'] / copy['gbps']:.0%} of that copy")
+    if kind in ("backward", "rmsnorm backward"):
+        return ("not settled: the tuning sweeps (benchmarks/results/tune/) timed the same launchers faster "
+                "(Triton's bfloat16 backward at 4096x4096 in 67 us in two sweeps); launch-overhead.json "
+                "puts the backward launchers' host cost at 100-150 us a call (five tensors checked, four "
+                "allocations, two or three launches), about the kernel's time: the host may set it here")
+    return "not found yet"
+
