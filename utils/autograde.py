@@ -185,20 +185,19 @@ def _open_dir(path, dir_fd=None, *, what: str) -> int:
 def _copy_submission(src: Path, dest: Path, *, who: str = "the submission") -> list[str]:
     """Copy the regular files of ``src`` (not its links, devices or dot files) to ``dest``,
     through descriptors that never follow a link. Everything is measured before a byte is
-    read: a file of more than one name (a hard link) or an unreadable one refuses the
-    submission, and so do more than ``MAX_SUBMISSION_BYTES`` (size or disk blocks, whichever
-    is larger: a sparse file counts by its size), ``MAX_SUBMISSION_FILES`` entries or
-    ``MAX_SUBMISSION_DEPTH`` levels. Returns the files copied (relative paths)."""
-    files = []
-    todo = []          # (dir fd, relative path, depth)
-    total = [0, 0]     # bytes, entries
+    read: a hard link with a name outside this submission (the instructor's files, another
+    student's) or an unreadable file refuses the submission, and so do more than
+    ``MAX_SUBMISSION_BYTES`` (size or disk blocks, whichever is larger: a sparse file counts by
+    its size), ``MAX_SUBMISSION_FILES`` entries or ``MAX_SUBMISSION_DEPTH`` levels. Returns the
+    files copied (relative paths)."""
+    todo, found, opened = [], [], []          # found: (dir fd, name, relative path, stat)
+    total, entries_seen, names = 0, 0, {}
     top = _open_dir(src, what=who)
+    opened.append(top)
     todo.append((top, Path("."), 0))
-    opened = [top]
     try:
-        while todo:
+        while todo:                            # 1. look, without reading a file
             dfd, rel, depth = todo.pop()
-            (dest / rel).mkdir(parents=True, exist_ok=True)
             try:
                 entries = sorted(os.scandir(dfd), key=lambda e: e.name)
             except OSError as e:
@@ -207,11 +206,14 @@ def _copy_submission(src: Path, dest: Path, *, who: str = "the submission") -> l
                 name = entry.name
                 if name.startswith("."):
                     continue
-                total[1] += 1
-                if total[1] > MAX_SUBMISSION_FILES:
+                entries_seen += 1
+                if entries_seen > MAX_SUBMISSION_FILES:
                     raise SubmissionRefused(f"{who} holds more than {MAX_SUBMISSION_FILES} files and folders")
                 path = rel / name
-                st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+                try:
+                    st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+                except OSError as e:
+                    raise SubmissionRefused(f"{who}/{path} cannot be read ({e.strerror})") from None
                 if stat.S_ISDIR(st.st_mode):
                     if depth + 1 > MAX_SUBMISSION_DEPTH:
                         raise SubmissionRefused(f"{who} nests folders more than {MAX_SUBMISSION_DEPTH} deep")
@@ -220,33 +222,43 @@ def _copy_submission(src: Path, dest: Path, *, who: str = "the submission") -> l
                     if not os.path.samestat(st, os.fstat(sub)):
                         raise SubmissionRefused(f"{who}/{path} changed while it was read")
                     todo.append((sub, path, depth + 1))
+                    found.append((dfd, name, path, st))
                     continue
                 if not stat.S_ISREG(st.st_mode):
                     continue                     # links, devices, sockets, pipes: not part of it
-                if st.st_nlink > 1:
-                    raise SubmissionRefused(
-                        f"{who}/{path} is a hard link (the same file under {st.st_nlink} names, perhaps "
-                        "one outside the submission): hand in a copy of the file instead")
-                total[0] += max(st.st_size, st.st_blocks * 512)
-                if total[0] > MAX_SUBMISSION_BYTES:
+                total += max(st.st_size, st.st_blocks * 512)
+                if total > MAX_SUBMISSION_BYTES:
                     raise SubmissionRefused(
                         f"{who} is larger than {MAX_SUBMISSION_BYTES >> 20} MB (at {path}: "
                         f"{max(st.st_size, st.st_blocks * 512) / 2**20:.0f} MB)")
+                names[(st.st_dev, st.st_ino)] = names.get((st.st_dev, st.st_ino), 0) + 1
+                found.append((dfd, name, path, st))
+        for dfd, name, path, st in found:      # 2. a hard link: every name inside this submission?
+            if stat.S_ISREG(st.st_mode) and st.st_nlink > names[(st.st_dev, st.st_ino)]:
+                raise SubmissionRefused(
+                    f"{who}/{path} is a hard link to a file outside the submission (the same file has "
+                    f"{st.st_nlink} names): hand in a copy of the file instead")
+        files = []
+        for dfd, name, path, st in found:      # 3. copy
+            if stat.S_ISDIR(st.st_mode):
+                (dest / path).mkdir(parents=True, exist_ok=True)
+                continue
+            try:
+                fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dfd)
+            except OSError as e:
+                raise SubmissionRefused(f"{who}/{path} cannot be read ({e.strerror})") from None
+            with os.fdopen(fd, "rb") as f:
+                if not os.path.samestat(st, os.fstat(fd)):
+                    raise SubmissionRefused(f"{who}/{path} changed while it was read")
                 try:
-                    fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dfd)
+                    data = f.read(st.st_size + 1)
                 except OSError as e:
                     raise SubmissionRefused(f"{who}/{path} cannot be read ({e.strerror})") from None
-                with os.fdopen(fd, "rb") as f:
-                    if not os.path.samestat(st, os.fstat(fd)):
-                        raise SubmissionRefused(f"{who}/{path} changed while it was read")
-                    try:
-                        data = f.read(st.st_size + 1)
-                    except OSError as e:
-                        raise SubmissionRefused(f"{who}/{path} cannot be read ({e.strerror})") from None
-                if len(data) > st.st_size:
-                    raise SubmissionRefused(f"{who}/{path} changed while it was read")
-                (dest / path).write_bytes(data)
-                files.append(str(path))
+            if len(data) != st.st_size:
+                raise SubmissionRefused(f"{who}/{path} changed while it was read")
+            (dest / path).parent.mkdir(parents=True, exist_ok=True)
+            (dest / path).write_bytes(data)
+            files.append(str(path))
     finally:
         for fd in opened:
             os.close(fd)
@@ -967,12 +979,14 @@ def _make_client(nb, cfg: dict, *, work: str):
     from jupyter_client.kernelspec import KernelSpec
     from jupyter_client.manager import AsyncKernelManager
     from nbclient import NotebookClient
+    from nbformat.v4 import new_output
 
     class Client(NotebookClient):
         """Starts the kernel by absolute path, with ``python -P -s``; keeps the output of a
         cell and of the notebook within bounds while it arrives."""
-        cell_chars: dict = {}
-        notebook_chars = [0]
+        cell_chars: dict = {}    # noqa: RUF012  (a class made for one notebook)
+        notebook_chars = [0]     # noqa: RUF012
+        cut: set = set()         # noqa: RUF012
 
         def create_kernel_manager(self):
             self.km = AsyncKernelManager(kernel_name="python3")
@@ -991,6 +1005,12 @@ def _make_client(nb, cfg: dict, *, work: str):
                     or len(outs) > MAX_OUTPUTS_PER_CELL):
                 if outs and outs[-1] is out:
                     outs.pop()
+                if cell_index not in self.cut:
+                    self.cut.add(cell_index)
+                    outs.append(new_output("stream", name="stderr", text=(
+                        "\n[autograde] output was cut: at most "
+                        f"{MAX_CELL_OUTPUT_CHARS} characters and {MAX_OUTPUTS_PER_CELL} outputs a cell, "
+                        f"{MAX_NOTEBOOK_OUTPUT_CHARS} characters a notebook\n")))
                 return None
             self.cell_chars[cell_index] = used + size
             self.notebook_chars[0] += size
@@ -1130,6 +1150,7 @@ def inside(config: str) -> int:
     _limit(resource.RLIMIT_CORE, 0)
     _limit(resource.RLIMIT_FSIZE, cfg["fsize"])          # no file (a memfd too) above the tmpfs size
     _limit(resource.RLIMIT_NOFILE, min(4096, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)         # (inherited) a write past it fails with EFBIG
     os.set_inheritable(fd, False)                 # the kernel does not get the result pipe,
     try:                                          # nor, through /proc, this process's (not dumpable)
         import ctypes
