@@ -667,7 +667,8 @@ def _start_unprivileged(port: int, sockets) -> dict | None:
     log = open(top / "log.txt", "w")   # noqa: SIM115  closed by _finish_unprivileged
     proc = subprocess.Popen(
         [*prefix, sys.executable, "-m", "utils.autograde", ASSIGNMENT, "--course-dir", str(course), "--jobs", "2",
-         "--cell-timeout", str(CELL_TIMEOUT), "--setup-timeout", str(SETUP_TIMEOUT), "--notebook-timeout", "300",
+         # (no endless loop here: a cell timeout that a loaded machine cannot miss)
+         "--cell-timeout", "120", "--setup-timeout", str(SETUP_TIMEOUT), "--notebook-timeout", "300",
          "--max-procs", str(MAX_PROCS), "--memory-gb", "6", "--sandbox-memory-gb", str(SANDBOX_MEMORY_GB),
          "--tmp-mb", str(TMP_MB), "--json", str(report_file)],
         cwd=str(ROOT), env=env, stdout=log, stderr=subprocess.STDOUT)
@@ -847,8 +848,9 @@ def test_memory_outside_rlimit_as_is_bounded(graded):
     reached = [int(line.split("memfd: ")[1].split(" MB")[0]) for line in out.splitlines() if "memfd: " in line
                and " MB" in line and line.split("memfd: ")[1].split(" MB")[0].isdigit()]
     assert reached and max(reached) < SANDBOX_MEMORY_GB * 1024, out
-    assert graded["report"]["mallory_resources"][NOTEBOOK][CHECK_RELU]["status"] in ("died", "error"), \
-        graded["report"]["mallory_resources"]
+    # the cgroup ended the kernel in the solution cell (or its write failed): no point either way
+    entry = graded["report"]["mallory_resources"][NOTEBOOK][CHECK_RELU]
+    assert entry["score"] == 0.0 and (entry["status"] == "error" or "the kernel died" in entry["message"]), entry
 
 
 def test_a_fork_bomb(graded):

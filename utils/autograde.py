@@ -458,7 +458,7 @@ def feedback_notebook(to_run, executed, notes: dict[int, str]):
     for i, cell in enumerate(nb.cells):
         grader = _meta(cell)
         cell.metadata = {"nbgrader": copy.deepcopy(grader)} if grader else {}
-        if cell.cell_type == "markdown":
+        if cell.cell_type == "markdown" and not grader.get("locked"):   # (locked: the instructor's, put back)
             cell.source = safe_markdown(_source(cell))
             atts = cell.get("attachments")
             if isinstance(atts, dict):
@@ -624,19 +624,14 @@ def _bound_trees() -> list[Path]:
     return trees
 
 
-_MASKS: dict = {}
-
-
-def socket_files(trees=None) -> list[str]:
-    """Socket files in ``/etc``, the virtual environment and the course (``/usr`` and ``/lib``
-    belong to the system's packages, which install none). A read-only bind does not stop a
-    ``connect`` to one, so each is covered with ``/dev/null`` in the sandbox. Cached for
-    ``MASK_SECONDS``."""
-    now = time.monotonic()
-    if trees is None and _MASKS.get("at", -1e9) > now - MASK_SECONDS:
-        return _MASKS["found"]
-    found = []
-    for tree in trees or [Path("/etc"), *_bound_trees()]:
+def socket_files(trees, skip=()) -> list[str]:
+    """Socket files under ``trees`` (not under ``skip``). A read-only bind does not stop a
+    ``connect`` to one, so each that lies in what a sandbox sees is covered with ``/dev/null``
+    there: the small trees (``/etc``, the course) are looked at as each sandbox starts, the
+    Python installations (tens of thousands of files, installed by a package manager) once a
+    grading run; ``/usr`` and ``/lib`` belong to the system's packages, which install none."""
+    found, skip = [], {str(p) for p in skip}
+    for tree in trees:
         stack = [str(tree)]
         while stack:
             d = stack.pop()
@@ -649,16 +644,16 @@ def socket_files(trees=None) -> list[str]:
                             continue
                         if stat.S_ISSOCK(mode):
                             found.append(e.path)
-                        elif stat.S_ISDIR(mode) and e.name not in (".git", "node_modules"):
+                        elif stat.S_ISDIR(mode) and e.name != ".git" and e.path not in skip:
                             stack.append(e.path)
             except OSError:
                 continue
-    if trees is None:
-        _MASKS.update(at=now, found=found)
     return found
 
 
-MASK_SECONDS = 60.0
+def python_socket_files() -> list[str]:
+    """Socket files in the Python installations a sandbox sees (not the course's)."""
+    return socket_files([t for t in _bound_trees() if t != ROOT.resolve()])
 
 
 def _kernel_launcher() -> str:
@@ -671,7 +666,7 @@ def _kernel_launcher() -> str:
 
 
 def bwrap_command(stage: Path, *, hidden=(), uid=SANDBOX_UID, limits: Limits, result_fd: int,
-                  notebooks: list[str], cgroup: Cgroup | None = None) -> list[str]:
+                  notebooks: list[str], cgroup: Cgroup | None = None, python_sockets=None) -> list[str]:
     """The command line that runs ``notebooks`` of the folder ``stage`` in a sandbox: bubblewrap,
     started under ``env -i`` (its own first process keeps no variable of the grader's) and,
     with ``cgroup``, from a shell that first moves itself into it."""
@@ -721,13 +716,14 @@ def bwrap_command(stage: Path, *, hidden=(), uid=SANDBOX_UID, limits: Limits, re
         elif h.exists():
             args += ["--ro-bind", "/dev/null", str(h)]
     # socket files of the machine in what is bound: a read-only mount does not stop connect()
-    hidden_dirs = [Path(h).resolve() for h in (ROOT / "solutions", ROOT / ".git", *hidden)]
-    for s in socket_files():
-        try:
-            still = stat.S_ISSOCK(os.lstat(s).st_mode)
-        except OSError:
-            still = False
-        if still and not any(Path(s).is_relative_to(h) for h in hidden_dirs):
+    hidden_dirs = [Path(h).resolve() for h in (ROOT / "solutions", ROOT / ".git", ROOT / ".cache", *hidden)]
+    found = socket_files([Path("/etc"), ROOT.resolve()], skip=hidden_dirs)
+    for s in python_socket_files() if python_sockets is None else python_sockets:
+        with contextlib.suppress(OSError):
+            if stat.S_ISSOCK(os.lstat(s).st_mode):        # (still there: bwrap needs the target)
+                found.append(s)
+    for s in sorted(set(found)):
+        if not any(Path(s).is_relative_to(h) for h in hidden_dirs):
             args += ["--ro-bind", "/dev/null", s]
     # private, size-limited, writable: the course's compile cache
     cache = ROOT / ".cache"            # the course's compile cache: empty and private in here
@@ -823,7 +819,8 @@ class _Tail:
             self.data = (self.data + chunk)[-self.keep:]
 
 
-def run_sandbox(stage: Path, notebooks: list[str], *, limits: Limits, uid=SANDBOX_UID, hidden=()) -> dict:
+def run_sandbox(stage: Path, notebooks: list[str], *, limits: Limits, uid=SANDBOX_UID, hidden=(),
+                python_sockets=None) -> dict:
     """Run ``notebooks`` (names in ``stage``) in one sandbox; ``{name: result}`` as the runner
     reported them (not validated: see ``clean_result``), or ``{"error": why}`` for every
     notebook if the sandbox failed."""
@@ -831,7 +828,7 @@ def run_sandbox(stage: Path, notebooks: list[str], *, limits: Limits, uid=SANDBO
     cgroup = Cgroup.make(int(limits.sandbox_memory_gb * (1 << 30)), limits.max_procs)
     try:
         cmd = bwrap_command(stage, hidden=hidden, uid=uid, limits=limits, result_fd=w, notebooks=notebooks,
-                            cgroup=cgroup)
+                            cgroup=cgroup, python_sockets=python_sockets)
         wall = limits.notebook_timeout * max(1, len(notebooks)) + 60
         proc = subprocess.Popen(cmd, pass_fds=(w,), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, start_new_session=True, env={}, cwd="/")
@@ -1390,6 +1387,7 @@ def grade_submissions(course, assignment, *, students=None, limits: Limits | Non
         report[name] = _refused(sources, message)
         log(_printable(message))
     hidden = [course]
+    python_sockets = python_socket_files()
     with tempfile.TemporaryDirectory(prefix="autograde-") as tmp:
         tmp = Path(tmp)
         os.chmod(tmp, 0o755)
@@ -1410,7 +1408,8 @@ def grade_submissions(course, assignment, *, students=None, limits: Limits | Non
                     continue
                 sandbox_uid = free_uids.get()
                 try:
-                    result = run_sandbox(stage, [name], limits=limits, uid=sandbox_uid, hidden=hidden)[name]
+                    result = run_sandbox(stage, [name], limits=limits, uid=sandbox_uid, hidden=hidden,
+                                         python_sockets=python_sockets)[name]
                 finally:
                     free_uids.put(sandbox_uid)
                 nbs[name], fb = score_notebook(merged[name], source, result)
