@@ -126,7 +126,7 @@ def relu(x):
 
 
 SECRET = "grader-secret-5b7e1d"      # in the grader's environment: no sandbox may see it
-TMP_MB = 192                         # the sandboxes' /tmp (and cache) in these tests
+TMP_MB = 96                          # the sandboxes' /tmp (and cache) in these tests
 SANDBOX_MEMORY_GB = 2.0              # their memory cgroup, where the machine has one
 UNPRIVILEGED_UID = 47113             # an ordinary user without a passwd entry (setuid by numbers)
 
@@ -359,8 +359,9 @@ def hostile_sources(course: Path, port: int, sockets=()) -> dict:
     """``{student: (add cell, relu cell)}``: two attacks per submission where both can run."""
     a = attacks(course, port, sockets)
     return {
-        "mallory_snoop": (a["reader"] + LAUNCHERS["add"], a["gradebook"] + LAUNCHERS["relu"]),
-        "mallory_escape": (a["writer"] + LAUNCHERS["add"], a["net"] + LAUNCHERS["relu"]),
+        # reading and writing what is not its own; the network and the gradebook
+        "mallory_escape": (a["reader"] + "\nread = ok\n" + a["writer"] + "\nok = ok or read" + LAUNCHERS["add"],
+                           a["gradebook"] + "\nbook = ok\n" + a["net"] + "\nok = ok or book" + LAUNCHERS["relu"]),
         "mallory_resources": (a["forks"] + LAUNCHERS["add"], a["memory"] + LAUNCHERS["relu"]),
         "mallory_loop": ("""\
 def add(x, y):
@@ -646,13 +647,14 @@ def _start_unprivileged(port: int, sockets) -> dict | None:
     home.mkdir()
     _make_course(course)
     a = attacks(course, port, sockets)
-    subs = {"alice": submission(ADD, RELU),
-            "mallory_uid": submission(a["reader"] + LAUNCHERS["add"], a["writer"].replace(
-                "wrote = ok", "wrote = ok\n" + UNIX % {"paths": list(sockets)} + "\nwrote = wrote or ok") + LAUNCHERS["relu"])}
+    # right answers, and before them a cell that tries what an ordinary user's sandbox might
+    # allow: full marks prove the sandbox grades; the cell's output, that nothing got through
+    subs = {"mallory_uid": submission(ADD, RELU, extra_after_setup="\n".join(
+        [a["reader"], a["writer"], UNIX % {"paths": list(sockets)}]))}
     _write_submissions(course, subs)
     unreadable = course / "submitted" / "mallory_unreadable" / ASSIGNMENT
     unreadable.mkdir(parents=True)
-    shutil.copyfile(course / "submitted" / "alice" / ASSIGNMENT / NOTEBOOK, unreadable / NOTEBOOK)
+    shutil.copyfile(course / "submitted" / "mallory_uid" / ASSIGNMENT / NOTEBOOK, unreadable / NOTEBOOK)
     (unreadable / "secret.txt").write_text("not for the grader\n")
     for p in [top, *top.rglob("*")]:
         os.lchown(p, uid, uid)
@@ -778,19 +780,19 @@ def test_the_instructors_files_are_unchanged(graded):
 
 
 def test_reading_another_submission(graded):
-    assert _scores(graded, "mallory_snoop")[0] == 0.0
-    out = graded["outputs"]["mallory_snoop"]
+    assert _scores(graded, "mallory_escape")[0] == 0.0
+    out = graded["outputs"]["mallory_escape"]
     assert "reading alice's notebook: FileNotFoundError" in out and "found: []" in out, out
 
 
 def test_the_graders_environment_stays_outside(graded):
-    assert "secret seen in: []" in graded["outputs"]["mallory_snoop"], graded["outputs"]["mallory_snoop"]
+    assert "secret seen in: []" in graded["outputs"]["mallory_escape"], graded["outputs"]["mallory_escape"]
     assert SECRET not in "".join(graded["feedback"].values())
 
 
 def test_reading_or_changing_the_gradebook(graded):
-    assert _scores(graded, "mallory_snoop")[1] == 0.0
-    assert "the gradebook: FileNotFoundError" in graded["outputs"]["mallory_snoop"]
+    assert _scores(graded, "mallory_escape")[1] == 0.0
+    assert "the gradebook: FileNotFoundError" in graded["outputs"]["mallory_escape"]
 
 
 def test_writing_into_the_course(graded):
@@ -939,18 +941,19 @@ def test_feedback_cannot_attack_the_instructor(graded):
 
 
 def test_as_an_ordinary_user(graded):
-    """The same sandbox when the grader is not root: the grader's environment, its own socket
-    and the root filesystem stay out of reach, every writable place has a size; an unreadable
-    file refuses only its own submission."""
+    """The same sandbox when the grader is not root: a notebook with right answers gets full
+    marks, while its extra cell finds the grader's environment, its own socket, the other
+    submissions and the root filesystem out of reach and every writable place with a size; an
+    unreadable file refuses only its own submission."""
     run = graded["unprivileged"]
     if "skip" in run:
         if os.environ.get("CI", "").lower() == "true" and os.geteuid() == 0:
             pytest.fail(f"CI must run the unprivileged sandbox: {run['skip']}")
         pytest.skip(run["skip"])
     assert run["rc"] == 0, run["log"][-3000:]
-    assert run["scores"]["alice"] == {CHECK_ADD: 1.0, CHECK_RELU: 1.0}, run["outputs"].get("alice")
-    assert run["scores"]["mallory_uid"] == {CHECK_ADD: 0.0, CHECK_RELU: 0.0}, run["outputs"].get("mallory_uid")
+    assert run["scores"]["mallory_uid"] == {CHECK_ADD: 1.0, CHECK_RELU: 1.0}, run["outputs"].get("mallory_uid")
     out = run["outputs"]["mallory_uid"]
+    assert "found: []" in out and "tiny.ipynb FileNotFoundError" in out, out      # no submission, no course
     assert "secret seen in: []" in out and SECRET not in "".join(run["feedback"].values()), out
     for path in graded["sockets"]:
         assert f"unix socket {path} ConnectionRefusedError" in out, out
