@@ -151,7 +151,8 @@ filled = {}
 for d in ["/", "/root", "/dev", "/etc", "/run", os.environ.get("HOME", "/"), "/tmp", "/dev/shm", %(cache)r]:
     filled[d] = fill(os.path.join(d, "fill.bin"), %(mb)d)
     print(f"fill {d}: {filled[d][0]} MB, {filled[d][1]}", flush=True)
-ok = any(n > %(cap)d for n, _ in filled.values()) or any(filled[d][0] for d in ["/", "/root", "/dev", "/etc", "/run"])"""
+ok = (any(n > %(cap)d for n, _ in filled.values())
+      or any(filled[d][0] for d in ["/", "/root", "/dev", "/etc", "/run"]))"""
 
 SECRETS = """\
 import glob, os
@@ -570,7 +571,7 @@ def _read_results(course: Path, students, report_file: Path) -> dict:
         for s in students:
             try:
                 scores[s] = {g.name: g.score for g in gb.find_submission_notebook("tiny", ASSIGNMENT, s).grades}
-            except Exception:  # noqa: BLE001  nbgrader's MissingEntry: not in the gradebook
+            except Exception:  # nbgrader's MissingEntry: not in the gradebook
                 scores[s] = None
         zoe = gb.find_grade("old-check-1", "old", "ps-earlier", "zoe").score
     return dict(outputs=outputs, feedback=feedback, scores=scores, zoe=zoe,
@@ -667,7 +668,7 @@ def _start_unprivileged(port: int, sockets) -> dict | None:
            "TORCH_EXTENSIONS_DIR": str(home / "torch_extensions"), "NUMBA_CACHE_DIR": str(home / "numba"),
            "TRITON_CACHE_DIR": str(home / "triton"), "XDG_CACHE_HOME": str(home / ".cache")}
     report_file = top / "report.json"
-    log = open(top / "log.txt", "w")   # noqa: SIM115  closed by _finish_unprivileged
+    log = open(top / "log.txt", "w")   # closed by _finish_unprivileged
     proc = subprocess.Popen(
         [*prefix, sys.executable, "-m", "utils.autograde", ASSIGNMENT, "--course-dir", str(course), "--jobs", "2",
          # (no endless loop here: a cell timeout that a loaded machine cannot miss)
@@ -675,8 +676,8 @@ def _start_unprivileged(port: int, sockets) -> dict | None:
          "--max-procs", str(MAX_PROCS), "--memory-gb", "6", "--sandbox-memory-gb", str(SANDBOX_MEMORY_GB),
          "--tmp-mb", str(TMP_MB), "--json", str(report_file)],
         cwd=str(ROOT), env=env, stdout=log, stderr=subprocess.STDOUT)
-    return dict(proc=proc, t0=time.monotonic(), top=top, course=course, log=log, report_file=report_file, students=list(subs) +
-                ["mallory_unreadable"], course_before=course_before)
+    return dict(proc=proc, t0=time.monotonic(), top=top, course=course, log=log, report_file=report_file,
+                students=[*subs, "mallory_unreadable"], course_before=course_before)
 
 
 def _finish_unprivileged(run: dict) -> dict:
@@ -962,7 +963,8 @@ def test_as_an_ordinary_user(graded):
         assert f"unix socket {path} ConnectionRefusedError" in out, out
     _assert_writes_bounded(out)
     msg = run["report"]["mallory_unreadable"][NOTEBOOK][CHECK_ADD]["message"]
-    assert msg.startswith("mallory_unreadable: not graded:") and "secret.txt cannot be read (Permission denied)" in msg, msg
+    assert msg.startswith("mallory_unreadable: not graded:"), msg
+    assert "secret.txt cannot be read (Permission denied)" in msg, msg
     assert run["course_after"] == run["course_before"] and run["zoe"] == 3
 
 

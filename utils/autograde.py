@@ -376,7 +376,8 @@ def safe_outputs(outputs, budget: list[int]) -> tuple[list, bool]:
         if kind == "error":
             had_error = True
             tb = o.get("traceback")
-            tb = [_cut(t, MAX_OUTPUT_CHARS // 4) for t in tb[-20:] if isinstance(t, str)] if isinstance(tb, list) else []
+            tb = tb[-20:] if isinstance(tb, list) else []
+            tb = [_cut(t, MAX_OUTPUT_CHARS // 4) for t in tb if isinstance(t, str)]
             items.append(("error", dict(ename=_cut(_text(o.get("ename")), 200),
                                         evalue=_cut(_text(o.get("evalue")), 2000), traceback=tb)))
         elif kind == "stream":
@@ -751,7 +752,8 @@ def bwrap_command(stage: Path, *, hidden=(), uid=SANDBOX_UID, limits: Limits, re
     config = dict(uid=uid if root_mode else None, fd=result_fd, notebooks=notebooks,
                   cell_timeout=limits.cell_timeout, setup_timeout=limits.setup_timeout,
                   notebook_timeout=limits.notebook_timeout, launcher=_kernel_launcher(),
-                  trusted=sorted({str(p) for p in (*binds, Path(sys.prefix), Path(sys.base_prefix), ROOT, Path("/usr"))}),
+                  trusted=sorted({str(p) for p in (*binds, Path(sys.prefix), Path(sys.base_prefix), ROOT,
+                                                   Path("/usr"))}),
                   memory=int(limits.memory_gb * (1 << 30)), max_procs=limits.max_procs,
                   fsize=int(limits.tmp_mb) << 20)
     args += [sys.executable, "-I", str(ROOT / "utils" / "autograde.py"), "--inside", json.dumps(config)]
@@ -967,7 +969,7 @@ def _user_expression(client, expr: str, timeout: float):
         if value.get("status") == "ok":
             text = value["data"]["text/plain"]
             return text if isinstance(text, str) else None
-    except Exception:  # noqa: BLE001  no reply, a dead kernel, nonsense: None
+    except Exception:  # no reply, a dead kernel, nonsense: None
         pass
     return None
 
@@ -981,9 +983,9 @@ def _make_client(nb, cfg: dict, *, work: str):
     class Client(NotebookClient):
         """Starts the kernel by absolute path, with ``python -P -s``; keeps the output of a
         cell and of the notebook within bounds while it arrives."""
-        cell_chars: dict = {}    # noqa: RUF012  (a class made for one notebook)
-        notebook_chars = [0]     # noqa: RUF012
-        cut: set = set()         # noqa: RUF012
+        cell_chars: dict = {}    # (a class made for one notebook)
+        notebook_chars = [0]   
+        cut: set = set()       
 
         def create_kernel_manager(self):
             self.km = AsyncKernelManager(kernel_name="python3")
@@ -1037,8 +1039,9 @@ def _execute(nb, name: str, cfg: dict, work: str) -> dict:
             statuses[cell_index] = status
         else:
             statuses[cell_index] = "protocol"
-            messages[cell_index] = (f"the kernel's reply to this cell was not valid (its status is a "
-                                    f"{type(status).__name__}, not one of ok, error, aborted): this check earns no points")
+            messages[cell_index] = (
+                f"the kernel's reply to this cell was not valid (its status is a {type(status).__name__}, "
+                "not one of ok, error, aborted): this check earns no points")
         now = time.monotonic()
         seconds[cell_index] = round(now - last[0], 3)
         last[0] = now
@@ -1048,8 +1051,8 @@ def _execute(nb, name: str, cfg: dict, work: str) -> dict:
     env = {k: v for k, v in os.environ.items()}
     home = tempfile.mkdtemp(prefix="home-", dir="/tmp")
     env.update(HOME=home, IPYTHONDIR=os.path.join(home, ".ipython"), JUPYTER_CONFIG_DIR=os.path.join(home, ".jupyter"),
-               JUPYTER_DATA_DIR=os.path.join(home, ".jupyter-data"), JUPYTER_RUNTIME_DIR=os.path.join(home, ".jupyter-run"),
-               MPLCONFIGDIR=os.path.join(home, ".matplotlib"))
+               JUPYTER_DATA_DIR=os.path.join(home, ".jupyter-data"),
+               JUPYTER_RUNTIME_DIR=os.path.join(home, ".jupyter-run"), MPLCONFIGDIR=os.path.join(home, ".matplotlib"))
     probe_timeout = min(30.0, cell_timeout)
     try:
         with client.setup_kernel(cwd=kernel_dir, env=env):
@@ -1095,7 +1098,7 @@ def _execute(nb, name: str, cfg: dict, work: str) -> dict:
                     try:                    # back to a responsive kernel, or stop here
                         nb.cells.append(new_code_cell("pass"))
                         client.execute_cell(nb.cells[-1], len(nb.cells) - 1, store_history=False)
-                    except Exception as e:  # noqa: BLE001
+                    except Exception as e:
                         stop = f"the kernel did not respond after an interrupt ({type(e).__name__})"
                     finally:
                         nb.cells.pop()
@@ -1104,13 +1107,13 @@ def _execute(nb, name: str, cfg: dict, work: str) -> dict:
                     cell.outputs.append(_error_output(
                         "DeadKernelError", "the kernel died (out of memory, or a crash) while running this cell"))
                     stop = "the kernel died"
-                except Exception as e:  # noqa: BLE001  nonsense from the kernel: this cell's result
+                except Exception as e:  # nonsense from the kernel: this cell's result
                     statuses[i] = "protocol"
                     messages[i] = f"the kernel's messages for this cell were not valid ({type(e).__name__})"
                 if locked and not graded:
                     new = _user_expression(client, _PROBE, probe_timeout)   # what the setup cell did
                     baseline = new if new is not None else baseline
-    except Exception as e:  # noqa: BLE001  a kernel that does not start, and the like
+    except Exception as e:  # a kernel that does not start, and the like
         stop = stop or f"{type(e).__name__}: {e}"
     return {"notebook": name, "statuses": {str(k): v for k, v in statuses.items()},
             "messages": {str(k): v for k, v in messages.items()},
@@ -1165,14 +1168,14 @@ def inside(config: str) -> int:
     for name in cfg["notebooks"]:
         try:
             notebooks[name] = nbformat.reads(Path("/submission", name).read_text(encoding="utf-8"), as_version=4)
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             notebooks[name] = f"{type(e).__name__}: {e}"
     work = "/tmp/submission"              # the submission's files, as data the notebook may read
     shutil.copytree("/submission", work)
     for name, nb in notebooks.items():
         try:
             res = _execute(nb, name, cfg, work) if not isinstance(nb, str) else {"notebook": name, "error": nb}
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             res = {"notebook": name, "error": f"{type(e).__name__}: {e}"}
         out.write(json.dumps(res) + "\n")
         out.flush()
@@ -1216,7 +1219,7 @@ def clean_result(result, n_cells: int) -> dict:
             nb = _nbformat().reads(text, as_version=4)
             if isinstance(nb.get("cells"), list) and all(isinstance(c, dict) for c in nb.cells):
                 executed = nb
-        except Exception:  # noqa: BLE001  not JSON, too deep, not a notebook
+        except Exception:  # not JSON, too deep, not a notebook
             executed = None
     return {"statuses": statuses, "messages": messages, "stopped": stopped, "executed": executed}
 
@@ -1321,7 +1324,7 @@ def write_gradebook(course: Path, assignment: str, sources: dict, report: dict, 
             gb.update_or_create_student(student)
             try:
                 gb.find_submission(assignment, student)
-            except Exception:  # noqa: BLE001  nbgrader's MissingEntry
+            except Exception:  # nbgrader's MissingEntry
                 gb.add_submission(assignment, student)
             for nb_name, scores in notebooks.items():
                 for gid, s in scores.items():
@@ -1349,7 +1352,7 @@ def _stage(course: Path, assignment: str, student: str, sources: dict, into: Pat
         try:
             submitted = nbformat.reads(path.read_text(encoding="utf-8"), as_version=4)
             nb = merge(source, submitted)
-        except Exception as e:  # noqa: BLE001  not JSON, not UTF-8, too deep, not a notebook
+        except Exception as e:  # not JSON, not UTF-8, too deep, not a notebook
             problems[name] = _printable(f"the notebook cannot be read: {type(e).__name__}: {e}", 300)
             continue
         path.write_text(nbformat.writes(nb), encoding="utf-8")
@@ -1425,7 +1428,7 @@ def grade_submissions(course, assignment, *, students=None, limits: Limits | Non
                 return student, one(student)
             except SubmissionRefused as e:
                 message = f"{student}: not graded: {e}"
-            except Exception as e:  # noqa: BLE001  whatever it was, it is this student's result
+            except Exception as e:  # whatever it was, it is this student's result
                 message = f"{student}: not graded: {type(e).__name__}: {e}"
             message = _printable(message)
             log(message)
@@ -1451,11 +1454,11 @@ def write_feedback(course: Path, assignment: str, feedback: dict) -> None:
             if isinstance(nb, str):
                 try:
                     nb = nbformat.reads(nb, as_version=4)
-                except Exception:  # noqa: BLE001
+                except Exception:
                     continue
             try:
                 nbformat.validate(nb)
-            except Exception:  # noqa: BLE001
+            except Exception:
                 continue
             (dest / name).write_text(nbformat.writes(nb), encoding="utf-8")
 

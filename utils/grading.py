@@ -36,8 +36,8 @@ import torch
 
 from . import check as _check
 from . import guard as _guard
-from .config import DEVICE, SIMULATE, SIZES
 from .backends.launches import record_launches
+from .config import DEVICE, SIMULATE, SIZES
 
 # What ``utils`` exports; topic modules import the rest of the harness by name.
 __all__ = ["GradingError", "show_rejection", "POISON_BITS", "check_traffic", "check_shared"]
@@ -391,7 +391,7 @@ class Grader:
             raise GradingError(msg) from None
         except GradingError:
             raise
-        except Exception as e:  # noqa: BLE001  every failure of fn becomes a diagnosis
+        except Exception as e:  # every failure of fn becomes a diagnosis
             # A stub raised inside a kernel reaches us wrapped: Triton's interpreter wraps it in
             # an InterpreterError, a GPU compile turns it into a CompilationError.
             text = f"{e}\n{e.__cause__ or ''}"
@@ -424,7 +424,7 @@ class Grader:
                 try:
                     out = torch.as_tensor(out.copy_to_host() if SIMULATE and hasattr(out, "copy_to_host") else out,
                                           device=DEVICE)
-                except Exception:  # noqa: BLE001
+                except Exception:
                     self.fail(f"your function returned a {type(out).__name__}: return a torch tensor "
                               "(utils.from_numba turns a Numba array into one).")
             else:

@@ -5,7 +5,8 @@ NB = "def partials_kernel("
 
 MISTAKES = [
     # the Triton forward
-    Mistake("triton_unbiased_variance", TR, "tl.sum(d * d, axis=0) / cols + eps", "tl.sum(d * d, axis=0) / (cols - 1) + eps",
+    Mistake("triton_unbiased_variance", TR,
+            "tl.sum(d * d, axis=0) / cols + eps", "tl.sum(d * d, axis=0) / (cols - 1) + eps",
             cause=r"unbiased|biased|N - 1|cols - 1"),
     Mistake("triton_eps_outside_sqrt", TR, "1.0 / tl.sqrt(tl.sum(d * d, axis=0) / cols + eps)",
             "1.0 / (tl.sqrt(tl.sum(d * d, axis=0) / cols) + eps)", cause=r"eps"),

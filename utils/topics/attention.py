@@ -82,7 +82,8 @@ def _probabilities(s):
     e = torch.exp(s - m_safe)
     l = e.sum(dim=-1, keepdim=True)
     p = torch.where(empty, torch.zeros_like(e), e / torch.where(empty, torch.ones_like(l), l))
-    lse = torch.where(empty, torch.full_like(m, float("inf")), m_safe + torch.log(torch.where(empty, torch.ones_like(l), l)))
+    lse = torch.where(empty, torch.full_like(m, float("inf")),
+                      m_safe + torch.log(torch.where(empty, torch.ones_like(l), l)))
     return p, lse.squeeze(-1)
 
 
@@ -687,6 +688,8 @@ def check_attention(fn, *, causal: bool = False, dtype=torch.float32, lse: bool 
     extra = "" if refused is None else "; refuses transposed q, k, v clearly"
     what = "o and L" if checked_lse else "o"
     shapes = ", ".join("x".join(map(str, c.shape)) for c in cases if c.layout == "contiguous")
+    views = ", ".join("x".join(map(str, c.shape)) for c in cases if c.layout != "contiguous")
+    shapes += f"; as transposed views: {views}" if views else ""   # every input counted is listed
     success("check_attention", cases, worst,
             f"{what}, {DTYPE_NAMES[dtype]}{', causal' if causal else ''}; B x H x Nq x Nk x d = {shapes}{extra}")
 
@@ -697,7 +700,7 @@ def _try_layout(g, case, dtype):
     try:
         (ins, _guards) = _make_inputs(case, dtype)
         g.fn(*ins)
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         if "contiguous" in str(e).lower():
             return str(e).splitlines()[0]
     return None
