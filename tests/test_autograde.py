@@ -2,13 +2,13 @@
 
 One tiny assignment (two Triton check cells, one point each) is handed in by two honest
 students and by hostile ones, and graded in one run of ``python -m utils.autograde`` as root
-(in-process ``main``): seven hostile notebooks (two attacks each where both can run, each in
-front of its own check cell; files beside the notebook; markdown and outputs aimed at the
-instructor) and ten submissions refused before anything runs (links, hard links, oversized and
-sparse files, folder names that are not student ids). At the same time a second run grades an
-honest and two hostile submissions as an ordinary user (unprivileged user namespaces), where
-the machine allows. Each attack earns nothing, the honest students get full marks, the run
-finishes, and the instructor's files (the course's code, the course directory, the other
+(in-process ``main``): six hostile notebooks (two attacks each, each in front of its own check
+cell; files beside the notebook; markdown and outputs aimed at the instructor) and eight
+folders refused before anything runs (links, a hard link, oversized and sparse files, folder
+names that are not student ids). At the same time a second run, as an ordinary user (where
+the machine allows), grades a notebook with right answers and a cell of attacks, beside an
+unreadable submission. Each attack earns nothing, the honest students get full marks, the
+runs finish, and the instructor's files (the course's code, the course directory, the other
 submissions, the rest of the gradebook) are unchanged.
 
 Without bubblewrap these tests are skipped, with the reason; under CI (CI=true) they fail.
