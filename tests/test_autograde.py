@@ -415,8 +415,11 @@ def refused_submissions(course: Path) -> dict:
             made[name] = "is a hard link to a file outside the submission"
             continue
         shutil.copyfile(alice / NOTEBOOK, d / NOTEBOOK)
-        if what == "big":
-            (d / "data.bin").write_bytes(os.urandom(1 << 20) * 60)            # 60 MB
+        if what == "big":       # 60 MB on disk, of size 0 (blocks kept past the end), or written
+            (d / "data.bin").touch()
+            if shutil.which("fallocate") is None or subprocess.run(
+                    ["fallocate", "--keep-size", "-l", "60MiB", str(d / "data.bin")], check=False).returncode:
+                (d / "data.bin").write_bytes(os.urandom(1 << 20) * 60)
             made[name] = "is larger than 50 MB"
         elif what == "sparse":
             with open(d / "sparse.bin", "wb") as f:
@@ -713,6 +716,7 @@ def graded(tmp_path_factory):
     sock_dir.mkdir(parents=True, exist_ok=True)
     os.chmod(sock_dir, 0o755)
     listener = _Listener(sock_dir, owners=(os.geteuid(), UNPRIVILEGED_UID) if os.geteuid() == 0 else (os.geteuid(),))
+    unprivileged = _start_unprivileged(listener.port, listener.unix)     # first: it runs beside all of this
     subs = {"alice": submission(ADD, RELU), "bob": submission(BOB_ADD, BOB_RELU)}
     for student, (add_src, relu_src) in hostile_sources(course, listener.port, listener.unix).items():
         subs[student] = submission(add_src, relu_src)
@@ -726,7 +730,6 @@ def graded(tmp_path_factory):
         path.write_text(text)
     refused = refused_submissions(course)
 
-    unprivileged = _start_unprivileged(listener.port, listener.unix)
     course_before = _hash_tree(course, skip={"gradebook.db", "autograded"})
     code_before = _course_code_hash()
     t0 = time.monotonic()
