@@ -215,6 +215,28 @@ def agreement(configs):
     return out
 
 
+#: The goals of the course's kernels with cuBLAS matmuls: (what, configuration, baseline, kind, ratio).
+GOALS = (("tokens/s >= 1.3 x torch eager", "course + cuBLAS", "torch eager", "speed", 1.3),
+         ("tokens/s >= 1.0 x torch.compile", "course + cuBLAS", "torch.compile", "speed", 1.0),
+         ("peak memory <= torch.compile's", "course + cuBLAS", "torch.compile", "memory", 1.0))
+
+
+def targets(configs):
+    runs = {c["name"]: c for c in configs if "tokens_per_s" in c}
+    out = []
+    for what, name, base, kind, ratio in GOALS:
+        row = {"goal": f"{name}: {what}", "config": name, "baseline": base, "value": None, "met": None}
+        if name in runs and base in runs:
+            if kind == "speed":
+                row["value"] = runs[name]["tokens_per_s"] / runs[base]["tokens_per_s"]
+                row["met"] = row["value"] >= ratio
+            elif "peak_memory_gb" in runs[name] and "peak_memory_gb" in runs[base]:
+                row["value"] = runs[name]["peak_memory_gb"] / runs[base]["peak_memory_gb"]
+                row["met"] = row["value"] <= ratio
+        out.append(row)
+    return out
+
+
 def plot(res, path):
     import matplotlib
     matplotlib.use("Agg")
@@ -290,6 +312,9 @@ def main(argv=None):
     if any(c["name"] == "torch eager" and "losses" in c for c in res["configs"]):
         res["agreement"] = agreement(res["configs"])
         print(json.dumps(res["agreement"], indent=1))
+    res["targets"] = targets(res["configs"])
+    for t in res["targets"]:
+        print(f"{t['goal']:60s} {t['value'] if t['value'] is None else round(t['value'], 3)}  met: {t['met']}")
     (args.out / "gpt-train.json").write_text(json.dumps(res, indent=1) + "\n")
     try:
         plot(res, args.out / "gpt-train.png")
