@@ -202,21 +202,24 @@ def _graph(tr, xs, ys, args):
 
 
 def agreement(configs):
+    """Each configuration's loss curve against torch eager's over the SAME steps: the first loss, and
+    the mean over the last quarter of the steps both ran (a configuration stopped early by the
+    time budget is compared over its own last quarter, with eager's losses of those steps)."""
     ref = next(c for c in configs if c["name"] == "torch eager" and "losses" in c)
-    n = len(ref["losses"])
-    tail = max(1, n // 4)
-    r = torch.tensor(ref["losses"][-tail:])
-    noise = float(r.std()) if tail > 1 else float("nan")
     out = {}
     for c in configs:
         if "losses" not in c or c is ref:
             continue
-        m = torch.tensor(c["losses"][-tail:])
+        n = min(len(c["losses"]), len(ref["losses"]))
+        tail = max(1, n // 4)
+        r = torch.tensor(ref["losses"][n - tail:n])
+        m = torch.tensor(c["losses"][n - tail:n])
+        noise = float(r.std()) if tail > 1 else float("nan")
         first = abs(c["losses"][0] - ref["losses"][0])
         diff = float(m.mean() - r.mean())
         ok = first < 0.02 and (math.isnan(noise) or abs(diff) < noise)
-        out[c["name"]] = {"first_loss_diff": first, "tail_steps": tail, "tail_mean_diff": diff,
-                          "eager_tail_std": noise, "agrees": bool(ok)}
+        out[c["name"]] = {"first_loss_diff": first, "steps_compared": [n - tail, n], "tail_steps": tail,
+                          "tail_mean_diff": diff, "eager_tail_std": noise, "agrees": bool(ok)}
     return out
 
 

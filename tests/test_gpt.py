@@ -72,7 +72,7 @@ def _run(backend, steps, ck_at=None, ck_path=None, resume=None):
     if resume is not None:
         utils.load_checkpoint(resume, model, opt, gen)
     for step in range(steps):
-        losses += utils.train_gpt(model, data, steps=1, batch=1, T=8, opt=opt, gen=gen)
+        losses += utils.train_gpt(model, data, steps=1, batch=1, T=4, opt=opt, gen=gen)
         if ck_at is not None and step + 1 == ck_at:
             utils.save_checkpoint(ck_path, model, opt, gen, step + 1)
     return losses
