@@ -21,9 +21,11 @@ from .check import *  # noqa: F403  tolerance table, assert_close
 from .grading import POISON_BITS, GradingError, check_shared, check_traffic, show_rejection  # noqa: F401  the harness
 from .topics import CHECKS as _CHECKS, topic  # noqa: F401  one spec per topic (utils/topics/<topic>.py)
 from .topics.gelu import gelu_tanh_ref  # noqa: F401
+from .topics.gpt import check_gpt_op  # noqa: F401  lesson 11: your kernels in the GPT
 globals().update(_CHECKS)  # check_relu, check_gelu, check_sum, check_softmax, ...: every topic's graders
 from .bench import *  # noqa: F403  bench, recorded results
 from .plots import *  # noqa: F403  bandwidth plots, index maps, reduction trees
+from .source_view import *  # noqa: F403  show(kernel): the source, PTX or SASS of a kernel of any language
 from .occupancy import *  # noqa: F403  occupancy: the CUDA occupancy calculator, GPUS
 from .progress import *  # noqa: F403  progress bars on long sweeps
 from .report import *  # noqa: F403  environment report
@@ -34,6 +36,7 @@ from .backends.triton import interpreter as triton_sim  # races and poison in Tr
 from .backends.numba.races import SimulatorMemoryError, SimulatorRaceError  # noqa: F401
 from .profile import profile, Profile  # noqa: F401  counters of one launch (emulator or ncu)
 from .backends import Backend, BACKENDS, backend_of, record_launches  # noqa: F401  one interface to the three
+from .gpt import *  # noqa: F403  lesson 11's GPT: GPT, GPTConfig, gradient_check, course_text, train_gpt
 
 # The modules' earlier paths, which learners' code may import (`from utils.triton_compat import tanh`).
 import sys as _sys
