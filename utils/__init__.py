@@ -25,6 +25,7 @@ from .topics.gpt import check_gpt_op  # noqa: F401  lesson 11: your kernels in t
 globals().update(_CHECKS)  # check_relu, check_gelu, check_sum, check_softmax, ...: every topic's graders
 from .bench import *  # noqa: F403  bench, recorded results
 from .plots import *  # noqa: F403  bandwidth plots, index maps, reduction trees
+from .source_view import *  # noqa: F403  show(kernel): the source, PTX or SASS of a kernel of any language
 from .occupancy import *  # noqa: F403  occupancy: the CUDA occupancy calculator, GPUS
 from .progress import *  # noqa: F403  progress bars on long sweeps
 from .report import *  # noqa: F403  environment report

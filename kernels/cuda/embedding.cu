@@ -68,3 +68,59 @@ __global__ void embedding_backward_sorted_kernel(const long long* __restrict__ s
     for (int j = p; j < n && sorted_ptr[j] == id; ++j) acc += dout_ptr[perm_ptr[j] * dim + c];
     dw_ptr[id * dim + c] += acc;
 }
+
+// v4: v3 without its one slow case. In v3 the owner of a run of L equal ids adds L rows one
+// after the other: a frequent token (a comma, " the": a few percent of the tokens of real
+// text, hundreds of rows in a batch) makes one block work hundreds of times longer than the
+// rest. v4 cuts the sorted positions into chunks of CHUNK. Pass 1, one block per chunk: each
+// piece of a run inside the chunk is summed in order; a run that lies wholly inside the chunk
+// is added to dweight at once; the piece that continues a run from the chunk before goes to
+// head[chunk], the piece that starts a run continuing into the next chunk to tail[chunk].
+// Pass 2, one block per chunk whose tail starts a run: it adds tail[chunk] and the heads of the
+// chunks the run spans, in order, and adds that to dweight once. Every id still has exactly
+// one owner and a fixed order of additions: deterministic, and at most CHUNK + L / CHUNK steps.
+__device__ __forceinline__ bool emb_cont_prev(const long long* s, int cs) { return cs > 0 && s[cs - 1] == s[cs]; }
+__device__ __forceinline__ bool emb_cont_next(const long long* s, int ce, int n) { return ce < n && s[ce - 1] == s[ce]; }
+
+__global__ void embedding_backward_chunk_kernel(const long long* __restrict__ sorted_ptr,
+                                                const long long* __restrict__ perm_ptr,
+                                                const float* __restrict__ dout_ptr, float* dw_ptr, float* head_ptr,
+                                                float* tail_ptr, int n, int vocab, int dim, int chunk) {
+    int ch = blockIdx.x;
+    int c = blockIdx.y * blockDim.x + threadIdx.x;
+    if (c >= dim) return;
+    int cs = ch * chunk, ce = min(cs + chunk, n);
+    bool cont_prev = emb_cont_prev(sorted_ptr, cs), cont_next = emb_cont_next(sorted_ptr, ce, n);
+    float acc = 0.0f;
+    int piece_start = cs;
+    for (int j = cs; j < ce; ++j) {
+        acc += dout_ptr[perm_ptr[j] * dim + c];
+        if (j + 1 < ce && sorted_ptr[j + 1] == sorted_ptr[j]) continue;  // the piece goes on
+        long long id = sorted_ptr[j];
+        bool first = piece_start == cs, last = j + 1 == ce;
+        if (first && cont_prev) head_ptr[(long long)ch * dim + c] = acc;     // continues a run from before
+        else if (last && cont_next) tail_ptr[(long long)ch * dim + c] = acc;  // starts a run that goes on
+        else if (id >= 0 && id < vocab) dw_ptr[id * dim + c] += acc;         // a whole run: its only owner
+        acc = 0.0f;
+        piece_start = j + 1;
+    }
+}
+
+__global__ void embedding_backward_join_kernel(const long long* __restrict__ sorted_ptr,
+                                               const float* __restrict__ head_ptr, const float* __restrict__ tail_ptr,
+                                               float* dw_ptr, int n, int vocab, int dim, int chunk) {
+    int ch = blockIdx.x;
+    int c = blockIdx.y * blockDim.x + threadIdx.x;
+    if (c >= dim) return;
+    int cs = ch * chunk, ce = min(cs + chunk, n);
+    bool single = sorted_ptr[cs] == sorted_ptr[ce - 1];
+    if (!emb_cont_next(sorted_ptr, ce, n) || (single && emb_cont_prev(sorted_ptr, cs))) return;  // no tail here
+    long long id = sorted_ptr[ce - 1];
+    float acc = tail_ptr[(long long)ch * dim + c];
+    for (int k = ch + 1;; ++k) {
+        acc += head_ptr[(long long)k * dim + c];
+        int ks = k * chunk, ke = min(ks + chunk, n);
+        if (!(sorted_ptr[ks] == sorted_ptr[ke - 1] && emb_cont_next(sorted_ptr, ke, n))) break;  // the run ends in k
+    }
+    if (id >= 0 && id < vocab) dw_ptr[id * dim + c] += acc;
+}

@@ -1,10 +1,11 @@
 """Token embedding in CUDA C++: launchers for ``embedding.cu``.
 
     embedding(ids, weight)                     the forward gather: out[..., :] = weight[ids[...], :]
-    embedding_backward(ids, dout, dweight)     the reference backward (v3): dweight[ids[i]] += dout[i]
+    embedding_backward(ids, dout, dweight)     the reference backward (v4): dweight[ids[i]] += dout[i]
     embedding_backward_plain(...)              v1: `+=` in global memory: a race on repeated ids
     embedding_backward_atomic(...)             v2: atomicAdd: right, not bitwise reproducible
     embedding_backward_sorted(...)             v3: ids sorted, one owner per row: deterministic
+    embedding_backward_chunked(...)            v4: v3 with long runs of one id split into chunks
 
 The backward adds into ``dweight`` in place and returns it: with tied weights (the LM head
 shares the embedding's table) both gradients must end up in the same tensor.
@@ -19,7 +20,7 @@ from collections import OrderedDict
 import torch
 
 import utils
-from utils.inputs import INT32_MAX, check_input, check_tensor  # noqa: F401  (the shared input rules)
+from utils.inputs import INT32_MAX, check_input, check_tensor
 
 SOURCE = utils.KERNELS_DIR / "cuda" / "embedding.cu"
 THREADS = 64 if utils.SIMULATE else 256
@@ -112,6 +113,29 @@ def embedding_backward_sorted(ids, dout, dweight):
     return dweight
 
 
+#: Sorted positions per chunk of v4 (small in simulation, so that runs span chunks in the tests).
+CHUNK = 4 if utils.SIMULATE else 32
+
+
+def embedding_backward_chunked(ids, dout, dweight):
+    """v4: v3 with runs of equal ids cut into chunks (pass 1 sums the pieces, pass 2 joins the
+    pieces of runs that span chunks, in order): deterministic, and a frequent id no longer makes
+    one block add hundreds of rows alone."""
+    flat, dout, dweight = check_embedding_backward_inputs(ids, dout, dweight)
+    vocab, dim = dweight.shape
+    n = flat.numel()
+    if n and dim:
+        sorted_ids, perm = torch.sort(flat, stable=True)
+        chunks = cdiv(n, CHUNK)
+        head = torch.empty(chunks, dim, dtype=torch.float32, device=dweight.device)
+        tail = torch.empty(chunks, dim, dtype=torch.float32, device=dweight.device)
+        grid = (chunks, cdiv(dim, THREADS))
+        kernel("embedding_backward_chunk_kernel")[grid, THREADS](sorted_ids, perm, dout, dweight, head, tail, n,
+                                                                 vocab, dim, CHUNK)
+        kernel("embedding_backward_join_kernel")[grid, THREADS](sorted_ids, head, tail, dweight, n, vocab, dim, CHUNK)
+    return dweight
+
+
 VERSIONS = OrderedDict(
     v1=("plain += into dweight: repeated ids race (lost updates on a GPU, reported in simulation)",
         embedding_backward_plain),
@@ -119,8 +143,9 @@ VERSIONS = OrderedDict(
         embedding_backward_atomic),
     v3=("ids sorted, one owner per row sums its tokens in order: deterministic, no atomics",
         embedding_backward_sorted),
+    v4=("v3 with long runs cut into chunks and joined in order: deterministic, balanced", embedding_backward_chunked),
 )
-REFERENCE = "v3"
+REFERENCE = "v4"
 embedding_backward = VERSIONS[REFERENCE][1]
 
 

@@ -14,13 +14,21 @@ from collections import OrderedDict
 
 import torch
 
-import utils  # noqa: F401  (must come before numba: it picks the simulator or the GPU)
+import utils
 from kernels.cuda.cross_entropy import (  # noqa: F401  (input rules and references, defined once)
-    IGNORE_INDEX, check_ce_inputs, check_ignore_index, check_input, cross_entropy_loss_ref, cross_entropy_ref)
+    IGNORE_INDEX,
+    check_ce_inputs,
+    check_ignore_index,
+    check_input,
+    cross_entropy_loss_ref,
+    cross_entropy_ref,
+)
+
 from numba import cuda, float32
 
 FULL_MASK = 0xFFFFFFFF
-ROW_THREADS = 64 if utils.SIMULATE else 1024
+#: Threads per row block: one warp in simulation (each simulated thread is a Python thread).
+ROW_THREADS = 32 if utils.SIMULATE else 1024
 F32 = (torch.float32,)
 
 

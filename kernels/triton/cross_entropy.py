@@ -14,9 +14,16 @@ from collections import OrderedDict
 
 import torch
 
-import utils  # noqa: F401  (configures the interpreter before triton loads)
+import utils
 from kernels.cuda.cross_entropy import (  # noqa: F401  (input rules and references, defined once)
-    IGNORE_INDEX, check_ce_inputs, check_ignore_index, check_input, cross_entropy_loss_ref, cross_entropy_ref)
+    IGNORE_INDEX,
+    check_ce_inputs,
+    check_ignore_index,
+    check_input,
+    cross_entropy_loss_ref,
+    cross_entropy_ref,
+)
+
 import triton
 import triton.language as tl
 

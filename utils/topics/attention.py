@@ -688,6 +688,8 @@ def check_attention(fn, *, causal: bool = False, dtype=torch.float32, lse: bool 
     extra = "" if refused is None else "; refuses transposed q, k, v clearly"
     what = "o and L" if checked_lse else "o"
     shapes = ", ".join("x".join(map(str, c.shape)) for c in cases if c.layout == "contiguous")
+    views = ", ".join("x".join(map(str, c.shape)) for c in cases if c.layout != "contiguous")
+    shapes += f"; as transposed views: {views}" if views else ""   # every input counted is listed
     success("check_attention", cases, worst,
             f"{what}, {DTYPE_NAMES[dtype]}{', causal' if causal else ''}; B x H x Nq x Nk x d = {shapes}{extra}")
 
