@@ -11,10 +11,12 @@
 // recomputes each one from x and the row's lse, which is one float per row.
 //
 // Loaded by kernels/cuda/cross_entropy.py (the launchers) through utils.cuda_kernel.
-//   v1: cross_entropy_forward_kernel (two passes over the row: max, then sum of exp),
+//   v1  unfused: forward (max pass + sum pass), mean, backward: logits read 3 times
+//       cross_entropy_forward_kernel (two passes over the row: max, then sum of exp),
 //       cross_entropy_mean_kernel (the mean over counted rows, and 1 / count for the backward),
 //       cross_entropy_backward_kernel (a third read of the row, the gradient written)
-//   v2: cross_entropy_count_kernel (how many rows count), then cross_entropy_fused_kernel:
+//   v2  fused: online logsumexp + gradient in one kernel, logits read twice, written once (in place optional)
+//       cross_entropy_count_kernel (how many rows count), then cross_entropy_fused_kernel:
 //       ONE pass for the max and the sum together (the online logsumexp), and one pass that
 //       writes the gradient, over the logits themselves when asked (in place): the logits are
 //       read twice and written once, the least a two-pass softmax can do.

@@ -1,6 +1,14 @@
 """Token embedding in Triton: the forward gather and three backwards (plain load-add-store,
 atomics, sorted and deterministic), as in ``kernels/cuda/embedding.cu``. The backward adds
-into ``dweight`` in place (tied weights) and returns it."""
+into ``dweight`` in place (tied weights) and returns it.
+
+Versions (``VERSIONS``, naive to best):
+
+    v1  load + add + store into dweight: repeated ids race (lost updates on a GPU, reported in simulation)
+    v2  tl.atomic_add into dweight: right, but the sums' order (and last bits) change between runs
+    v3  ids sorted, one owner per row sums its tokens in order: deterministic, no atomics
+    v4  v3 with long runs cut into chunks and joined in order: deterministic, balanced
+"""
 from __future__ import annotations
 
 from collections import OrderedDict
