@@ -37,6 +37,7 @@ import torch
 from . import check as _check
 from . import guard as _guard
 from .config import DEVICE, SIMULATE, SIZES
+from .backends import launches as _launches
 from .backends.launches import record_launches
 
 # What ``utils`` exports; topic modules import the rest of the harness by name.
@@ -329,7 +330,8 @@ class Case:
 
 
 class _Run:
-    def __init__(self, out, inputs, in_guards, allocs, launches=None):
+    def __init__(self, out, inputs, in_guards, allocs, launches=None, case=None):
+        self.case = case  # the Case it ran on (a rejection names it)
         self.out = out
         self.inputs = inputs
         self.in_guards = in_guards
@@ -340,6 +342,57 @@ class _Run:
 #: Grader name -> the aten operators (beyond allocation, views, fills, copies and casts) a
 #: launcher may run, where its exercise says so: the topic spec's ``torch_ops_allowed``.
 TORCH_OPS_ALLOWED: dict[str, frozenset] = {}
+
+#: The aten operators of the usual torch answers, as a learner writes them (beyond
+#: ``utils/backends/launches.py``'s table); ``<op>_backward`` is named as the backward of ``<op>``.
+_OP_NAMES = {
+    "native_layer_norm": "torch.nn.functional.layer_norm",
+    "_fused_rms_norm": "torch.nn.functional.rms_norm", "rms_norm": "torch.nn.functional.rms_norm",
+    "mean": "torch.mean", "var": "torch.var", "var_mean": "torch.var_mean", "std": "torch.std",
+    "rsqrt": "torch.rsqrt", "sqrt": "torch.sqrt", "pow": "** (torch.pow)", "log": "torch.log",
+    "logsumexp": "torch.logsumexp", "masked_fill": "Tensor.masked_fill", "baddbmm": "torch.baddbmm",
+    "_scaled_dot_product_attention_math": "torch.nn.functional.scaled_dot_product_attention",
+    "_scaled_dot_product_cudnn_attention": "torch.nn.functional.scaled_dot_product_attention",
+    "_efficient_attention_forward": "torch.nn.functional.scaled_dot_product_attention",
+    "_flash_attention_forward": "torch.nn.functional.scaled_dot_product_attention",
+}
+
+
+def op_name(op: str) -> str:
+    """How a learner wrote an aten operator, and what torch ran: ``"torch.softmax
+    (aten._softmax)"``; an autograd backward is named as the backward of its forward
+    (``"the backward of torch.nn.functional.layer_norm, run by autograd (aten.native_layer_norm_backward)"``)."""
+    if op.endswith("_backward") and op != "_backward":
+        base = op[: -len("_backward")]
+        friendly = _OP_NAMES.get(base) or _launches.torch_op_name(base).split(" (aten.")[0]
+        return f"the backward of {friendly}, run by autograd (aten.{op})"
+    if op in _OP_NAMES:
+        return f"{_OP_NAMES[op]} (aten.{op})"
+    return _launches.torch_op_name(op)
+
+
+def launch_verdict(launches, allowed=(), need_kernel: bool = True, fn=None) -> str | None:
+    """Why a call's right values are not its own kernel's work (None: they are). The course's
+    references called from the learner's function (``<topic>_ref64``, recorded by the topic's
+    spec) come first, then the torch operators that computed, then a call that launched nothing."""
+    refs = list(getattr(launches, "references", None) or ())
+    ops = launches.computing_ops(allowed)
+    if refs:
+        via = f" (with {', '.join(op_name(o) for o in ops[:2])})" if ops else ""
+        return (f"your function returned the right values, but the course's own reference {refs[0]}{via} "
+                "computed them: that is what the grader compares with. Launch your kernel, which must compute "
+                "the result itself.")
+    if ops:
+        names = ", ".join(op_name(op) for op in ops[:3]) + (", ..." if len(ops) > 3 else "")
+        verb = "computed" if len(ops) == 1 else "computed (part of)"
+        return (f"your function returned the right values, but {names} {verb} them: launch your kernel, "
+                "which must compute the result itself.")
+    return launches.verdict(allowed, need_kernel, fn)
+
+
+#: The grader running now, by name: ``success`` asks it whether every call was the learner's
+#: own kernels' work before it prints "correct".
+_running: dict = {}
 
 
 class Grader:
@@ -353,6 +406,8 @@ class Grader:
         self.seed = _fresh_seed() if seed is None else int(seed)
         self.gen = torch.Generator().manual_seed(self.seed)
         self.case = None
+        self.runs: list[_Run] = []   # every call of fn: success() checks that kernels did the work
+        _running[name] = self
 
     # -- failure -----------------------------------------------------------------------
     def fail(self, what: str, hint: str | None = None, cause=None):
@@ -408,7 +463,9 @@ class Grader:
             if isinstance(e, IndexError):
                 self.fail(f"{type(e).__name__}: {e}", _fault_hint("index out of range"), cause=e)
             self.fail(f"your function raised {type(e).__name__}: {e}", _exception_hint(e, inputs), cause=e)
-        return _Run(out, inputs, in_guards, allocs, launches)
+        run = _Run(out, inputs, in_guards, allocs, launches, case)
+        self.runs.append(run)
+        return run
 
     # -- checks on one run -----------------------------------------------------------------
     def output_tensor(self, run: _Run, shape, *, scalar=False, dtypes=(torch.float32,)) -> torch.Tensor:
@@ -503,15 +560,24 @@ class Grader:
 
     def check_launched(self, run: _Run):
         """The right values must come from a kernel: reject a call that launched none, or where a
-        torch operator computed what the kernel should (``return torch.softmax(x, -1)``)."""
+        torch operator computed what the kernel should (``return torch.softmax(x, -1)``), or that
+        returned the course's own reference."""
         if run.launches is None:
             return
         # an empty or one-element input may need no kernel: a K=0 product is torch.zeros, the sum
         # of one element a copy of it (the other cases of the grader still need the kernel)
         need_kernel = all(t.numel() > 1 for t in run.inputs if isinstance(t, torch.Tensor))
-        why = run.launches.verdict(TORCH_OPS_ALLOWED.get(self.name, ()), need_kernel, self.fn)
+        why = launch_verdict(run.launches, TORCH_OPS_ALLOWED.get(self.name, ()), need_kernel, self.fn)
         if why:
+            if run.case is not None:
+                self.case = run.case
             self.fail(why)
+
+    def check_all_launched(self):
+        """``check_launched`` on every call this grader made (``success`` runs it, so that no
+        grader of any topic can accept torch's answer or the reference's)."""
+        for run in self.runs:
+            self.check_launched(run)
 
     def check_unwritten(self, run: _Run, out: torch.Tensor, hint_fn=None, case=None):
         mask = self.unwritten_mask(run, out)
@@ -595,6 +661,13 @@ def run_cases(g: Grader, cases, *, names, shape_of, scalar=False, tol_of=None,
 
 
 def success(name, cases, worst, sizes_text):
+    """Print a grader's verdict of "correct", once every call it made is known to be the
+    learner's kernels' work (``Grader.check_all_launched``)."""
+    g = _running.pop(name, None)
+    if g is None:
+        raise RuntimeError(f"{name}: success() without a running Grader named {name!r}: a grader is built on "
+                           "utils.grading.Grader, which records what each call launched")
+    g.check_all_launched()
     print(f"{name}: correct on {len(cases)} inputs ({sizes_text}), max error {worst:.3g}")
 
 
@@ -783,9 +856,10 @@ def show_rejection(check, *args, **kwargs) -> GradingError:
 TRAFFIC_SLACK = 1.25
 
 
-def _profiled(kernel_or_profile, launch, kwargs, what: str):
+def _profiled(kernel_or_profile, launch, kwargs, what: str, reject: bool = False):
     """A profile: the one given, or one launch of the kernel given (``utils.profile``). None on
-    a GPU whose Nsight Compute cannot profile (the same check runs in simulation)."""
+    a GPU whose profiler cannot measure the launch (the same check runs in simulation): then a
+    check that grades (``reject=True``) fails, since a measurement it does not have cannot pass."""
     if hasattr(kernel_or_profile, "metrics") or hasattr(kernel_or_profile, "bytes_moved"):
         return kernel_or_profile
     profile = _utils_attr("profile")
@@ -797,7 +871,12 @@ def _profiled(kernel_or_profile, launch, kwargs, what: str):
         if SIMULATE:
             raise
         # On a GPU the counters come from Nsight Compute, which a machine may lack.
-        print(f"{what}: not measured on this GPU ({str(e).splitlines()[0]})")
+        why = str(e).splitlines()[0]
+        if reject:
+            raise GradingError(f"{what}: not measured on this GPU ({why}), and this check grades it: a check "
+                               "that measured nothing cannot pass. Run the notebook in simulation "
+                               "(COURSE_SIMULATE=1), where every access is counted.") from None
+        print(f"{what}: not measured on this GPU ({why})")
         return None
 
 
@@ -805,6 +884,15 @@ def _advise(msg: str, reject: bool) -> None:
     if reject:
         raise GradingError(msg)
     print("advice:", msg)
+
+
+def _requested_bytes(p) -> int | None:
+    """The bytes the launch's lanes asked for (loads, stores, atomics), where the profile says."""
+    m = getattr(p, "metrics", None) or {}
+    parts = [m.get(k) for k in ("bytes_loaded", "bytes_stored", "bytes_atomic")]
+    if parts[0] is None or parts[1] is None:
+        return None
+    return int(sum(v or 0 for v in parts))
 
 
 def check_traffic(kernel_or_profile, *launch, max_ratio: float = TRAFFIC_SLACK,
@@ -815,24 +903,43 @@ def check_traffic(kernel_or_profile, *launch, max_ratio: float = TRAFFIC_SLACK,
     ``check_traffic(p)`` reads a profile already taken. Global memory moves whole 32-byte
     sectors: a warp whose threads read neighbouring 4-byte elements uses every byte of the
     sectors it touches, a warp whose threads read elements far apart drags in a whole sector
-    for each 4 bytes. When the kernel moves more than ``max_ratio`` times the bytes it needs,
-    this prints the ratio and the worst access in words, or, with ``reject=True`` (for the
-    exercises that say they grade traffic), raises ``GradingError``. Returns the profile.
+    for each 4 bytes; and a kernel that reads the same data twice moves it twice. When the
+    kernel moves more than ``max_ratio`` times the bytes it needs, this prints the ratio and
+    the likely cause, or, with ``reject=True`` (for the exercises that say they grade
+    traffic), raises ``GradingError``. A launch that moved no byte at all fails (a kernel that
+    reads and writes nothing computed nothing), and so does, with ``reject=True``, a launch
+    that could not be measured. Returns the profile.
     """
-    p = _profiled(kernel_or_profile, launch, kwargs, "traffic")
+    p = _profiled(kernel_or_profile, launch, kwargs, "traffic", reject)
     if p is None:
         return None
     moved, needed = getattr(p, "bytes_moved", None), getattr(p, "bytes_needed", None)
+    backend = getattr(p, "backend", "no backend")
+    if moved == 0:
+        raise GradingError("traffic: the kernel moved no byte of global memory: it read and wrote nothing, so it "
+                           "computed nothing (is its body empty, or every access masked off?). The result must "
+                           "come from this kernel's loads and stores.")
     if not moved or not needed:
-        print(f"traffic: not measured for this launch ({getattr(p, 'backend', 'no backend')} "
-              "reported no global sectors)")
+        msg = (f"traffic: not measured for this launch ({backend} reported "
+               f"{'no global sectors' if not moved else 'no bytes needed'})")
+        if reject:
+            raise GradingError(msg + ", and this check grades traffic: a check that measured nothing cannot pass.")
+        print(msg)
         return p
     ratio = moved / needed
     if ratio <= max_ratio:
         print(f"traffic: {moved:,} bytes moved for the {needed:,} needed ({ratio:.2f}x): coalesced")
         return p
     summary = list(getattr(p, "summary", None) or [])
-    why = f" Worst access: {summary[0]}" if summary else ""
+    why = f" Worst access: {summary[0].rstrip('.')}." if summary else ""
+    requested = _requested_bytes(p)
+    if requested and moved <= TRAFFIC_SLACK * requested:
+        # every sector moved was asked for: the accesses are coalesced, the data is read again
+        _advise(f"your kernel moves {ratio:.1f}x the bytes it needs ({moved:,} bytes for {needed:,} bytes of "
+                f"data), and its accesses are coalesced ({requested:,} bytes asked for): it reads the same data "
+                f"more than once.{why} Load each value once and keep it in registers (a variable of the kernel) "
+                "for every later use, or skip the tiles that cannot contribute.", reject)
+        return p
     _advise(f"your kernel moves {ratio:.1f}x the bytes it needs ({moved:,} bytes in 32-byte sectors "
             f"for {needed:,} bytes of data).{why} Let neighbouring threads touch neighbouring "
             "elements at every step (in a loop: element = thread + k * total threads), so that a "
@@ -859,7 +966,7 @@ def check_shared(kernel_or_profile, *launch, min_lanes: float = DIVERGENCE_LANES
     active lanes per warp instruction (fewer than ``min_lanes`` of 32: the warps diverge).
     Returns the profile.
     """
-    p = _profiled(kernel_or_profile, launch, kwargs, "shared memory")
+    p = _profiled(kernel_or_profile, launch, kwargs, "shared memory", reject)
     if p is None:
         return None
     m = getattr(p, "metrics", {}) or {}
@@ -867,7 +974,10 @@ def check_shared(kernel_or_profile, *launch, min_lanes: float = DIVERGENCE_LANES
     conflicts = sum(m.get(_SHARED[op][1]) or 0 for op in _SHARED)
     lanes = m.get(_LANES)
     if lanes is None and not waves:
-        print(f"shared memory: not measured for this launch ({getattr(p, 'backend', 'no backend')})")
+        msg = f"shared memory: not measured for this launch ({getattr(p, 'backend', 'no backend')})"
+        if reject:
+            raise GradingError(msg + ", and this check grades it: a check that measured nothing cannot pass.")
+        print(msg)
         return p
     problems = []
     if conflicts:

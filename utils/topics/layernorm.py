@@ -114,9 +114,6 @@ def layernorm_backward_bytes(shape, itemsize=FLOAT) -> int:
 # ----------------------------------------------------------------------------------------
 # Graders
 # ----------------------------------------------------------------------------------------
-def _kinds_for(rows):
-    return ["ordinary", "spread 10", "around 1000"][:max(1, min(3, rows))] if rows else []
-
 
 def _shapes():
     """The course's awkward shapes plus one long row (more columns than a block has threads)."""
