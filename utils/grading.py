@@ -108,12 +108,33 @@ _ORIG = dict(
 )
 
 
+#: The same markers in the other float dtypes: NaNs with a payload of their own, compared bit by
+#: bit, so that a NaN the kernel's arithmetic wrote (0/0, inf - inf: the default NaN, payload 0)
+#: is never taken for an element it never wrote.
+_MARKERS = {
+    POISON_BITS: {torch.float16: (torch.int16, 0x7EAD), torch.bfloat16: (torch.int16, 0x7FED),
+                  torch.float64: (torch.int64, 0x7FF8DEADDEADDEAD)},
+    INPUT_GUARD_BITS: {torch.float16: (torch.int16, 0x7EBA), torch.bfloat16: (torch.int16, 0x7FEB),
+                       torch.float64: (torch.int64, 0x7FF9BAD0BAD0BAD0)},
+}
+
+
+def _marker(dtype, bits: int):
+    """(integer view dtype, bit pattern) of marker ``bits`` in ``dtype`` (None: not a float
+    dtype with a marker)."""
+    if dtype == torch.float32:
+        return torch.int32, bits
+    return _MARKERS.get(bits, {}).get(dtype)
+
+
 def _poison_fill(t: torch.Tensor, bits: int) -> None:
-    """Fill ``t`` with a NaN of the given float32 bit pattern (any NaN for other floats)."""
+    """Fill ``t`` with a NaN of the given float32 bit pattern (its own pattern in the other float
+    dtypes, see ``_MARKERS``)."""
     if t.numel() == 0:
         return
-    if t.dtype == torch.float32:
-        t.view(torch.int32).fill_(bits)
+    marker = _marker(t.dtype, bits)
+    if marker is not None:
+        t.view(marker[0]).fill_(marker[1])
     elif t.dtype.is_floating_point:
         t.fill_(float("nan"))
     elif t.dtype in (torch.int32, torch.int64, torch.int16):
@@ -122,8 +143,9 @@ def _poison_fill(t: torch.Tensor, bits: int) -> None:
 
 
 def _is_poison(t: torch.Tensor, bits: int) -> torch.Tensor:
-    if t.dtype == torch.float32:
-        return t.view(torch.int32) == bits
+    marker = _marker(t.dtype, bits)
+    if marker is not None:
+        return t.view(marker[0]) == marker[1]
     if t.dtype.is_floating_point:
         return torch.isnan(t)
     if t.dtype in (torch.int32, torch.int64, torch.int16):
@@ -540,10 +562,11 @@ class Grader:
         g = run.allocs.find(out)
         if g is not None:
             return g.never_written().detach().cpu().reshape(out.shape)
-        if out.dtype == torch.float32:
+        marker = _marker(out.dtype, POISON_BITS)
+        if marker is not None:
             # not one of ours (made in C++, or by torch.zeros): the poison bit pattern can
             # only be there if the allocator reused a poisoned block and no one wrote it
-            return (out.detach().contiguous().view(torch.int32) == POISON_BITS).cpu()
+            return (out.detach().contiguous().view(marker[0]) == marker[1]).cpu()
         return None
 
     def probe(self, case: Case, *, scalar=False):
@@ -592,6 +615,23 @@ class Grader:
             one = int(mask.sum()) == 1
             self.fail(f"{where} {'was' if one else 'were'} never written "
                       f"({'it still holds' if one else 'they still hold'} the grader's NaN marker).", hint)
+
+
+def produced_nan(nan: torch.Tensor, what: str, where: str | None = None) -> str:
+    """"your kernel produced NaN at ..., first at ...": NaN that the kernel's arithmetic wrote,
+    never the grader's "never written" marker (another NaN, told apart bit by bit)."""
+    first = tuple(torch.nonzero(nan)[0].tolist()) if nan.dim() else ()
+    where = where or (_check.describe_positions(nan) if nan.dim() else what)
+    at = f"{what}[{', '.join(map(str, first))}]" if first else what
+    return (f"your kernel produced NaN at {int(nan.sum())} of {nan.numel()} values of {what} ({where}), first at "
+            f"{at}. (They were written: the grader's \"never written\" marker is a NaN of its own.)")
+
+
+def replace_hint(text: str, hint: str) -> str:
+    """A GradingError's message with its hint replaced by ``hint`` (or given one)."""
+    head, sep, seed = text.partition("\n(Inputs came from")
+    head = head.split("\nHint: ")[0]
+    return f"{head}\nHint: {hint}{sep}{seed}"
 
 
 def label_n(n):

@@ -12,7 +12,8 @@ from __future__ import annotations
 import torch
 
 from .. import check as _check
-from ..grading import Grader, GradingError, grader_shapes, label_shape, randn, shapes_text, success
+from ..grading import (Grader, GradingError, grader_shapes, label_shape, produced_nan, randn, replace_hint,
+                       shapes_text, success)
 from ._spec import FLOAT, Baseline, Spec, Target, compiled, eager, generator
 
 EPS = 1e-5
@@ -116,21 +117,31 @@ def layernorm_backward_bytes(shape, itemsize=FLOAT) -> int:
 # ----------------------------------------------------------------------------------------
 
 def _shapes():
-    """The course's awkward shapes plus one long row (more columns than a block has threads)."""
+    """The course's awkward shapes plus one long row (more columns than a block has threads)
+    and rows of one column (N = 1: every row's variance is 0)."""
     from ..config import SIMULATE
     shapes = list(grader_shapes())
     long_row = (3, 1500) if SIMULATE else (9, 5000)
-    if long_row not in shapes:
-        shapes.append(long_row)
+    for extra in (long_row, (6, 1)):
+        if extra not in shapes:
+            shapes.append(extra)
     return shapes
 
 
+#: The value of the constant rows (variance 0): a float that sums exactly, so the mean is exact.
+CONSTANT_ROW = 1.25
+
+
 def _cases(g, shapes):
+    """Rows cycle through ordinary values, values spread by 10, values around 1000 (a large
+    mean); every sixth row from row 3 on is constant (variance 0: rstd = 1/sqrt(eps))."""
     cases = []
     for rows, cols in shapes:
         x = randn(g.gen, rows, cols)
         for r in range(rows):
-            if r % 3 == 1:
+            if r % 6 == 3:
+                x[r] = CONSTANT_ROW
+            elif r % 3 == 1:
                 x[r] *= 10.0
             elif r % 3 == 2:
                 x[r] += 1000.0
@@ -171,13 +182,21 @@ def _stats_mistakes(x, got_mean, got_rstd, eps):
     mean = x64.mean(dim=1)
     var_b = x64.var(dim=1, unbiased=False)
     tol = _tol()
+    if got_rstd is not None:
+        flat = var_b == 0
+        bad_r = ~torch.isfinite(got_rstd) | (got_rstd > 10 / eps ** 0.5)
+        if bool(flat.any()) and bool(bad_r[flat].all()) and not bool(bad_r[~flat].any()):
+            return ("rstd is inf (or huge) on exactly the rows whose values are all equal (variance 0): eps is "
+                    "missing, or added outside the square root. rstd = 1 / sqrt(var + eps): with var = 0 that is "
+                    "1 / sqrt(eps), and without eps 1 / sqrt(0) = inf, then y = 0 * inf = NaN.")
+        if torch.allclose(got_rstd, 1 / (torch.sqrt(var_b) + eps), rtol=1e-4, atol=1e-6) and not torch.allclose(
+                got_rstd, 1 / torch.sqrt(var_b + eps), rtol=1e-4, atol=1e-6):
+            return "eps is added outside the square root: rstd = 1 / sqrt(var + eps), eps inside."
     if got_rstd is not None and cols > 1:
         var_u = x64.var(dim=1, unbiased=True)
         if torch.allclose(got_rstd, 1 / torch.sqrt(var_u + eps), rtol=1e-4, atol=1e-6):
             return ("the variance is divided by N - 1 (unbiased, torch.var's default): LayerNorm divides by N "
                     "(biased variance, torch.var(unbiased=False)).")
-        if torch.allclose(got_rstd, 1 / (torch.sqrt(var_b) + eps), rtol=1e-4, atol=1e-6):
-            return "eps is added outside the square root: rstd = 1 / sqrt(var + eps), eps inside."
         # A block padded to a power of two: the lanes past the row's end load 0, so each adds
         # (0 - mean)^2 to the sum of squares unless it is masked out.
         block = 1 << (cols - 1).bit_length()
@@ -201,6 +220,41 @@ def _stats_mistakes(x, got_mean, got_rstd, eps):
     return None
 
 
+def _y_mistakes(x, w, b, got_y, mean, rstd):
+    """The likely cause of a wrong y when mean and rstd are right (None: no known mistake)."""
+    xhat = (x.double() - mean[:, None]) * rstd[:, None]
+    w64, b64 = w.double(), b.double()
+    for alt, text in ((xhat * w64, "b is never added: y = (x - mean) * rstd * w + b"),
+                      (xhat + b64, "w is never applied: y = (x - mean) * rstd * w + b"),
+                      (xhat, "neither w nor b is applied: y = (x - mean) * rstd * w + b"),
+                      (xhat * b64 + w64, "w and b are swapped: y = xhat * w + b, with w the scale and b the shift"),
+                      ((x.double() - mean[:, None]) * w64 + b64, "y is not multiplied by rstd: y = (x - mean) * rstd "
+                                                                 "* w + b")):
+        if torch.allclose(got_y, alt, rtol=1e-4, atol=1e-4):
+            return text + "."
+    return None
+
+
+def _row_stride_hint(g, eps):
+    """After an out-of-bounds access: is the kernel right when cols is a power of two (so that
+    BLOCK = next_power_of_2(cols) equals cols)? Then the row's offset uses BLOCK, not cols."""
+    from ..grading import Case
+    x = randn(g.gen, 4, 64)
+    w, b = 1.0 + 0.5 * randn(g.gen, 64), 0.5 * randn(g.gen, 64)
+    res = g.probe(Case("a 4x64 input", (x, w, b), layernorm_ref64(x, w, b, eps)))
+    if res is None:
+        return None
+    run, _ = res
+    out = run.out
+    if not isinstance(out, (tuple, list)) or not isinstance(out[0], torch.Tensor) or tuple(out[0].shape) != (4, 64):
+        return None
+    if torch.allclose(out[0].detach().double().cpu(), layernorm_ref64(x, w, b, eps), rtol=1e-4, atol=1e-4):
+        return ("the kernel is right when cols is a power of two (a 4x64 input) and reads past the end otherwise: "
+                "row r starts at r * cols, not r * BLOCK. BLOCK = next_power_of_2(cols) is the width of the "
+                "block of lanes, wider than the row when cols is not a power of two.")
+    return None
+
+
 def check_layernorm(fn, *, seed=None, eps=EPS):
     """``fn(x, w, b)`` must return ``(y, mean, rstd)``: y the LayerNorm of each row of the 2-D
     float32 x (biased variance, eps inside the square root), mean and rstd the float32
@@ -217,9 +271,17 @@ def check_layernorm(fn, *, seed=None, eps=EPS):
         x, w, b = cases[i]
         mean, rstd = layernorm_stats64(x, eps)
         y = layernorm_ref64(x, w, b, eps)
-        case = Case(label_shape(tuple(x.shape)) + " (some rows around 1000)", (x, w, b), y)
+        case = Case(label_shape(tuple(x.shape)) + " (some rows around 1000, some constant)", (x, w, b), y)
         g.case = case
-        run = g.call(case)
+        try:
+            run = g.call(case)
+        except GradingError as e:
+            if not any(w_ in str(e).lower() for w_ in ("out of bounds", "past the end", "off-by-one", "outside")):
+                raise
+            hint = _row_stride_hint(g, eps)
+            if hint is None:
+                raise
+            raise GradingError(replace_hint(str(e), hint)) from None
         got_y, got_mean, got_rstd = _outputs(g, run, [y.shape, mean.shape, rstd.shape], ("y", "mean", "rstd"))
         for t, name in ((got_mean, "mean"), (got_rstd, "rstd")):
             m = g.unwritten_mask(run, t)
@@ -231,6 +293,17 @@ def check_layernorm(fn, *, seed=None, eps=EPS):
         g.check_inputs_unchanged(run, ("x", "w", "b"))
         gy, gm, gr = (t.detach().to("cpu", torch.float64) for t in (got_y, got_mean, got_rstd))
         hint = _stats_mistakes(x, gm, gr, eps)
+        for got, name in ((gm, "mean"), (gr, "rstd"), (gy, "y")):
+            nan = torch.isnan(got)
+            if bool(nan.any()):
+                g.fail(produced_nan(nan, name), hint or "a NaN comes from 0 / 0, 0 * inf or inf - inf: is eps inside "
+                       "the square root (rstd = 1/sqrt(var + eps)), and are the lanes past the row's end loaded with "
+                       "other=0.0 and kept out of the sums?")
+        if hint is None:
+            mean_ok = torch.allclose(gm, mean, rtol=1e-4, atol=1e-4 + 1e-6 * float(x.abs().max()))
+            rstd_ok = torch.allclose(gr, rstd, rtol=1e-3, atol=1e-5)
+            if mean_ok and rstd_ok:
+                hint = _y_mistakes(x, w, b, gy, mean, rstd)
         for got, want, name, rt in ((gm, mean, "mean", tol["rtol"]), (gr, rstd, "rstd", 1e-4), (gy, y, "y", tol["rtol"])):
             # y of a row around 1000 is (x - mean) * rstd: float32 x holds 1000 + d only to 6e-5,
             # so y inherits about 6e-5 * rstd of absolute error; the tolerance says so.
