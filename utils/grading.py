@@ -936,7 +936,7 @@ def _requested_bytes(p) -> int | None:
 
 
 def check_traffic(kernel_or_profile, *launch, max_ratio: float = TRAFFIC_SLACK,
-                  reject: bool = False, **kwargs):
+                  reject: bool = False, why: str | None = None, **kwargs):
     """How many bytes a kernel moves against the bytes it needs, as advice or as a verdict.
 
     ``check_traffic(k, grid, block, *args)`` profiles one launch (``utils.profile``) and
@@ -948,7 +948,8 @@ def check_traffic(kernel_or_profile, *launch, max_ratio: float = TRAFFIC_SLACK,
     the likely cause, or, with ``reject=True`` (for the exercises that say they grade
     traffic), raises ``GradingError``. A launch that moved no byte at all fails (a kernel that
     reads and writes nothing computed nothing), and so does, with ``reject=True``, a launch
-    that could not be measured. Returns the profile.
+    that could not be measured. ``why``: what an exercise's extra bytes usually are (replaces
+    the general advice). Returns the profile.
     """
     p = _profiled(kernel_or_profile, launch, kwargs, "traffic", reject)
     if p is None:
@@ -971,17 +972,21 @@ def check_traffic(kernel_or_profile, *launch, max_ratio: float = TRAFFIC_SLACK,
         print(f"traffic: {moved:,} bytes moved for the {needed:,} needed ({ratio:.2f}x): coalesced")
         return p
     summary = list(getattr(p, "summary", None) or [])
-    why = f" Worst access: {summary[0].rstrip('.')}." if summary else ""
+    worst = f" Worst access: {summary[0].rstrip('.')}." if summary else ""
     requested = _requested_bytes(p)
+    if why:
+        _advise(f"your kernel moves {ratio:.1f}x the bytes it needs ({moved:,} bytes for {needed:,} bytes of data; "
+                f"this check allows {max_ratio:g}x): {why}", reject)
+        return p
     if requested and moved <= TRAFFIC_SLACK * requested:
         # every sector moved was asked for: the accesses are coalesced, the data is read again
         _advise(f"your kernel moves {ratio:.1f}x the bytes it needs ({moved:,} bytes for {needed:,} bytes of "
                 f"data), and its accesses are coalesced ({requested:,} bytes asked for): it reads the same data "
-                f"more than once.{why} Load each value once and keep it in registers (a variable of the kernel) "
+                f"more than once.{worst} Load each value once and keep it in registers (a variable of the kernel) "
                 "for every later use, or skip the tiles that cannot contribute.", reject)
         return p
     _advise(f"your kernel moves {ratio:.1f}x the bytes it needs ({moved:,} bytes in 32-byte sectors "
-            f"for {needed:,} bytes of data).{why} Let neighbouring threads touch neighbouring "
+            f"for {needed:,} bytes of data).{worst} Let neighbouring threads touch neighbouring "
             "elements at every step (in a loop: element = thread + k * total threads), so that a "
             "warp's 32 accesses share sectors.", reject)
     return p

@@ -250,6 +250,37 @@ def _precision_hint(rel, nk, dtype, long_row):
             "accumulator fragment in wmma) and round o once, when it is stored.")
 
 
+def _masked_attention(q, k, v, vis):
+    """Attention with the visibility mask ``vis`` (Nq, Nk); 0 on a row that sees no key."""
+    p, _ = _probabilities(scores64(q, k, False).masked_fill(~vis, float("-inf")))
+    return p @ v
+
+
+def _causal_tile_hint(q, k, v, got, ref, tol):
+    """The causal mistakes of a tiled loop: the offset Nk - Nq with its sign flipped, or the
+    loop's end ``hi`` one tile of queries short (the last rows of each tile miss keys)."""
+    nq, nk = q.shape[-2], k.shape[-2]
+    i = torch.arange(nq).unsqueeze(1)
+    j = torch.arange(nk).unsqueeze(0)
+    if nq != nk:
+        for hi_block in (None,) + _TILES:
+            vis = j <= i + (nq - nk)
+            if hi_block is not None:   # with the loop's end hi = (pid + 1) * BLOCK_M + Nk - Nq as given
+                vis = vis & (j < (i // hi_block + 1) * hi_block + nk - nq)
+            if _explains(got, _masked_attention(q, k, v, vis), ref, tol, frac=0.95):
+                return ("the causal mask's offset has its sign flipped: query i sees key j when j <= i + Nk - Nq "
+                        "(aligned to the bottom right: with Nq < Nk the last query sees every key), not "
+                        "j <= i + Nq - Nk. With Nq == Nk the two agree, which is why only Nq != Nk shows it.")
+    for block in _TILES:
+        vis = (j <= i + nk - nq) & (j < (i // block) * block + nk - nq)
+        if _explains(got, _masked_attention(q, k, v, vis), ref, tol, frac=0.95):
+            return (f"the loop over keys ends one tile early (it looks like tiles of {block} queries): the last "
+                    "query of tile pid, row (pid + 1) * BLOCK_M - 1, sees keys up to (pid + 1) * BLOCK_M - 1 + Nk "
+                    "- Nq, so hi = (pid + 1) * BLOCK_M + Nk - Nq (at most Nk, at least 0), not pid * BLOCK_M + "
+                    "Nk - Nq.")
+    return None
+
+
 def _forward_diagnosis(case, dtype, causal, got, bad, tol):
     q, k, v = (t.double() for t in case.values[:3])
     B, H, nq, nk, d = case.shape
@@ -265,6 +296,10 @@ def _forward_diagnosis(case, dtype, causal, got, bad, tol):
                     "and the running sum in float32 (tl.zeros(..., dtype=tl.float32), a float accumulator fragment "
                     "in wmma) and round o once, when it is stored.")
         return _precision_hint(rel, nk, dtype, True)
+    if causal:
+        hint = _causal_tile_hint(q, k, v, got, ref, tol)
+        if hint:
+            return hint
     # Tile-by-tile mistakes first (a row of keys shorter than the tile gives 0 / 0), for the usual
     # key-tile sizes.
     for block in _TILES:
@@ -399,6 +434,11 @@ def _lse_diagnosis(case, causal, got_l, bad):
     tol = 1e-3 * (1 + lse.abs())
     def near(a):
         return bool(((got_l - a).abs()[fin] <= tol[fin]).float().mean() > 0.9)
+    if bool(fin.any()) and bool((torch.isinf(got_l[fin]) & (got_l[fin] < 0)).all()):
+        return ("L is -inf on every row: the running max m is still -inf at the end, so L = m + log(l) = -inf. "
+                "The running max is not carried from one tile to the next (m = m_new is missing at the end of "
+                "the loop's body): m stays -inf, alpha = exp(m - m_new) is 0 at every tile, and everything summed "
+                "before the last tile is dropped.")
     if near(m):
         return ("L holds the row maximum of the scores, not the logsumexp: save L = m + log(l), where l is the "
                 "running sum of exp(S - m).")
@@ -490,6 +530,8 @@ def check_attention(fn, *, causal: bool = False, dtype=torch.float32, lse: bool 
         msg, bad = _describe(o_got, o_ref, tol, "o")
         if msg:
             hint = _forward_diagnosis(case, dtype, causal, o_got, bad, tol)
+            if _all_zero(o_got, o_ref):
+                hint = _zero_output_hint(g, cases, dtype, causal, lse) or hint
             if case.kind == "flat" and "float16" not in hint and "accumulated in" not in hint:
                 deferred = deferred or (case, msg, hint)
                 continue
@@ -519,6 +561,40 @@ def check_attention(fn, *, causal: bool = False, dtype=torch.float32, lse: bool 
     shapes = ", ".join("x".join(map(str, c.shape)) for c in cases if c.layout == "contiguous")
     success("check_attention", cases, worst,
             f"{what}, {DTYPE_NAMES[dtype]}{', causal' if causal else ''}; B x H x Nq x Nk x d = {shapes}{extra}")
+
+
+def _all_zero(got, ref):
+    """o is 0 on every row where the reference is not (the value a kernel writes where l is not > 0)."""
+    rows = ref.abs().amax(dim=-1) > 0
+    return bool(rows.any()) and bool((got.abs().amax(dim=-1)[rows] == 0).all())
+
+
+def _zero_output_hint(g, cases, dtype, causal, need_lse):
+    """o all 0: the loop over keys never ran (its end ``hi`` short, for every tile of queries
+    the case has), or l ended NaN or 0 (then a right kernel's guard writes 0). A case with several
+    tiles of queries tells them apart: a short ``hi`` leaves its later tiles some keys."""
+    big = [c for c in cases if c.kind == "mixed" and c.shape[2] >= 100 and c.layout == "contiguous"]
+    if not big:
+        return None
+    case = big[0]
+    saved = g.case
+    try:
+        o_got, _, _ = _run_forward(g, case, dtype, need_lse)
+    except GradingError:
+        return None
+    finally:
+        g.case = saved
+    q, k, v = (t.double() for t in case.values[:3])
+    ref = attention_ref64(q, k, v, causal)
+    if _all_zero(o_got, ref):
+        return ("o is 0 on every row, on every input (with 130 queries too): what a kernel writes for a row whose "
+                "running sum l is not > 0, so l came out 0 or NaN. NaN comes from the first tile, where the "
+                "running max m is -inf: alpha = exp(m_new - m) (inverted) is exp(+inf) = inf there, and l * alpha "
+                "= 0 * inf is NaN; the factor that rescales the old sums is alpha = exp(m - m_new), 0 on the first "
+                "tile. (Or the loop over keys never runs: check its end.)")
+    if causal:
+        return _causal_tile_hint(q, k, v, o_got, ref, output_tolerance(*case.values[:3], causal=causal, dtype=dtype))
+    return None
 
 
 def _try_layout(g, case, dtype):

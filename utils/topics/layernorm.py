@@ -9,6 +9,8 @@ loses most digits, while a two-pass or Welford variance keeps them.
 """
 from __future__ import annotations
 
+import re
+
 import torch
 
 from .. import check as _check
@@ -241,10 +243,13 @@ def _row_stride_hint(g, eps):
     from ..grading import Case
     x = randn(g.gen, 4, 64)
     w, b = 1.0 + 0.5 * randn(g.gen, 64), 0.5 * randn(g.gen, 64)
-    res = g.probe(Case("a 4x64 input", (x, w, b), layernorm_ref64(x, w, b, eps)))
-    if res is None:
+    saved = g.case
+    try:
+        run = g.call(Case("a 4x64 input", (x, w, b), layernorm_ref64(x, w, b, eps)))
+    except GradingError:
         return None
-    run, _ = res
+    finally:
+        g.case = saved
     out = run.out
     if not isinstance(out, (tuple, list)) or not isinstance(out[0], torch.Tensor) or tuple(out[0].shape) != (4, 64):
         return None
@@ -327,6 +332,58 @@ def _backward_cases(g, shapes, eps):
     return out
 
 
+def _dx_hint(got, dy, x, w, mean, rstd):
+    """The likely cause of a wrong dx (None: no known mistake)."""
+    cols = x.shape[1]
+    r = rstd.double()[:, None]
+    xhat = (x.double() - mean.double()[:, None]) * r
+    g = dy.double() * w.double()
+    c1, c2 = (g * xhat).mean(dim=1, keepdim=True), g.mean(dim=1, keepdim=True)
+    for alt, text in (((g - c2) * r, "dx lacks the xhat * mean(dy*w*xhat) term: both row reductions are needed"),
+                      (g - xhat * c1 - c2, "dx is not multiplied by rstd: dx = (dy*w - xhat * c1 - c2) * rstd"),
+                      ((g - xhat * c1 * cols - c2) * r, "the sum of dy*w*xhat is not divided by N: c1 is its "
+                                                        "mean, sum / cols"),
+                      ((g - xhat * c1 - c2 * cols) * r, "the sum of dy*w is not divided by N: c2 is its mean, "
+                                                        "sum / cols"),
+                      ((g - xhat * c1 * cols - c2 * cols) * r, "neither row sum is divided by N: c1 and c2 are "
+                                                               "means, sum / cols")):
+        if cols > 1 and torch.allclose(got, alt, atol=1e-4, rtol=1e-3) and not torch.allclose(
+                alt, (g - xhat * c1 - c2) * r, atol=1e-4, rtol=1e-3):
+            return text + "."
+    return None
+
+
+def _reduction_hint(name, got, want, terms, dy, x, mean, dw):
+    """The likely cause of a wrong dw or db (None: no known mistake); ``terms``: the per-row
+    terms it sums (dy * xhat for dw, dy for db)."""
+    rows = x.shape[0]
+    tol = 1e-3 * (want.abs() + terms.abs().sum(dim=0) + 1e-3)
+
+    def close(a, b):
+        return bool(((a - b).abs() <= tol).all())
+    if bool((got == 0).all()) and not bool((want == 0).all()):
+        return (f"{name} is all zeros: nothing was summed into it. (It was made with torch.zeros, so the grader "
+                f"cannot tell it was never written.) Sum its partials into it too: column_sum_kernel on the "
+                f"{name} partials.")
+    if name == "db" and close(got, dw) and not close(want, dw):
+        return "db equals dw: it is summed from the dw partials (pdw). db sums dy over the rows: sum pdb into db."
+    if name == "dw" and close(got, (dy.double() * (x.double() - mean.double()[:, None])).sum(dim=0)):
+        return "dw lacks rstd: it is the sum of dy * xhat, with xhat = (x - mean) * rstd."
+    ok = (got - want).abs() <= tol
+    wrong = torch.nonzero(~ok).reshape(-1)
+    k = int(wrong[0]) if wrong.numel() else 0
+    if k > 0 and bool(ok[:k].all()) and bool((got[k:] == 0).all()):
+        return (f"only the first {k} columns of {name} are summed, the others stay 0: the kernel that adds the "
+                f"partials covers {k} columns. Launch cdiv(cols, threads) blocks of it, one thread per column.")
+    # each block's partial holds one row (the last it handled): assigned (=), not accumulated (+=)
+    for blocks in range(1, min(rows - 1, 16) + 1):
+        last = [max(range(b, rows, blocks)) for b in range(blocks)]
+        if close(got, terms[last].sum(dim=0)):
+            return (f"{name} is the sum of one row per block (the last row each of {blocks} blocks handled): the "
+                    "per-block partials are assigned (=) instead of accumulated (+=) over the block's rows.")
+    return None
+
+
 def _partial_hint(name, got, per_row):
     """dW (or db) equal to the sum over a run of consecutive rows only: one block's share."""
     rows = per_row.shape[0]
@@ -381,6 +438,11 @@ def check_layernorm_backward(fn, *, seed=None, eps=EPS):
                 raise GradingError(text.split("\n(Inputs came")[0] + "\nHint: " + hint +
                                    f"\n(Inputs came from seed {g.seed}: check_layernorm_backward(fn, seed={g.seed}) "
                                    "repeats them.)") from None
+            if re.search(r"index \d+ is out of bounds for axis 0 with size", text):
+                raise GradingError(replace_hint(text, (
+                    "a loop runs past the rows of a 2-D array (axis 0): the partial sums of column c are p[0, c] .. "
+                    "p[p.shape[0] - 1, c], one per block, so the loop over them is range(p.shape[0]), not "
+                    "range(p.shape[1]) (the columns)."))) from None
             raise
         outs = _outputs(g, run, [dx.shape, dw.shape, db.shape], ("dx", "dw", "db"))
         for t, name in zip(outs, ("dx", "dw", "db")):
@@ -411,16 +473,18 @@ def check_layernorm_backward(fn, *, seed=None, eps=EPS):
             bad = ~((gt - want).abs() <= atol + tol["rtol"] * want.abs())
             if bool(bad.any()):
                 hint = None
-                if terms is not None and x.shape[0] > 1:
+                if terms is not None:
+                    hint = _reduction_hint(name, gt, want, terms, dy, x, mean, dw)
+                if terms is not None and x.shape[0] > 1 and hint is None:
                     hint = _partial_hint(name, gt, terms)
                 if name == "dx" and hint is None:
-                    c2 = (dy.double() * w.double()).mean(dim=1, keepdim=True)
-                    no_c1 = (dy.double() * w.double() - c2) * rstd.double()[:, None]
-                    if torch.allclose(gt, no_c1, atol=1e-4, rtol=1e-3):
-                        hint = "dx lacks the xhat * mean(dy*w*xhat) term: both row reductions are needed."
+                    hint = _dx_hint(gt, dy, x, w, mean, rstd)
                 msg = _check.describe_mismatch(gt, want, mask=bad, what=name, atol=tol["atol"], rtol=tol["rtol"])
-                g.fail(msg, hint or "dx needs two row sums (dy*w and dy*w*xhat) before any element is written; "
-                       "dw and db sum over every row of every block.")
+                if hint is None and name != "dx":
+                    hint = (f"{name} sums over every row of every block: {'dy * xhat' if name == 'dw' else 'dy'} "
+                            "for each column, with xhat = (x - mean) * rstd.")
+                g.fail(msg, hint or "dx needs two row sums (dy*w and dy*w*xhat) before any element is written: "
+                       "dx = (dy*w - xhat * mean(dy*w*xhat) - mean(dy*w)) * rstd.")
             worst = max(worst, float((gt - want).abs().max()) if gt.numel() else 0.0)
     success("check_layernorm_backward", cases, worst, shapes_text(shapes))
 
