@@ -523,3 +523,108 @@ def test_race_report_wrapped_by_the_interpreter_is_found():
             raise RuntimeError("the interpreter's own wrapper") from inner
 
     rejects(utils.check_relu, racy, r"has a race", re.escape(report))
+
+
+# --------------------------------------------------------------------------------------
+# Torch doing the work, or the course's own reference: refused by every grader, by name
+# --------------------------------------------------------------------------------------
+def _sdpa_backward(q, k, v, o, lse, do, causal=False):
+    q, k, v = (t.detach().clone().requires_grad_() for t in (q, k, v))
+    torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal).backward(do)
+    return q.grad, k.grad, v.grad
+
+
+def _layernorm_backward_torch(dy, x, w, mean, rstd):
+    xhat = (x - mean[:, None]) * rstd[:, None]
+    g = dy * w
+    dx = (g - xhat * (g * xhat).mean(1, keepdim=True) - g.mean(1, keepdim=True)) * rstd[:, None]
+    return dx, (dy * xhat).sum(0), dy.sum(0)
+
+
+_SPECS = utils.topics.TOPICS
+_LN = utils.topics.layernorm
+_AT = utils.topics.attention
+#: grader -> (torch's answer, the operator its message must name); the efficiency checks get a
+#: function where a kernel belongs, lesson 07's operator grader torch's own operator.
+TORCH_ANSWERS = {
+    "check_add": (lambda x, y: x + y, r"\+ \(torch\.add\) \(aten\.add\)"),
+    "check_add_2d": (lambda a, b: a + b, r"aten\.add"),
+    "check_relu": (torch.relu, r"torch\.relu \(aten\.relu\)"),
+    "check_relu_2d": (torch.relu, r"torch\.relu \(aten\.relu\)"),
+    "check_relu_backward": (lambda g, x: g * (x > 0), r"aten\.(gt|mul)"),
+    "check_gelu": (lambda x: torch.nn.functional.gelu(x, approximate="tanh"), r"torch\.nn\.functional\.gelu"),
+    "check_sum": (lambda x: x.sum().reshape(1), r"torch\.sum \(aten\.sum\)"),
+    "check_row_max": (lambda x: x.amax(dim=1), r"torch\.amax \(aten\.amax\)"),
+    "check_softmax": (lambda x: torch.softmax(x, -1), r"torch\.softmax \(aten\._softmax\)"),
+    "check_matmul": (lambda a, b: a @ b, r"torch\.mm\) \(aten\.mm\)"),
+    "check_matmul_fp16": (lambda a, b: a @ b, r"torch\.mm\) \(aten\.mm\)"),
+    "check_layernorm": (lambda x, w, b: (torch.nn.functional.layer_norm(x, (x.shape[1],), w, b, 1e-5),
+                                         x.mean(1), torch.rsqrt(x.var(1, unbiased=False) + 1e-5)),
+                        r"torch\.nn\.functional\.layer_norm \(aten\.native_layer_norm\)"),
+    "check_layernorm_backward": (_layernorm_backward_torch, r"\* \(torch\.mul\) \(aten\.mul\)"),
+    "check_rmsnorm": (lambda x, w: (torch.nn.functional.rms_norm(x, (x.shape[1],), w, 1e-5),
+                                    torch.rsqrt((x * x).mean(1) + 1e-5)), r"rms_norm|aten\.(mul|mean|rsqrt)"),
+    "check_attention": (lambda q, k, v: torch.nn.functional.scaled_dot_product_attention(q, k, v),
+                        r"torch\.nn\.functional\.scaled_dot_product_attention \(aten\._scaled_dot_product"),
+    "check_attention_backward": (_sdpa_backward, r"the backward of torch\.nn\.functional\.scaled_dot_product_"
+                                                 r"attention, run by autograd"),
+    "check_custom_op": (torch.ops.aten.relu.default, r"torch's own operator aten\.relu"),
+    "check_traffic": (torch.relu, r"is not one: torch\.relu \(aten\.relu\) computed its values"),
+    "check_shared": (torch.relu, r"is not one: torch\.relu \(aten\.relu\) computed its values"),
+}
+#: The course's own float64 reference returned.
+REFERENCE_ANSWERS = {
+    "check_relu": lambda x: _SPECS["relu"].reference(x).float(),
+    "check_softmax": lambda x: _SPECS["softmax"].reference(x).float(),
+    "check_layernorm": lambda x, w, b: (_LN.layernorm_ref64(x, w, b).float(),)
+    + tuple(t.float() for t in _LN.layernorm_stats64(x)),
+    "check_layernorm_backward": lambda dy, x, w, mean, rstd: tuple(
+        t.float() for t in _LN.layernorm_backward_ref64(dy, x, w, mean=mean, rstd=rstd)),
+    "check_attention": lambda q, k, v: (_AT.attention_ref64(q, k, v).to(q.dtype), _AT.attention_lse64(q, k).float()),
+    "check_attention_backward": lambda q, k, v, o, lse, do: tuple(
+        t.to(q.dtype) for t in _AT.attention_backward_ref64(q, k, v, do)),
+}
+
+
+def test_every_grader_is_in_the_table_of_torch_answers():
+    graders = {n for n in dir(utils) if n.startswith("check_") and callable(getattr(utils, n))} - {"check_input"}
+    assert graders == set(TORCH_ANSWERS), ("a grader without torch's answer in TORCH_ANSWERS (or one that is gone): "
+                                           f"{sorted(graders ^ set(TORCH_ANSWERS))}")
+
+
+def _grade(name, fn):
+    grader = getattr(utils, name)
+    if name == "check_custom_op":
+        return grader(fn, torch.relu)
+    if name in ("check_traffic", "check_shared"):
+        return grader(fn, 1, 32, torch.randn(32, device=utils.DEVICE), reject=True)
+    return grader(fn, seed=1)
+
+
+@pytest.mark.parametrize("name", sorted(TORCH_ANSWERS))
+def test_every_grader_refuses_torch_doing_the_work(name):
+    fn, operator = TORCH_ANSWERS[name]
+    with pytest.raises(utils.GradingError) as info:
+        _grade(name, fn)
+    msg = str(info.value)
+    assert re.search(operator, msg), f"{name}: the operator /{operator}/ is not named in:\n{msg}"
+
+
+@pytest.mark.parametrize("name", sorted(REFERENCE_ANSWERS))
+def test_graders_refuse_the_course_reference_returned(name):
+    with pytest.raises(utils.GradingError) as info:
+        _grade(name, REFERENCE_ANSWERS[name])
+    assert re.search(r"the course's own reference utils\.topics\.\w+\.\w+64", str(info.value)), str(info.value)
+
+
+def test_a_nan_the_kernel_wrote_is_not_never_written():
+    def nan_kernel(q, k, v):              # every element written, with NaN (a fill is no computation)
+        return torch.empty_like(q).fill_(float("nan")), torch.zeros(q.shape[:3], device=q.device)
+
+    def no_kernel(q, k, v):               # nothing written at all
+        return torch.empty_like(q), torch.empty(q.shape[:3], device=q.device)
+    rejects(lambda fn, seed: utils.check_attention(fn, dtype=torch.float16, seed=seed), nan_kernel,
+            r"your kernel produced NaN at 1024 of 1024 values of o .*first at o\[0, 0, 0, 0\]", r"Hint: .*-inf")
+    msg = rejects(lambda fn, seed: utils.check_attention(fn, dtype=torch.float16, seed=seed), no_kernel,
+                  r"never written \(still the grader's NaN marker")
+    assert "produced NaN" not in msg

@@ -412,6 +412,34 @@ def launch_verdict(launches, allowed=(), need_kernel: bool = True, fn=None) -> s
     return launches.verdict(allowed, need_kernel, fn)
 
 
+def torch_operator(op) -> str | None:
+    """How to name ``op`` if it is torch's own operator or function (``aten.relu.default``,
+    ``torch.relu``), not one the learner registered (None: it is not torch's)."""
+    qualified = getattr(op, "_qualified_op_name", None) or ""   # "aten::relu" (an OpOverloadPacket)
+    ns = getattr(op, "namespace", None) or (qualified.split("::")[0] if "::" in qualified else None)
+    if ns is not None and type(op).__name__ in ("OpOverload", "OpOverloadPacket"):
+        if ns in _launches._TORCH_NAMESPACES:
+            name = getattr(op, "__name__", None) or qualified.split("::")[-1]
+            return f"{op_name(name.split('.')[0])}, torch's own operator {ns}.{name}"
+        return None
+    if type(op).__module__.startswith("torch._library"):   # torch.library.custom_op: the learner's
+        return None
+    mod = getattr(op, "__module__", None) or ""
+    if callable(op) and (mod == "torch" or mod.startswith("torch.")):
+        return f"torch's own function {mod}.{getattr(op, '__name__', op)}"
+    return None
+
+
+def refuse_torch_operator(op, grader: str) -> None:
+    """A grader of operators (lesson 07's ``check_custom_op``) refuses torch's own: its values,
+    fake kernel and gradient are right because torch wrote them."""
+    name = torch_operator(op)
+    if name:
+        raise GradingError(f"{grader}: your operator is {name}: torch computes its values, its fake kernel and its "
+                           "gradient, so this check would only test torch. Register your own operator around your "
+                           "kernel (torch.library.custom_op(\"mylib::myop\", ...)) and pass that.")
+
+
 #: The grader running now, by name: ``success`` asks it whether every call was the learner's
 #: own kernels' work before it prints "correct".
 _running: dict = {}
@@ -907,6 +935,10 @@ def _profiled(kernel_or_profile, launch, kwargs, what: str, reject: bool = False
         raise RuntimeError("utils.profile is not available in this copy of the course")
     try:
         return profile(kernel_or_profile, *launch, **kwargs)
+    except TypeError as e:
+        if "takes a kernel" not in str(e) or not callable(kernel_or_profile):
+            raise
+        raise GradingError(_not_a_kernel(kernel_or_profile, launch, kwargs, what)) from None
     except RuntimeError as e:
         if SIMULATE:
             raise
@@ -918,6 +950,23 @@ def _profiled(kernel_or_profile, launch, kwargs, what: str, reject: bool = False
                                "(COURSE_SIMULATE=1), where every access is counted.") from None
         print(f"{what}: not measured on this GPU ({why})")
         return None
+
+
+def _not_a_kernel(fn, launch, kwargs, what: str) -> str:
+    """Why a function handed to an efficiency check is refused: it is not a kernel, and (run on
+    the tensors given) what computed its values, torch's operators named."""
+    text = (f"{what}: this check measures one launch of your kernel (made by utils.cuda_kernel, numba.cuda.jit or "
+            f"triton.jit), and {getattr(fn, '__name__', type(fn).__name__)} is not one")
+    tensors = [a for a in launch if isinstance(a, torch.Tensor)]
+    try:
+        with record_launches() as rec:
+            fn(*tensors)
+    except Exception:  # noqa: BLE001  it may take other arguments: the refusal stands without the names
+        return text + "."
+    ops = rec.computing_ops()
+    if ops:
+        return text + f": {', '.join(op_name(o) for o in ops[:3])} computed its values. Pass the kernel itself."
+    return text + ". Pass the kernel itself."
 
 
 def _advise(msg: str, reject: bool) -> None:
