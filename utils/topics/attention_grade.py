@@ -467,12 +467,17 @@ def _draw_cases(g, dtype, causal, backward=False):
     return cases
 
 
-def _flat_case(g, dtype, causal, nk):
+def _flat_case(g, dtype, causal, nk, d=64):
     seed = int(torch.randint(0, 2**31 - 1, (1,), generator=g.gen))
-    B, H, nq, d = 1, 1, 16, 64
+    B, H, nq = 1, 1, 16
     q, k, v = make_qkv(torch.Generator().manual_seed(seed), B, H, nq, nk, d, dtype, kind="flat")
     return _Case(_label(B, H, nq, nk, d, dtype, causal, ", every score 0: a long sum"), (B, H, nq, nk, d),
                  (q, k, v), kind="flat")
+
+
+#: Keys of the small case of equal scores graded first: sum P V reaches 640 x 142, past float16's
+#: largest value (65504), so an accumulator kept in float16 overflows; one program in simulation.
+OVERFLOW_KEYS = 640
 
 
 def _layout_case(g, dtype, causal):
@@ -501,9 +506,10 @@ def check_attention(fn, *, causal: bool = False, dtype=torch.float32, lse: bool 
         raise ValueError(f"check_attention: dtype must be float32, float16 or bfloat16, got {dtype}")
     from ..config import SIZES
     g = _AttentionGrader("check_attention", fn, seed, causal)
-    # The long row of equal scores first: an accumulator kept in float16 overflows there, by far,
-    # on every draw. Any other failure on it is reported after the other cases, which say more.
-    cases = [_flat_case(g, dtype, causal, int(SIZES.attention_long_keys))] + _draw_cases(g, dtype, causal)
+    # A row of equal scores first: an accumulator kept in float16 overflows there, by far, on every
+    # draw. Any other failure on it is reported after the other cases, which say more.
+    cases = [_flat_case(g, dtype, causal, OVERFLOW_KEYS, d=16)] + _draw_cases(g, dtype, causal)
+    cases.append(_flat_case(g, dtype, causal, int(SIZES.attention_long_keys)))
     deferred = None
     layout = _layout_case(g, dtype, causal)
     refused = _try_layout(g, layout, dtype)
