@@ -18,7 +18,6 @@ at the timed shape, where the float64 reference is computed for the first and th
 """
 from __future__ import annotations
 
-import math
 import time
 import traceback
 
@@ -226,7 +225,7 @@ def run_topic(events, sizes, *, skip=(), languages=None, sweep=True, main=True, 
                 why = check(c, shape, dtype, causal, kind)
                 if why is None:
                     res, flops = time_one(c, shape, dtype, causal, kind, warmup, rep)
-            except Exception as e:  # noqa: BLE001  a contender that fails is recorded, the others go on
+            except Exception as e:  # a contender that fails is recorded, the others go on
                 why = f"{type(e).__name__}: {' '.join(str(e).split())[:300]}"
                 traceback.print_exc()
             if why is not None:

@@ -18,13 +18,14 @@ import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
+import torch
+import torch.nn.functional as F
 
-import utils  # noqa: E402
-import triton  # noqa: E402
-import triton.language as tl  # noqa: E402
-from kernels.triton import attention as A  # noqa: E402
+import utils  # noqa: F401  (picks the GPU or the interpreter before triton loads)
+from kernels.triton import attention as A
+
+import triton
+import triton.language as tl
 
 FWD = [(128, 64, 4, 3), (128, 64, 8, 3), (128, 128, 8, 3), (128, 64, 4, 4), (128, 32, 4, 4), (64, 64, 4, 3),
        (64, 128, 4, 3), (128, 128, 8, 2), (128, 64, 8, 4), (64, 64, 4, 4)]
@@ -84,7 +85,7 @@ def main(path):
                     res["sdpa"].append(dict(shape=shape, causal=causal, backend=name, fwd_ms=t[0],
                                             fwd_tflops=flops / t[0] / 1e9, fwdbwd_ms=tb[0],
                                             fwdbwd_tflops=3.5 * flops / tb[0] / 1e9))
-                except Exception as e:  # noqa: BLE001
+                except Exception as e:
                     res["sdpa"].append(dict(shape=shape, causal=causal, backend=name, error=str(e)[:200]))
                 print(res["sdpa"][-1], flush=True)
             save()
@@ -109,7 +110,7 @@ def main(path):
                     else:
                         t = bench(launch)
                         entry.update(ms=t[0], tflops=flops / t[0] / 1e9)
-                except Exception as e:  # noqa: BLE001
+                except Exception as e:
                     entry["error"] = f"{type(e).__name__}: {str(e)[:200]}"
                 res["fwd"].append(entry)
                 print("fwd", entry, flush=True)
@@ -143,7 +144,7 @@ def main(path):
                     else:
                         t = bench(launch)
                         entry.update(ms=t[0])
-                except Exception as e:  # noqa: BLE001
+                except Exception as e:
                     entry["error"] = f"{type(e).__name__}: {str(e)[:200]}"
                 res["bwd_kv"].append(entry)
                 print("kv", entry, flush=True)
@@ -165,12 +166,12 @@ def main(path):
                     else:
                         t = bench(launch)
                         entry.update(ms=t[0])
-                except Exception as e:  # noqa: BLE001
+                except Exception as e:
                     entry["error"] = f"{type(e).__name__}: {str(e)[:200]}"
                 res["bwd_q"].append(entry)
                 print("q", entry, flush=True)
             save()
-            del q, k, v, o, qg, kg, vg
+            q = k = v = o = qg = kg = vg = None  # frees the GPU memory (a del would leave the closures above unbound)
             torch.cuda.empty_cache()
     save()
 

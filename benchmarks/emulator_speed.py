@@ -109,7 +109,8 @@ def main():
         "met": {k: results[k] <= TARGETS[k] for k in TARGETS},
     }
     for k, v in results.items():
-        print(f"{k:22s} {v * 1000:9.1f} ms   target {TARGETS[k] * 1000:7.0f} ms   {'ok' if v <= TARGETS[k] else 'SLOW'}")
+        verdict = "ok" if v <= TARGETS[k] else "SLOW"
+        print(f"{k:22s} {v * 1000:9.1f} ms   target {TARGETS[k] * 1000:7.0f} ms   {verdict}")
     for k, v in unchecked.items():
         print(f"{k:22s} {v * 1000:9.1f} ms   (race detection off: it costs {results[k] / v:.1f}x)")
     for k, v in portable.items():

@@ -64,11 +64,11 @@ def main(argv=None) -> int:
         print(f"This measures launches on a GPU; this machine runs in simulation ({utils.REASON}). "
               "The recorded numbers are in benchmarks/results/launch-overhead.json.")
         return 2
+    from utils.backends.cuda import _gpu
+
     import triton
     import triton.language as tl
     from numba import cuda
-
-    from utils.backends.cuda import _gpu
 
     x = torch.randn(1, device="cuda")
     y = torch.empty_like(x)
@@ -112,7 +112,7 @@ def main(argv=None) -> int:
     xr, w, b = torch.randn(1, 32, device="cuda"), torch.ones(32, device="cuda"), torch.zeros(32, device="cuda")
     yr, mean, rstd = torch.empty_like(xr), torch.empty(1, device="cuda"), torch.empty(1, device="cuda")
     ln_args = [utils.to_numba(t) for t in (xr, w, b, yr, mean, rstd)] + [np.float32(1e-5)]
-    ln_threads = ln_numba._warps(ln_numba._cdiv(32, ln_numba.ITEMS))
+    ln_threads = ln_numba._warps(ln_numba.cdiv(32, ln_numba.ITEMS))
     rows["numba layernorm_reg_kernel[1, 32](7 arguments, converted once)"] = per_launch_us(
         lambda: ln_numba.layernorm_reg_kernel[1, ln_threads](*ln_args))
     rows["kernels.numba.layernorm.layernorm(x, w, b) on 1 x 32 (the whole launcher)"] = per_launch_us(

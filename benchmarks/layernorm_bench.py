@@ -19,11 +19,11 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import torch  # noqa: E402
+import torch
 
-import utils  # noqa: E402
-import kernels  # noqa: E402
-from utils.topics import layernorm as spec  # noqa: E402
+import kernels
+import utils
+from utils.topics import layernorm as spec
 
 SHAPES = [(4096, 4096), (4096, 16384), (65536, 512), (4096, 1024)]
 CHECK = [(1823, 781), (1, 1), (7, 3), (33, 4097), (3, 20000)]
@@ -57,7 +57,8 @@ def ok_forward(f, dtype):
         if not bool((err <= allowed).all()):
             return f"wrong at {shape}: max error {float(err.max()):.3g}"
         m64, r64 = spec.layernorm_stats64(x)
-        if not torch.allclose(mean.double(), m64, rtol=1e-5, atol=1e-4) or not torch.allclose(rstd.double(), r64, rtol=1e-3):
+        if (not torch.allclose(mean.double(), m64, rtol=1e-5, atol=1e-4)
+                or not torch.allclose(rstd.double(), r64, rtol=1e-3)):
             return f"wrong mean/rstd at {shape}"
         worst = max(worst, float(err.max()))
     return None
@@ -96,7 +97,8 @@ def main():
 
 def run(res):
     res.update(commit=utils.source_commit() if hasattr(utils, "source_commit") else None,
-               gpu=torch.cuda.get_device_name(), torch=torch.__version__, date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+               gpu=torch.cuda.get_device_name(), torch=torch.__version__,
+               date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                method="triton.testing.do_bench median (20th/80th percentiles), warmup 25 ms, rep 100 ms",
                bytes_forward="read x + write y", bytes_backward="read x, dy, w, mean, rstd; write dx, dw, db",
                forward=[], backward=[], rmsnorm=[], failures=[])
@@ -105,14 +107,14 @@ def run(res):
     b = torch.empty_like(a)
     ms, _, _ = bench(lambda: b.copy_(a))
     res["copy_gbps"] = 2 * 4 * n / ms / 1e6
-    del a, b
+    a = b = None  # frees the GPU memory
     print("copy", res["copy_gbps"])
 
     try:
         from liger_kernel.ops.layer_norm import LigerLayerNormFunction
-        from liger_kernel.ops.rms_norm import LigerRMSNormFunction
-    except Exception as e:  # noqa: BLE001
-        LigerLayerNormFunction = LigerRMSNormFunction = None
+        from liger_kernel.ops.rms_norm import LigerRMSNormFunction  # noqa: F401  (liger is usable only with both)
+    except Exception as e:
+        LigerLayerNormFunction = None
         res["liger"] = f"not importable: {e}"
 
     # ---------------- forward
@@ -122,17 +124,19 @@ def run(res):
         for v, (desc, f) in mod.VERSIONS.items():
             fwd.append((f"{lang} {v}", lambda x, w, b, f=f: f(x, w, b, stats=True),
                         (torch.float32, torch.bfloat16) if lang == "triton" else (torch.float32,)))
-    fwd.append(("torch eager", lambda x, w, b: torch.ops.aten.native_layer_norm(x, [x.shape[1]], w, b, 1e-5), (torch.float32, torch.bfloat16)))
+    fwd.append(("torch eager", lambda x, w, b: torch.ops.aten.native_layer_norm(x, [x.shape[1]], w, b, 1e-5),
+                (torch.float32, torch.bfloat16)))
     comp = torch.compile(lambda x, w, b: F.layer_norm(x, (x.shape[1],), w, b, 1e-5), dynamic=False)
     fwd.append(("torch.compile", lambda x, w, b: (comp(x, w, b), None, None), (torch.float32, torch.bfloat16)))
     if LigerLayerNormFunction is not None:
-        fwd.append(("liger", lambda x, w, b: (LigerLayerNormFunction.apply(x, w, b, 1e-5), None, None), (torch.float32, torch.bfloat16)))
+        fwd.append(("liger", lambda x, w, b: (LigerLayerNormFunction.apply(x, w, b, 1e-5), None, None),
+                    (torch.float32, torch.bfloat16)))
     for name, f, dtypes in fwd:
         for dtype in dtypes:
             if name.startswith(("cuda", "triton", "numba")):
                 try:
                     bad = ok_forward(f, dtype)
-                except Exception as e:  # noqa: BLE001
+                except Exception as e:
                     bad = f"raised {type(e).__name__}: {e}"
                 if bad:
                     res["failures"].append(f"forward {name} {dtype}: {bad}")
@@ -142,7 +146,7 @@ def run(res):
                 x, w, bb = spec.layernorm_input(shape, seed=1, dtype=dtype)
                 try:
                     ms, lo, hi = bench(lambda: f(x, w, bb))
-                except Exception as e:  # noqa: BLE001
+                except Exception as e:
                     res["failures"].append(f"forward {name} {dtype} {shape}: {type(e).__name__}: {str(e)[:200]}")
                     continue
                 nbytes = 2 * x.numel() * x.element_size()
@@ -169,7 +173,7 @@ def run(res):
             if name != "torch eager":
                 try:
                     bad = ok_backward(f, dtype)
-                except Exception as e:  # noqa: BLE001
+                except Exception as e:
                     bad = f"raised {type(e).__name__}: {e}"
                 if bad:
                     res["failures"].append(f"backward {name} {dtype}: {bad}")
@@ -182,7 +186,7 @@ def run(res):
                 rstd = torch.rsqrt(x.float().var(dim=1, unbiased=False) + 1e-5)
                 try:
                     ms, lo, hi = bench(lambda: f(dy, x, w, mean, rstd))
-                except Exception as e:  # noqa: BLE001
+                except Exception as e:
                     res["failures"].append(f"backward {name} {dtype} {shape}: {type(e).__name__}: {str(e)[:200]}")
                     continue
                 nbytes = spec.layernorm_backward_bytes(shape, x.element_size())
@@ -201,7 +205,8 @@ def run(res):
                 ms, lo, hi = bench(lambda: torch.autograd.grad(y, (x, w, bb), dy, retain_graph=True))
                 gbps = spec.layernorm_backward_bytes(shape, x.element_size()) / ms / 1e6
                 res["backward"].append(dict(version="liger", dtype=str(dtype).replace("torch.", ""), shape=list(shape),
-                                            ms=ms, ms_p20=lo, ms_p80=hi, gbps=gbps, copy_fraction=gbps / res["copy_gbps"]))
+                                            ms=ms, ms_p20=lo, ms_p80=hi, gbps=gbps,
+                                            copy_fraction=gbps / res["copy_gbps"]))
                 print("bwd liger", dtype, shape, f"{gbps:.0f}")
 
     # ---------------- RMSNorm forward

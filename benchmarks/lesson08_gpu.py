@@ -20,8 +20,8 @@ import time
 import torch
 
 sys.path.insert(0, ".")
-import kernels  # noqa: E402
-import utils  # noqa: E402
+import kernels
+import utils
 
 SHAPE = tuple(utils.PROBLEM_SIZES["gpu"]["matmul_bench_shapes"][0])
 MARK = "spin_kernel"   # the kernel torch.cuda._sleep launches
@@ -101,7 +101,7 @@ def dram():
             torch.cuda.synchronize()
             err = ((c.double() - ref).abs().max() / ref.abs().max()).item()
             ok = err < (1e-2 if dtype == torch.float16 else 1e-4)
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             print(topic, name, "FAILED", e)
             continue
         torch.cuda.synchronize()

@@ -15,11 +15,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import torch  # noqa: E402
+import torch
 
-import utils  # noqa: E402
-import kernels  # noqa: E402
-from kernels.cuda import matmul as cm  # noqa: E402
+import kernels
+import utils
+from kernels.cuda import matmul as cm
 
 
 def tflops(fn, M, N, K):
@@ -51,13 +51,15 @@ def main():
                     print(f"check {lang} {v} {str(dt)[6:]} {M}x{N}x{K}: max rel err {err:.2e}")
         for name in cm.VEC4_KERNELS:
             if K % 4 == 0 and N % 4 == 0:
-                a = torch.randn(M, K, device="cuda"); b = torch.randn(K, N, device="cuda")
+                a = torch.randn(M, K, device="cuda")
+                b = torch.randn(K, N, device="cuda")
                 err = (cm.matmul_vec4(a, b, name) - a @ b).abs().max().item()
                 print(f"check {name} {M}x{N}x{K}: {err:.2e}")
     S = args.size
     for M, N, K in [(S, S, S), (2048, 2048, 2048), (1024, 1024, 1024), (4095, 4097, 4093)]:
         print(f"--- {M}x{N}x{K}")
-        a = torch.randn(M, K, device="cuda"); b = torch.randn(K, N, device="cuda")
+        a = torch.randn(M, K, device="cuda")
+        b = torch.randn(K, N, device="cuda")
         ah, bh = a.half(), b.half()
         t_ref, _ = tflops(lambda: torch.mm(a, b), M, N, K)
         t_ref16, _ = tflops(lambda: torch.mm(ah, bh), M, N, K)

@@ -26,10 +26,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import torch  # noqa: E402
+import torch
 
-import utils  # noqa: E402
-from benchmarks.ncu_patterns import CASES, launch  # noqa: E402
+import utils
+from benchmarks.ncu_patterns import CASES, launch
 
 #: The counters recorded for every case: the profiling contract's metrics (Nsight Compute
 #: names), the launch's occupancy limits, and a few more that explain them.
@@ -109,7 +109,7 @@ def cmd_time(times_path: str) -> None:
             g = triton.testing.do_bench_cudagraph(fn, rep=100, quantiles=[0.5, 0.2, 0.8])
             row.update(graph_median_ms=g[0], graph_p20_ms=g[1], graph_p80_ms=g[2],
                        graph_gbps=case.bytes / (g[0] * 1e-3) / 1e9)
-        except Exception as e:  # noqa: BLE001  (recorded, not fatal)
+        except Exception as e:  # recorded, not fatal
             row["graph_error"] = f"{type(e).__name__}: {e}"[:200]
         out[case.name] = row
         print(f"{case.name:24s} {med * 1e3:8.2f} us  {row['gbps']:8.1f} GB/s", flush=True)
@@ -276,7 +276,7 @@ def cmd_sanitize(*names) -> None:
                 fn()
                 _sync()
             print(f"=== {name}: returned", flush=True)
-        except Exception as e:  # noqa: BLE001  (the emulator raises; the GPU may too)
+        except Exception as e:  # the emulator raises; the GPU may too
             print(f"=== {name}: {type(e).__name__}: {e}", flush=True)
 
 

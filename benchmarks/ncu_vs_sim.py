@@ -275,7 +275,8 @@ def to_markdown(result: dict) -> str:
             lines += ["| metric | ncu | simulation | sim / ncu | verdict |", "|---|---:|---:|---:|---|"]
             for r in nonzero:
                 ratio = "-" if r["ratio"] is None else f"{r['ratio']:.3f}"
-                lines.append(f"| {_short(r['metric'])} | {_fmt(r['ncu'])} | {_fmt(r['sim'])} | {ratio} | {r['verdict']} |")
+                lines.append(f"| {_short(r['metric'])} | {_fmt(r['ncu'])} | {_fmt(r['sim'])} | {ratio} "
+                             f"| {r['verdict']} |")
             lines.append("")
         if zeros:
             lines += ["Zero on both sides: " + ", ".join(zeros) + ".", ""]

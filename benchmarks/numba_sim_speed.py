@@ -64,6 +64,7 @@ def _child(variant: str, n_elementwise: int, n_reduction: int, repeats: int) -> 
     # module during a launch, so these names must be module globals, not locals.
     global np, cuda, float32
     import numpy as np
+
     from numba import cuda, float32
 
     @cuda.jit

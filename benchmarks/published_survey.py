@@ -892,11 +892,11 @@ def _run_case(c: Case, checkout: Checkout) -> dict:
                 with utils.race_detection(False):
                     c.run(k, get)
                 row["without_race_detection"] = "ok"
-            except Exception as e2:  # noqa: BLE001
+            except Exception as e2:
                 row["without_race_detection"] = f"{type(e2).__name__}: {first_error(e2, tmp)}"
         except AssertionError as e:
             row["status"], row["reason"] = "wrong result", str(e).splitlines()[0][:300]
-        except Exception as e:  # noqa: BLE001  every failure is a result of the survey
+        except Exception as e:  # every failure is a result of the survey
             row["status"] = type(e).__name__
             row["reason"] = first_error(e, tmp)
     row["seconds"] = round(time.perf_counter() - t0, 2)

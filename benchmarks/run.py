@@ -140,6 +140,7 @@ def gpu_slug(gpu_name: str) -> str:
 
 def machine_info(name: str) -> dict:
     import torch
+
     import triton
 
     if utils.SIMULATE:

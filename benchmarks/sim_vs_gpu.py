@@ -11,9 +11,11 @@ the commit measured; with ``--only`` it records the entries graded into the file
 verdicts (each entry keeps the commit it was graded at), so a new or changed catalog is
 recorded without grading every other one again:
 
-    python3 benchmarks/sim_vs_gpu.py --record --only mistake:10_attention/ ``tests/test_sim_vs_gpu.py`` recomputes the simulation side in CI and
-compares it with the recorded GPU side: every verdict must agree, except the mistakes that
-only simulation can catch (races and undefined behaviour, each entry's ``sim_only`` reason).
+    python3 benchmarks/sim_vs_gpu.py --record --only mistake:10_attention/
+
+``tests/test_sim_vs_gpu.py`` recomputes the simulation side in CI and compares it with the
+recorded GPU side: every verdict must agree, except the mistakes that only simulation can catch
+(races and undefined behaviour, each entry's ``sim_only`` reason).
 """
 from __future__ import annotations
 
@@ -28,8 +30,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(1, str(ROOT / "tests"))
 
-import utils  # noqa: E402
 import mistakes as M  # noqa: E402  (tests/mistakes)
+
+import utils  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 OUT_JSON = RESULTS / "sim-vs-gpu.json"
@@ -44,7 +47,8 @@ SIM_ONLY_KERNELS = {
     "cu_row_max_no_barrier": "a race: on a GPU warp 0 may happen to read scratch after the others wrote it",
     "cu_relu_barrier_in_branch": "undefined behaviour: a barrier only some threads reach may pass on a GPU",
     "cu_sum_too_many_threads": "undefined behaviour: a write past a __shared__ array may land unnoticed on a GPU",
-    "cu_sum_shared_bytes_in_elements": "undefined behaviour: a write past dynamic shared memory may land unnoticed on a GPU",
+    "cu_sum_shared_bytes_in_elements":
+        "undefined behaviour: a write past dynamic shared memory may land unnoticed on a GPU",
 }
 
 #: The grader of a test kernel, from its name (longest prefix first).
@@ -87,7 +91,7 @@ def grade_kernel(grader: str, fn) -> M.Verdict:
     try:
         with contextlib.redirect_stdout(io.StringIO()):
             getattr(utils, grader)(fn)
-    except Exception as e:  # noqa: BLE001  (any error rejects, as in a notebook)
+    except Exception as e:  # any error rejects, as in a notebook
         return M.Verdict("rejected", str(e) if isinstance(e, utils.GradingError) else f"{type(e).__name__}: {e}")
     return M.Verdict("accepted", "")
 
@@ -168,7 +172,7 @@ def write(results: dict[str, dict], merge: bool = False) -> None:
         import torch
         if torch.cuda.is_available():
             data["machine"]["gpu"] = torch.cuda.get_device_name(0)
-    except Exception:  # noqa: BLE001
+    except Exception:
         pass
     RESULTS.mkdir(exist_ok=True)
     OUT_JSON.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")

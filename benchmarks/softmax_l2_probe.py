@@ -15,10 +15,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import torch  # noqa: E402
+import torch
 
-import utils  # noqa: E402
-import kernels.triton.softmax as sm  # noqa: E402
+import kernels.triton.softmax as sm
+import utils
 
 
 def main(argv=None) -> int:

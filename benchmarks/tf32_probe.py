@@ -18,13 +18,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import utils  # noqa: E402  (first: picks the GPU or the interpreter)
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-import triton  # noqa: E402
-import triton.language as tl  # noqa: E402
+import numpy as np
+import torch
 
-from utils.backends.triton.tensor_core import tf32_round, tf32_truncate  # noqa: E402
+import utils  # first: picks the GPU or the interpreter
+from utils.backends.triton.tensor_core import tf32_round, tf32_truncate
+
+import triton
+import triton.language as tl
 
 
 @triton.jit

@@ -9,7 +9,8 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from utils.config import PROBLEM_SIZES
-from utils.topics import TOPICS as _SPECS, benchmarked
+from utils.topics import TOPICS as _SPECS
+from utils.topics import benchmarked
 from utils.topics._spec import FLOAT, Baseline, Spec, numel  # noqa: F401  (re-exported)
 
 #: The benchmarked topics, name -> Spec (``make_input``, ``reference``, ``tolerance``,
@@ -36,3 +37,9 @@ def check_shapes(topic: str, simulate: bool) -> list[tuple]:
     sizes = SimpleNamespace(**PROBLEM_SIZES["simulation" if simulate else "gpu"])
     return [tuple(s) for s in TOPICS[topic].check_shapes(sizes)]
 
+
+#: Lesson 11's topics (the kernels its GPT trains on). Their launchers return several tensors
+#: (the loss and the gradient; h and y) or update in place (AdamW, the embedding's gradient),
+#: so ``python -m benchmarks.lesson11`` measures them, not the harness above; their H100 goals
+#: are each topic module's ``TARGETS``.
+LESSON11 = ("cross_entropy", "embedding", "adamw", "bias_gelu", "residual_layernorm")

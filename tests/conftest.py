@@ -8,10 +8,9 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 # notebooks' kernels inherit it).
 os.environ.setdefault("COURSE_NUMBA_SIM_PIN", "0")
 
-import utils  # noqa: E402,F401  (must come before any numba/triton import)
+import pytest
 
-
-import pytest  # noqa: E402
+import utils  # must come before any numba/triton import
 
 
 @pytest.fixture

@@ -11,13 +11,13 @@ import math
 
 import torch
 
-import utils  # noqa: F401  (before numba/triton: picks the simulator or the GPU)
+import utils  # before numba/triton: picks the simulator or the GPU
+from utils import to_numba
+
 import triton
 import triton.language as tl
 from numba import cuda
 from numba import float32 as numba_float32
-
-from utils import to_numba
 
 
 # ======================================================================================

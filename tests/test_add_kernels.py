@@ -7,8 +7,8 @@ results are compared bit for bit with torch.
 import pytest
 import torch
 
-import utils
 import kernels
+import utils
 
 LANGS = list(kernels.LANGUAGES)
 SIZES = [1, 7, 255, 256, 257, 1023, 1025, 4099]

@@ -23,8 +23,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import utils
 import kernels
+import utils
 from kernels.cuda.attention import attention_backward_ref, attention_ref, causal_mask
 
 LANGS = ("cuda", "numba", "triton")
@@ -289,7 +289,8 @@ def _kinds(fam):
     if fam == "relu_backward":
         return {"transposed": ((r(6, 5, seed=1).t(), r(6, 5).t()), "ref"),
                 "0-d": ((torch.tensor(2.0, device=utils.DEVICE), torch.tensor(0.5, device=utils.DEVICE)), "ref"),
-                "mismatched shapes": ((r(4, 5), r(1, 5)), (ValueError, r"grad_out has shape \(4, 5\) but x has \(1, 5\)"))}
+                "mismatched shapes": ((r(4, 5), r(1, 5)),
+                                      (ValueError, r"grad_out has shape \(4, 5\) but x has \(1, 5\)"))}
     if fam in ("add", "add_2d"):
         kinds = {"transposed": ((r(6, 5).t(), r(6, 5, seed=1).t()), "ref"),
                  "y transposed": ((r(5, 6), r(6, 5, seed=1).t()), "ref"),
@@ -353,7 +354,8 @@ def _kinds(fam):
                 "Nq < Nk": (_attn_bwd_args(*_qkv(nq=5, nk=9)), "ref"),
                 "N = 1": (_attn_bwd_args(*_qkv(nq=1, nk=1)), "ref"),
                 "3-D": (tuple(z[:, 0] for z in (q, k, v, o, lse, do)), "ref"),
-                "lse of another shape": ((q, k, v, o, lse[..., :-1], do), (ValueError, r"lse must have shape \(1, 2, 9\)"))}
+                "lse of another shape": ((q, k, v, o, lse[..., :-1], do),
+                                         (ValueError, r"lse must have shape \(1, 2, 9\)"))}
     raise KeyError(fam)
 
 

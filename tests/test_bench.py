@@ -1,6 +1,7 @@
 """utils.bench (live timing, recorded results) and the benchmark harness (check, then time)."""
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import subprocess
@@ -8,18 +9,16 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
-import importlib
-
 import pytest
 import torch
 
 import utils
+from benchmarks import harness, report
+from benchmarks import run as brun
+from benchmarks.topics import TOPICS
 
 # `utils.bench` is the function; the module is utils/bench.py.
 ub = importlib.import_module("utils.bench")
-
-from benchmarks import harness, report, run as brun
-from benchmarks.topics import TOPICS
 
 ROOT = Path(__file__).resolve().parent.parent
 

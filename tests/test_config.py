@@ -30,7 +30,8 @@ def test_mode_matches_the_machine():
 
 
 def test_env_var_forces_simulation():
-    out = _run("import utils, numba.cuda as c; print(utils.MODE, utils.DEVICE, c.simulator_enabled if hasattr(c, 'simulator_enabled') else 'sim')",
+    out = _run("import utils, numba.cuda as c; "
+               "print(utils.MODE, utils.DEVICE, c.simulator_enabled if hasattr(c, 'simulator_enabled') else 'sim')",
                COURSE_SIMULATE="1")
     assert out.returncode == 0, out.stderr
     assert out.stdout.split()[:2] == ["simulation", "cpu"]

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-import utils  # noqa: E402
+import utils
 
 DEV = utils.DEVICE
 GEN = torch.Generator().manual_seed(1234)

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-import utils  # noqa: E402
+import utils
 
 pytestmark = pytest.mark.skipif(not utils.SIMULATE, reason="fault injection would corrupt a real GPU context")
 
@@ -83,7 +83,8 @@ __global__ void partial_shuffle(float* x) {
 
 
 def test_warp_collective_missing_lanes():
-    with pytest.raises(utils.KernelFault, match=r"__shfl_down_sync\(mask=0xffffffff\) on line 4[\s\S]*already returned"):
+    with pytest.raises(utils.KernelFault,
+                       match=r"__shfl_down_sync\(mask=0xffffffff\) on line 4[\s\S]*already returned"):
         k(WARP_DIVERGE, "partial_shuffle")[1, 64](torch.zeros(64))
 
 
@@ -164,7 +165,8 @@ def test_crashes_become_exceptions_and_the_process_survives(emulator_only):
         k(CRASHES, "null_write")[1, 4](None)
     with pytest.raises(utils.KernelFault, match="division"):
         k(CRASHES, "divide")[1, 4](torch.tensor([1, 2, 0, 4], dtype=torch.int32), torch.zeros(4, dtype=torch.int32))
-    with pytest.raises(utils.KernelFault, match=r"assert\(x\[threadIdx.x\] >= 0.0f\) failed on line 5 in thread \(2,0,0\)"):
+    with pytest.raises(utils.KernelFault,
+                       match=r"assert\(x\[threadIdx.x\] >= 0.0f\) failed on line 5 in thread \(2,0,0\)"):
         k(CRASHES, "asserts")[1, 4](torch.tensor([1.0, 2.0, -1.0, 3.0]))
     with pytest.raises(utils.KernelFault, match=r"abort\(\)"):
         k(CRASHES, "aborts")[1, 8](torch.zeros(8, dtype=torch.int32))
@@ -239,7 +241,6 @@ __global__ void spin(volatile int* flag) {
 
 def test_interrupt_stops_a_hung_kernel(python_gets_sigint):
     """The notebook's interrupt button (SIGINT) stops a kernel that never ends."""
-    import os
     import signal
     import threading
     ks = k(SPIN, "spin")
@@ -256,7 +257,8 @@ def test_portable_ucontext_fallback(monkeypatch):
     """The fiber switch used where there is no hand-written one (arm64): same results."""
     monkeypatch.setenv("COURSE_EMU_UCONTEXT", "1")
     src = EARLY_RETURN.replace("if (i >= n) return;          // the threads past n never reach the barrier",
-                               "float v = i < n ? x[i] : 0.0f;") .replace("s[threadIdx.x] = x[i];", "s[threadIdx.x] = v;")
+                               "float v = i < n ? x[i] : 0.0f;")
+    src = src.replace("s[threadIdx.x] = x[i];", "s[threadIdx.x] = v;")
     src = src.replace("y[i] = s[(threadIdx.x + 1) % blockDim.x];",
                       "float w = __shfl_xor_sync(0xffffffff, v, 1);\n"
                       "    if (i < n) y[i] = s[(threadIdx.x + 1) % blockDim.x] + w;")

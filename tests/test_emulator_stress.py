@@ -1,6 +1,5 @@
 """Everything a kernel can do wrong, thrown at the CUDA C++ emulator in one process: each is
 reported clearly, and the process (a notebook's kernel) survives all of them."""
-import os
 import signal
 import threading
 import time
@@ -65,7 +64,8 @@ def test_shared_overruns_of_every_size_are_reported_as_overruns(k):
         kern("overrun")[2, 256](torch.zeros(256), k)
     msg = str(info.value)
     if -272 <= k < 16:  # inside a guard zone of `s`
-        assert f"wrote s[{256 + k}], {'before the start' if k < 0 else 'past the end'} of the __shared__ array `s`" in msg
+        where = "before the start" if k < 0 else "past the end"
+        assert f"wrote s[{256 + k}], {where} of the __shared__ array `s`" in msg
     elif 0 <= k < 32:
         assert "before the start of the __shared__ array `after`" in msg
     else:
@@ -95,7 +95,8 @@ def test_wild_pointers_recursion_exit_abort_and_assert():
     with pytest.raises(utils.KernelFault, match=r"thread \(5,0,0\) .*abort\(\)"):
         kern("aborts")[1, 8](torch.zeros(8, dtype=torch.int32))
     # <cassert> included after the emulator's header: condition, line and thread are kept
-    with pytest.raises(utils.KernelFault, match=r"assert\(x\[threadIdx.x\] >= 0.0f\) failed on line 30 in thread \(1,0,0\)"):
+    with pytest.raises(utils.KernelFault,
+                       match=r"assert\(x\[threadIdx.x\] >= 0.0f\) failed on line 30 in thread \(1,0,0\)"):
         kern("asserts")[1, 2](torch.tensor([1.0, -1.0]))
     still_works()
 

@@ -5,8 +5,8 @@ import sys
 import pytest
 import torch
 
-import utils
 import kernels
+import utils
 from kernels.cuda import gelu as gelu_cuda
 
 LANGS = kernels.LANGUAGES

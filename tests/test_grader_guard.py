@@ -110,7 +110,7 @@ def test_rebinding_a_grader_in_utils(monkeypatch, capsys):
     assert "utils.check_relu was replaced" in capsys.readouterr().err
     msg = _fails_with("utils.check_relu was replaced", launcher=relu)  # even an honest kernel
     assert "restart the kernel" in msg
-    from utils import check_relu                                     # a fresh import sees it too
+    from utils import check_relu  # a fresh import sees it too
     with pytest.raises(utils.GradingError, match="utils.check_relu was replaced"):
         check_relu(relu)
     # the other graders are not affected
@@ -339,6 +339,7 @@ def test_a_debugger_is_named(restore):
 def test_every_module_a_grader_relies_on_is_guarded():
     """A grader moved to a new module, or a new module of the harness, must be guarded too."""
     import inspect
+
     from utils.guard import PROTECTED_MODULES
     graders = {n: f for n, f in vars(utils).items() if n.startswith("check_") and inspect.isfunction(f)
                and n != "check_input"}

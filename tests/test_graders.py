@@ -3,11 +3,11 @@ kernels written in unusual ways. The kernels are real (Triton, Numba, CUDA C++):
 ``tests/grader_kernels.py``. The same tests run in simulation and on a GPU."""
 import re
 
+import grader_kernels as K
 import pytest
 import torch
 
 import utils
-import grader_kernels as K
 
 needs_cuda_kernel = pytest.mark.skipif(
     not K.have_cuda_kernel(), reason="utils.cuda_kernel (the CUDA C++ loader/emulator) is not available")

@@ -4,6 +4,7 @@ import pytest
 import torch
 
 import utils
+
 from numba import cuda
 
 

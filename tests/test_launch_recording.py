@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 import torch
 
-import utils
 import kernels
+import utils
 from utils.backends import launches
 
-import triton  # noqa: E402  (after utils: it sets up the interpreter or the GPU)
-import triton.language as tl  # noqa: E402
+import triton  # after utils: it sets up the interpreter or the GPU
+import triton.language as tl
 
 
 def rejected(grader, fn, *patterns):
@@ -99,7 +99,7 @@ def test_every_spec_names_only_graders_it_has():
 
 
 def test_an_operator_of_an_extension_counts_as_its_kernel():
-    lib = torch.library.Library("course_launch_test", "FRAGMENT")  # noqa: F841  kept alive below
+    lib = torch.library.Library("course_launch_test", "FRAGMENT")  # kept alive below
     torch.library.define("course_launch_test::relu", "(Tensor x) -> Tensor", lib=lib)
     torch.library.impl("course_launch_test::relu", "CompositeExplicitAutograd", lambda x: x.clamp(min=0), lib=lib)
     x = torch.randn(10)

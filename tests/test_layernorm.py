@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-import utils
 import kernels
+import utils
 from utils.grading import GradingError
 from utils.topics import layernorm as spec
 

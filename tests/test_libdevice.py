@@ -9,13 +9,14 @@ import re
 import numpy as np
 import pytest
 import torch
+
+import utils
+
 import triton
 import triton.language as tl
 from numba import cuda
 from numba.cuda import libdevice as ld
 from triton.language.extra import libdevice
-
-import utils
 
 sim_only = pytest.mark.skipif(not utils.SIMULATE, reason="about the simulators")
 pytestmark = sim_only

@@ -9,8 +9,8 @@ import re
 import pytest
 import torch
 
-import utils
 import kernels
+import utils
 from utils.topics.matmul import make_inputs, tolerance_for
 
 CASES = [("cuda", "matmul", v) for v in ("v1", "v2", "v3", "v4")] + [
@@ -160,7 +160,7 @@ __global__ void wmma_one_kernel(const __half* a_ptr, const __half* b_ptr, float*
     wmma::mma_sync(c, a, b, c);
     wmma::store_matrix_sync(c_ptr, c, 16, wmma::mem_row_major);
 }
-"""
+"""  # noqa: E501  (a kernel's signature on one line)
 
 
 def _wmma(a, b, offset=0, ldm=16, lanes=32, threads=32):
@@ -245,7 +245,7 @@ __global__ void tiled_no_overwrite_barrier_kernel(const float* a_ptr, const floa
 __global__ void tiled_unmasked_k_kernel(const float* a_ptr, const float* b_ptr, float* c_ptr, int M, int N, int K) {
     tiled<1, 1, 0>(a_ptr, b_ptr, c_ptr, M, N, K);
 }
-"""
+"""  # noqa: E501  (the kernels' signatures on one line each)
 
 HALF_ACC_SRC = r"""
 #include <cuda_fp16.h>
@@ -278,7 +278,8 @@ def _launcher(src, name, kind):
     return fn
 
 
-from numba import cuda as _cuda, float32 as _float32  # noqa: E402  (after utils: simulator or GPU)
+from numba import cuda as _cuda  # noqa: E402  (after utils: simulator or GPU)
+from numba import float32 as _float32  # noqa: E402
 
 
 @_cuda.jit

@@ -1,10 +1,10 @@
 """Every exercise's typical mistakes (tests/mistakes/NN_topic.py, mutations of the solution)
 are rejected by the exercise's check with a message that names the real cause, and the right
 kernels written an unusual way are accepted."""
+import mistakes as M
 import pytest
 
-import utils  # noqa: F401  (before numba/triton: picks the simulator or the GPU)
-import mistakes as M
+import utils  # before numba/triton: picks the simulator or the GPU
 
 EXERCISES = M.exercises()
 ENTRIES = M.all_mistakes()

@@ -63,7 +63,8 @@ def test_ncu_raw_csv_rows_become_numbers():
     from benchmarks.ncu_run import parse_raw_csv
     text = "\n".join([
         "==PROF== Connected to process 1",
-        '"ID","Kernel Name","l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum","smsp__thread_inst_executed_per_inst_executed.ratio"',
+        '"ID","Kernel Name","l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum",'
+        '"smsp__thread_inst_executed_per_inst_executed.ratio"',
         '"","","sector",""',
         '"0","copy_coalesced_kernel(const float *, float *, int)","8,192","31.5"',
         '"1","relu_kernel","n/a","32"',

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import utils
+
 from numba import cuda, float32
 
 FULL = 0xFFFFFFFF
@@ -326,8 +327,9 @@ def elementwise_kernel(x, out):
 
 @sim_only
 def test_speed_patch_is_applied_and_elementwise_reuses_one_os_thread():
-    from numba.cuda.simulator import kernel
     from utils.backends.numba import simulator as numba_sim
+
+    from numba.cuda.simulator import kernel
     assert kernel.BlockManager is numba_sim._BlockManager
     assert any("scheduler" in p for p in utils.NUMBA_SIM_PATCHES)
     x = np.arange(4099, dtype=np.float32)
@@ -376,9 +378,9 @@ def spin_kernel(flag):
 
 @sim_only
 def test_interrupt_stops_a_kernel_stuck_in_a_loop(python_gets_sigint):
-    import os
     import signal
     import time
+
     from numba.cuda.simulator import kernel
 
     # Threads run one at a time until they block or return, so thread 0 spins forever

@@ -12,9 +12,9 @@ import pytest
 import utils
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
-from matplotlib.patches import Rectangle  # noqa: E402
+import matplotlib.pyplot as plt
+from matplotlib.figure import Figure
+from matplotlib.patches import Rectangle
 
 
 def rects(fig, gid=None):
@@ -209,6 +209,7 @@ def test_figure_shows_once_in_a_notebook(monkeypatch):
     # In a notebook the inline backend and the cell's value both ask a figure to display
     # itself; the first request draws it and takes it out of pyplot.
     from IPython import display as ipy_display
+
     from utils import plots
     shown = []
     monkeypatch.setattr(plots, "_inline_backend", lambda: True)
@@ -393,3 +394,76 @@ def test_timeline_of_a_cpu_only_trace_has_no_gpu_lane():
     assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == ["annotations", "host: PyTorch ops"]
     with pytest.raises(ValueError, match="no PyTorch ops"):
         utils.plot_timeline({"traceEvents": []})
+
+
+# --- lessons 09 and 10: LayerNorm's two reductions, FlashAttention's tiles -------------
+def _gids(fig, prefix, ax=0):
+    return [p for p in fig.axes[ax].patches if (p.get_gid() or "").startswith(prefix)]
+
+
+def test_layernorm_backward_row_sums_beside_partials():
+    fig = utils.plot_layernorm_backward(rows=6, cols=8, blocks=2)
+    assert len(_gids(fig, "row sum", 0)) == 2 * 6          # two sums per row for dx
+    assert len(_gids(fig, "partial", 1)) == 2 * 8          # a (blocks, cols) buffer for dw/db
+    assert len(_gids(fig, "dw", 1)) == 8
+    assert "ALONG" in fig.axes[0].get_title() and "ACROSS" in fig.axes[1].get_title()
+    with pytest.raises(ValueError, match="blocks <= rows"):
+        utils.plot_layernorm_backward(rows=2, blocks=3)
+
+
+def _brute_kind(nq, nk, bm, bn, qt, kt):
+    """What a tile needs, from its (query, key) pairs: nothing visible, all visible, or a mix."""
+    qs, ks = range(qt * bm, min(nq, qt * bm + bm)), range(kt * bn, min(nk, kt * bn + bn))
+    vis = [j <= i + nk - nq for i in qs for j in ks]
+    return "skipped" if not any(vis) else "full" if all(vis) and len(ks) == bn else "masked"
+
+
+@pytest.mark.parametrize("nq, nk", [(64, 64), (32, 64), (64, 32), (50, 37), (5, 70)])
+def test_flash_tile_kinds_follow_the_mask(nq, nk):
+    bm, bn = 16, 16
+    kinds = utils.flash_tile_kinds(nq, nk, bm, bn)
+    for qt, row in enumerate(kinds):
+        for kt, kind in enumerate(row):
+            want = _brute_kind(nq, nk, bm, bn, qt, kt)
+            # the kernel may mask a tile it could run unmasked (its stage 2 starts at a whole tile),
+            # but never skips a tile with a visible pair nor runs a tile with hidden pairs unmasked
+            assert kind == want or (kind == "masked" and want == "full"), (qt, kt, kind, want)
+    assert utils.flash_tile_kinds(64, 40, 16, 16, causal=False) == [["full", "full", "masked"]] * 4
+
+
+def test_causal_tiles_counts_in_titles():
+    fig = utils.plot_causal_tiles(((64, 64), (64, 32)), 16, 16)
+    assert "6 full, 4 masked, 6 skipped" in fig.axes[0].get_title()
+    assert len(_gids(fig, "skipped", 1)) == 5 and "1 full, 2 masked, 5 skipped" in fig.axes[1].get_title()
+    with pytest.raises(ValueError):
+        utils.flash_tile_kinds(0, 4, 16, 16)
+
+
+def test_online_softmax_steps_rescale_only_when_the_max_rises():
+    import math
+    scores = [0.0, 1.0, 3.0, 2.0, 2.5, -1.0]
+    steps = utils.online_softmax_steps(scores, 2)
+    assert [s["m_new"] for s in steps] == [1.0, 3.0, 3.0]
+    assert steps[1]["alpha"] == pytest.approx(math.exp(1.0 - 3.0)) and steps[2]["alpha"] == 1.0
+    assert steps[-1]["l"] == pytest.approx(sum(math.exp(s - 3.0) for s in scores))
+    fig = utils.plot_flash_loop(nq=64, nk=96, block_m=16, block_n=32, program=1)
+    assert len(_gids(fig, "step", 0)) == 3                   # program 1 visits 3 tiles of keys
+    assert len([ln for ln in fig.axes[1].lines if ln.get_gid() == "rescale"]) == 1
+    t = fig.axes[1].get_title()
+    assert t.split("l = ")[1][:7] == t.split("= ")[-1][:7]   # online sum == exact sum
+
+
+def test_recorded_attention_sweep(tmp_path, capsys):
+    rows = [{"topic": "attention", "variant": f"{v} [float16, {'causal' if c else 'full'}, forward]",
+             "shape": [16384 // n, 32, n, 64], "dtype": "float16", "causal": c, "pass": "forward", "sweep": True,
+             "tflops": tf * n / 1024} for v, tf in (("triton v3", 300.0), ("SDPA flash", 250.0))
+            for c in (False, True) for n in (512, 1024, 2048)]
+    p = tmp_path / "h100.json"
+    p.write_text(json.dumps({"machine": {"gpu": "H100"}, "date": "2026-01-01", "rows": rows}))
+    fig = utils.plot_recorded_attention(p)
+    full, causal = fig.axes
+    assert sorted(ln.get_gid() for ln in full.lines) == ["SDPA flash", "triton v3"]
+    assert list(next(ln for ln in causal.lines if ln.get_gid() == "triton v3").get_xdata()) == [512, 1024, 2048]
+    assert next(ln for ln in full.lines if ln.get_gid() == "SDPA flash").get_linestyle() == "--"
+    assert utils.plot_recorded_attention(p, d=128) is None
+    assert "No recorded attention sweep" in capsys.readouterr().out

@@ -553,6 +553,7 @@ class _FakeOccupancy:
 def test_occupancy_comes_from_utils_occupancy_with_the_kernels_registers(copy, monkeypatch):
     import sys
     import types
+
     from utils.backends.cuda import _profile
     calls = []
     fake = types.ModuleType("utils.occupancy")
@@ -629,7 +630,7 @@ NCU_SAMPLE = '''==PROF== Connected to process 4242 (/usr/bin/python3.12)
 "ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size","Device","CC","l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum","l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum","l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum","launch__registers_per_thread","sm__maximum_warps_per_active_cycle_pct","smsp__thread_inst_executed_per_inst_executed.ratio"
 "","","","","","","","","","","","","request","sector","register/thread","%",""
 "0","4242","python3.12","127.0.0.1","copy_kernel(const float *, float *, int, int, int)","1","7","(256, 1, 1)","(16, 1, 1)","0","9.0","0","128","4,096","16","100","32"
-'''
+'''  # noqa: E501  (ncu's CSV as it prints it)
 
 
 def test_ncu_csv_parsing():

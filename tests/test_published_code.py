@@ -126,7 +126,8 @@ __global__ void pixels(const uchar4* in, uchar4* out, unsigned* idx) {
 # ---------------------------------------------------------------------------------------
 # Host code around the kernels, as published programs write it
 # ---------------------------------------------------------------------------------------
-emulator_only = pytest.mark.skipif(not utils.SIMULATE, reason="host code in a kernel's source: the CPU emulator's build")
+emulator_only = pytest.mark.skipif(not utils.SIMULATE,
+                                   reason="host code in a kernel's source: the CPU emulator's build")
 
 HOST_HELPERS = r"""
 #include <cuda_runtime.h>
@@ -168,7 +169,8 @@ def test_host_code_with_device_queries_compiles_and_its_kernel_runs(monkeypatch)
 
 @emulator_only
 def test_a_header_beside_the_kernel_may_include_the_cuda_runtime(tmp_path):
-    (tmp_path / "helpers.cuh").write_text("#pragma once\n#include <cuda_runtime.h>\n#include <device_launch_parameters.h>\n"
+    (tmp_path / "helpers.cuh").write_text("#pragma once\n#include <cuda_runtime.h>\n"
+                                          "#include <device_launch_parameters.h>\n"
                                           "__device__ inline float sq(float v) { return v * v; }\n")
     src = tmp_path / "square.cu"
     src.write_text('#include "helpers.cuh"\n__global__ void square(const float* x, float* y, int n) {\n'

@@ -199,7 +199,8 @@ __global__ void fence_sum(const float* x_ptr, float* partial_ptr, float* out_ptr
     # The samples' version writes the total over partial 0, which block 0 wrote: the fence and
     # the ticket order that write before the last block's too.
     partial = torch.zeros(16)
-    k(src.replace("out_ptr[0] = total;", "partial_ptr[0] = total;"), "fence_sum")[16, 64](torch.ones(1000), partial, out, 1000)
+    k(src.replace("out_ptr[0] = total;", "partial_ptr[0] = total;"), "fence_sum")[16, 64](
+        torch.ones(1000), partial, out, 1000)
     assert partial[0].item() == 1000.0
     # without the fence the last block may read a partial that is not written yet
     with pytest.raises(utils.KernelRace, match=r"`partial_ptr\[0\]`"):
@@ -281,7 +282,8 @@ def test_shuffle_from_a_lane_outside_the_mask_is_a_fault():
     assert out.item() == 32.0
     # a published pattern: only the lanes that add take part, so lane 0 reads lane 16, which
     # the mask leaves out (undefined on a GPU)
-    shrinking = SHUFFLE.replace("unsigned mask = MASK;", "unsigned mask = __ballot_sync(0xffffffffu, threadIdx.x < offset);")
+    shrinking = SHUFFLE.replace("unsigned mask = MASK;",
+                                "unsigned mask = __ballot_sync(0xffffffffu, threadIdx.x < offset);")
     shrinking = shrinking.replace("        v += __shfl", "        if (threadIdx.x < offset) v += __shfl")
     with pytest.raises(utils.KernelFault, match=r"__shfl_down_sync on line 6: lane 0 of warp 0 reads lane 16, "
                                                 r"which is not in the mask 0x0000ffff"):

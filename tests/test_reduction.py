@@ -3,8 +3,8 @@ sizes, exact cases, edge cases, input checks, determinism, and the race of lesso
 import pytest
 import torch
 
-import utils
 import kernels
+import utils
 
 LANGS = kernels.LANGUAGES
 # Versions marked "demo only" (CUDA C++ v0, the data race) are wrong on purpose.

@@ -2,8 +2,8 @@
 import pytest
 import torch
 
-import utils
 import kernels
+import utils
 
 LANGS = kernels.LANGUAGES
 ALL_VERSIONS = [(lang, name) for lang in LANGS for name, _ in kernels.versions("relu", lang)]

@@ -13,7 +13,7 @@ import torch
 import utils
 
 sys.path.insert(0, str(utils.ROOT / "extensions" / "relu_cmake"))
-import myrelu_ops  # noqa: E402
+import myrelu_ops
 
 DEVICE = utils.DEVICE
 

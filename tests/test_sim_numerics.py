@@ -3,6 +3,7 @@ import pytest
 import torch
 
 import utils
+
 import triton
 import triton.language as tl
 
@@ -108,6 +109,7 @@ def test_f32_dot_default_is_tf32_and_ieee_is_exact(monkeypatch):
 
 def test_tf32_truncation_and_rounding():
     import numpy as np
+
     from utils.backends.triton.tensor_core import tf32_round, tf32_truncate
     ulp = 2.0 ** -10
     x = np.array([1 + ulp / 2, 1 + ulp * 1.5, -(1 + ulp / 2), 1 + ulp * 0.49, np.inf],
@@ -164,7 +166,6 @@ __global__ void intrinsics_kernel(const float* x_ptr, const float* y_ptr, float*
 
 
 def test_emulator_fast_intrinsics_and_half_rounding():
-    import numpy as np
     if not utils.SIMULATE:
         pytest.skip("about the CPU emulator")
     k = utils.cuda_kernel(INTRINSICS, "intrinsics_kernel")

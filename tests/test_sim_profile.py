@@ -1,4 +1,5 @@
-"""Profiling counters of Numba's CUDA simulator and Triton's interpreter (utils/backends/numba/profile.py, utils/backends/triton/profile.py).
+"""Profiling counters of Numba's CUDA simulator and Triton's interpreter
+(utils/backends/numba/profile.py, utils/backends/triton/profile.py).
 
 Every expected count is worked out by hand in the comment above it, by the rules Nsight
 Compute counts with: a warp-wide access is one request; its sectors are the distinct
@@ -13,9 +14,10 @@ import torch
 import utils
 from utils.backends.numba import profile as sim_profile
 from utils.backends.triton import profile as triton_profile
-from numba import cuda, float32, float64
+
 import triton
 import triton.language as tl
+from numba import cuda, float32, float64
 
 pytestmark = pytest.mark.skipif(not utils.SIMULATE, reason="profiling in simulation")
 

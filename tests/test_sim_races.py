@@ -12,9 +12,10 @@ import pytest
 import torch
 
 import utils
-from numba import cuda, float32
+
 import triton
 import triton.language as tl
+from numba import cuda, float32
 
 pytestmark = pytest.mark.skipif(not utils.SIMULATE, reason="race detection is a simulation feature")
 

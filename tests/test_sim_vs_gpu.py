@@ -76,7 +76,8 @@ def test_sim_only_entries_are_explained():
 def test_disagreement_rules():
     """A different verdict is a disagreement, except a simulation-only catch that a GPU accepts."""
     race = next(iter(svg.SIM_ONLY_KERNELS))
-    sim = {"kernel:a": {"verdict": "rejected", "message": "x"}, f"kernel:{race}": {"verdict": "rejected", "message": "race"},
+    sim = {"kernel:a": {"verdict": "rejected", "message": "x"},
+           f"kernel:{race}": {"verdict": "rejected", "message": "race"},
            "kernel:b": {"verdict": "accepted", "message": ""}}
     gpu = {"kernel:a": {"verdict": "accepted", "message": ""}, f"kernel:{race}": {"verdict": "accepted", "message": ""},
            "kernel:b": {"verdict": "accepted", "message": ""}}

@@ -4,8 +4,8 @@ large inputs (max subtraction), -inf entries, edge cases, input checks and the l
 import pytest
 import torch
 
-import utils
 import kernels
+import utils
 
 LANGS = kernels.LANGUAGES
 ALL_VERSIONS = [(lang, name) for lang in LANGS for name, _ in kernels.versions("softmax", lang)]

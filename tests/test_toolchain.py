@@ -245,12 +245,14 @@ torch::Tensor fill(torch::Tensor y) {
 }
 """
     decl = "torch::Tensor fill(torch::Tensor y);"
-    good = cuda.replace("#include <torch/extension.h>", "#include <torch/extension.h>\n#include <c10/cuda/CUDAException.h>")
+    good = cuda.replace("#include <torch/extension.h>",
+                        "#include <torch/extension.h>\n#include <c10/cuda/CUDAException.h>")
     # torch's own build folder (TORCH_EXTENSIONS_DIR): a second run loads this build instead of
     # compiling torch's headers again
     mod = utils.load_inline("course_test_fill_ext", decl, good, functions=["fill"])
     assert torch.equal(mod.fill(torch.zeros(32)), torch.ones(32))
-    with pytest.raises(utils.CudaCompileError, match=r"(?s)cuda\.cu\(6\).*C10_CUDA_KERNEL_LAUNCH_CHECK.*CUDAException\.h"):
+    with pytest.raises(utils.CudaCompileError,
+                       match=r"(?s)cuda\.cu\(6\).*C10_CUDA_KERNEL_LAUNCH_CHECK.*CUDAException\.h"):
         utils.load_inline("course_test_fill_ext", decl, cuda, functions=["fill"])
     with pytest.raises(utils.CudaCompileError, match="the last build of extension `course_test_fill_ext` failed"):
         mod.fill(torch.zeros(32))  # the older build must not be graded

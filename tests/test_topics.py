@@ -56,7 +56,8 @@ def test_inputs_are_seeded_and_the_reference_is_float64(name):
     a, b = spec.inputs(shape, seed=3), spec.inputs(shape, seed=3)
     assert all(torch.equal(x, y) for x, y in zip(a, b))
     assert not torch.equal(a[0], spec.inputs(shape, seed=4)[0])
-    assert all(x.dtype in (torch.float32, torch.float16) and x.device.type == utils.DEVICE.type for x in a)
+    # (float inputs, and int64 indices: class targets, token ids)
+    assert all(x.dtype in (torch.float32, torch.float16, torch.int64) and x.device.type == utils.DEVICE.type for x in a)
     ref = spec.reference(*a)
     assert ref.dtype == torch.float64
     assert ref.numel() == spec.out_numel(shape)
@@ -93,7 +94,8 @@ def test_benchmark_shapes_and_bytes(name, mode):
         assert shapes and all(isinstance(s, tuple) and all(int(d) >= 1 for d in s) for s in shapes)
     for shape in spec.main_shapes(sizes):
         n = math.prod(shape)
-        if spec.flops is not None and len(shape) == 3:  # (M, N, K): A, B read once and C written once, 2 FLOPs per product term
+        # (M, N, K): A, B read once and C written once, 2 FLOPs per product term
+        if spec.flops is not None and len(shape) == 3:
             M, N, K = shape
             assert spec.nbytes(shape) >= 2 * (M * K + K * N + M * N) and spec.flops(shape) == 2 * n
             continue

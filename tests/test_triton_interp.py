@@ -7,10 +7,11 @@ import pytest
 import torch
 
 import utils
-import triton
-import triton.language as tl
 from utils.backends.triton import compat as triton_compat
 from utils.backends.triton.compat import tanh
+
+import triton
+import triton.language as tl
 
 sim_only = pytest.mark.skipif(not utils.SIMULATE, reason="about Triton's interpreter")
 F32 = utils.TOLERANCES[torch.float32]  # the course's float32 tolerance

@@ -4,10 +4,11 @@ launch's tensor arguments stops the launch with a SimulatorMemoryError that name
 program, the argument, the offset, the line and the fix."""
 import pytest
 import torch
-import triton
-import triton.language as tl
 
 import utils
+
+import triton
+import triton.language as tl
 
 pytestmark = pytest.mark.skipif(not utils.SIMULATE, reason="about Triton's interpreter")
 
@@ -58,7 +59,8 @@ def test_an_unmasked_store_past_the_end_is_reported():
 def test_a_mask_that_tests_other_offsets_is_called_an_off_by_one():
     with pytest.raises(utils.SimulatorMemoryError, match=r"loads x_ptr \+ 1000 .*off-by-one"):
         copy(torch.randn(1000), torch.empty(1000), shift=1)
-    with pytest.raises(utils.SimulatorMemoryError, match=r"x_ptr \+ -1 at .*before the start of `x_ptr`.*offset is negative"):
+    with pytest.raises(utils.SimulatorMemoryError,
+                       match=r"x_ptr \+ -1 at .*before the start of `x_ptr`.*offset is negative"):
         copy(torch.randn(1000), torch.empty(1000), shift=-1)
 
 
@@ -81,7 +83,9 @@ def _atomic_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
 
 
 def test_an_atomic_past_the_end_is_reported():
-    with pytest.raises(utils.SimulatorMemoryError, match=r"updates out_ptr \+ 1 at .*past the end of `out_ptr`'s tensor \(1 element, offsets 0..0\)"):
+    with pytest.raises(utils.SimulatorMemoryError,
+                       match=r"updates out_ptr \+ 1 at .*past the end of `out_ptr`'s tensor "
+                             r"\(1 element, offsets 0..0\)"):
         _atomic_kernel[(2,)](torch.randn(300), torch.zeros(1), 300, BLOCK=256)
 
 

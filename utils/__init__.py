@@ -8,37 +8,42 @@ whether the course runs on a GPU or in simulation and configures both before the
     utils.SIMULATE        # True without a GPU (or with COURSE_SIMULATE=1)
     utils.SIZES           # problem sizes for this mode
 """
+# The order of these imports is the point (config first, guard last): not sorted.
+# isort: skip_file
 from .config import DEVICE, MODE, PROBLEM_SIZES, REASON, SIMULATE, SIZES, describe  # noqa: F401  (first!)
 from . import paths  # noqa: F401
 from .paths import ROOT, KERNELS_DIR, CUDA_INCLUDE_DIR, RESULTS_DIR  # noqa: F401
 
-from .backends.cuda import *  # noqa: F401,F403  cuda_kernel, load_inline, emulation_schedule, ...
-from .backends.numba.simulator import *  # noqa: F401,F403  simulator patches (applied in simulation)
-from .interop import *  # noqa: F401,F403  torch <-> numba arrays
-from .check import *  # noqa: F401,F403  tolerance table, assert_close
+from .backends.cuda import *  # noqa: F403  cuda_kernel, load_inline, emulation_schedule, ...
+from .backends.numba.simulator import *  # noqa: F403  simulator patches (applied in simulation)
+from .interop import *  # noqa: F403  torch <-> numba arrays
+from .check import *  # noqa: F403  tolerance table, assert_close
 from .grading import POISON_BITS, GradingError, check_shared, check_traffic, show_rejection  # noqa: F401  the harness
 from .topics import CHECKS as _CHECKS, topic  # noqa: F401  one spec per topic (utils/topics/<topic>.py)
 from .topics.gelu import gelu_tanh_ref  # noqa: F401
+from .topics.gpt import check_gpt_op  # noqa: F401  lesson 11: your kernels in the GPT
 globals().update(_CHECKS)  # check_relu, check_gelu, check_sum, check_softmax, ...: every topic's graders
-from .bench import *  # noqa: F401,F403  bench, recorded results
-from .plots import *  # noqa: F401,F403  bandwidth plots, index maps, reduction trees
-from .occupancy import *  # noqa: F401,F403  occupancy: the CUDA occupancy calculator, GPUS
-from .progress import *  # noqa: F401,F403  progress bars on long sweeps
-from .report import *  # noqa: F401,F403  environment report
-from .inputs import *  # noqa: F401,F403  check_input: the input rules of every launcher
-from .backends.triton import compat as triton_compat  # noqa: F401,E402  tanh, do_bench, autotune that work in both modes
-from .ship import *  # noqa: F401,F403  check_custom_op: lesson 07's grader
-from .backends.triton import interpreter as triton_sim  # noqa: F401,E402  races and poison in Triton's interpreter, its driver
-from .backends.numba.races import SimulatorMemoryError, SimulatorRaceError  # noqa: F401,E402
-from .profile import profile, Profile  # noqa: F401,E402  counters of one launch (emulator or ncu)
-from .backends import Backend, BACKENDS, backend_of, record_launches  # noqa: F401,E402  one interface to the three
+from .bench import *  # noqa: F403  bench, recorded results
+from .plots import *  # noqa: F403  bandwidth plots, index maps, reduction trees
+from .source_view import *  # noqa: F403  show(kernel): the source, PTX or SASS of a kernel of any language
+from .occupancy import *  # noqa: F403  occupancy: the CUDA occupancy calculator, GPUS
+from .progress import *  # noqa: F403  progress bars on long sweeps
+from .report import *  # noqa: F403  environment report
+from .inputs import *  # noqa: F403  check_input: the input rules of every launcher
+from .backends.triton import compat as triton_compat  # tanh, do_bench, autotune that work in both modes
+from .ship import *  # noqa: F403  check_custom_op: lesson 07's grader
+from .backends.triton import interpreter as triton_sim  # races and poison in Triton's interpreter, its driver
+from .backends.numba.races import SimulatorMemoryError, SimulatorRaceError  # noqa: F401
+from .profile import profile, Profile  # noqa: F401  counters of one launch (emulator or ncu)
+from .backends import Backend, BACKENDS, backend_of, record_launches  # noqa: F401  one interface to the three
+from .gpt import *  # noqa: F403  lesson 11's GPT: GPT, GPTConfig, gradient_check, course_text, train_gpt
 
 # The modules' earlier paths, which learners' code may import (`from utils.triton_compat import tanh`).
-import sys as _sys  # noqa: E402
+import sys as _sys
 _sys.modules.setdefault(__name__ + ".triton_compat", triton_compat)
 _sys.modules.setdefault(__name__ + ".triton_sim", triton_sim)
 
 # Last: graders, the harness and torch's comparisons as imported now are the ones that grade
 # (utils/guard.py); a notebook that replaces one of them earns no points for its checks.
-from . import guard as _guard  # noqa: E402
+from . import guard as _guard
 _guard.install(_sys.modules[__name__])

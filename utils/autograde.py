@@ -472,7 +472,7 @@ def _execute(path: Path, cfg: dict) -> dict:
                     try:                    # back to a responsive kernel, or stop here
                         nb.cells.append(new_code_cell("pass"))
                         client.execute_cell(nb.cells[-1], len(nb.cells) - 1, store_history=False)
-                    except Exception as e:  # noqa: BLE001
+                    except Exception as e:
                         stop = f"the kernel did not respond after an interrupt ({type(e).__name__})"
                     finally:
                         nb.cells.pop()
@@ -481,7 +481,7 @@ def _execute(path: Path, cfg: dict) -> dict:
                     cell.outputs.append(_error_output(
                         "DeadKernelError", "the kernel died (out of memory, or a crash) while running this cell"))
                     stop = "the kernel died"
-    except Exception as e:  # noqa: BLE001  a kernel that does not start, and the like
+    except Exception as e:  # a kernel that does not start, and the like
         stop = stop or f"{type(e).__name__}: {e}"
     for i, cell in enumerate(nb.cells):
         if cell.cell_type == "code":
@@ -517,7 +517,7 @@ def inside(config: str) -> int:
     for name in cfg["notebooks"]:
         try:
             res = _execute(work / name, cfg)
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             res = {"notebook": name, "error": f"{type(e).__name__}: {e}"}
         out.write(json.dumps(res) + "\n")
         out.flush()
@@ -547,7 +547,7 @@ def score_notebook(to_run, source, result: dict) -> dict:
         return scores
     try:
         executed = nbformat.reads(result["executed"], as_version=4)
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         for s in scores.values():
             s.update(status="not run", message=f"unreadable result: {e}")
         return scores
@@ -617,7 +617,7 @@ def write_gradebook(course: Path, assignment: str, sources: dict, report: dict, 
             gb.update_or_create_student(student)
             try:
                 gb.find_submission(assignment, student)
-            except Exception:  # noqa: BLE001  nbgrader's MissingEntry
+            except Exception:  # nbgrader's MissingEntry
                 gb.add_submission(assignment, student)
             for nb_name, scores in notebooks.items():
                 for gid, s in scores.items():
@@ -646,7 +646,7 @@ def _stage(course: Path, assignment: str, student: str, sources: dict, into: Pat
                 raise ValueError("the notebook is too large")
             submitted = nbformat.read(str(path), as_version=4)
             nb = merge(source, submitted)
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             problems[name] = f"the notebook cannot be read: {e}"
             continue
         (stage / name).write_text(nbformat.writes(nb), encoding="utf-8")
@@ -733,7 +733,7 @@ def write_feedback(course: Path, assignment: str, executed: dict) -> None:
             try:
                 nb = nbformat.reads(text, as_version=4)
                 nbformat.validate(nb)
-            except Exception:  # noqa: BLE001
+            except Exception:
                 continue
             for cell in nb.cells:
                 for out in cell.get("outputs", []):

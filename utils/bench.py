@@ -71,10 +71,11 @@ Schema of ``h100.json`` (``"schema": 1``)::
 from __future__ import annotations
 
 import json
-import re
 import math
 import os
+import re
 import subprocess
+import textwrap
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -101,6 +102,9 @@ __all__ = [
     "recorded_launch_overhead",
     "show_recorded",
     "show_targets",
+    "show_results",
+    "recorded_rows",
+    "compare_runs",
     "compare",
 ]
 
@@ -475,21 +479,212 @@ def show_recorded(topic: str, path=None) -> None:
               f"{r.get('status')} ({r.get('reason', '')})")
 
 
-def show_targets(topic: str, path=None) -> list[dict]:
-    """Print the course's recorded performance targets for a topic, one line each: the goal,
-    what was measured and whether it was met. Returns the missed ones."""
+def _table(header: list[str], rows: list[list[str]], align: str | None = None) -> str:
+    """Lines of a table whose columns line up: ``align`` has one letter per column, "l" or "r"
+    (default: the first column left, the others right)."""
+    align = align or "l" + "r" * (len(header) - 1)
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+
+    def line(cells):
+        return "  ".join(str(c).ljust(w) if a == "l" else str(c).rjust(w)
+                         for c, w, a in zip(cells, widths, align)).rstrip()
+    return "\n".join([line(header), "  ".join("-" * w for w in widths), *(line(r) for r in rows)])
+
+
+def _target_measured(t: dict) -> str:
+    value, unit = t.get("value"), t.get("unit")
+    if value is None:
+        return "-"
+    if unit == "fraction_of_copy":
+        return f"{100 * value:.1f}% of copy"
+    if unit == "gbps":
+        return f"{value:,.0f} GB/s"
+    if unit == "tflops":
+        return f"{value:,.1f} TFLOP/s"
+    return f"{value:.2f}x"   # the goal names what it is a ratio to
+
+
+def _target_status(t: dict) -> str:
+    return {True: "met", False: "MISSED"}.get(t.get("met"), "not measured")
+
+
+def show_targets(topic: str, path=None, **where) -> list[dict]:
+    """Print the course's recorded performance targets for a topic as a table: the kernel, the
+    shape (and dtype, mask and pass where targets have them), the goal, what was measured and
+    whether it was met; under each missed target, why (the reason recorded with it). ``where``
+    keeps the targets whose fields equal the values given (``shape=(4, 32, 4096, 64)``).
+    Returns the missed ones."""
     targets = recorded_targets(topic, path)
+    for key, want in where.items():
+        key = key.rstrip("_")
+        targets = [t for t in targets if (list(t.get(key) or []) == list(want) if key == "shape"
+                                          else t.get(key) == want)]
     if not targets:
-        print(f"No recorded targets for {topic!r}.")
+        print(f"No recorded targets for {topic!r}" + (f" with {where}" if where else "") + ".")
         return []
-    for t in targets:
-        shape = "x".join(str(d) for d in t.get("shape") or []) or "-"
-        value = t["value"]
-        measured = f"{100 * value:.1f}% of copy" if t.get("unit") == "fraction_of_copy" else (
-            f"{value:,.0f} GB/s" if t.get("unit") == "gbps" else f"{value:.3f}x torch")
-        status = "met" if t.get("met") else "MISSED"
-        print(f"{t['variant']:<10} {shape:>12}  goal {t['goal']:<20} measured {measured:<18} {status}")
-    return [t for t in targets if not t.get("met")]
+    keys = [k for k in _CONFIG_KEYS if any(k in t for t in targets)]
+    rows = [[_base_variant(t.get("variant", "?")), _shape_str(t.get("shape"))]
+            + ([_config_name(t, keys)] if keys else [])
+            + [t.get("goal", ""), _target_measured(t), _target_status(t)] for t in targets]
+    header = ["kernel", "shape"] + (["configuration"] if keys else []) + ["goal", "measured", "status"]
+    table = _table(header, rows, "lr" + ("l" if keys else "") + "llr").split("\n")
+    print("\n".join(table[:2]))
+    said = set()
+    for t, line in zip(targets, table[2:]):
+        print(line)
+        if t.get("met") is False and t.get("why"):
+            if t["why"] in said:
+                print("    why: as above")
+            else:
+                said.add(t["why"])
+                print(textwrap.fill(t["why"], width=100, initial_indent="    why: ", subsequent_indent="         "))
+    missed = [t for t in targets if t.get("met") is False]
+    met = sum(t.get("met") is True for t in targets)
+    print(f"{met} of {len(targets)} targets met" + (f", {len(missed)} missed" if missed else ""))
+    return missed
+
+
+# --------------------------------------------------------------------------------------
+# Compact tables of recorded rows
+# --------------------------------------------------------------------------------------
+#: What distinguishes one measurement of a variant from another, besides its shape.
+_CONFIG_KEYS = ("dtype", "causal", "pass")
+
+
+def recorded_rows(topic: str, path=None) -> list[dict]:
+    """The recorded rows of a topic in ``h100.json``'s form, from ``h100.json`` or from a
+    topic's own benchmark file whose rows are lists under ``"forward"`` and ``"backward"``
+    (``benchmarks/layernorm_bench.py``: ``version``, ``ms``, ``ms_p20``, ``copy_fraction``)."""
+    data = load_recorded(path, quiet=True)
+    if data is None:
+        return []
+    if data.get("rows"):
+        return [r for r in data["rows"] if r.get("topic") == topic]
+    rows = []
+    for part in ("forward", "backward"):
+        for r in data.get(part) or []:
+            rows.append({"topic": topic, "variant": r.get("version"), "pass": part, "dtype": r.get("dtype"),
+                         "shape": r.get("shape"), "median_ms": r.get("ms"), "p20_ms": r.get("ms_p20"),
+                         "p80_ms": r.get("ms_p80"), "gbps": r.get("gbps"),
+                         "fraction_of_copy": r.get("copy_fraction")})
+    return rows
+
+
+def _run_label(data: dict, topic: str, path) -> str:
+    if data.get("rows"):
+        return recorded_label(topic, path) or ""
+    commit = data.get("commit")
+    info = commit if isinstance(commit, dict) else {"commit": commit}
+    return ", ".join(p for p in (data.get("gpu", "a GPU"), str(data.get("date", ""))[:10], commit_str(info)) if p)
+
+
+def _base_variant(name: str) -> str:
+    return str(name).split(" [")[0]
+
+
+def _config_name(r: dict, keys) -> str:
+    parts = []
+    for k in keys:
+        v = r.get(k)
+        if k == "shape":
+            parts.append(_shape_str(v))
+        elif k == "causal":
+            parts.append("causal" if v else "full")
+        elif k == "pass":
+            parts.append({"forward": "fwd", "backward": "bwd", "forward+backward": "fwd+bwd"}.get(v, str(v)))
+        else:
+            parts.append(str(v))
+    return " ".join(parts)
+
+
+def show_results(topic: str, path=None, *, metric: str | None = None, sweep: bool = False, **where) -> None:
+    """Print a topic's recorded GPU results as one compact table: a line per kernel, a column
+    per configuration (shape, and dtype, mask or pass where those vary), best first.
+
+    ``where`` keeps the rows whose fields equal the given values (``shape=(4, 32, 4096, 64)``,
+    ``dtype="float16"``, ``causal=True``, ``pass_="forward"``). ``metric``: ``"tflops"`` (the
+    default where the rows have it), ``"gbps"`` or ``"ms"``. ``sweep=True`` shows the size
+    sweep's rows instead of the main ones. ``path``: another results file (default ``h100.json``).
+    """
+    data = load_recorded(path)
+    if data is None:
+        return
+    rows = [r for r in recorded_rows(topic, path) if bool(r.get("sweep")) == sweep]
+    for key, want in where.items():
+        key = key.rstrip("_")
+        if key == "shape":
+            want = list(want)
+        rows = [r for r in rows if (list(r.get(key) or []) if key == "shape" else r.get(key)) == want]
+    if not rows:
+        print(f"No recorded GPU results for {topic!r} in {_path(path).name}"
+              + (f" with {where}" if where else "") + ".")
+        return
+    metric = metric or ("tflops" if any(r.get("tflops") for r in rows) else "gbps")
+    if metric not in ("tflops", "gbps", "ms"):
+        raise ValueError(f"show_results: metric must be 'tflops', 'gbps' or 'ms', got {metric!r}")
+    keys = [k for k in ("shape", *_CONFIG_KEYS)
+            if len({repr(r.get(k)) for r in rows}) > 1]
+    configs = sorted({_config_name(r, keys) for r in rows},
+                     key=lambda c: next(i for i, r in enumerate(rows) if _config_name(r, keys) == c))
+    table: dict[str, dict[str, float]] = {}
+    reference = set()
+    for r in rows:
+        v = r.get("median_ms") if metric == "ms" else r.get(metric)
+        name = _base_variant(r.get("variant"))
+        table.setdefault(name, {})[_config_name(r, keys)] = v
+        if r.get("reference"):
+            reference.add(name)
+    fmt = {"tflops": ",.0f", "gbps": ",.0f", "ms": ".3f"}[metric]
+    first = configs[0]
+    order = sorted(table, key=lambda n: (table[n].get(first) is None,
+                                         (1 if metric == "ms" else -1) * (table[n].get(first) or 0)))
+    unit = {"tflops": "TFLOP/s", "gbps": "GB/s", "ms": "ms (median)"}[metric]
+    fixed = ", ".join(f"{k} {_shape_str(v) if k == 'shape' else v}" for k, v in
+                      ((k, rows[0].get(k)) for k in ("shape", *_CONFIG_KEYS) if k not in keys)
+                      if v is not None)
+    print(f"{topic}, {unit}" + (f", {fixed}" if fixed else "") + f"; recorded on {_run_label(data, topic, path)}")
+    body = [[n + (" *" if n in reference else "")] + [_num(table[n].get(c), fmt) for c in configs] for n in order]
+    print(_table(["kernel", *configs], body))
+    if reference:
+        print("* the course's reference version in that language")
+
+
+def compare_runs(topic: str, paths, *, shape, variants=None, **where) -> list[dict]:
+    """Print the same kernels at the same shape from several results files, one line each:
+    the run (date, commit), the median and the 20th..80th percentile times, and GB/s. A wide
+    p20..p80 range, or a time that does not grow with the bytes, says the call waited on the
+    host (Python, the launch) rather than on the GPU. Returns the rows printed."""
+    out = []
+    for p in paths:
+        data = load_recorded(p, quiet=True)
+        if data is None:
+            print(f"{Path(p).name}: not recorded")
+            continue
+        label = _run_label(data, topic, p)
+        for r in recorded_rows(topic, p):
+            if list(r.get("shape") or []) != list(shape) or r.get("sweep"):
+                continue
+            if variants is not None and _base_variant(r.get("variant")).lower() not in \
+                    [v.lower() for v in variants]:
+                continue
+            # a field the file does not record (h100.json has no pass or dtype for a forward-only,
+            # float32-only topic) matches any value
+            if any(r.get(k.rstrip("_")) not in (None, v) for k, v in where.items()):
+                continue
+            out.append({**r, "file": Path(p).name, "run": label})
+    if not out:
+        print(f"No recorded {topic} rows at {_shape_str(shape)}.")
+        return out
+    body = [[_base_variant(r["variant"]), r["file"], r.get("pass") or "forward",
+             _num(None if r.get("median_ms") is None else 1e3 * r["median_ms"], ",.1f"),
+             f"{_num(None if r.get('p20_ms') is None else 1e3 * r['p20_ms'], ',.1f')}.."
+             f"{_num(None if r.get('p80_ms') is None else 1e3 * r['p80_ms'], ',.1f')}",
+             _num(r.get("gbps"), ",.0f")] for r in out]
+    print(f"{topic} at {_shape_str(shape)}" + "".join(f", {k.rstrip('_')} {v}" for k, v in where.items()))
+    for f, label in dict((r["file"], r["run"]) for r in out).items():
+        print(f"  {f}: {label}")
+    print(_table(["kernel", "file", "pass", "median us", "p20..p80 us", "GB/s"], body, "lllrrr"))
+    return out
 
 
 def compare(results: BenchResult | Iterable[BenchResult], topic: str, path=None) -> None:

@@ -102,8 +102,8 @@ PROBLEM_SIZES = {
         layernorm_shape=(1823, 781),
         layernorm_bench_shapes=[(4096, 4096), (4096, 16384), (65536, 512)],
         layernorm_check_shapes=[(1, 1), (7, 3), (1823, 781), (33, 4097)],
-        # lesson 10: attention, the demo shape (B, H, N, d), shapes (B, H, Nq, Nk, d) for the graders (N = 1, 17, 31, 130,
-        # Nq != Nk both ways, d = 16 .. 128, several batches and heads, and large ones), the
+        # lesson 10: attention, the demo shape (B, H, N, d), shapes (B, H, Nq, Nk, d) for the graders
+        # (N = 1, 17, 31, 130, Nq != Nk both ways, d = 16 .. 128, several batches and heads, and large ones), the
         # length of the long row of equal scores, the benchmark shapes (B, H, N, d) and the
         # sweep of N at a fixed number of tokens (B * N = 16384), and the awkward shapes every
         # kernel must get right before it is timed.
@@ -116,7 +116,8 @@ PROBLEM_SIZES = {
                                           (2, 3, 1000, 1000, 64)],
         attention_long_keys=8192,
         attention_bench_shapes=[(4, 32, 4096, 64), (4, 32, 4096, 128), (1, 32, 16384, 64), (1, 32, 16384, 128)],
-        attention_sweep_shapes=[(16384 // n, 32, n, d) for d in (64, 128) for n in (512, 1024, 2048, 4096, 8192, 16384)],
+        attention_sweep_shapes=[(16384 // n, 32, n, d) for d in (64, 128)
+                                for n in (512, 1024, 2048, 4096, 8192, 16384)],
         attention_bench_check_shapes=[(1, 1, 1, 16), (1, 2, 17, 32), (2, 3, 130, 64), (1, 2, 1000, 128)],
     ),
     "simulation": dict(

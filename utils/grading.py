@@ -36,9 +36,9 @@ import torch
 
 from . import check as _check
 from . import guard as _guard
-from .config import DEVICE, SIMULATE, SIZES
 from .backends import launches as _launches
 from .backends.launches import record_launches
+from .config import DEVICE, SIMULATE, SIZES
 
 # What ``utils`` exports; topic modules import the rest of the harness by name.
 __all__ = ["GradingError", "show_rejection", "POISON_BITS", "check_traffic", "check_shared"]
@@ -496,7 +496,7 @@ class Grader:
             raise GradingError(msg) from None
         except GradingError:
             raise
-        except Exception as e:  # noqa: BLE001  every failure of fn becomes a diagnosis
+        except Exception as e:  # every failure of fn becomes a diagnosis
             # A stub raised inside a kernel reaches us wrapped: Triton's interpreter wraps it in
             # an InterpreterError, a GPU compile turns it into a CompilationError.
             text = f"{e}\n{e.__cause__ or ''}"
@@ -531,7 +531,7 @@ class Grader:
                 try:
                     out = torch.as_tensor(out.copy_to_host() if SIMULATE and hasattr(out, "copy_to_host") else out,
                                           device=DEVICE)
-                except Exception:  # noqa: BLE001
+                except Exception:
                     self.fail(f"your function returned a {type(out).__name__}: return a torch tensor "
                               "(utils.from_numba turns a Numba array into one).")
             else:
@@ -961,7 +961,7 @@ def _not_a_kernel(fn, launch, kwargs, what: str) -> str:
     try:
         with record_launches() as rec:
             fn(*tensors)
-    except Exception:  # noqa: BLE001  it may take other arguments: the refusal stands without the names
+    except Exception:
         return text + "."
     ops = rec.computing_ops()
     if ops:

@@ -130,7 +130,7 @@ def _function_parts(fn):
 
 def _cell_full(cell) -> bool:
     try:
-        cell.cell_contents  # noqa: B018
+        cell.cell_contents
         return True
     except ValueError:
         return False
@@ -511,7 +511,7 @@ def _ipython():
         return None
     try:
         return mod.get_ipython()
-    except Exception:  # noqa: BLE001
+    except Exception:
         return None
 
 

@@ -206,7 +206,8 @@ def clear_solutions(source: str, cell_type: str = "code", where: str = "") -> tu
                     raise NotebookError(
                         f"{where}: line {lineno}: put a '# TODO (about N lines): ...' line "
                         f"just above {BEGIN_PY}")
-                out.append(f"{indent}raise NotImplementedError({json.dumps(_todo_message(previous), ensure_ascii=False)})")
+                message = json.dumps(_todo_message(previous), ensure_ascii=False)
+                out.append(f"{indent}raise NotImplementedError({message})")
             elif stripped.startswith(BEGIN_CPP):
                 kind = "cpp"
                 previous = out[-1] if out else ""
@@ -376,7 +377,8 @@ def check(root: Path = ROOT) -> list[str]:
         if not path.exists():
             problems.append(f"{rel}: missing (run python -m utils.nbtools exercises)")
         elif path.read_text(encoding="utf-8") != text:
-            what = "nbgrader metadata or stripping" if path.parent.name == "solutions" else "out of sync with its solution"
+            what = ("nbgrader metadata or stripping" if path.parent.name == "solutions"
+                    else "out of sync with its solution")
             problems.append(f"{rel}: {what} (run python -m utils.nbtools exercises)")
     for ex in sorted((root / "exercises").glob("*.ipynb")):
         if not (root / "solutions" / ex.name).exists():

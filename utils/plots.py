@@ -34,6 +34,12 @@ __all__ = [
     "plot_banks",
     "plot_timeline",
     "load_trace",
+    "plot_layernorm_backward",
+    "flash_tile_kinds",
+    "plot_causal_tiles",
+    "online_softmax_steps",
+    "plot_flash_loop",
+    "plot_recorded_attention",
 ]
 
 _MASKED = "#d9d9d9"   # threads past the end: launched, but the bounds check stops them
@@ -807,11 +813,11 @@ def _top_level(events):
 
 def plot_timeline(trace, *, start_us=None, span_us=None, title=None, ax=None):
     """A profiler trace as lanes over time: the spans you annotated (``record_function``, and
-    PyTorch's own, such as an optimizer step), the host's PyTorch ops, its CUDA API calls and the GPU's kernels and copies. CUDA calls in
-    which the host waits for the GPU (synchronize, a copy to the host) are red: during them
-    the host does nothing else. ``start_us``/``span_us`` pick a window, in microseconds from
-    the first event. ``trace``: a path to a Chrome trace (``prof.export_chrome_trace``), or
-    its dict.
+    PyTorch's own, such as an optimizer step), the host's PyTorch ops, its CUDA API calls and the
+    GPU's kernels and copies. CUDA calls in which the host waits for the GPU (synchronize, a copy
+    to the host) are red: during them the host does nothing else. ``start_us``/``span_us`` pick
+    a window, in microseconds from the first event. ``trace``: a path to a Chrome trace
+    (``prof.export_chrome_trace``), or its dict.
     """
     _, Patch, Rectangle = _mpl()
     events = [e for e in load_trace(trace) if _lane(e)]
@@ -856,4 +862,317 @@ def plot_timeline(trace, *, start_us=None, span_us=None, title=None, ax=None):
                   fontsize=7)
     ax.set_title(title or "profiler timeline (the same trace opens in ui.perfetto.dev)",
                  fontsize=9)
+    return fig
+
+
+# ---------------------------------------------------------------------------------------
+# Lesson 09: the two reductions of LayerNorm's backward
+# ---------------------------------------------------------------------------------------
+def _new_figure(ncols: int, figsize, **kw):
+    """A figure of ``ncols`` axes side by side, shown once (see ``_new_axes``)."""
+    plt, _, _ = _mpl()
+    fig, axes = plt.subplots(1, ncols, figsize=figsize, layout="constrained",
+                             FigureClass=_course_figure_class(), squeeze=False, **kw)
+    if not _inline_backend():
+        plt.close(fig)
+    return fig, list(axes[0])
+
+
+def _arrow(ax, start, end, color="#444444", text=None, **kw):
+    ax.annotate(text or "", xy=end, xytext=start, fontsize=8, ha="center", va="center",
+                arrowprops=dict(arrowstyle="->", color=color, lw=1.2, shrinkA=0, shrinkB=0), **kw)
+
+
+def plot_layernorm_backward(rows: int = 6, cols: int = 8, blocks: int = 2):
+    """LayerNorm's backward as two pictures of the same ``rows x cols`` gradient ``dy``.
+
+    Left, ``dx``: each row reduces *along itself* (the means of ``g = dy * w`` and of
+    ``g * x̂``), and then that row's ``dx`` can be written: one block per row, no other
+    block involved. Right, ``dw`` and ``db``: each column reduces *across all rows*. Every
+    block adds its own rows (block b owns rows b, b + blocks, ...) into its row of a
+    ``(blocks, cols)`` buffer of partial sums, and a second kernel adds the partials down
+    each column. Rows are coloured by the block that owns them in both pictures.
+    """
+    _, _, Rectangle = _mpl()
+    if not (1 <= blocks <= rows <= 16 and 2 <= cols <= 16):
+        raise ValueError(f"need 1 <= blocks <= rows <= 16 and 2 <= cols <= 16, got rows={rows}, "
+                         f"cols={cols}, blocks={blocks}")
+    fig, (left, right) = _new_figure(2, (11.5, 0.9 + 0.42 * (rows + blocks + 4)))
+
+    def grid(ax, y0, nrows, color_of, gid, label=None):
+        for r in range(nrows):
+            for c in range(cols):
+                ax.add_patch(Rectangle((c, y0 + r), 0.92, 0.82, facecolor=color_of(r), edgecolor="#777777",
+                                       linewidth=0.5, gid=f"{gid} {r}"))
+        if label:
+            ax.text(-0.3, y0 + nrows / 2, label, ha="right", va="center", fontsize=8)
+
+    owner = [r % blocks for r in range(rows)]
+    # dx: row reductions
+    grid(left, 0, rows, lambda r: _block_color(owner[r]), "dy row", "dy\n(rows)")
+    for r in range(rows):
+        _arrow(left, (cols + 0.1, r + 0.41), (cols + 1.1, r + 0.41))
+        for k, name in enumerate((r"$\bar g$", r"$\overline{g\hat x}$")):
+            left.add_patch(Rectangle((cols + 1.2 + 1.3 * k, r), 1.2, 0.82, facecolor=_ACTIVE, edgecolor="#777777",
+                                     linewidth=0.5, gid=f"row sum {r}"))
+            left.text(cols + 1.8 + 1.3 * k, r + 0.41, name, ha="center", va="center", fontsize=9)
+    left.text(cols + 2.4, -0.35, "2 sums per row", ha="center", fontsize=8)
+    left.text(cols / 2, rows + 0.6,
+              r"$dx_{ij} = \mathrm{rstd}_i\,(g_{ij} - \bar g_i - \hat x_{ij}\,\overline{g\hat x}_i)$"
+              "\neach block reduces its own row, then writes that row of dx:\nno block waits for another",
+              ha="center", va="top", fontsize=8)
+    left.set_xlim(-1.8, cols + 4)
+    left.set_ylim(rows + 2.2, -0.9)
+    left.axis("off")
+    left.set_title("dx: a reduction ALONG each row", fontsize=10)
+
+    # dw, db: column reductions through per-block partials
+    grid(right, 0, rows, lambda r: _block_color(owner[r]), "dy row", r"$dy\cdot\hat x$" + "\n(rows)")
+    for r in range(rows):
+        right.text(cols + 0.15, r + 0.41, f"block {owner[r]}", va="center", fontsize=7)
+    top = rows + 1.2
+    grid(right, top, blocks, _block_color, "partial", f"partials\n({blocks} x cols)")
+    for c in range(cols):
+        _arrow(right, (c + 0.46, rows - 0.1), (c + 0.46, top - 0.05), color="#888888")
+    final = top + blocks + 1.0
+    for c in range(cols):
+        right.add_patch(Rectangle((c, final), 0.92, 0.82, facecolor=_ACTIVE, edgecolor="#777777", linewidth=0.5,
+                                  gid="dw"))
+        _arrow(right, (c + 0.46, top + blocks - 0.1), (c + 0.46, final - 0.05), color="#888888")
+    right.text(-0.3, final + 0.41, "dw", ha="right", va="center", fontsize=8)
+    right.text(cols / 2, final + 1.0, "db: the same, with dy in place of dy · x̂", ha="center", va="top", fontsize=8)
+    right.text(cols + 0.15, rows / 2 + top / 2 - 0.1, "kernel 1: each block adds\nits rows into its partial row",
+               va="center", fontsize=7)
+    right.text(cols + 0.15, top + blocks + 0.45, "kernel 2: sum each\ncolumn of the partials",
+               va="center", fontsize=7)
+    right.set_xlim(-1.8, cols + 4)
+    right.set_ylim(final + 1.6, -0.9)
+    right.axis("off")
+    right.set_title("dw, db: a reduction ACROSS rows (per column)", fontsize=10)
+    return fig
+
+
+# ---------------------------------------------------------------------------------------
+# Lesson 10: FlashAttention's tiles
+# ---------------------------------------------------------------------------------------
+def flash_tile_kinds(nq: int, nk: int, block_m: int, block_n: int, causal: bool = True) -> list[list[str]]:
+    """What the course's FlashAttention forward (Triton v3) does with each tile of scores:
+    ``kinds[i][j]`` for query tile i and key tile j is ``"full"`` (computed with no mask),
+    ``"masked"`` (computed, with the causal or the bounds mask) or ``"skipped"`` (never visited).
+
+    The same arithmetic as the kernel: with ``diag = nk - nq`` (key j is visible to query i when
+    ``j <= i + diag``), the program of queries ``[m0, m0 + block_m)`` runs its key tiles below
+    ``lo = min((max(m0 + diag + 1, 0) // block_n) * block_n, full)`` unmasked, the tiles from
+    ``lo`` up to ``hi = min(nk, max(m0 + block_m + diag, 0))`` masked, and skips the rest
+    (``full``: the keys in whole tiles). Without the causal mask, ``lo = full`` and ``hi = nk``.
+    """
+    for name, v in (("nq", nq), ("nk", nk), ("block_m", block_m), ("block_n", block_n)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"{name} must be a positive int, got {v!r}")
+    diag, full = nk - nq, (nk // block_n) * block_n
+    kinds = []
+    for qt in range(_cdiv(nq, block_m)):
+        m0 = qt * block_m
+        if causal:
+            lo = min((max(m0 + diag + 1, 0) // block_n) * block_n, full)
+            hi = min(nk, max(m0 + block_m + diag, 0))
+        else:
+            lo, hi = full, nk
+        row = []
+        for kt in range(_cdiv(nk, block_n)):
+            start = kt * block_n
+            row.append("full" if start < lo else "masked" if start < hi else "skipped")
+        kinds.append(row)
+    return kinds
+
+
+_TILE_COLORS = {"full": "#74c476", "masked": "#fdae6b", "skipped": "#f0f0f0"}
+
+
+def plot_causal_tiles(shapes=((64, 64), (32, 64), (64, 32)), block_m: int = 16, block_n: int = 16,
+                      *, causal: bool = True):
+    """The score matrix of causal attention, one panel per ``(nq, nk)`` in ``shapes``, cut
+    into ``block_m x block_n`` tiles: green tiles are computed with no mask, orange ones with
+    the mask (they cross the diagonal ``j = i + nk - nq``, or hold the last, partial tile of
+    keys), grey ones are skipped: their loads and products are never done. Inside, the dark
+    cells are the (query, key) pairs the mask lets through. With ``nq > nk`` the first
+    ``nq - nk`` queries see no key at all."""
+    plt, Patch, Rectangle = _mpl()
+    shapes = [tuple(s) for s in shapes]
+    if not shapes or any(len(s) != 2 for s in shapes):
+        raise ValueError(f"shapes must be a list of (nq, nk) pairs, got {shapes!r}")
+    if max(max(s) for s in shapes) > 512:
+        raise ValueError("at most 512 queries or keys: a picture of larger shapes shows nothing more")
+    fig, axes = _new_figure(len(shapes), (4.0 * len(shapes), 4.6))
+    for ax, (nq, nk) in zip(axes, shapes):
+        kinds = flash_tile_kinds(nq, nk, block_m, block_n, causal)
+        counts = {"full": 0, "masked": 0, "skipped": 0}
+        for qt, row in enumerate(kinds):
+            for kt, kind in enumerate(row):
+                counts[kind] += 1
+                w, h = min(block_n, nk - kt * block_n), min(block_m, nq - qt * block_m)
+                ax.add_patch(Rectangle((kt * block_n, qt * block_m), w, h, facecolor=_TILE_COLORS[kind],
+                                       edgecolor="#333333", linewidth=1.0, zorder=1, gid=kind))
+        # the (query, key) pairs the mask removes, washed out over their tiles
+        hidden = [[(0, 0, 0, 0) if (not causal) or j <= i + nk - nq else (1, 1, 1, 0.72) for j in range(nk)]
+                  for i in range(nq)]
+        ax.imshow(hidden, interpolation="nearest", extent=(0, nk, nq, 0), aspect="auto", zorder=2)
+        for qt in range(len(kinds)):          # tile edges above the wash
+            for kt in range(len(kinds[0])):
+                ax.add_patch(Rectangle((kt * block_n, qt * block_m), min(block_n, nk - kt * block_n),
+                                       min(block_m, nq - qt * block_m), facecolor="none", edgecolor="#333333",
+                                       linewidth=1.0, zorder=3))
+        if causal:
+            # the last visible key of query i is i + nk - nq: the mask's edge
+            i0 = max(0, nq - nk)
+            ax.plot([i0 + nk - nq, nk], [i0, nk - (nk - nq)], color="#d62728", lw=1.3, zorder=4, gid="diagonal")
+        ax.set_xlim(0, nk)
+        ax.set_ylim(nq, 0)
+        ax.set_xlabel(f"key j (Nk = {nk}), tiles of BLOCK_N = {block_n}", fontsize=8)
+        ax.set_ylabel(f"query i (Nq = {nq}), tiles of BLOCK_M = {block_m}", fontsize=8)
+        total = sum(counts.values())
+        ax.set_title(f"Nq = {nq}, Nk = {nk}: of {total} tiles\n{counts['full']} full, "
+                     f"{counts['masked']} masked, {counts['skipped']} skipped", fontsize=9)
+        ax.tick_params(labelsize=7)
+    axes[-1].legend(handles=[Patch(facecolor=_TILE_COLORS[k], edgecolor="#333333", label=k)
+                             for k in ("full", "masked", "skipped")] + ([
+                        plt.Line2D([], [], color="#d62728", label="edge of the mask: j = i + Nk − Nq")]
+                        if causal else []),
+                    fontsize=7, loc="upper right", framealpha=0.9)
+    fig.suptitle(("causal" if causal else "no mask") + " attention: which tiles of scores the programs compute "
+                 "(washed out: pairs the mask removes)", fontsize=10)
+    return fig
+
+
+def online_softmax_steps(scores, block: int) -> list[dict]:
+    """The online softmax of one row of ``scores`` taken ``block`` at a time, step by step:
+    for each tile its max, the running max ``m`` before and after, the rescale factor
+    ``alpha = exp(m_old - m_new)`` applied to what was summed so far, and the running sum
+    ``l`` of ``exp(s - m)`` after the tile."""
+    scores = [float(s) for s in scores]
+    if not scores or block < 1:
+        raise ValueError("need at least one score and a block of at least 1")
+    m, run_sum, out = -math.inf, 0.0, []
+    for t in range(0, len(scores), block):
+        tile = scores[t:t + block]
+        m_new = max(m, max(tile))
+        alpha = math.exp(m - m_new) if m != -math.inf else 0.0
+        run_sum = alpha * run_sum + sum(math.exp(s - m_new) for s in tile)
+        out.append({"tile": t // block, "tile_max": max(tile), "m_old": m, "m_new": m_new, "alpha": alpha,
+                    "l": run_sum})
+        m = m_new
+    return out
+
+
+def plot_flash_loop(nq: int = 64, nk: int = 96, block_m: int = 16, block_n: int = 32, *, program: int = 1,
+                    scores=None):
+    """FlashAttention's loop, and the rescale that makes it exact.
+
+    Left: the ``nq x nk`` scores cut into tiles. Program ``program`` owns one tile of queries
+    (a row of tiles) and visits the tiles of keys left to right, numbered in that order; only
+    the ``block_m x block_n`` tile it is working on exists, on chip. Each step multiplies its
+    Q tile by one K tile, rescales, and adds P V. Right: one query row of that program,
+    ``scores`` (default: an example whose largest score comes in the second tile), as bars
+    coloured by tile; the step line is the running max ``m`` after each tile. Where a tile
+    raises ``m``, the sum and the output accumulated so far are multiplied by
+    ``alpha = exp(m_old - m_new)``; where it does not, ``alpha = 1``.
+    """
+    plt, Patch, Rectangle = _mpl()
+    n_tiles = _cdiv(nk, block_n)
+    if not 0 <= program < _cdiv(nq, block_m):
+        raise ValueError(f"program must be a query tile from 0 to {_cdiv(nq, block_m) - 1}, got {program}")
+    if scores is None:
+        import random
+        rnd = random.Random(3)
+        peaks = [1.0, 3.0, 2.0, 2.5]
+        scores = [peaks[(j // block_n) % len(peaks)] - 2.5 * rnd.random() for j in range(nk)]
+    scores = list(scores)
+    if len(scores) != nk:
+        raise ValueError(f"scores must hold one value per key ({nk}), got {len(scores)}")
+    steps = online_softmax_steps(scores, block_n)
+    fig, (left, right) = _new_figure(2, (12, 4.4), width_ratios=[1, 1.35])
+
+    for qt in range(_cdiv(nq, block_m)):
+        for kt in range(n_tiles):
+            mine = qt == program
+            left.add_patch(Rectangle((kt * block_n, qt * block_m), min(block_n, nk - kt * block_n),
+                                     min(block_m, nq - qt * block_m),
+                                     facecolor=_BLOCK_COLORS[kt % len(_BLOCK_COLORS)] if mine else "#f7f7f7",
+                                     edgecolor="#555555", linewidth=0.8, gid="step" if mine else "tile"))
+            if mine:
+                left.text(kt * block_n + min(block_n, nk - kt * block_n) / 2, qt * block_m + block_m / 2,
+                          f"step {kt + 1}", ha="center", va="center", fontsize=8)
+    _arrow(left, (0, (program + 1) * block_m + block_m * 0.35), (nk, (program + 1) * block_m + block_m * 0.35))
+    left.text(nk / 2, (program + 1) * block_m + block_m * 0.55,
+              "for each K, V tile: S = Q Kᵀ · scale;  m_new = max(m, rowmax S)\n"
+              "α = exp(m − m_new);  P = exp(S − m_new)\nl = α·l + rowsum P;  acc = α·acc + P V",
+              ha="center", va="top", fontsize=8, family="monospace",
+              bbox=dict(facecolor="white", edgecolor="#999999", boxstyle="round,pad=0.3"))
+    left.set_xlim(0, nk)
+    left.set_ylim(nq, 0)
+    left.set_yticks([(qt + 0.5) * block_m for qt in range(_cdiv(nq, block_m))],
+                    [f"program {qt}" for qt in range(_cdiv(nq, block_m))])
+    left.set_xticks([(kt + 0.5) * block_n for kt in range(n_tiles)], [f"K, V tile {kt}" for kt in range(n_tiles)])
+    left.set_xlabel(f"keys: {nk} in tiles of BLOCK_N = {block_n}", fontsize=8)
+    left.set_ylabel(f"queries: {nq} in tiles of BLOCK_M = {block_m}", fontsize=8)
+    left.tick_params(labelsize=7, length=0)
+    left.set_title(f"program {program} walks its row of tiles, one step each;\n"
+                   "a tile of S and P exists only on chip, during its step", fontsize=9)
+
+    low = min(scores) - 0.2
+    right.bar(range(nk), [s - low for s in scores], bottom=low, width=0.85, edgecolor="none", gid="score",
+              color=[_BLOCK_COLORS[(j // block_n) % len(_BLOCK_COLORS)] for j in range(nk)])
+    xs, ms = [], []
+    for st in steps:
+        lo, hi = st["tile"] * block_n - 0.5, min(nk, (st["tile"] + 1) * block_n) - 0.5
+        xs += [lo, hi]
+        ms += [st["m_new"], st["m_new"]]
+        rises = st["m_old"] != -math.inf and st["m_new"] > st["m_old"]
+        note = ("first tile: m = its max" if st["m_old"] == -math.inf else
+                f"m rises: α = e^(m_old − m_new) = {st['alpha']:.2f}\nl and acc so far × α" if rises else
+                "m unchanged: α = 1")
+        right.text((lo + hi) / 2, st["m_new"] + 0.25, note, ha="center", va="bottom", fontsize=7,
+                   color="#d62728" if rises else "#333333")
+        if rises:
+            right.axvline(lo, color="#d62728", lw=0.8, ls=":", gid="rescale")
+    right.plot(xs, ms, color="#d62728", lw=1.8, drawstyle="steps-post", gid="running max")
+    exact = sum(math.exp(s - max(scores)) for s in scores)
+    right.set_ylim(min(scores) - 0.3, max(scores) + 1.3)
+    right.set_xlim(-0.5, nk - 0.5)
+    right.set_xlabel("key j of one query row (bars: its scores, coloured by tile)", fontsize=8)
+    right.set_ylabel("score s_j", fontsize=8)
+    right.tick_params(labelsize=7)
+    right.set_title(f"one query row: the running max m (red) and the rescale\nafter the last tile "
+                    f"l = {steps[-1]['l']:.4f}; the exact Σ exp(s − max s) = {exact:.4f}", fontsize=9)
+    return fig
+
+
+def plot_recorded_attention(path=None, *, d: int = 64, pass_: str = "forward", dtype: str = "float16"):
+    """The recorded attention sweep: TFLOP/s against the sequence length N (B x N fixed), one
+    panel without the mask and one causal. The course's kernels are solid lines in their
+    language's colour, PyTorch's backends dashed or dotted in greys. Prints a line and returns
+    None when nothing is recorded."""
+    from .bench import recorded_label, recorded_rows
+    rows = [r for r in recorded_rows("attention", path) if r.get("sweep") and r.get("pass") == pass_
+            and r.get("dtype") == dtype and (r.get("shape") or [0] * 4)[3] == d]
+    if not rows:
+        print(f"No recorded attention sweep ({pass_}, {dtype}, d = {d}) to plot yet.")
+        return None
+    fig, axes = _new_figure(2, (11, 4), sharey=True)
+    styles: dict = {}
+    for ax, causal in zip(axes, (False, True)):
+        for variant in sorted({r["variant"] for r in rows if r.get("causal") == causal}):
+            name = variant.split(" [")[0]
+            pts = sorted((r["shape"][2], r["tflops"]) for r in rows
+                         if r["variant"] == variant and r.get("causal") == causal)
+            ours = name.split()[0] in _LANG_SHADES
+            style = "-" if ours else styles.setdefault(name, ("--", ":", "-.")[len(styles) % 3])
+            ax.plot(*zip(*pts), style, marker="o", ms=3, color=variant_color(name), label=name, gid=name)
+        tokens = rows[0]["shape"][0] * rows[0]["shape"][2]
+        ax.set(xscale="log", xlabel=f"sequence length N (B x N = {tokens} tokens)",
+               title=f"{pass_}, {dtype}, d = {d}, {'causal' if causal else 'no mask'}")
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("TFLOP/s")
+    axes[1].legend(fontsize=8, loc="lower right")
+    fig.suptitle(f"recorded on {recorded_label('attention', path)}", fontsize=9)
     return fig

@@ -11,10 +11,10 @@ import re
 
 import torch
 
+from . import guard as _guard
 from .check import assert_close, tolerance
 from .config import DEVICE
 from .grading import GradingError, refuse_torch_operator
-from . import guard as _guard
 
 __all__ = ["check_custom_op"]
 
@@ -45,7 +45,7 @@ def _run(what: str, fn, hint: str):
         return fn()
     except GradingError:
         raise
-    except Exception as e:  # noqa: BLE001  every failure becomes a diagnosis
+    except Exception as e:  # every failure becomes a diagnosis
         stub = _stub_message(e)
         if stub:
             raise GradingError(stub) from None
@@ -113,9 +113,10 @@ def check_custom_op(op, ref, *, seed: int = 0) -> None:
                            "  hint: op.register_autograd(backward, setup_context=setup_context)")
     try:
         ya.backward(grad_out, retain_graph=True)
-    except Exception as e:  # noqa: BLE001
-        empty = re.search(r"not enough values to unpack \(expected \d+, got 0\)", str(e))
-        _run("the backward pass", lambda: (_ for _ in ()).throw(e),
+    except Exception as e:
+        err = e  # the lambda below runs inside this block, but Python unbinds e after it
+        empty = re.search(r"not enough values to unpack \(expected \d+, got 0\)", str(err))
+        _run("the backward pass", lambda: (_ for _ in ()).throw(err),
              "ctx.saved_tensors is empty: setup_context must save what backward needs, "
              "ctx.save_for_backward(x)" if empty else "backward(ctx, grad_out) returns dL/dx, one tensor of x's shape")
     ref(xr).backward(grad_out)

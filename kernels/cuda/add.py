@@ -15,6 +15,7 @@ from collections import OrderedDict
 import torch
 
 import utils
+from kernels._launch import cdiv
 from utils.inputs import check_same_shape, check_tensor
 
 SOURCE = utils.KERNELS_DIR / "cuda" / "add.cu"
@@ -29,11 +30,6 @@ MAX_GRID_Y = utils.config.MAX_GRID[1]  # CUDA's limit on gridDim.y (and z); grid
 def kernel(name: str):
     """A kernel of add.cu, compiled once: ``kernel("add_kernel")[grid, block](...)``."""
     return utils.cuda_kernel(SOURCE, name)
-
-
-def cdiv(a: int, b: int) -> int:
-    """Ceiling division: how many blocks of ``b`` cover ``a`` elements."""
-    return (a + b - 1) // b
 
 
 def check_pair(x, y, op: str = "add") -> tuple[torch.Tensor, torch.Tensor]:

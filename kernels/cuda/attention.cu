@@ -21,48 +21,13 @@
 //   backward, float32 SIMT:               attn_bwd_delta_kernel, attn_bwd_kv_kernel, attn_bwd_q_kernel
 //      P recomputed from L, D = rowsum(dO ∘ O); dK and dV per tile of keys, dQ either added
 //      atomically by those blocks or computed per tile of queries in a second kernel.
-#include "common.h"
+#include "reduce.h"  // warp_sum, warp_max, block_sum, block_max: every thread gets the result
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
 #include <mma.h>
 
-#define FULL_MASK 0xffffffffu
 #define LOG2E 1.4426950408889634f
 #define LN2 0.6931471805599453f
-
-__device__ __forceinline__ float warp_sum_all(float v) {
-    for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(FULL_MASK, v, offset);
-    return v;
-}
-
-__device__ __forceinline__ float warp_max_all(float v) {
-    for (int offset = 16; offset > 0; offset /= 2) v = fmaxf(v, __shfl_xor_sync(FULL_MASK, v, offset));
-    return v;
-}
-
-// Block reductions whose result every thread gets; blockDim.x a multiple of 32, `scratch` 32
-// floats of shared memory.
-__device__ __forceinline__ float block_sum_all(float v, float* scratch) {
-    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
-    v = warp_sum_all(v);
-    if (lane == 0) scratch[warp] = v;
-    __syncthreads();
-    v = (lane < nwarps) ? scratch[lane] : 0.0f;
-    v = warp_sum_all(v);
-    __syncthreads();  // everyone has read scratch before it is reused
-    return v;
-}
-
-__device__ __forceinline__ float block_max_all(float v, float* scratch) {
-    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
-    v = warp_max_all(v);
-    if (lane == 0) scratch[warp] = v;
-    __syncthreads();
-    v = (lane < nwarps) ? scratch[lane] : -INFINITY;
-    v = warp_max_all(v);
-    __syncthreads();
-    return v;
-}
 
 // ---------------------------------------------------------------------------------------
 // v1, naive. Kernel 1: S[bh, i, j] = (q_i · k_j) / √d, -inf where the causal mask hides j.
@@ -91,11 +56,11 @@ __global__ void attn_softmax_kernel(float* __restrict__ s_ptr, float* __restrict
     float* row = s_ptr + (long long)blockIdx.x * Nk;
     float m = -INFINITY;
     for (int j = threadIdx.x; j < Nk; j += blockDim.x) m = fmaxf(m, row[j]);
-    m = block_max_all(m, scratch);
+    m = block_max(m, scratch);
     float shift = (m == -INFINITY) ? 0.0f : m;  // exp(-inf - 0) = 0 rather than exp(-inf + inf) = NaN
     float l = 0.0f;
     for (int j = threadIdx.x; j < Nk; j += blockDim.x) l += expf(row[j] - shift);
-    l = block_sum_all(l, scratch);
+    l = block_sum(l, scratch);
     float inv = (l > 0.0f) ? 1.0f / l : 0.0f;
     for (int j = threadIdx.x; j < Nk; j += blockDim.x) row[j] = expf(row[j] - shift) * inv;
     if (threadIdx.x == 0) lse_ptr[blockIdx.x] = (l > 0.0f) ? shift + logf(l) : INFINITY;
@@ -145,11 +110,11 @@ __global__ void __launch_bounds__(ROW_THREADS) attn_row_kernel(const float* __re
             s = 0.0f;
             for (int c = 0; c < d; ++c) s += q_s[c] * k[(long long)j * d + c];
         }
-        float m_new = fmaxf(m, block_max_all(s, scratch));  // finite: the chunk has a visible key
+        float m_new = fmaxf(m, block_max(s, scratch));  // finite: the chunk has a visible key
         float p = (j < hi) ? expf(s - m_new) : 0.0f;
         p_s[t] = p;
         float alpha = expf(m - m_new);                     // 0 on the first chunk (m = -inf)
-        l = l * alpha + block_sum_all(p, scratch);         // its barriers also publish p_s
+        l = l * alpha + block_sum(p, scratch);         // its barriers also publish p_s
         if (t < d) {
             acc *= alpha;
             int n = min(ROW_THREADS, hi - j0);
@@ -349,7 +314,7 @@ __global__ void attn_bwd_delta_kernel(const float* __restrict__ o_ptr, const flo
     if (row >= rows) return;                       // the whole warp leaves together
     float acc = 0.0f;
     for (int c = lane; c < d; c += 32) acc += o_ptr[row * d + c] * do_ptr[row * d + c];
-    acc = warp_sum_all(acc);
+    acc = warp_sum(acc);
     if (lane == 0) delta_ptr[row] = acc;
 }
 

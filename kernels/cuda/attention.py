@@ -12,6 +12,7 @@ import math
 import torch
 
 import utils
+from kernels._launch import cdiv, cuda_source
 from utils.inputs import check_tensor, dtype_name
 
 INT32_MAX = 2**31 - 1
@@ -119,15 +120,6 @@ def attention_backward_ref(q, k, v, do, causal: bool = False):
     return q64.grad, k64.grad, v64.grad
 
 
-def bench_inputs(B, H, N, d, dtype, device=None, seed=0, requires_grad=False):
-    g = torch.Generator(device=device or utils.DEVICE).manual_seed(seed)
-    out = []
-    for _ in range(3):
-        t = torch.randn(B, H, N, d, generator=g, device=device or utils.DEVICE).to(dtype)
-        out.append(t.requires_grad_(requires_grad))
-    return tuple(out)
-
-
 # =========================================================================================
 # The launchers of attention.cu
 # =========================================================================================
@@ -152,12 +144,7 @@ def kernel(name: str):
 
 def source(name: str) -> str:
     """The text of one kernel or helper of attention.cu (its comment block and body)."""
-    from kernels.cuda.reduction import source as _source
-    return _source(name, SOURCE)
-
-
-def _cdiv(a: int, b: int) -> int:
-    return (a + b - 1) // b
+    return cuda_source(name, SOURCE)
 
 
 def _as_f32(q, k, v):
@@ -183,10 +170,10 @@ def attention_naive_forward(q, k, v, causal=False):
     s = torch.empty((B, H, nq, nk), dtype=torch.float32, device=q.device)
     lse = torch.empty((B, H, nq), dtype=torch.float32, device=q.device)
     o = torch.empty((B, H, nq, d), dtype=torch.float32, device=q.device)
-    kernel("attn_scores_kernel")[(_cdiv(nk, 32), _cdiv(nq, 8), B * H), (32, 8)](
+    kernel("attn_scores_kernel")[(cdiv(nk, 32), cdiv(nq, 8), B * H), (32, 8)](
         qf, kf, s, nq, nk, d, 1.0 / math.sqrt(d), nk - nq, int(bool(causal)))
     kernel("attn_softmax_kernel")[B * H * nq, 128](s, lse, nk)
-    kernel("attn_pv_kernel")[(_cdiv(d, 32), _cdiv(nq, 8), B * H), (32, 8)](s, vf, o, nq, nk, d)
+    kernel("attn_pv_kernel")[(cdiv(d, 32), cdiv(nq, 8), B * H), (32, 8)](s, vf, o, nq, nk, d)
     return finish(o.to(q.dtype), lse, squeeze)
 
 
@@ -234,7 +221,7 @@ def attention_flash_forward(q, k, v, causal=False):
     o = torch.empty((B, H, nq, d), dtype=q.dtype, device=q.device)
     lse = torch.empty((B, H, nq), dtype=torch.float32, device=q.device)
     name = f"attn_wmma_kernel<{'__half' if q.dtype == torch.float16 else '__nv_bfloat16'}, {d}>"
-    kernel(name)[(_cdiv(nq, WMMA_BM), B * H), 128, wmma_smem_bytes(d)](
+    kernel(name)[(cdiv(nq, WMMA_BM), B * H), 128, wmma_smem_bytes(d)](
         q, k, v, o, lse, nq, nk, LOG2E / math.sqrt(d), nk - nq, int(bool(causal)))
     return finish(o, lse, squeeze)
 
@@ -272,20 +259,20 @@ def attention_backward(q, k, v, o, lse, do, causal=False, dq_mode="separate"):
     lsef = lse.float().contiguous()
     delta = torch.empty((B, H, nq), dtype=torch.float32, device=q.device)
     rows = B * H * nq
-    kernel("attn_bwd_delta_kernel")[_cdiv(rows, 8), 256](of, dof, delta, rows, d)
+    kernel("attn_bwd_delta_kernel")[cdiv(rows, 8), 256](of, dof, delta, rows, d)
     dk = torch.empty((B, H, nk, d), dtype=torch.float32, device=q.device)
     dv = torch.empty((B, H, nk, d), dtype=torch.float32, device=q.device)
     scale = 1.0 / math.sqrt(d)
     smem = bwd_smem_bytes(d)
     if dq_mode == "atomic":
         dq = torch.zeros((B, H, nq, d), dtype=torch.float32, device=q.device)
-        kernel("attn_bwd_kv_kernel")[(_cdiv(nk, BWD_TILE), B * H), BWD_THREADS, smem](
+        kernel("attn_bwd_kv_kernel")[(cdiv(nk, BWD_TILE), B * H), BWD_THREADS, smem](
             qf, kf, vf, dof, lsef, delta, dq, dk, dv, nq, nk, d, scale, nk - nq, int(bool(causal)), 1)
     else:
         dq = torch.empty((B, H, nq, d), dtype=torch.float32, device=q.device)
-        kernel("attn_bwd_kv_kernel")[(_cdiv(nk, BWD_TILE), B * H), BWD_THREADS, smem](
+        kernel("attn_bwd_kv_kernel")[(cdiv(nk, BWD_TILE), B * H), BWD_THREADS, smem](
             qf, kf, vf, dof, lsef, delta, dq, dk, dv, nq, nk, d, scale, nk - nq, int(bool(causal)), 0)
-        kernel("attn_bwd_q_kernel")[(_cdiv(nq, BWD_TILE), B * H), BWD_THREADS, smem](
+        kernel("attn_bwd_q_kernel")[(cdiv(nq, BWD_TILE), B * H), BWD_THREADS, smem](
             qf, kf, vf, dof, lsef, delta, dq, nq, nk, d, scale, nk - nq, int(bool(causal)))
     out = (dq.to(dt), dk.to(dt), dv.to(dt))
     return tuple(t.squeeze(1) for t in out) if squeeze else out

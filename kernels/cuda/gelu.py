@@ -25,7 +25,8 @@ import torch
 import torch.nn.functional as F
 
 import utils
-from utils.inputs import INT32_MAX, check_input  # noqa: F401  (the shared input rules)
+from kernels._launch import cdiv
+from utils.inputs import INT32_MAX, check_input  # the shared input rules
 
 SOURCE = Path(__file__).with_name("gelu.cu")
 #: Threads per block. Any multiple of 32 works; 256 keeps many blocks resident per SM.
@@ -34,11 +35,6 @@ SQRT_2_OVER_PI = 0.7978845608  # sqrt(2 / pi)
 COEFF = 0.044715
 
 _compiled = {}
-
-
-def cdiv(a: int, b: int) -> int:
-    """ceil(a / b) for positive integers."""
-    return (a + b - 1) // b
 
 
 def _kernel(name: str):

@@ -12,27 +12,7 @@
 //
 // Never E[x^2] - E[x]^2: with x = 1000 + randn, E[x^2] is about 1e6 and float32 keeps it to
 // about 0.06, the size of the variance itself. Subtract the mean first, then square.
-#include "common.h"
-
-#define FULL_MASK 0xffffffffu
-
-__device__ __forceinline__ float warp_sum(float v) {
-    for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(FULL_MASK, v, offset);
-    return v;
-}
-
-// Every thread gets the block's sum. blockDim.x a multiple of 32; scratch: 32 floats.
-// The barrier at the start keeps a second call from overwriting scratch while a slow warp
-// still reads the first call's result: the "missing barrier between two reductions" bug.
-__device__ __forceinline__ float block_sum(float v, float* scratch) {
-    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
-    v = warp_sum(v);
-    __syncthreads();
-    if (lane == 0) scratch[warp] = v;
-    __syncthreads();
-    v = lane < warps ? scratch[lane] : 0.0f;
-    return warp_sum(v);
-}
+#include "reduce.h"  // warp_sum, block_sum: every thread gets the result
 
 // ---------------------------------------------------------------------------------------
 // v1: a block per row; pass 1 the mean, pass 2 the variance, pass 3 normalizes (the later

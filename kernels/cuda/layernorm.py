@@ -22,10 +22,12 @@ from collections import OrderedDict
 import torch
 
 import utils
+import utils.topics.layernorm as layernorm_spec
+from kernels._launch import cdiv, cuda_source, sm_count
 from utils.inputs import check_tensor
 
 SOURCE = utils.KERNELS_DIR / "cuda" / "layernorm.cu"
-EPS = 1e-5
+EPS = layernorm_spec.EPS  # the epsilon of the topic (rstd = 1 / sqrt(var + EPS)), defined once
 REG_ITEMS = (1, 2, 4, 8, 16)
 MAX_THREADS = 1024
 REG_MAX_COLS = REG_ITEMS[-1] * MAX_THREADS
@@ -116,18 +118,8 @@ def kernel(name: str):
 
 
 def source(name: str) -> str:
-    from kernels.cuda.reduction import source as _source
-    return _source(name, SOURCE)
-
-
-def cdiv(a, b):
-    return (a + b - 1) // b
-
-
-def sm_count() -> int:
-    if utils.SIMULATE:
-        return 4
-    return torch.cuda.get_device_properties(utils.DEVICE).multi_processor_count
+    """The text of one kernel or helper of layernorm.cu (its comment block and body)."""
+    return cuda_source(name, SOURCE)
 
 
 def _threads(cols, per_thread):
@@ -208,7 +200,7 @@ def layernorm_backward_atomic(dy, x, w, mean, rstd):
 
 
 def _parts(rows):
-    return max(1, min(rows, (2 if utils.SIMULATE else 2) * sm_count()))
+    return max(1, min(rows, 2 * sm_count()))
 
 
 def layernorm_backward_partials(dy, x, w, mean, rstd):

@@ -20,6 +20,7 @@ from collections import OrderedDict
 import torch
 
 import utils
+from kernels._launch import cdiv, cuda_source
 from utils.inputs import check_tensor
 
 SOURCE = utils.KERNELS_DIR / "cuda" / "matmul.cu"
@@ -36,12 +37,7 @@ def kernel(name: str):
 
 def source(name: str) -> str:
     """The text of one kernel or helper of matmul.cu (its comment block and body)."""
-    from kernels.cuda.reduction import source as _source
-    return _source(name, SOURCE)
-
-
-def cdiv(a: int, b: int) -> int:
-    return (a + b - 1) // b
+    return cuda_source(name, SOURCE)
 
 
 def check_operands(a, b, *, op: str, dtypes=FP32) -> tuple[torch.Tensor, torch.Tensor]:

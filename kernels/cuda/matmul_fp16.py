@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-from kernels.cuda.matmul import matmul_ref, matmul_wmma  # noqa: F401
+from kernels.cuda.matmul import matmul_ref, matmul_wmma
 
 VERSIONS = OrderedDict(
     v5=("tensor cores (wmma): fp16/bf16 inputs, fp32 accumulation, 64 x 64 tiles, fp32 C", matmul_wmma),

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 
 import utils
+from kernels._launch import cuda_source
 
 SOURCE = utils.KERNELS_DIR / "cuda" / "patterns.cu"
 TILE = 32          # patterns.cu's TILE: a transpose block covers a 32 x 32 tile
@@ -25,5 +26,4 @@ def kernel(name: str):
 
 def source(name: str) -> str:
     """The text of one kernel of patterns.cu with its comment block."""
-    from kernels.cuda.reduction import source as _source
-    return _source(name, SOURCE)
+    return cuda_source(name, SOURCE)

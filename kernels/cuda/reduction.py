@@ -10,12 +10,12 @@ empty tensor is 0, as with ``torch.sum``.
 from __future__ import annotations
 
 import functools
-import re
 from collections import OrderedDict
 
 import torch
 
 import utils
+from kernels._launch import cdiv, cuda_source, sm_count
 from utils.inputs import INT32_MAX, check_input  # noqa: F401  (the shared input rules)
 
 SOURCE = utils.KERNELS_DIR / "cuda" / "reduction.cu"
@@ -31,45 +31,14 @@ def kernel(name: str):
 
 
 def source(name: str, path=SOURCE) -> str:
-    """The text of one kernel or helper of a .cu file: its comment block and its body.
-
-    ``print(source("sum_warp_kernel"))`` shows a learner exactly the code that runs.
-    """
-    lines = open(path).read().split("\n")
-    start = next((i for i, ln in enumerate(lines)
-                  if re.search(rf"\b{re.escape(name)}\s*\(", ln) and ("__global__" in ln or "__device__" in ln)),
-                 None)
-    if start is None:
-        raise KeyError(f"no __global__ or __device__ function {name!r} in {path}")
-    first = start
-    if first > 0 and lines[first - 1].lstrip().startswith("template"):
-        first -= 1
-    while first > 0 and lines[first - 1].lstrip().startswith("//") and lines[first - 1].strip("/ -"):
-        first -= 1
-    depth, end, opened = 0, start, False
-    for end in range(start, len(lines)):
-        depth += lines[end].count("{") - lines[end].count("}")
-        opened = opened or "{" in lines[end]
-        if opened and depth == 0:
-            break
-    return "\n".join(lines[first:end + 1])
-
-
-def cdiv(a: int, b: int) -> int:
-    return (a + b - 1) // b
-
+    """The text of one kernel or helper of reduction.cu (or of ``path``): its comment block and
+    its body. ``print(source("sum_warp_kernel"))`` shows a learner exactly the code that runs."""
+    return cuda_source(name, path)
 
 
 def _check_int_range(n: int, what: str) -> None:
     if n > INT_MAX:
         raise ValueError(f"{what} indexes with int: at most {INT_MAX} elements, got {n}")
-
-
-def sm_count() -> int:
-    """Streaming multiprocessors of the GPU (a small stand-in in simulation)."""
-    if utils.SIMULATE:
-        return 4
-    return torch.cuda.get_device_properties(utils.DEVICE).multi_processor_count
 
 
 def _one_thread_per_element(x: torch.Tensor, name: str, shared_bytes: int = 0) -> torch.Tensor:
@@ -180,7 +149,7 @@ VERSIONS = OrderedDict(
     v5=("grid-stride float4 + warp shuffles, two passes (deterministic)", sum_two_pass),
 )
 REFERENCE = "v5"
-sum = VERSIONS[REFERENCE][1]  # noqa: A001  (the topic's launcher is called sum)
+sum = VERSIONS[REFERENCE][1]  # the topic's launcher is called sum
 
 
 def sum_ref(x: torch.Tensor) -> torch.Tensor:

@@ -15,6 +15,7 @@ from collections import OrderedDict
 import torch
 
 import utils
+from kernels._launch import cdiv
 from utils.inputs import INT32_MAX, check_input, check_same_shape  # noqa: F401  (the shared input rules)
 
 SOURCE = utils.KERNELS_DIR / "cuda" / "relu.cu"
@@ -26,10 +27,6 @@ INT_MAX = 2**31 - 1
 def kernel(name: str):
     """A kernel of relu.cu, compiled once: ``kernel("relu_kernel")[grid, block](...)``."""
     return utils.cuda_kernel(SOURCE, name)
-
-
-def cdiv(a: int, b: int) -> int:
-    return (a + b - 1) // b
 
 
 def relu_v1(x: torch.Tensor) -> torch.Tensor:

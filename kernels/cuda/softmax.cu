@@ -15,49 +15,7 @@
 // Subtracting the row max before exp is what keeps softmax finite: expf(89.f) is already
 // inf in float32, and inf / inf is NaN. After the subtraction every exponent is <= 0, so
 // every exp is in (0, 1] and the sum is between 1 and cols.
-#include "common.h"
-
-#define FULL_MASK 0xffffffffu
-
-// Butterfly reductions: with __shfl_xor_sync every lane ends with the result (with
-// __shfl_down_sync only lane 0 would), so no broadcast is needed afterwards.
-__device__ __forceinline__ float warp_sum_all(float v) {
-    for (int offset = 16; offset > 0; offset /= 2) {
-        v += __shfl_xor_sync(FULL_MASK, v, offset);
-    }
-    return v;
-}
-
-__device__ __forceinline__ float warp_max_all(float v) {
-    for (int offset = 16; offset > 0; offset /= 2) {
-        v = fmaxf(v, __shfl_xor_sync(FULL_MASK, v, offset));
-    }
-    return v;
-}
-
-// Block reductions whose result every thread gets. blockDim.x must be a multiple of 32;
-// `scratch` is 32 floats of shared memory.
-__device__ __forceinline__ float block_sum_all(float v, float* scratch) {
-    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
-    v = warp_sum_all(v);
-    if (lane == 0) scratch[warp] = v;
-    __syncthreads();  // every warp's partial is written before any warp reads them
-    v = (lane < nwarps) ? scratch[lane] : 0.0f;
-    v = warp_sum_all(v);  // each warp sums the partials itself: no broadcast step
-    __syncthreads();  // everyone has read scratch before the caller reuses it
-    return v;
-}
-
-__device__ __forceinline__ float block_max_all(float v, float* scratch) {
-    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
-    v = warp_max_all(v);
-    if (lane == 0) scratch[warp] = v;
-    __syncthreads();  // every warp's partial is written before any warp reads them
-    v = (lane < nwarps) ? scratch[lane] : -INFINITY;
-    v = warp_max_all(v);
-    __syncthreads();  // everyone has read scratch before the caller reuses it
-    return v;
-}
+#include "reduce.h"  // warp_sum, warp_max, block_sum, block_max: every thread gets the result
 
 // ---------------------------------------------------------------------------------------
 // v1, naive: three kernels, each a full trip through memory.
@@ -67,7 +25,7 @@ __global__ void softmax_max_kernel(const float* __restrict__ x_ptr, float* max_p
     const float* row = x_ptr + (long long)blockIdx.x * cols;
     float m = -INFINITY;
     for (int c = threadIdx.x; c < cols; c += blockDim.x) m = fmaxf(m, row[c]);
-    m = block_max_all(m, scratch);
+    m = block_max(m, scratch);
     if (threadIdx.x == 0) max_ptr[blockIdx.x] = m;
 }
 
@@ -79,7 +37,7 @@ __global__ void softmax_expsum_kernel(const float* __restrict__ x_ptr, const flo
     float m = max_ptr[blockIdx.x];
     float s = 0.0f;
     for (int c = threadIdx.x; c < cols; c += blockDim.x) s += expf(row[c] - m);
-    s = block_sum_all(s, scratch);
+    s = block_sum(s, scratch);
     if (threadIdx.x == 0) sum_ptr[blockIdx.x] = s;
 }
 
@@ -111,14 +69,14 @@ __device__ __forceinline__ void softmax_row_registers(const float* __restrict__ 
         v[k] = (c < cols) ? x[c] : -INFINITY;
         m = fmaxf(m, v[k]);
     }
-    m = block_max_all(m, scratch);
+    m = block_max(m, scratch);
     float s = 0.0f;
     for (int k = 0; k < ITEMS; k++) {
         int c = threadIdx.x + k * blockDim.x;
         v[k] = (c < cols) ? expf(v[k] - m) : 0.0f;
         s += v[k];
     }
-    s = block_sum_all(s, scratch);
+    s = block_sum(s, scratch);
     float inv = 1.0f / s;
     for (int k = 0; k < ITEMS; k++) {
         int c = threadIdx.x + k * blockDim.x;
@@ -196,9 +154,9 @@ __device__ void softmax_online_row(const float* __restrict__ x, float* __restric
         for (int c = t; c < cols; c += bd) online_add(m, s, x[c]);
     }
     // Merge the threads' (m, s): rescale every s to the row max, then sum.
-    float row_max = block_max_all(m, scratch);
+    float row_max = block_max(m, scratch);
     s = (m > -INFINITY) ? s * expf(m - row_max) : 0.0f;
-    float inv = 1.0f / block_sum_all(s, scratch);
+    float inv = 1.0f / block_sum(s, scratch);
     if (vec4) {
         const float4* x4 = reinterpret_cast<const float4*>(x);
         float4* y4 = reinterpret_cast<float4*>(y);
@@ -224,7 +182,7 @@ __global__ void softmax_online_kernel(const float* __restrict__ x_ptr, float* __
                                       int rows, int cols, int vec4) {
     __shared__ float scratch[32];
     // Every thread of the block runs the same rows, so the barriers inside stay uniform
-    // (block_max_all and block_sum_all end with a barrier: scratch is free for the next row).
+    // (block_max and block_sum begin with a barrier: the next row cannot overwrite scratch early).
     for (int r = blockIdx.x; r < rows; r += gridDim.x) {
         long long offset = (long long)r * cols;
         softmax_online_row(x_ptr + offset, y_ptr + offset, cols, vec4, scratch);
@@ -293,7 +251,7 @@ __device__ __forceinline__ void softmax_onchip_row(const V* __restrict__ x, V* _
         stash[i - first] = v;
         m = fmaxf(m, vmax(v));
     }
-    m = block_max_all(m, scratch);
+    m = block_max(m, scratch);
     // A row of only -inf has max -inf, and -inf - -inf is NaN: as torch.softmax gives.
     float s = 0.0f;
 #pragma unroll
@@ -305,7 +263,7 @@ __device__ __forceinline__ void softmax_onchip_row(const V* __restrict__ x, V* _
         s += vexp(v, m);
         stash[i - first] = v;
     }
-    float inv = 1.0f / block_sum_all(s, scratch);
+    float inv = 1.0f / block_sum(s, scratch);
 #pragma unroll
     for (int k = 0; k < REG; k++) {
         int i = t + k * bd;

@@ -14,7 +14,8 @@ from collections import OrderedDict
 import torch
 
 import utils
-from utils.inputs import INT32_MAX, check_input  # noqa: F401  (the shared input rules)
+from kernels._launch import cdiv, cuda_source, sm_count
+from utils.inputs import INT32_MAX, check_input  # the shared input rules
 
 SOURCE = utils.KERNELS_DIR / "cuda" / "softmax.cu"
 INT_MAX = 2**31 - 1
@@ -33,24 +34,12 @@ def kernel(name: str):
 
 def source(name: str) -> str:
     """The text of one kernel or helper of softmax.cu (its comment block and body)."""
-    from kernels.cuda.reduction import source as _source
-    return _source(name, SOURCE)
-
-
-def cdiv(a: int, b: int) -> int:
-    return (a + b - 1) // b
+    return cuda_source(name, SOURCE)
 
 
 def round_up(a: int, b: int) -> int:
     return cdiv(a, b) * b
 
-
-
-def sm_count() -> int:
-    """Streaming multiprocessors of the GPU (a small stand-in in simulation)."""
-    if utils.SIMULATE:
-        return 4
-    return torch.cuda.get_device_properties(utils.DEVICE).multi_processor_count
 
 
 def threads_for(cols: int, per_thread: int) -> int:

@@ -15,7 +15,8 @@ from collections import OrderedDict
 import torch
 
 import utils  # (before numba: it picks the simulator or the GPU)
-from kernels.cuda.add import check_pair  # noqa: E402  (the shared input rules)
+from kernels.cuda.add import check_pair  # the shared input rules
+
 from numba import cuda
 
 BLOCK_SIZE = 256

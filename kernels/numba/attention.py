@@ -19,12 +19,14 @@ from collections import OrderedDict
 
 import torch
 
-import utils  # noqa: F401  (must come before numba: it picks the simulator or the GPU)
-from kernels.cuda.attention import (  # noqa: F401  (the shared input rules and reference)
-    attention_ref, check_backward_inputs, check_qkv, empty_result, finish)
-from numba import cuda, float32
+import utils  # must come before numba: it picks the simulator or the GPU
+from kernels._launch import cdiv
+from kernels.cuda.attention import attention_ref, check_backward_inputs, check_qkv, empty_result, finish  # noqa: F401  (the shared input rules and reference)
+
 # lesson 05's block reductions, which every thread gets the result of (blockDim.x a multiple of 32)
-from kernels.numba.softmax import block_max_all, block_sum_all, warp_max_all, warp_sum_all  # noqa: F401,E402
+from kernels.numba.reduction import block_max_all, block_sum_all, warp_max_all, warp_sum_all  # noqa: F401
+
+from numba import cuda, float32
 
 INF = math.inf
 MAX_D = 128
@@ -343,10 +345,6 @@ def attn_bwd_q_kernel(q, k, v, do, lse, delta, dq, scale, diag, causal):
 
 
 # ---------------------------------------------------------------------------------------
-def _cdiv(a: int, b: int) -> int:
-    return (a + b - 1) // b
-
-
 def _prepare(q, k, v, op):
     q, k, v, squeeze = check_qkv(q, k, v, op=op, max_d=MAX_D)
     B, H, nq, d = q.shape
@@ -373,10 +371,10 @@ def attention_naive_forward(q, k, v, causal=False):
     o, lse = _outputs(B, H, nq, d, q.device)
     s = torch.empty((B * H, nq, nk), dtype=torch.float32, device=q.device)
     qa, ka, va, sa, oa, la = (utils.to_numba(t) for t in (qf, kf, vf, s, o, lse))
-    attn_scores_kernel[(_cdiv(nk, 16), _cdiv(nq, 8), B * H), (16, 8)](qa, ka, sa, 1.0 / math.sqrt(d), nk - nq,
+    attn_scores_kernel[(cdiv(nk, 16), cdiv(nq, 8), B * H), (16, 8)](qa, ka, sa, 1.0 / math.sqrt(d), nk - nq,
                                                                        bool(causal))
     attn_softmax_kernel[(nq, B * H), 32](sa, la)
-    attn_pv_kernel[(_cdiv(d, 16), _cdiv(nq, 8), B * H), (16, 8)](sa, va, oa)
+    attn_pv_kernel[(cdiv(d, 16), cdiv(nq, 8), B * H), (16, 8)](sa, va, oa)
     return _finish(q, o, lse, B, H, nq, d, squeeze)
 
 
@@ -408,7 +406,7 @@ def attention_flash_forward(q, k, v, causal=False):
         return empty_result(q, k, v, squeeze)
     o, lse = _outputs(B, H, nq, d, q.device)
     args = [utils.to_numba(t) for t in (qf, kf, vf, o, lse)]
-    attn_flash_kernel[(_cdiv(nq, T), B * H), (T, T)](*args, 1.0 / math.sqrt(d), nk - nq, bool(causal))
+    attn_flash_kernel[(cdiv(nq, T), B * H), (T, T)](*args, 1.0 / math.sqrt(d), nk - nq, bool(causal))
     return _finish(q, o, lse, B, H, nq, d, squeeze)
 
 
@@ -439,12 +437,12 @@ def attention_backward(q, k, v, o, lse, do, causal=False, dq_mode="separate"):
     dq = (torch.zeros if dq_mode == "atomic" else torch.empty)((B * H, nq, d), dtype=torch.float32, device=q.device)
     qa, ka, va, oa, doa, la, da, dqa, dka, dva = (utils.to_numba(t) for t in
                                                   (qf, kf, vf, of, dof, lsef, delta, dq, dk, dv))
-    attn_bwd_delta_kernel[(_cdiv(nq, 32), B * H), (32, 1)](oa, doa, da)
+    attn_bwd_delta_kernel[(cdiv(nq, 32), B * H), (32, 1)](oa, doa, da)
     scale, diag = 1.0 / math.sqrt(d), nk - nq
-    attn_bwd_kv_kernel[(_cdiv(nk, T), B * H), (T, T)](qa, ka, va, doa, la, da, dqa, dka, dva, scale, diag,
+    attn_bwd_kv_kernel[(cdiv(nk, T), B * H), (T, T)](qa, ka, va, doa, la, da, dqa, dka, dva, scale, diag,
                                                        bool(causal), dq_mode == "atomic")
     if dq_mode == "separate":
-        attn_bwd_q_kernel[(_cdiv(nq, T), B * H), (T, T)](qa, ka, va, doa, la, da, dqa, scale, diag, bool(causal))
+        attn_bwd_q_kernel[(cdiv(nq, T), B * H), (T, T)](qa, ka, va, doa, la, da, dqa, scale, diag, bool(causal))
     out = tuple(t.reshape(B, H, -1, d).to(q.dtype) for t in (dq, dk, dv))
     return tuple(t.squeeze(1) for t in out) if squeeze else out
 

@@ -18,11 +18,10 @@ import math
 import numpy as np
 import torch
 
-import utils  # noqa: F401  (must come before numba: it picks the GPU or the simulator)
-from numba import cuda
+import utils  # must come before numba: it picks the GPU or the simulator
+from kernels.cuda.gelu import BASELINES, INT32_MAX, check_input, gelu_compiled, gelu_ref, gelu_torch, gelu_unfused_torch  # noqa: F401  (the shared input rules and baselines)
 
-from kernels.cuda.gelu import (  # noqa: F401  (the shared input rules and baselines)
-    BASELINES, INT32_MAX, check_input, gelu_compiled, gelu_ref, gelu_torch, gelu_unfused_torch)
+from numba import cuda
 
 THREADS_PER_BLOCK = 256
 #: Elements per thread in v2 (its kernel is written out for 4).

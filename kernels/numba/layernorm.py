@@ -18,14 +18,15 @@ from collections import OrderedDict
 
 import torch
 
-import utils  # noqa: F401  (must come before numba: it picks the simulator or the GPU)
-from kernels.cuda.layernorm import (  # noqa: F401  (the shared input rules and references)
-    check_norm_backward_inputs, check_norm_inputs, layernorm_ref, rmsnorm_ref, row_stats)
+import utils  # must come before numba: it picks the simulator or the GPU
+import utils.topics.layernorm as layernorm_spec
+from kernels._launch import cdiv
+from kernels.cuda.layernorm import check_norm_backward_inputs, check_norm_inputs, layernorm_ref, rmsnorm_ref, row_stats  # noqa: F401  (the shared input rules and references)
+from kernels.numba.reduction import block_sum_all
+
 from numba import cuda, float32
 
-from kernels.numba.softmax import block_sum_all
-
-EPS = 1e-5
+EPS = layernorm_spec.EPS  # the epsilon of the topic (rstd = 1 / sqrt(var + EPS)), defined once
 ITEMS = 16
 MAX_THREADS = 1024
 #: 512 threads: at 1024, the local array's registers exceed what a block may have (a launch
@@ -126,7 +127,6 @@ def layernorm_bwd_partials_kernel(dy, x, w, mean_in, rstd_in, dx, pdw, pdb):
     scratch = cuda.shared.array(32, float32)
     k = cuda.blockIdx.x
     cols = x.shape[1]
-    inv = float32(1.0) / float32(cols)  # float32: x / cols would promote to float64
     for c in range(cuda.threadIdx.x, cols, cuda.blockDim.x):
         pdw[k, c] = float32(0.0)
         pdb[k, c] = float32(0.0)
@@ -190,12 +190,8 @@ def rmsnorm_bwd_partials_kernel(dy, x, w, rstd_in, dx, pdw):
 
 
 # ---------------------------------------------------------------------------------------
-def _cdiv(a, b):
-    return (a + b - 1) // b
-
-
 def _warps(n):
-    return min(MAX_THREADS, max(32, _cdiv(n, 32) * 32))
+    return min(MAX_THREADS, max(32, cdiv(n, 32) * 32))
 
 
 def _row_threads(cols):
@@ -229,7 +225,7 @@ def layernorm_reg(x, w, b, eps=EPS, stats=False):
     cols = x.shape[-1] if isinstance(x, torch.Tensor) and x.dim() else 0
     if cols > REG_MAX_COLS:
         raise ValueError(f"layernorm_reg holds a row in registers, at most {REG_MAX_COLS} columns; got {cols}")
-    threads = (lambda n: _warps(_cdiv(n, ITEMS))) if not utils.SIMULATE else (lambda n: max(_warps(_cdiv(n, ITEMS)), 32))
+    threads = (lambda n: _warps(cdiv(n, ITEMS))) if not utils.SIMULATE else (lambda n: max(_warps(cdiv(n, ITEMS)), 32))
     return _forward(layernorm_reg_kernel, threads, x, w, b, eps, stats, "layernorm_reg")
 
 
@@ -273,8 +269,8 @@ def layernorm_backward_partials(dy, x, w, mean, rstd):
     args = [utils.to_numba(t) for t in (dy, x, w, mean, rstd, dx, pdw, pdb)]
     layernorm_bwd_partials_kernel[parts, _row_threads(cols)](*args)
     threads = 64 if utils.SIMULATE else 256
-    column_sum_kernel[_cdiv(cols, threads), threads](utils.to_numba(pdw), utils.to_numba(dw))
-    column_sum_kernel[_cdiv(cols, threads), threads](utils.to_numba(pdb), utils.to_numba(db))
+    column_sum_kernel[cdiv(cols, threads), threads](utils.to_numba(pdw), utils.to_numba(dw))
+    column_sum_kernel[cdiv(cols, threads), threads](utils.to_numba(pdb), utils.to_numba(db))
     return dx.reshape(shape), dw, db
 
 
@@ -303,7 +299,7 @@ def rmsnorm_backward(dy, x, w, rstd):
     pdw = torch.empty(parts, cols, dtype=torch.float32, device=x.device)
     rmsnorm_bwd_partials_kernel[parts, _row_threads(cols)](*(utils.to_numba(t) for t in (dy, x, w, rstd, dx, pdw)))
     threads = 64 if utils.SIMULATE else 256
-    column_sum_kernel[_cdiv(cols, threads), threads](utils.to_numba(pdw), utils.to_numba(dw))
+    column_sum_kernel[cdiv(cols, threads), threads](utils.to_numba(pdw), utils.to_numba(dw))
     return dx.reshape(shape), dw
 
 

@@ -14,8 +14,10 @@ from collections import OrderedDict
 
 import torch
 
-import utils  # noqa: F401  (must come before numba: it picks the simulator or the GPU)
+import utils  # must come before numba: it picks the simulator or the GPU
+from kernels._launch import cdiv
 from kernels.cuda.matmul import check_operands, matmul_ref  # noqa: F401  (the shared input rules and reference)
+
 from numba import cuda, float32
 
 #: Tile edge of v2: a compile-time constant, since cuda.shared.array needs a fixed shape.
@@ -56,10 +58,6 @@ def matmul_tiled_kernel(a, b, c):
         c[row, col] = acc
 
 
-def _cdiv(a: int, b: int) -> int:
-    return (a + b - 1) // b
-
-
 def _prepare(a, b, op):
     a, b = check_operands(a, b, op=op)
     M, K = a.shape
@@ -72,7 +70,7 @@ def matmul_naive(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """v1: one thread per element of C, blocks of 16 x 16 threads."""
     a, b, c, M, N, K = _prepare(a, b, "matmul_naive")
     if c.numel() and K:
-        matmul_naive_kernel[(_cdiv(N, 16), _cdiv(M, 16)), (16, 16)](
+        matmul_naive_kernel[(cdiv(N, 16), cdiv(M, 16)), (16, 16)](
             utils.to_numba(a), utils.to_numba(b), utils.to_numba(c))
     return c
 
@@ -81,7 +79,7 @@ def matmul_tiled(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """v2: TILE x TILE threads per block, tiles of A and B staged in shared memory."""
     a, b, c, M, N, K = _prepare(a, b, "matmul_tiled")
     if c.numel() and K:
-        matmul_tiled_kernel[(_cdiv(N, TILE), _cdiv(M, TILE)), (TILE, TILE)](
+        matmul_tiled_kernel[(cdiv(N, TILE), cdiv(M, TILE)), (TILE, TILE)](
             utils.to_numba(a), utils.to_numba(b), utils.to_numba(c))
     return c
 

@@ -11,8 +11,9 @@ from collections import OrderedDict
 
 import torch
 
-import utils  # noqa: F401  (must come before numba: it picks the simulator or the GPU)
-from kernels.cuda.matmul import HALF, check_operands, matmul_ref  # noqa: F401
+import utils  # must come before numba: it picks the simulator or the GPU
+from kernels.cuda.matmul import HALF, check_operands, matmul_ref
+
 from numba import cuda, float32
 
 

@@ -17,9 +17,11 @@ from collections import OrderedDict
 
 import torch
 
-import utils  # noqa: F401  (must come before numba: it picks the simulator or the GPU)
+import utils  # must come before numba: it picks the simulator or the GPU
+from kernels._launch import cdiv, sm_count
+from kernels.cuda.reduction import row_max_ref, sum_ref  # noqa: F401  (the PyTorch references, defined once)
 from utils.inputs import INT32_MAX, check_input  # noqa: F401  (the shared input rules)
-from kernels.cuda.reduction import row_max_ref, sum_ref  # noqa: F401,E402  (the PyTorch references, defined once)
+
 from numba import cuda, float32
 
 #: Threads per block, a power of two and a multiple of 32. Shared arrays need their size
@@ -27,12 +29,6 @@ from numba import cuda, float32
 BLOCK_SIZE = 64 if utils.SIMULATE else 256
 FULL_MASK = 0xFFFFFFFF
 
-
-
-def sm_count() -> int:
-    if utils.SIMULATE:
-        return 2  # the simulator has no SMs; a small grid keeps the grid-stride loop honest
-    return torch.cuda.get_device_properties(utils.DEVICE).multi_processor_count
 
 
 # ---------------------------------------------------------------------------------------
@@ -131,6 +127,55 @@ def block_max(v, scratch):
     return v
 
 
+# ---------------------------------------------------------------------------------------
+# Reductions whose result every thread gets, for the row kernels of softmax, layernorm and
+# attention (blockDim.x a multiple of 32, ``scratch`` a shared array of 32 floats). Butterfly
+# shuffles (``shfl_xor_sync``) leave the warp's value in every lane. The barriers are those of
+# lesson 09: the first keeps a second call from overwriting scratch while a slow warp still
+# reads the first call's result (and publishes shared memory the caller wrote before the
+# call), the second publishes the warps' partials.
+@cuda.jit(device=True)
+def warp_sum_all(v):
+    offset = 16
+    while offset > 0:
+        v += cuda.shfl_xor_sync(FULL_MASK, v, offset)  # butterfly: every lane gets the sum
+        offset //= 2
+    return v
+
+
+@cuda.jit(device=True)
+def warp_max_all(v):
+    offset = 16
+    while offset > 0:
+        v = max(v, cuda.shfl_xor_sync(FULL_MASK, v, offset))
+        offset //= 2
+    return v
+
+
+@cuda.jit(device=True)
+def block_sum_all(v, scratch):
+    lane = cuda.threadIdx.x % 32
+    v = warp_sum_all(v)
+    cuda.syncthreads()  # the previous call's readers are done with scratch
+    if lane == 0:
+        scratch[cuda.threadIdx.x // 32] = v
+    cuda.syncthreads()  # every warp's partial is written before anyone reads them
+    v = scratch[lane] if lane < cuda.blockDim.x // 32 else float32(0.0)
+    return warp_sum_all(v)
+
+
+@cuda.jit(device=True)
+def block_max_all(v, scratch):
+    lane = cuda.threadIdx.x % 32
+    v = warp_max_all(v)
+    cuda.syncthreads()  # the previous call's readers are done with scratch
+    if lane == 0:
+        scratch[cuda.threadIdx.x // 32] = v
+    cuda.syncthreads()
+    v = scratch[lane] if lane < cuda.blockDim.x // 32 else float32(-math.inf)
+    return warp_max_all(v)
+
+
 @cuda.jit
 def sum_warp_kernel(x, out):
     """v4: one element per thread, warp-shuffle block reduction, one atomic per block."""
@@ -180,15 +225,11 @@ def row_max_kernel(x, out):
 
 
 # ---------------------------------------------------------------------------------------
-def _cdiv(a: int, b: int) -> int:
-    return (a + b - 1) // b
-
-
 def _launch_per_element(kernel, x: torch.Tensor) -> torch.Tensor:
     x = check_input(x, op="sum").reshape(-1)
     out = torch.zeros(1, dtype=torch.float32, device=x.device)
     if x.numel() > 0:
-        kernel[_cdiv(x.numel(), BLOCK_SIZE), BLOCK_SIZE](utils.to_numba(x), utils.to_numba(out))
+        kernel[cdiv(x.numel(), BLOCK_SIZE), BLOCK_SIZE](utils.to_numba(x), utils.to_numba(out))
     return out.reshape(())
 
 
@@ -220,7 +261,7 @@ def sum_two_pass(x: torch.Tensor) -> torch.Tensor:
     if n == 0:
         return out.reshape(())
     # A few blocks per SM, each thread summing many elements; no more blocks than needed.
-    blocks = max(1, min(_cdiv(n, BLOCK_SIZE * 8), sm_count() * 4))
+    blocks = max(1, min(cdiv(n, BLOCK_SIZE * 8), sm_count() * 4))
     partials = torch.empty(blocks, dtype=torch.float32, device=x.device)
     sum_partials_kernel[blocks, BLOCK_SIZE](utils.to_numba(x), utils.to_numba(partials))
     sum_final_kernel[1, BLOCK_SIZE](utils.to_numba(partials), utils.to_numba(out))
@@ -236,7 +277,7 @@ def row_max(x: torch.Tensor) -> torch.Tensor:
     out = torch.full((rows,), float("-inf"), dtype=torch.float32, device=x.device)
     if rows == 0 or cols == 0:
         return out
-    threads = min(BLOCK_SIZE, max(32, _cdiv(cols, 32) * 32))
+    threads = min(BLOCK_SIZE, max(32, cdiv(cols, 32) * 32))
     row_max_kernel[rows, threads](utils.to_numba(x), utils.to_numba(out))
     return out
 
@@ -249,4 +290,4 @@ VERSIONS = OrderedDict(
     v5=("grid-stride + warp shuffles, two passes (deterministic)", sum_two_pass),
 )
 REFERENCE = "v5"
-sum = VERSIONS[REFERENCE][1]  # noqa: A001  (the topic's launcher is called sum)
+sum = VERSIONS[REFERENCE][1]  # the topic's launcher is called sum

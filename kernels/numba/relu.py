@@ -18,8 +18,9 @@ from collections import OrderedDict
 import numpy as np
 import torch
 
-import utils  # noqa: F401  (before numba: it picks the simulator or the GPU)
+import utils  # before numba: it picks the simulator or the GPU
 from utils.inputs import INT32_MAX, check_input, check_same_shape  # noqa: F401  (the shared input rules)
+
 from numba import cuda
 
 BLOCK_SIZE = 256

@@ -12,9 +12,12 @@ from collections import OrderedDict
 
 import torch
 
-import utils  # noqa: F401  (must come before numba: it picks the simulator or the GPU)
-from utils.inputs import INT32_MAX, check_input  # noqa: F401  (the shared input rules)
-from kernels.cuda.softmax import softmax_ref  # noqa: F401,E402  (the PyTorch references, defined once)
+import utils  # must come before numba: it picks the simulator or the GPU
+from kernels._launch import cdiv
+from kernels.cuda.softmax import softmax_ref  # noqa: F401  (the PyTorch references, defined once)
+from kernels.numba.reduction import block_max_all, block_sum_all, warp_sum_all  # noqa: F401  (attention uses warp_sum_all)
+from utils.inputs import INT32_MAX, check_input  # the shared input rules
+
 from numba import cuda, float32
 
 FULL_MASK = 0xFFFFFFFF
@@ -26,52 +29,6 @@ FUSED_MAX_COLS = ITEMS * MAX_THREADS
 ROW_THREADS = 64 if utils.SIMULATE else 256
 INT_MAX = 2**31 - 1
 
-
-
-# ---------------------------------------------------------------------------------------
-# Block reductions whose result every thread gets (blockDim.x a multiple of 32).
-@cuda.jit(device=True)
-def warp_sum_all(v):
-    offset = 16
-    while offset > 0:
-        v += cuda.shfl_xor_sync(FULL_MASK, v, offset)  # butterfly: every lane gets the sum
-        offset //= 2
-    return v
-
-
-@cuda.jit(device=True)
-def warp_max_all(v):
-    offset = 16
-    while offset > 0:
-        v = max(v, cuda.shfl_xor_sync(FULL_MASK, v, offset))
-        offset //= 2
-    return v
-
-
-@cuda.jit(device=True)
-def block_sum_all(v, scratch):
-    lane = cuda.threadIdx.x % 32
-    v = warp_sum_all(v)
-    if lane == 0:
-        scratch[cuda.threadIdx.x // 32] = v
-    cuda.syncthreads()  # every warp's partial is written before anyone reads them
-    v = scratch[lane] if lane < cuda.blockDim.x // 32 else float32(0.0)
-    v = warp_sum_all(v)
-    cuda.syncthreads()  # everyone has read scratch before it is reused
-    return v
-
-
-@cuda.jit(device=True)
-def block_max_all(v, scratch):
-    lane = cuda.threadIdx.x % 32
-    v = warp_max_all(v)
-    if lane == 0:
-        scratch[cuda.threadIdx.x // 32] = v
-    cuda.syncthreads()
-    v = scratch[lane] if lane < cuda.blockDim.x // 32 else float32(-math.inf)
-    v = warp_max_all(v)
-    cuda.syncthreads()
-    return v
 
 
 # ---------------------------------------------------------------------------------------
@@ -169,13 +126,9 @@ def softmax_online_kernel(x, y):
 
 
 # ---------------------------------------------------------------------------------------
-def _cdiv(a: int, b: int) -> int:
-    return (a + b - 1) // b
-
-
 def _warps(n: int) -> int:
     """At least one warp, whole warps, at most 1024 threads."""
-    return min(MAX_THREADS, max(32, _cdiv(n, 32) * 32))
+    return min(MAX_THREADS, max(32, cdiv(n, 32) * 32))
 
 
 def softmax_naive(x: torch.Tensor) -> torch.Tensor:
@@ -191,7 +144,7 @@ def softmax_naive(x: torch.Tensor) -> torch.Tensor:
     threads = min(ROW_THREADS, _warps(cols))
     softmax_max_kernel[rows, threads](xa, ma)
     softmax_expsum_kernel[rows, threads](xa, ma, sa)
-    softmax_normalize_kernel[_cdiv(rows * cols, threads), threads](xa, ma, sa, ya)
+    softmax_normalize_kernel[cdiv(rows * cols, threads), threads](xa, ma, sa, ya)
     return y
 
 
@@ -206,7 +159,7 @@ def softmax_fused(x: torch.Tensor) -> torch.Tensor:
         raise ValueError(
             f"rows of {cols} columns do not fit in one block's registers (at most {FUSED_MAX_COLS} = "
             f"{ITEMS} per thread x {MAX_THREADS} threads): use the online softmax (v3) for long rows")
-    softmax_fused_kernel[rows, _warps(_cdiv(cols, ITEMS))](utils.to_numba(x), utils.to_numba(y))
+    softmax_fused_kernel[rows, _warps(cdiv(cols, ITEMS))](utils.to_numba(x), utils.to_numba(y))
     return y
 
 
@@ -217,7 +170,7 @@ def softmax_online(x: torch.Tensor) -> torch.Tensor:
     y = torch.empty_like(x)
     if x.numel() == 0:
         return y
-    threads = _warps(_cdiv(cols, 8)) if not utils.SIMULATE else min(ROW_THREADS, _warps(cols))
+    threads = _warps(cdiv(cols, 8)) if not utils.SIMULATE else min(ROW_THREADS, _warps(cols))
     softmax_online_kernel[rows, threads](utils.to_numba(x), utils.to_numba(y))
     return y
 

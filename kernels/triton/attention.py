@@ -33,10 +33,10 @@ from collections import OrderedDict
 
 import torch
 
-import utils  # noqa: F401  (configures the interpreter before triton loads)
+import utils  # configures the interpreter before triton loads
+from kernels.cuda.attention import attention_ref, check_backward_inputs, check_qkv, empty_result, finish  # noqa: F401  (the shared input rules and reference)
 from utils.triton_compat import autotune
-from kernels.cuda.attention import (  # noqa: F401  (the shared input rules and reference)
-    attention_ref, check_backward_inputs, check_qkv, empty_result, finish)
+
 import triton
 import triton.language as tl
 

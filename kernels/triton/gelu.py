@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-import triton
-import triton.language as tl
 
 import utils  # noqa: F401  (must come before triton: it picks the GPU or the interpreter)
-from kernels.cuda.gelu import (  # noqa: F401  (the shared input rules and baselines)
-    BASELINES, INT32_MAX, check_input, gelu_compiled, gelu_ref, gelu_torch, gelu_unfused_torch)
+from kernels.cuda.gelu import BASELINES, INT32_MAX, check_input, gelu_compiled, gelu_ref, gelu_torch, gelu_unfused_torch  # noqa: F401  (the shared input rules and baselines)
+
+import triton
+import triton.language as tl
 
 BLOCK_SIZE = 1024
 

@@ -27,13 +27,22 @@ from collections import OrderedDict
 
 import torch
 
-import utils  # noqa: F401  (configures the interpreter before triton loads)
+import utils  # configures the interpreter before triton loads
+import utils.topics.layernorm as layernorm_spec
+from kernels._launch import sm_count
 from kernels.cuda.layernorm import (  # noqa: F401  (the shared input rules and references)
-    check_norm_backward_inputs, check_norm_inputs, layernorm_ref, rmsnorm_ref, row_stats, stats_dtype)
+    check_norm_backward_inputs,
+    check_norm_inputs,
+    layernorm_ref,
+    rmsnorm_ref,
+    row_stats,
+    stats_dtype,
+)
+
 import triton
 import triton.language as tl
 
-EPS = 1e-5
+EPS = layernorm_spec.EPS  # the epsilon of the topic (rstd = 1 / sqrt(var + EPS)), defined once
 #: The widest row v2 holds in registers (16 warps x 32 lanes x 64 values).
 ROW_MAX_COLS = 32768
 CHUNK = 1024
@@ -41,12 +50,6 @@ CHUNK = 1024
 
 def num_warps_for(block: int) -> int:
     return max(1, min(16, block // 256))
-
-
-def sm_count() -> int:
-    if utils.SIMULATE:
-        return 4
-    return torch.cuda.get_device_properties(utils.DEVICE).multi_processor_count
 
 
 # ---------------------------------------------------------------------------------------
@@ -355,7 +358,8 @@ class LayerNormFunction(torch.autograd.Function):
 
 
 @torch.library.custom_op("course::layernorm_triton", mutates_args=())
-def layernorm_op(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def layernorm_op(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor,
+                 eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """y, mean, rstd of LayerNorm over the last dim (the Triton kernels)."""
     return layernorm(x, w, b, eps, stats=True)
 

@@ -19,9 +19,10 @@ from collections import OrderedDict
 
 import torch
 
-import utils  # noqa: F401  (configures the interpreter before triton loads)
-from utils.backends.triton.compat import autotune
+import utils  # configures the interpreter before triton loads
 from kernels.cuda.matmul import HALF, check_operands, matmul_ref  # noqa: F401  (shared rules, reference)
+from utils.backends.triton.compat import autotune
+
 import triton
 import triton.language as tl
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-from kernels.triton.matmul import matmul_fp16, matmul_ref  # noqa: F401
+from kernels.triton.matmul import matmul_fp16, matmul_ref
 
 VERSIONS = OrderedDict(
     v2=("fp16/bf16 in, fp32 accumulate: tl.dot on tensor cores, autotuned tiles, grouped ordering", matmul_fp16),

@@ -14,8 +14,10 @@ from collections import OrderedDict
 import torch
 
 import utils  # noqa: F401  (configures the interpreter before triton loads)
+from kernels._launch import sm_count
+from kernels.cuda.reduction import row_max_ref, sum_ref  # noqa: F401  (the PyTorch references, defined once)
 from utils.inputs import INT32_MAX, check_input  # noqa: F401  (the shared input rules)
-from kernels.cuda.reduction import row_max_ref, sum_ref  # noqa: F401,E402  (the PyTorch references, defined once)
+
 import triton
 import triton.language as tl
 
@@ -23,12 +25,6 @@ BLOCK_SIZE = 1024        # elements per program and per loop step
 PERSISTENT_BLOCK = 4096  # elements per loop step of the persistent version
 FINAL_BLOCK = 1024       # the one program of the second pass sums up to this many partials per step
 
-
-
-def sm_count() -> int:
-    if utils.SIMULATE:
-        return 4  # the interpreter has no SMs; a small grid keeps the loop honest
-    return torch.cuda.get_device_properties(utils.DEVICE).multi_processor_count
 
 
 @triton.jit
@@ -155,4 +151,4 @@ VERSIONS = OrderedDict(
     v3=("persistent grid-stride loop, vector accumulator, two passes (deterministic)", sum_persistent),
 )
 REFERENCE = "v3"
-sum = VERSIONS[REFERENCE][1]  # noqa: A001  (the topic's launcher is called sum)
+sum = VERSIONS[REFERENCE][1]  # the topic's launcher is called sum

@@ -15,6 +15,7 @@ import torch
 
 import utils  # noqa: F401  (before triton: it switches on the interpreter in simulation)
 from utils.inputs import INT32_MAX, check_input, check_same_shape  # noqa: F401  (the shared input rules)
+
 import triton
 import triton.language as tl
 

@@ -17,8 +17,10 @@ from collections import OrderedDict
 import torch
 
 import utils  # noqa: F401  (configures the interpreter before triton loads)
-from utils.inputs import INT32_MAX, check_input  # noqa: F401  (the shared input rules)
-from kernels.cuda.softmax import softmax_ref  # noqa: F401,E402  (the PyTorch references, defined once)
+from kernels._launch import sm_count
+from kernels.cuda.softmax import softmax_ref  # noqa: F401  (the PyTorch references, defined once)
+from utils.inputs import INT32_MAX, check_input  # the shared input rules
+
 import triton
 import triton.language as tl
 
@@ -34,13 +36,6 @@ L2_NUM_WARPS = 32
 NAIVE_BLOCK = 1024
 INT_MAX = 2**31 - 1
 
-
-
-def sm_count() -> int:
-    """Streaming multiprocessors of the GPU (a small stand-in in simulation)."""
-    if utils.SIMULATE:
-        return 4
-    return torch.cuda.get_device_properties(utils.DEVICE).multi_processor_count
 
 
 # ---------------------------------------------------------------------------------------

@@ -22,7 +22,9 @@ MISTAKES = [
             "fmaxf(x_ptr[row * cols + col], 0.0f)", cause=r"stride"),
     Mistake("backward_ge_zero", BW, "grad_out_ptr[idx] if x_ptr[idx] > 0 else 0.0",
             "grad_out_ptr[idx] if x_ptr[idx] >= 0 else 0.0", cause=r"x > 0|x == 0|zero|0"),
-    Mistake("vec4_no_tail", V4, "        for (long long j = start; j < n; ++j) {      // the tail: at most 3 elements\n            y_ptr[j] = fmaxf(x_ptr[j], 0.0f);\n        }\n",
+    Mistake("vec4_no_tail", V4,
+            "        for (long long j = start; j < n; ++j) {      // the tail: at most 3 elements\n"
+            "            y_ptr[j] = fmaxf(x_ptr[j], 0.0f);\n        }\n",
             "", cause=r"tail|never written|last"),
     Mistake("items_stride_by_items", IT, "int idx = t + k * threads;", "int idx = t * ITEMS + k;",
             cause=r"sectors|neighbouring",

@@ -51,6 +51,7 @@ MISTAKES = [
             verdict="accepted"),  # unusual but right: a narrower K tile
     Mistake("numba_register_tile_ok", NB,
             "        for k in range(NB_TILE):\n            acc += a_tile[ty, k] * b_tile[k, tx]\n",
-            "        k = 0\n        while k < NB_TILE:\n            acc += a_tile[ty, k] * b_tile[k, tx]\n            k += 1\n",
+            "        k = 0\n        while k < NB_TILE:\n"
+            "            acc += a_tile[ty, k] * b_tile[k, tx]\n            k += 1\n",
             verdict="accepted"),  # unusual but right: a while loop
 ]

@@ -5,7 +5,8 @@ NB = "def partials_kernel("
 
 MISTAKES = [
     # the Triton forward
-    Mistake("triton_unbiased_variance", TR, "tl.sum(d * d, axis=0) / cols + eps", "tl.sum(d * d, axis=0) / (cols - 1) + eps",
+    Mistake("triton_unbiased_variance", TR,
+            "tl.sum(d * d, axis=0) / cols + eps", "tl.sum(d * d, axis=0) / (cols - 1) + eps",
             cause=r"unbiased|biased|N - 1|cols - 1"),
     Mistake("triton_eps_outside_sqrt", TR, "1.0 / tl.sqrt(tl.sum(d * d, axis=0) / cols + eps)",
             "1.0 / (tl.sqrt(tl.sum(d * d, axis=0) / cols) + eps)", cause=r"eps"),
@@ -70,7 +71,8 @@ MISTAKES += [
             "column_sum_kernel[(cols + threads - 1) // threads, threads](utils.to_numba(pdw), utils.to_numba(db))",
             cause=r"db equals dw", not_words=("two row sums",)),
     Mistake("numba_db_never_summed", NB,
-            "    column_sum_kernel[(cols + threads - 1) // threads, threads](utils.to_numba(pdb), utils.to_numba(db))\n",
+            "    column_sum_kernel[(cols + threads - 1) // threads, threads]"
+            "(utils.to_numba(pdb), utils.to_numba(db))\n",
             "", cause=r"db is all zeros", not_words=("two row sums",)),
     Mistake("numba_sum_along_the_wrong_axis", NB, "for k in range(p.shape[0]):", "for k in range(p.shape[1]):",
             cause=r"p\.shape\[0\]|the partials of column", not_words=("two row sums",)),

@@ -1,10 +1,11 @@
 """Catalogs of the mistakes learners make in each exercise, as mutations of the solutions.
 
 One module per exercise, ``tests/mistakes/NN_topic.py``, named like its notebook in
-``solutions/``, loaded by path (``Mistake`` is given to it, no import needed). It defines ``MISTAKES``, a list of :class:`Mistake`: an exact ``old -> new``
-text replacement in one solution cell, the verdict the exercise's check must give the
-mutated solution, and the cause its message must name (``cause``, a regex searched
-case-insensitively) and must not name (``not_words``: a wrong hint it used to give).
+``solutions/``, loaded by path (``Mistake`` is given to it, no import needed). It defines
+``MISTAKES``, a list of :class:`Mistake`: an exact ``old -> new`` text replacement in one
+solution cell, the verdict the exercise's check must give the mutated solution, and the
+cause its message must name (``cause``, a regex searched case-insensitively) and must not
+name (``not_words``: a wrong hint it used to give).
 Right kernels written an unusual way are entries too, with ``verdict="accepted"``.
 
 A module may also define ``prepare(source, tag) -> source``, applied to every cell before it
@@ -21,8 +22,7 @@ import io
 import linecache
 import re
 import sys
-import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
@@ -176,7 +176,7 @@ class Grader:
                     _run_cell(self._src(mutated.get(i, src), tag), ns, f"<{self.exercise} {m.name} cell {i}>")
         except NotImplementedError as e:
             return Verdict("rejected", f"NotImplementedError: {e}")
-        except Exception as e:  # noqa: BLE001  (what the learner sees: any error rejects)
+        except Exception as e:  # what the learner sees: any error rejects
             from utils.grading import GradingError
             if isinstance(e, GradingError):
                 return Verdict("rejected", str(e))

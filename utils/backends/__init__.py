@@ -27,8 +27,8 @@ from __future__ import annotations
 
 from typing import ContextManager, Protocol, runtime_checkable
 
-from .launches import Launch, Launches, record_launches  # noqa: F401
 from .cuda.backend import BACKEND as CUDA
+from .launches import Launch, Launches, record_launches
 from .numba.backend import BACKEND as NUMBA
 from .triton.backend import BACKEND as TRITON
 

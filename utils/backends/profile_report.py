@@ -131,5 +131,5 @@ def occupancy_of(block_size: int, registers, shared_per_block: int):
         return None
     try:
         return occupancy(block_size, registers_per_thread=int(registers), shared_per_block=int(shared_per_block))
-    except Exception:  # noqa: BLE001  an occupancy the calculator refuses (e.g. too many registers)
+    except Exception:  # an occupancy the calculator refuses (e.g. too many registers)
         return None

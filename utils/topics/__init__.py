@@ -12,7 +12,9 @@ import importlib
 from ._spec import Baseline, Spec, Target  # noqa: F401
 
 #: In lesson order.
-_MODULES = ("add", "relu", "gelu", "reduction", "softmax", "matmul", "matmul_fp16", "layernorm", "attention")
+_MODULES = ("add", "relu", "gelu", "reduction", "softmax", "matmul", "matmul_fp16", "layernorm", "attention",
+            "cross_entropy", "embedding", "adamw",
+            "bias_gelu", "residual_layernorm")
 
 #: name -> Spec, in lesson order.
 TOPICS: dict[str, Spec] = {}
@@ -25,6 +27,7 @@ CHECKS = {name: fn for spec in TOPICS.values() for name, fn in spec.checks.items
 
 # What each grader lets a launcher compute with torch (Spec.torch_ops_allowed).
 from ..grading import TORCH_OPS_ALLOWED  # noqa: E402
+
 TORCH_OPS_ALLOWED.update({name: frozenset(spec.torch_ops_allowed) for spec in TOPICS.values() for name in spec.checks})
 
 

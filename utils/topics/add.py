@@ -4,9 +4,25 @@ from __future__ import annotations
 import torch
 
 from .. import check as _check
-from ..grading import (Case, Grader, grader_shapes, grader_sizes, label_n, label_shape, randn, run_cases,
-                       same, shapes_text, shift_hint, sizes_text, success, swap_hint_2d, tail_hint,
-                       transposed_hint, first_row_hint)
+from ..grading import (
+    Case,
+    Grader,
+    first_row_hint,
+    grader_shapes,
+    grader_sizes,
+    label_n,
+    label_shape,
+    randn,
+    run_cases,
+    same,
+    shapes_text,
+    shift_hint,
+    sizes_text,
+    success,
+    swap_hint_2d,
+    tail_hint,
+    transposed_hint,
+)
 from ._spec import FLOAT, Spec, generator, numel
 
 

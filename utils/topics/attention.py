@@ -35,17 +35,34 @@ from __future__ import annotations
 import torch
 
 from ._spec import Baseline, Spec
-# The topic's pieces, all reachable from this module as before the split:
-from .attention_ref import *  # noqa: F401,F403  references, tolerances, inputs
-from .attention_ref import (_bench_shape_input, _probabilities, _spec_tolerance, attention_flops,  # noqa: F401
-                            attention_input, attention_nbytes, attention_ref64)
-from .attention_grade import *  # noqa: F401,F403  the graders and their diagnoses
-from .attention_grade import (_AttentionGrader, _Case, _backward_diagnosis, _describe, _draw_cases,  # noqa: F401
-                              _explains, _flash_variant, _forward_diagnosis, _lse_diagnosis, check_attention,
-                              check_attention_backward)
-from .attention_targets import *  # noqa: F401,F403  baselines and targets
-from .attention_targets import AttentionTarget, _flex, _sdpa, _sweep, _targets  # noqa: F401
+from .attention_grade import *  # noqa: F403  the graders and their diagnoses
+from .attention_grade import (  # noqa: F401
+                            _AttentionGrader,
+                            _backward_diagnosis,
+                            _Case,
+                            _describe,
+                            _draw_cases,
+                            _explains,
+                            _flash_variant,
+                            _forward_diagnosis,
+                            _lse_diagnosis,
+                            check_attention,
+                            check_attention_backward,
+)
 
+# The topic's pieces, all reachable from this module as before the split:
+from .attention_ref import *  # noqa: F403  references, tolerances, inputs
+from .attention_ref import (  # noqa: F401
+                            _bench_shape_input,
+                            _probabilities,
+                            _spec_tolerance,
+                            attention_flops,
+                            attention_input,
+                            attention_nbytes,
+                            attention_ref64,
+)
+from .attention_targets import *  # noqa: F403  baselines and targets
+from .attention_targets import AttentionTarget, _flex, _sdpa, _sweep, _targets  # noqa: F401
 
 SPEC = Spec(
     name="attention", title="Attention", lesson="10_attention",

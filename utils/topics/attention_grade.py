@@ -14,9 +14,24 @@ import torch
 
 from .. import check as _check
 from ..grading import INPUT_GUARD_BITS, Grader, GradingError, _Guarded, produced_nan, success
-from .attention_ref import (D_LARGE_COLS, DTYPE_NAMES, ROW_KINDS, UNIT_ROUNDOFF, _probabilities, attention_backward_ref64,
-                            attention_lse64, attention_ref64, backward_tolerances, lse_tolerance, make_qkv,
-                            output_tolerance, scale_of, scores64, visible)
+from .attention_ref import (
+    D_LARGE_COLS,
+    DTYPE_NAMES,
+    ROW_KINDS,
+    UNIT_ROUNDOFF,
+    _probabilities,
+    attention_backward_ref64,
+    attention_lse64,
+    attention_ref64,
+    backward_tolerances,
+    lse_tolerance,
+    make_qkv,
+    output_tolerance,
+    scale_of,
+    scores64,
+    visible,
+)
+
 
 # ----------------------------------------------------------------------------------------
 # Grading: the cases
@@ -565,6 +580,8 @@ def check_attention(fn, *, causal: bool = False, dtype=torch.float32, lse: bool 
     extra = "" if refused is None else "; refuses transposed q, k, v clearly"
     what = "o and L" if checked_lse else "o"
     shapes = ", ".join("x".join(map(str, c.shape)) for c in cases if c.layout == "contiguous")
+    views = ", ".join("x".join(map(str, c.shape)) for c in cases if c.layout != "contiguous")
+    shapes += f"; as transposed views: {views}" if views else ""   # every input counted is listed
     success("check_attention", cases, worst,
             f"{what}, {DTYPE_NAMES[dtype]}{', causal' if causal else ''}; B x H x Nq x Nk x d = {shapes}{extra}")
 
@@ -609,7 +626,7 @@ def _try_layout(g, case, dtype):
     try:
         (ins, _guards) = _make_inputs(case, dtype)
         g.fn(*ins)
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         if "contiguous" in str(e).lower():
             return str(e).splitlines()[0]
     return None

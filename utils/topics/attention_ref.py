@@ -55,7 +55,8 @@ def _probabilities(s):
     e = torch.exp(s - m_safe)
     l = e.sum(dim=-1, keepdim=True)
     p = torch.where(empty, torch.zeros_like(e), e / torch.where(empty, torch.ones_like(l), l))
-    lse = torch.where(empty, torch.full_like(m, float("inf")), m_safe + torch.log(torch.where(empty, torch.ones_like(l), l)))
+    lse = torch.where(empty, torch.full_like(m, float("inf")),
+                      m_safe + torch.log(torch.where(empty, torch.ones_like(l), l)))
     return p, lse.squeeze(-1)
 
 
@@ -166,7 +167,8 @@ def backward_tolerances(q, k, v, do, causal=False, dtype=None, factor: float = 4
     # an absolute error of up to 2^-25 in each term, whatever its size.
     flush = UNDERFLOW[dtype]
     tiny = 1e-30
-    tol_dv = factor * (((unit * p).transpose(-1, -2) @ do64.abs()) + flush * do64.abs().sum(dim=-2, keepdim=True)) + tiny
+    tol_dv = factor * (((unit * p).transpose(-1, -2) @ do64.abs())
+                       + flush * do64.abs().sum(dim=-2, keepdim=True)) + tiny
     tol_dq = factor * scale * ((ds_bound @ k64.abs()) + flush * k64.abs().sum(dim=-2, keepdim=True)) + tiny
     tol_dk = factor * scale * ((ds_bound.transpose(-1, -2) @ q64.abs())
                                + flush * q64.abs().sum(dim=-2, keepdim=True)) + tiny

@@ -6,8 +6,19 @@ import math
 import torch
 
 from .. import check as _check
-from ..grading import (Case, Grader, grader_sizes, label_n, randn, run_cases, same, shift_hint, sizes_text,
-                       success, with_zeros)
+from ..grading import (
+    Case,
+    Grader,
+    grader_sizes,
+    label_n,
+    randn,
+    run_cases,
+    same,
+    shift_hint,
+    sizes_text,
+    success,
+    with_zeros,
+)
 from ._spec import Baseline, Spec, Target, compiled, eager, elementwise_bytes, generator
 
 

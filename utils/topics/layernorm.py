@@ -14,8 +14,17 @@ import re
 import torch
 
 from .. import check as _check
-from ..grading import (Grader, GradingError, grader_shapes, label_shape, produced_nan, randn, replace_hint,
-                       shapes_text, success)
+from ..grading import (
+    Grader,
+    GradingError,
+    grader_shapes,
+    label_shape,
+    produced_nan,
+    randn,
+    replace_hint,
+    shapes_text,
+    success,
+)
 from ._spec import FLOAT, Baseline, Spec, Target, compiled, eager, generator
 
 EPS = 1e-5
@@ -309,10 +318,12 @@ def check_layernorm(fn, *, seed=None, eps=EPS):
             rstd_ok = torch.allclose(gr, rstd, rtol=1e-3, atol=1e-5)
             if mean_ok and rstd_ok:
                 hint = _y_mistakes(x, w, b, gy, mean, rstd)
-        for got, want, name, rt in ((gm, mean, "mean", tol["rtol"]), (gr, rstd, "rstd", 1e-4), (gy, y, "y", tol["rtol"])):
+        for got, want, name, rt in ((gm, mean, "mean", tol["rtol"]), (gr, rstd, "rstd", 1e-4),
+                                    (gy, y, "y", tol["rtol"])):
             # y of a row around 1000 is (x - mean) * rstd: float32 x holds 1000 + d only to 6e-5,
             # so y inherits about 6e-5 * rstd of absolute error; the tolerance says so.
-            atol = tol["atol"] + (2.0 ** -24) * 4 * (x.double().abs().amax(dim=1) * rstd * w.double().abs().max())[:, None] \
+            atol = tol["atol"] + (2.0 ** -24) * 4 * (
+                x.double().abs().amax(dim=1) * rstd * w.double().abs().max())[:, None] \
                 if name == "y" else tol["atol"] + (2.0 ** -24) * 4 * x.double().abs().amax(dim=1)
             bad = ~((got - want).abs() <= atol + rt * want.abs())
             if bool(bad.any()):
@@ -412,8 +423,7 @@ def check_layernorm_backward(fn, *, seed=None, eps=EPS):
     g = Grader("check_layernorm_backward", fn, seed)
     shapes = _shapes()
     cases = _backward_cases(g, shapes, eps)
-    from ..grading import Case
-    from ..grading import _race_indices
+    from ..grading import Case, _race_indices
     worst = 0.0
     order = sorted(range(len(cases)), key=lambda i: abs(cases[i][0].numel() - 1024))
     race = _race_indices([Case("", c, c[0].double()) for c in cases])
@@ -515,8 +525,10 @@ def check_rmsnorm(fn, *, seed=None, eps=EPS):
             bad = ~((got - want).abs() <= tol["atol"] + 1e-4 * want.abs())
             if bool(bad.any()):
                 hint = None
-                if name == "rstd" and torch.allclose(got, 1 / torch.sqrt(x64.var(dim=1, unbiased=False) + eps), rtol=1e-4):
-                    hint = "that is LayerNorm's rstd: RMSNorm does not subtract the mean (rstd = 1/sqrt(mean(x^2) + eps))."
+                layernorm_rstd = 1 / torch.sqrt(x64.var(dim=1, unbiased=False) + eps)
+                if name == "rstd" and torch.allclose(got, layernorm_rstd, rtol=1e-4):
+                    hint = ("that is LayerNorm's rstd: RMSNorm does not subtract the mean "
+                            "(rstd = 1/sqrt(mean(x^2) + eps)).")
                 elif name == "rstd" and torch.allclose(got, 1 / (torch.sqrt((x64 * x64).mean(dim=1)) + eps), rtol=1e-4):
                     hint = "eps is added outside the square root: rstd = 1 / sqrt(mean(x^2) + eps)."
                 g.fail(_check.describe_mismatch(got, want, mask=bad, what=name, atol=tol["atol"], rtol=1e-4),
@@ -536,7 +548,7 @@ def _liger():
     """Liger Kernel's LayerNorm as a baseline, when its package is installed."""
     try:
         from liger_kernel.ops.layer_norm import LigerLayerNormFunction
-    except Exception:  # noqa: BLE001  not installed, or no GPU triton
+    except Exception:  # not installed, or no GPU triton
         return []
     return [Baseline("Liger", "liger", "Liger Kernel's LayerNorm (Triton)",
                      eager(lambda x, w, b: LigerLayerNormFunction.apply(x, w, b, EPS)))]

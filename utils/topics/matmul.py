@@ -151,7 +151,7 @@ def check_matmul(fn, *, dtype=torch.float32, allow_tf32=False, seed=None):
     empty matrices. One more input gives B transposed (a non-contiguous view): the function
     may compute with it or refuse it with an error that says "contiguous".
     """
-    from ..config import SIZES, SIMULATE
+    from ..config import SIMULATE, SIZES
     if dtype not in UNIT_ROUNDOFF:
         raise ValueError(f"check_matmul: dtype must be float32, float16 or bfloat16, got {dtype}")
     g = Grader("check_matmul", fn, seed)
@@ -175,7 +175,7 @@ def check_matmul(fn, *, dtype=torch.float32, allow_tf32=False, seed=None):
         (a, b), _ = c.make()
         try:
             out = fn(a, b)
-        except Exception:  # noqa: BLE001
+        except Exception:
             return False, None, c
         got = out.detach().to("cpu", torch.float64)
         ok = got.shape == c.expected.shape and not bool(_check.mismatch_mask(got, c.expected, **c.extra["tol"]).any())
@@ -242,7 +242,7 @@ def check_matmul(fn, *, dtype=torch.float32, allow_tf32=False, seed=None):
     try:
         (ta, tb), _ = t_case.make()
         fn(ta, tb)
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         if "contiguous" in str(e).lower():
             refused = str(e).splitlines()[0]
     if refused is None:
@@ -306,7 +306,8 @@ def _is_triton(fn) -> bool:
 
 SPEC = Spec(
     name="matmul", title="Matmul fp32", lesson="06_matmul",
-    reference=matmul_ref64, result_shape=lambda shape: shape[:2], make_input=matmul_input, nbytes=nbytes_of(FLOAT, FLOAT), flops=flops,
+    reference=matmul_ref64, result_shape=lambda shape: shape[:2], make_input=matmul_input,
+    nbytes=nbytes_of(FLOAT, FLOAT), flops=flops,
     tolerance=spec_tolerance(torch.float32),
     checks={"check_matmul": check_matmul},
     # cuBLAS float32 with TF32 off: the exact fp32 product the SIMT kernels compute.

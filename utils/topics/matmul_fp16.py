@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import torch
 
-from .matmul import check_matmul, flops, make_inputs, matmul_ref64, nbytes_of, spec_tolerance
 from ._spec import Baseline, Spec, Target, eager
+from .matmul import check_matmul, flops, make_inputs, matmul_ref64, nbytes_of, spec_tolerance
 
 HALF = 2  # bytes per float16
 
@@ -25,7 +25,8 @@ def matmul_fp16_input(shape, seed=0, device=None):
 
 SPEC = Spec(
     name="matmul_fp16", title="Matmul fp16 (tensor cores)", lesson="06_matmul",
-    reference=matmul_ref64, result_shape=lambda shape: shape[:2], make_input=matmul_fp16_input, nbytes=nbytes_of(HALF, HALF), flops=flops,
+    reference=matmul_ref64, result_shape=lambda shape: shape[:2], make_input=matmul_fp16_input,
+    nbytes=nbytes_of(HALF, HALF), flops=flops,
     tolerance=spec_tolerance(torch.float16),
     out_dtypes=(torch.float32, torch.float16),
     checks={"check_matmul_fp16": check_matmul_fp16},

@@ -6,9 +6,22 @@ import math
 import torch
 
 from .. import check as _check
-from ..grading import (Case, Grader, grader_shapes, grader_sizes, label_n, label_shape, probe_size, row_cases,
-                       run_cases, same, shapes_text, sizes_text, success)
-from ._spec import FLOAT, EPS32, Baseline, Spec, Target, compiled, eager, float32_tol, generator, numel
+from ..grading import (
+    Case,
+    Grader,
+    grader_shapes,
+    grader_sizes,
+    label_n,
+    label_shape,
+    probe_size,
+    row_cases,
+    run_cases,
+    same,
+    shapes_text,
+    sizes_text,
+    success,
+)
+from ._spec import EPS32, FLOAT, Baseline, Spec, Target, compiled, eager, float32_tol, generator, numel
 
 
 def sum_ref64(x):
@@ -111,8 +124,8 @@ def check_sum(fn, *, seed=None):
         return ("the sum is NaN, so the kernel used memory that nobody wrote: an accumulator made with "
                 "torch.empty (use torch.zeros for an atomicAdd target); x past its end (the grader puts "
                 "NaN there: is every load masked, idx < n?); a masked tl.load without other= (lanes where the mask "
-                "is off are undefined, here NaN: tl.load(..., mask=mask, other=0.0)); or shared memory read before another thread "
-                "wrote it (is a __syncthreads() missing after filling it and after each tree step?).")
+                "is off are undefined, here NaN: tl.load(..., mask=mask, other=0.0)); or shared memory read before "
+                "another thread wrote it (is a __syncthreads() missing after filling it and after each tree step?).")
 
     def diagnose(case, got, bad):
         x = case.values[0].double()
@@ -122,7 +135,8 @@ def check_sum(fn, *, seed=None):
             return nan_hint(case)
         near = case.extra["scale"] / 4
         if abs(v) <= near:
-            return "the result is 0: nothing was added. Is the kernel launched with at least one block (cdiv(n, BLOCK))?"
+            return ("the result is 0: nothing was added. Is the kernel launched with at least one block "
+                    "(cdiv(n, BLOCK))?")
         # Which elements reached the result? Partial sums of random data can coincide, so ask the
         # kernel itself: summing ones counts the elements it adds, and ones on a prefix (or a
         # suffix) say which ones.
@@ -200,7 +214,8 @@ def check_row_max(fn, *, seed=None):
             return ("rows whose values are all negative came out as 0: start the running maximum at "
                     "-INFINITY (or the row's first element), and fill masked/past-the-end lanes with -inf, not 0.")
         if bad_rows and all(labels[r] == "max in the last column" for r in bad_rows):
-            return "only rows whose maximum is in the last column are wrong: does the loop cover the whole row (its tail)?"
+            return ("only rows whose maximum is in the last column are wrong: does the loop cover the whole row "
+                    "(its tail)?")
         if bad_rows and all(labels[r] == "max in the first column" for r in bad_rows):
             return "only rows whose maximum is in the first column are wrong: is column 0 skipped (off by one)?"
         if x.shape[0] > 1 and x.shape[1] > 1 and got.numel() == x.shape[0]:

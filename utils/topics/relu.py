@@ -4,9 +4,27 @@ from __future__ import annotations
 import torch
 
 from .. import check as _check
-from ..grading import (Case, Grader, grader_shapes, grader_sizes, label_n, label_shape, guarded_input, randn,
-                       run_cases, same, shapes_text, shift_hint, sizes_text, success, swap_hint_2d,
-                       tail_hint, transposed_hint, first_row_hint, with_zeros)
+from ..grading import (
+    Case,
+    Grader,
+    first_row_hint,
+    grader_shapes,
+    grader_sizes,
+    guarded_input,
+    label_n,
+    label_shape,
+    randn,
+    run_cases,
+    same,
+    shapes_text,
+    shift_hint,
+    sizes_text,
+    success,
+    swap_hint_2d,
+    tail_hint,
+    transposed_hint,
+    with_zeros,
+)
 from ._spec import Baseline, Spec, Target, compiled, eager, elementwise_bytes, exact_tol, generator
 
 

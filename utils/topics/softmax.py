@@ -6,8 +6,18 @@ import re
 import torch
 
 from .. import check as _check
-from ..grading import (Case, GradingError, Grader, grader_shapes, label_shape, row_cases, run_cases, same, shapes_text,
-                       success)
+from ..grading import (
+    Case,
+    Grader,
+    GradingError,
+    grader_shapes,
+    label_shape,
+    row_cases,
+    run_cases,
+    same,
+    shapes_text,
+    success,
+)
 from ._spec import Baseline, Spec, Target, compiled, eager, elementwise_bytes, generator
 
 
@@ -112,7 +122,7 @@ def _nan_hint(fn):
         from ..config import DEVICE
         got = fn(x.to(DEVICE)).detach().to("cpu", torch.float64)
         online = bool(torch.isnan(got).any())
-    except Exception:  # noqa: BLE001
+    except Exception:
         return None
     if online:
         return ("NaN where a row starts with -inf: with m = -inf, exp(m - m_new) is exp(-inf - (-inf)) = "

@@ -23,16 +23,16 @@ import numbers
 import torch
 
 from ... import config
+from . import _racecheck
 from . import _toolchain as _tc
 from ._errors import CudaCompileError, KernelFault
-from ._toolchain import ToolkitMissing
 from ._racecheck import KernelRace, race_detection
-from . import _racecheck
-from ._source import Param, adapt_for_emulator, has_marker, parse_params, read_source
 from ._schedule import _current_schedule, emulation_schedule
+from ._source import Param, adapt_for_emulator, has_marker, parse_params, read_source
+from ._toolchain import ToolkitMissing
 
-__all__ = ["cuda_kernel", "MAX_DYNAMIC_SHARED", "max_dynamic_shared", "load_inline", "emulation_schedule", "CudaCompileError", "KernelFault",
-           "KernelRace", "race_detection",
+__all__ = ["cuda_kernel", "MAX_DYNAMIC_SHARED", "max_dynamic_shared", "load_inline", "emulation_schedule",
+           "CudaCompileError", "KernelFault", "KernelRace", "race_detection",
            "cuda_ptx", "cuda_sass", "cuda_resources", "CudaKernel", "ToolkitMissing"]
 
 # ---------------------------------------------------------------------------------------
@@ -75,7 +75,7 @@ def max_dynamic_shared() -> int:
             try:
                 from . import _gpu
                 _max_shared = int(_gpu._device().properties.max_shared_memory_per_block_optin)
-            except Exception:  # noqa: BLE001  an older cuda.core: ask torch, else assume no opt-in
+            except Exception:  # an older cuda.core: ask torch, else assume no opt-in
                 props = torch.cuda.get_device_properties(torch.cuda.current_device())
                 _max_shared = int(getattr(props, "shared_memory_per_block_optin", 48 * 1024))
     return _max_shared

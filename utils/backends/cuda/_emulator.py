@@ -26,9 +26,16 @@ from ... import paths
 from . import _racecheck
 from ._errors import KernelFault
 from ._source import CODE_NAMES, CudaCompileError, Param, project_headers
-from ._toolchain import headers_digest, write_atomic
-
-from ._toolchain import EMU_DIR, EMU_FLAGS, KERNEL_LIB_FLAGS, compiler_version, emulator_key, host_compiler
+from ._toolchain import (
+    EMU_DIR,
+    EMU_FLAGS,
+    KERNEL_LIB_FLAGS,
+    compiler_version,
+    emulator_key,
+    headers_digest,
+    host_compiler,
+    write_atomic,
+)
 
 EMU_HEADER = EMU_DIR / "cuda_emu.h"
 CXX_FLAGS = EMU_FLAGS + KERNEL_LIB_FLAGS

@@ -28,7 +28,7 @@ def _core():
     if _CORE is None:
         try:
             import cuda.core as core
-            core.Program  # noqa: B018
+            core.Program
         except (ImportError, AttributeError):
             import cuda.core.experimental as core
         _CORE = core
@@ -79,8 +79,8 @@ def build(text: str, name: str, filename: str, include_dir: Path | None):
     dev = _device()
     arch = "sm_" + "".join(map(str, dev.compute_capability))
     nv = _tc.nvrtc()
-    key = _tc.cache_key(prepare(text, filename, include_dir), name, arch, _tc.headers_digest(include_dir), str(include_dir),
-                        _tc.include_dirs(), nv.version if nv else getattr(core, "__version__", ""))
+    key = _tc.cache_key(prepare(text, filename, include_dir), name, arch, _tc.headers_digest(include_dir),
+                        str(include_dir), _tc.include_dirs(), nv.version if nv else getattr(core, "__version__", ""))
     if key in _MEM:
         return _MEM[key]
     cache = Path(paths.CACHE_DIR) / "cuda-nvrtc"
@@ -183,7 +183,7 @@ def _function(kernel):
             if int(err) != 0:
                 raise RuntimeError(f"cuKernelGetFunction: {err}")
             entry = _FUNCS[id(kernel)] = [kernel, int(func), _DEFAULT_SHARED]
-        except Exception:  # noqa: BLE001  an older driver or bindings: use cuda.core's launcher
+        except Exception:  # an older driver or bindings: use cuda.core's launcher
             _DIRECT = False
             return None
     return entry

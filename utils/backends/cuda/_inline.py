@@ -21,7 +21,6 @@ from . import _toolchain as _tc
 from ._errors import CudaCompileError, KernelFault
 from ._source import adapt_for_emulator, adapt_torch_host_code, has_marker
 
-
 #: Names of the extensions whose last emulated build failed.
 _FAILED_BUILDS: set[str] = set()
 
@@ -117,8 +116,8 @@ def wrap_emulated_module(mod, uses_printf: bool):
     in kernels raise ``KernelFault``, kernel ``printf`` output goes to ``sys.stdout``, and
     the current ``emulation_schedule`` applies."""
     from ..launches import launching
-    from ._schedule import _current_schedule
     from ._emulator import _LAUNCH_LOCK, CaptureStdout, FaultInfo, python_handles_interrupts
+    from ._schedule import _current_schedule
     lib = ctypes.CDLL(mod.__file__)
     lib.emu_fault.restype = ctypes.POINTER(FaultInfo)
     lib.emu_set_schedule.argtypes = [ctypes.c_int, ctypes.c_ulonglong]

@@ -477,6 +477,7 @@ def gpu_compile_info(kernel, arch: str = "sm_90") -> dict:
     are reductions (see atom_kinds_from_sass), from NVRTC and nvdisasm; kept in memory and on
     disk (.cache/profile-info). {} when NVRTC is missing or rejects the code."""
     import json
+
     from . import _toolchain as tc
     nv = tc.nvrtc()
     if nv is None:
@@ -500,10 +501,10 @@ def gpu_compile_info(kernel, arch: str = "sm_90") -> dict:
                 lined = tc.sass(res.cubin, mangled, line_info=True)
                 info["sass"] = tc.without_line_comments(lined)
                 info["predicated_lines"] = predicated_lines(lined, kernel.filename)
-            except Exception:  # noqa: BLE001  no nvdisasm: RED and ATOM cannot be told apart
+            except Exception:  # no nvdisasm: RED and ATOM cannot be told apart
                 pass
             tc.write_atomic(path, json.dumps(info).encode())
-        except Exception:  # noqa: BLE001  NVRTC rejects the code (the launch itself says why): no registers
+        except Exception:  # NVRTC rejects the code (the launch itself says why): no registers
             info = {}
     if "sass" in info:
         info["atom_kinds"] = atom_kinds_from_sass(info["sass"])
@@ -705,7 +706,7 @@ def run_ncu(kernel, grid, block, shared: int, args, timeout: float = 600) -> dic
     return {k: v for k, v in m.items() if k in NCU_METRICS}
 
 
-def cuda_profile(k, grid, block, shared: int, args) -> "Profile":
+def cuda_profile(k, grid, block, shared: int, args) -> "Profile":  # noqa: F821  (imported in the body)
     """The `utils.Profile` of one launch of a ``cuda_kernel`` kernel (``k.profile[...]`` calls this)."""
     from ..profile_report import MIN_REGISTERS, Profile, occupancy_of
     data = k._profile_run(grid, block, shared, args)

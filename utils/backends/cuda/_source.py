@@ -360,7 +360,8 @@ def rewrite_launches(text: str) -> str:
 #: CUDA headers whose names the emulator provides only if a header of that name sits next to
 #: cuda_emu.h (utils/cuda/emu/): then the include finds it; otherwise one clear error.
 OPTIONAL_HEADERS = {"cuda_fp16.h": "__half (cuda_fp16.h)", "cuda_bf16.h": "__nv_bfloat16 (cuda_bf16.h)",
-                    "mma.h": "wmma / tensor-core fragments (mma.h)", "cuda_pipeline.h": "cuda_pipeline.h (memcpy_async)",
+                    "mma.h": "wmma / tensor-core fragments (mma.h)",
+                    "cuda_pipeline.h": "cuda_pipeline.h (memcpy_async)",
                     "cuda/pipeline": "cuda::pipeline", "cuda/barrier": "cuda::barrier",
                     "cooperative_groups/memcpy_async.h": "cooperative_groups::memcpy_async"}
 #: NVIDIA's libraries, which run their own GPU code: never in the emulator. Each has a header

@@ -4,7 +4,8 @@ on a GPU (``_gpu.py``); profiled by ``_profile.py``."""
 from __future__ import annotations
 
 from .. import launches
-from . import CudaKernel, race_detection as _race_detection
+from . import CudaKernel
+from . import race_detection as _race_detection
 
 __all__ = ["BACKEND", "CudaBackend"]
 

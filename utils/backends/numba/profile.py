@@ -53,7 +53,6 @@ On a GPU it does not run: the profile of a real launch comes from Nsight Compute
 from __future__ import annotations
 
 import dis
-import inspect
 import os
 import sys
 import time
@@ -242,7 +241,8 @@ def profile_numba(kernel, griddim, blockdim, *args, shared=0) -> dict:
     ``shared`` is the dynamic shared memory in bytes."""
     if not SIMULATE:
         raise _on_gpu_error("profile_numba")
-    from . import simulator as numba_sim, races as sim_race
+    from . import races as sim_race
+    from . import simulator as numba_sim
     if not numba_sim.is_applied():
         raise RuntimeError("profile_numba needs the course's simulator patch "
                            "(import utils before numba)")

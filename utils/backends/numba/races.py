@@ -254,10 +254,6 @@ def wrap_shared(a, site, dynamic=False):
     return _Tracked(a, name, shared=True)
 
 
-def unwrap(value):
-    return value._a if isinstance(value, _Tracked) else value
-
-
 # ---------------------------------------------------------------------------------------
 # Profiled arrays: every access is also reported to the launch's profiler
 # (``profile.py``), which counts requests, sectors and bank conflicts from them.

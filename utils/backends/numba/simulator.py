@@ -77,8 +77,8 @@ from collections import deque
 
 import numpy as np
 
-from . import races as sim_race
 from ...config import MAX_BLOCK, MAX_GRID, MAX_THREADS_PER_BLOCK, SIMULATE
+from . import races as sim_race
 from .races import SimulatorRaceError
 from .sites import describe_site
 
@@ -772,6 +772,7 @@ def _shared_array(self, shape, dtype, alignment=None):
     ``sys._getframe`` instead of ``traceback.extract_stack``, which reads source files
     and cost more than the rest of a typical thread."""
     import numpy as np
+
     from numba.cuda import types
     from numba.cuda.np import numpy_support
     if alignment is not None:

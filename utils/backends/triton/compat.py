@@ -22,10 +22,10 @@ from __future__ import annotations
 import time
 import warnings
 
+from ...config import SIMULATE
+
 import triton
 import triton.language as tl
-
-from ...config import SIMULATE
 
 __all__ = ["tanh", "do_bench", "autotune"]
 

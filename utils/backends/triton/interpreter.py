@@ -47,8 +47,8 @@ nothing. ``TRITON_SIM_PATCHES`` lists what was changed.
   ``get_current_target()``, ``utils.get_device_properties(...)`` (an H100's numbers:
   see ``H100_PROPERTIES``), ``get_benchmarker()`` and what ``triton.testing.do_bench``
   needs. An unchanged ``@triton.autotune`` then works: no config is timed, all report the
-  same time, so the first config is used, as ``utils.triton_compat.autotune`` does. Timings in simulation are CPU times and say
-  nothing about a GPU.
+  same time, so the first config is used, as ``utils.triton_compat.autotune`` does. Timings in
+  simulation are CPU times and say nothing about a GPU.
 """
 from __future__ import annotations
 
@@ -450,7 +450,7 @@ class _WarmedUp:
     n_regs = 32
     n_spills = 0
 
-    class metadata:  # noqa: N801  (mirrors CompiledKernel.metadata)
+    class metadata:  # mirrors CompiledKernel.metadata
         shared = 1024
         num_warps = 4
 
@@ -590,6 +590,7 @@ def apply() -> bool:
         return False
     try:
         import numpy as np
+
         import triton.language as tl
         from triton.runtime import interpreter as interp
         from triton.runtime.driver import driver

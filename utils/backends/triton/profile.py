@@ -57,6 +57,7 @@ class _TritonProfiler:
 
     def access(self, builder, ptrs, mask, kind):
         import numpy as np
+
         from .interpreter import _program, _site
         if not self.programs:
             gx, gy, gz = builder.grid_dim
@@ -244,7 +245,7 @@ def _triton_counts(prof: _TritonProfiler, name) -> dict:
         a = np.concatenate(prof.atomic_addrs)
         u, c = np.unique(a, return_counts=True)
         j = int(np.argmax(c))
-        from .interpreter import _Launch, _element
+        from .interpreter import _element, _Launch
         atomics = {"count": int(a.size), "address": _element(_Launch(name, prof.tensors, []),
                                                               int(u[j])),
                    "address_count": int(c[j])}

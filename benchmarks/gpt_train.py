@@ -1,0 +1,309 @@
+"""Lesson 11 on the H100: GPT-2 124M trained on torch's kernels and on the course's.
+
+    python benchmarks/gpt_train.py                    # on a GPU: 124M, T = 1024, batch 16, bf16 autocast
+    python benchmarks/gpt_train.py --tiny --steps 2   # on a laptop: a tiny model, float32, in simulation
+
+Four configurations, each from the same initial weights (``GPT(cfg, seed=0)``) on the same
+batches (drawn once from a seeded generator):
+
+    torch eager              torch's kernels (SDPA attention, F.layer_norm, F.gelu, cuBLAS)
+    torch.compile            the same model through torch.compile (Inductor; ``aot_eager`` with --tiny)
+    course + cuBLAS          the course's kernels (utils/gpt_ops.py), torch's matmuls
+    course + Triton matmul   the course's kernels and lesson 06's Triton matmul
+
+Each trains ``--steps`` AdamW steps (torch's fused AdamW on a GPU, gradient clipping at 1.0).
+Recorded in ``<out>/gpt-train.json``: the loss of every step; tokens/s and ms/step over the
+steps after ``--warmup`` (synchronized, wall clock); peak memory (``max_memory_allocated``);
+a torch.profiler breakdown of ``--profile-steps`` steps (self device time per operator, the top
+ones); and, for torch eager and course + cuBLAS, the whole training step captured in a CUDA
+Graph and replayed (ms/step against the same step launched op by op). ``gpt-train.png`` plots
+the loss curves.
+
+How agreement of the loss curves is judged (``agreement`` in the JSON): the first loss, from
+identical weights and batch, must agree within 0.02 (bf16 rounding only); then over the last
+quarter of the steps the mean loss of a configuration must differ from torch eager's by less
+than the batch-to-batch noise, the standard deviation of torch eager's loss over those steps.
+
+The corpus: the course's own prose as character ids (``utils.char_dataset``), nothing downloaded;
+the vocabulary stays GPT-2's 50304 rows (only the first ~110 ids occur).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+import traceback
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402
+
+import utils  # noqa: E402
+
+CONFIGS = ("torch eager", "torch.compile", "course + cuBLAS", "course + Triton matmul")
+SETUP = {"torch eager": ("torch", "torch", False), "torch.compile": ("torch", "torch", True),
+         "course + cuBLAS": ("course", "torch", False), "course + Triton matmul": ("course", "triton", False)}
+
+
+def _sync():
+    if utils.DEVICE.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def _batches(n, batch, T, seed=0):
+    _, train, _ = utils.char_dataset(0.1)
+    gen = torch.Generator().manual_seed(seed)
+    xs, ys = zip(*(utils.get_batch(train, batch, T, gen) for _ in range(n)))
+    return torch.stack(xs).to(utils.DEVICE), torch.stack(ys).to(utils.DEVICE)
+
+
+class Trainer:
+    """One configuration: its model, optimizer and step function."""
+
+    def __init__(self, name, cfg, args):
+        backend, matmul, compiled = SETUP[name]
+        self.name, self.args = name, args
+        self.model = utils.GPT(cfg, backend, matmul, seed=0).to(utils.DEVICE)
+        gpu = utils.DEVICE.type == "cuda"
+        self.opt = utils.make_optimizer(self.model, lr=args.lr, fused=True if gpu else None)
+        self.fwd = self.model
+        if compiled:
+            self.fwd = torch.compile(self.model, backend="inductor" if gpu else "aot_eager")
+        # no cast cache: the same step is captured in a CUDA Graph below
+        self.amp = torch.autocast("cuda", dtype=torch.bfloat16, cache_enabled=False) if gpu else None
+
+    def step(self, x, y):
+        if self.amp is not None:
+            with self.amp:
+                _, loss = self.fwd(x, y)
+        else:
+            _, loss = self.fwd(x, y)
+        self.opt.zero_grad(set_to_none=False)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+        self.opt.step()
+        return loss.detach()
+
+
+def _lr_schedule(opt, lr, step, warmup=20):
+    for g in opt.param_groups:
+        g["lr"] = lr * min(1.0, (step + 1) / warmup)
+
+
+T_START = time.perf_counter()
+
+
+def run_config(name, cfg, args, xs, ys, reserve=0.0):
+    """Trains one configuration; stops early (and says so) when the run's time budget, less
+    ``reserve`` seconds kept for the configurations still to come, is spent."""
+    res = {"name": name}
+    deadline = T_START + args.budget - reserve
+    t_build = time.perf_counter()
+    tr = Trainer(name, cfg, args)
+    if utils.DEVICE.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    losses = []
+    times = []
+    for s in range(args.steps):
+        _lr_schedule(tr.opt, args.lr, s)
+        _sync()
+        t0 = time.perf_counter()
+        losses.append(tr.step(xs[s % len(xs)], ys[s % len(ys)]))
+        _sync()
+        times.append(time.perf_counter() - t0)
+        if s == 0:
+            res["first_step_s"] = times[0]   # compile, autotuning
+        if time.perf_counter() > deadline and s + 1 >= args.warmup + 5:
+            res["stopped_early"] = f"time budget: {s + 1} of {args.steps} steps"
+            break
+    res["losses"] = [float(v) for v in torch.stack(losses).float().cpu()]
+    timed = times[args.warmup:] or times
+    ms = 1000 * sum(timed) / len(timed)
+    res.update(ms_per_step=ms, tokens_per_s=args.batch * args.T / (ms / 1000), timed_steps=len(timed),
+               build_and_train_s=time.perf_counter() - t_build)
+    if utils.DEVICE.type == "cuda":
+        res["peak_memory_gb"] = torch.cuda.max_memory_allocated() / 1e9
+    res["profile"] = _profile(tr, xs, ys, args)
+    if (args.graphs and name in ("torch eager", "course + cuBLAS") and utils.DEVICE.type == "cuda"
+            and time.perf_counter() < deadline + 10):
+        res["cuda_graph"] = _graph(tr, xs, ys, args)
+    del tr
+    if utils.DEVICE.type == "cuda":
+        torch.cuda.empty_cache()
+    return res
+
+
+def _profile(tr, xs, ys, args):
+    from torch.profiler import ProfilerActivity, profile
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if utils.DEVICE.type == "cuda" else [])
+    n = args.profile_steps
+    try:
+        _sync()
+        with profile(activities=acts) as prof:
+            for s in range(n):
+                tr.step(xs[s], ys[s])
+            _sync()
+    except Exception as e:
+        return {"error": f"{type(e).__name__}: {e}"}
+    gpu = utils.DEVICE.type == "cuda"
+    rows = []
+    for ev in prof.key_averages():
+        t = (ev.self_device_time_total if gpu else ev.self_cpu_time_total) / 1000 / n   # ms per step
+        if t > 0:
+            rows.append({"op": ev.key, "ms_per_step": t, "calls_per_step": ev.count / n})
+    rows.sort(key=lambda r: -r["ms_per_step"])
+    total = sum(r["ms_per_step"] for r in rows)
+    return {"device": "cuda" if gpu else "cpu", "steps": n, "total_ms_per_step": total, "top": rows[:args.top]}
+
+
+def _graph(tr, xs, ys, args):
+    """The whole step (forward, backward, clipping, AdamW) captured once and replayed."""
+    try:
+        for g in tr.opt.param_groups:
+            g["capturable"] = True
+            g["lr"] = torch.tensor(args.lr, device=utils.DEVICE)
+        sx, sy = xs[0].clone(), ys[0].clone()
+        st = torch.cuda.Stream()
+        st.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(st):
+            for _ in range(3):
+                tr.step(sx, sy)
+        torch.cuda.current_stream().wait_stream(st)
+        graph = torch.cuda.CUDAGraph()
+        tr.opt.zero_grad(set_to_none=False)
+        with torch.cuda.graph(graph):
+            static_loss = tr.step(sx, sy)
+        n = args.graph_steps
+
+        def timed(fn):
+            _sync()
+            t0 = time.perf_counter()
+            for s in range(n):
+                sx.copy_(xs[s % len(xs)])
+                sy.copy_(ys[s % len(ys)])
+                fn()
+            _sync()
+            return 1000 * (time.perf_counter() - t0) / n
+        eager_ms = timed(lambda: tr.step(sx, sy))
+        graph_ms = timed(graph.replay)
+        return {"steps": n, "eager_ms": eager_ms, "graph_ms": graph_ms, "saved_ms": eager_ms - graph_ms,
+                "last_loss": float(static_loss)}
+    except Exception as e:
+        return {"error": f"{type(e).__name__}: {e}", "trace": traceback.format_exc()[-1500:]}
+
+
+def agreement(configs):
+    ref = next(c for c in configs if c["name"] == "torch eager" and "losses" in c)
+    n = len(ref["losses"])
+    tail = max(1, n // 4)
+    r = torch.tensor(ref["losses"][-tail:])
+    noise = float(r.std()) if tail > 1 else float("nan")
+    out = {}
+    for c in configs:
+        if "losses" not in c or c is ref:
+            continue
+        m = torch.tensor(c["losses"][-tail:])
+        first = abs(c["losses"][0] - ref["losses"][0])
+        diff = float(m.mean() - r.mean())
+        ok = first < 0.02 and (math.isnan(noise) or abs(diff) < noise)
+        out[c["name"]] = {"first_loss_diff": first, "tail_steps": tail, "tail_mean_diff": diff,
+                          "eager_tail_std": noise, "agrees": bool(ok)}
+    return out
+
+
+def plot(res, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for c in res["configs"]:
+        if "losses" in c:
+            ax.plot(c["losses"], label=f"{c['name']} ({c['tokens_per_s'] / 1e3:.0f}k tok/s)", lw=1)
+    ax.set_xlabel("step")
+    ax.set_ylabel("training loss")
+    ax.set_yscale("log")
+    ax.set_title(f"GPT-2 124M on the course's text, {res['device']}")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--tiny", action="store_true", help="a tiny model (for a laptop; float32, no autocast)")
+    ap.add_argument("--steps", type=int, default=200)
+    ap.add_argument("--warmup", type=int, default=10, help="steps not timed (compile, autotuning)")
+    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--T", type=int, default=1024)
+    ap.add_argument("--lr", type=float, default=6e-4)
+    ap.add_argument("--profile-steps", type=int, default=3)
+    ap.add_argument("--graph-steps", type=int, default=20)
+    ap.add_argument("--no-graphs", dest="graphs", action="store_false")
+    ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("--configs", default=",".join(CONFIGS), help="comma-separated subset of: " + ", ".join(CONFIGS))
+    ap.add_argument("--budget", type=float, default=1e9, help="seconds for the whole run: later configurations "
+                    "keep about 30 s each, a configuration past its share trains fewer steps")
+    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
+    args = ap.parse_args(argv)
+    if args.tiny:
+        cfg = utils.GPTConfig(vocab_size=128, block_size=8, n_layer=1, n_head=2, n_embd=32)
+        args.batch, args.T = 2, 8
+        args.warmup = min(args.warmup, max(0, args.steps - 1))
+        args.profile_steps = 1
+        args.graph_steps = 2
+    else:
+        cfg = utils.GPT2_124M
+    args.out.mkdir(parents=True, exist_ok=True)
+    names = [n.strip() for n in args.configs.split(",")]
+    xs, ys = _batches(max(args.steps, args.profile_steps), args.batch, args.T)
+    device = torch.cuda.get_device_name() if utils.DEVICE.type == "cuda" else "CPU (simulation)"
+    res = {"what": "GPT-2 training step: torch eager, torch.compile, course kernels + cuBLAS, course kernels + Triton "
+                   "matmul; same initial weights and batches",
+           "device": device, "torch": torch.__version__, "config": {**vars(cfg), "batch": args.batch, "T": args.T},
+           "autocast": "bfloat16" if utils.DEVICE.type == "cuda" else None, "steps": args.steps,
+           "warmup": args.warmup, "commit": utils.source_commit(), "ops": {}, "configs": []}
+    for k, name in enumerate(names):
+        if name not in SETUP:
+            raise SystemExit(f"unknown configuration {name!r}: choose from {', '.join(CONFIGS)}")
+        backend, matmul, _ = SETUP[name]
+        res["ops"][name] = dict(utils.ops_for(backend, matmul).sources)
+        t0 = time.perf_counter()
+        try:
+            with (utils.race_checks_off() if utils.SIMULATE else _null()):
+                c = run_config(name, cfg, args, xs, ys, reserve=30.0 * (len(names) - 1 - k))
+        except Exception as e:
+            c = {"name": name, "error": f"{type(e).__name__}: {e}", "trace": traceback.format_exc()[-3000:]}
+        c["wall_s"] = time.perf_counter() - t0
+        res["configs"].append(c)
+        tps, ms = c.get("tokens_per_s", float("nan")), c.get("ms_per_step", float("nan"))
+        line = (f"{name:24s} {tps:>10,.0f} tok/s  {ms:7.1f}"
+                f" ms/step  peak {c.get('peak_memory_gb', float('nan')):5.1f} GB  loss {c['losses'][0]:.3f} -> "
+                f"{c['losses'][-1]:.3f}  ({c['wall_s']:.0f} s)" if "losses" in c else f"{name}: {c['error']}")
+        print(line, flush=True)
+        if "cuda_graph" in c:
+            print(f"{'':24s} CUDA Graph: {c['cuda_graph']}", flush=True)
+        (args.out / "gpt-train.json").write_text(json.dumps(res, indent=1) + "\n")
+    if any(c["name"] == "torch eager" and "losses" in c for c in res["configs"]):
+        res["agreement"] = agreement(res["configs"])
+        print(json.dumps(res["agreement"], indent=1))
+    (args.out / "gpt-train.json").write_text(json.dumps(res, indent=1) + "\n")
+    try:
+        plot(res, args.out / "gpt-train.png")
+    except Exception as e:
+        print(f"no plot: {e}")
+
+
+class _null:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *a):
+        return False
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,41 @@
+// Bias + GELU (tanh approximation), fused, in CUDA C++: the MLP's first activation.
+//
+//     y = gelu(x + b),   b broadcast over the rows of x (rows, cols)
+//     backward: d(x + b) = dy * gelu'(x + b)    (the bias gradient is its sum over rows)
+//
+//   v1 (unfused): bias_add_kernel writes t = x + b, then the GELU of lesson 03 reads t:
+//      t makes a round trip through memory (4 trips of the tensor instead of 2).
+//   v2 bias_gelu_kernel: x read once, y written once; the bias (cols floats) stays in cache.
+//   bias_gelu_backward_kernel: dy and x read once, d(x + b) written once.
+#include "common.h"
+
+#define GELU_K0 0.7978845608f  // sqrt(2 / pi)
+#define GELU_K1 0.044715f
+
+__device__ __forceinline__ float gelu_f(float z) {
+    return 0.5f * z * (1.0f + tanhf(GELU_K0 * (z + GELU_K1 * z * z * z)));
+}
+
+__device__ __forceinline__ float gelu_grad_f(float z) {
+    float t = tanhf(GELU_K0 * (z + GELU_K1 * z * z * z));
+    return 0.5f * (1.0f + t) + 0.5f * z * (1.0f - t * t) * GELU_K0 * (1.0f + 3.0f * GELU_K1 * z * z);
+}
+
+__global__ void bias_add_kernel(const float* __restrict__ x_ptr, const float* __restrict__ b_ptr,
+                                float* __restrict__ t_ptr, long long n, int cols) {
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
+        t_ptr[i] = x_ptr[i] + b_ptr[i % cols];
+}
+
+__global__ void bias_gelu_kernel(const float* __restrict__ x_ptr, const float* __restrict__ b_ptr,
+                                 float* __restrict__ y_ptr, long long n, int cols) {
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
+        y_ptr[i] = gelu_f(x_ptr[i] + b_ptr[i % cols]);
+}
+
+__global__ void bias_gelu_backward_kernel(const float* __restrict__ dy_ptr, const float* __restrict__ x_ptr,
+                                          const float* __restrict__ b_ptr, float* __restrict__ dx_ptr,
+                                          long long n, int cols) {
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
+        dx_ptr[i] = dy_ptr[i] * gelu_grad_f(x_ptr[i] + b_ptr[i % cols]);
+}

@@ -1,0 +1,142 @@
+"""AdamW and the global gradient norm in Triton, as in ``kernels/cuda/adamw.cu``: v1 one kernel
+per line of the formula, v2 the whole step in one kernel; ``grad_norm`` gives the norm and the
+clipping factor, which stays on the device."""
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import torch
+
+import utils
+from kernels.cuda.adamw import (  # noqa: F401  (input rules and references, defined once)
+    _as_lists,
+    adamw_ref,
+    check_adamw_inputs,
+    check_hyper,
+    check_input,
+    grad_norm_ref,
+    scale_tensor,
+)
+
+import triton
+import triton.language as tl
+
+BLOCK = 256 if utils.SIMULATE else 2048
+NORM_BLOCK = 256 if utils.SIMULATE else 8192
+
+
+@triton.jit
+def adamw_decay_kernel(p_ptr, decay, n, BLOCK_SIZE: tl.constexpr):
+    offs = tl.program_id(0).to(tl.int64) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    mask = offs < n
+    tl.store(p_ptr + offs, tl.load(p_ptr + offs, mask=mask) * decay, mask=mask)
+
+
+@triton.jit
+def adamw_moments_kernel(g_ptr, m_ptr, v_ptr, scale_ptr, beta1, beta2, n, BLOCK_SIZE: tl.constexpr):
+    offs = tl.program_id(0).to(tl.int64) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    mask = offs < n
+    g = tl.load(g_ptr + offs, mask=mask) * tl.load(scale_ptr)
+    tl.store(m_ptr + offs, beta1 * tl.load(m_ptr + offs, mask=mask) + (1 - beta1) * g, mask=mask)
+    tl.store(v_ptr + offs, beta2 * tl.load(v_ptr + offs, mask=mask) + (1 - beta2) * g * g, mask=mask)
+
+
+@triton.jit
+def adamw_update_kernel(p_ptr, m_ptr, v_ptr, step_size, inv_sqrt_bc2, eps, n, BLOCK_SIZE: tl.constexpr):
+    offs = tl.program_id(0).to(tl.int64) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    mask = offs < n
+    m = tl.load(m_ptr + offs, mask=mask)
+    v = tl.load(v_ptr + offs, mask=mask)
+    p = tl.load(p_ptr + offs, mask=mask)
+    tl.store(p_ptr + offs, p - step_size * m / (tl.sqrt(v) * inv_sqrt_bc2 + eps), mask=mask)
+
+
+@triton.jit
+def adamw_kernel(p_ptr, g_ptr, m_ptr, v_ptr, scale_ptr, lr_wd, beta1, beta2, step_size, inv_sqrt_bc2, eps, n,
+                 BLOCK_SIZE: tl.constexpr):
+    """v2: p, g, m, v read once; p, m, v written once. The decay is decoupled (AdamW)."""
+    offs = tl.program_id(0).to(tl.int64) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    mask = offs < n
+    g = tl.load(g_ptr + offs, mask=mask) * tl.load(scale_ptr)
+    m = beta1 * tl.load(m_ptr + offs, mask=mask) + (1 - beta1) * g
+    v = beta2 * tl.load(v_ptr + offs, mask=mask) + (1 - beta2) * g * g
+    p = tl.load(p_ptr + offs, mask=mask) * (1 - lr_wd)
+    tl.store(p_ptr + offs, p - step_size * m / (tl.sqrt(v) * inv_sqrt_bc2 + eps), mask=mask)
+    tl.store(m_ptr + offs, m, mask=mask)
+    tl.store(v_ptr + offs, v, mask=mask)
+
+
+@triton.jit
+def grad_norm_partials_kernel(g_ptr, n, partial_ptr, offset, BLOCK_SIZE: tl.constexpr):
+    offs = tl.program_id(0).to(tl.int64) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    g = tl.load(g_ptr + offs, mask=offs < n, other=0.0)
+    tl.store(partial_ptr + offset + tl.program_id(0), tl.sum(g * g, axis=0))
+
+
+@triton.jit
+def grad_norm_finish_kernel(partial_ptr, count, max_norm, norm_ptr, scale_ptr, BLOCK_SIZE: tl.constexpr):
+    """One program adds the partial sums in a fixed order (the same bits every run)."""
+    acc = tl.zeros([BLOCK_SIZE], dtype=tl.float32)
+    for start in range(0, count, BLOCK_SIZE):
+        offs = start + tl.arange(0, BLOCK_SIZE)
+        acc += tl.load(partial_ptr + offs, mask=offs < count, other=0.0)
+    norm = tl.sqrt(tl.sum(acc, axis=0))
+    tl.store(norm_ptr, norm)
+    clip = tl.minimum(1.0, max_norm / (norm + 1e-6))
+    tl.store(scale_ptr, tl.where(max_norm > 0, clip, 1.0))
+
+
+def adamw_unfused(params, grads, exp_avg, exp_avg_sq, *, step, lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8,
+                  weight_decay=1e-2, grad_scale=None):
+    h = check_hyper(step, lr, beta1, beta2, eps, weight_decay)
+    for p, g, m, v in _as_lists(params, grads, exp_avg, exp_avg_sq, "adamw"):
+        p, g, m, v = check_adamw_inputs(p, g, m, v)
+        n = p.numel()
+        if n == 0:
+            continue
+        s = scale_tensor(grad_scale, p.device)
+        grid = (triton.cdiv(n, BLOCK),)
+        adamw_decay_kernel[grid](p, 1.0 - h["lr_wd"], n, BLOCK_SIZE=BLOCK)
+        adamw_moments_kernel[grid](g, m, v, s, h["beta1"], h["beta2"], n, BLOCK_SIZE=BLOCK)
+        adamw_update_kernel[grid](p, m, v, h["step_size"], h["inv_sqrt_bc2"], h["eps"], n, BLOCK_SIZE=BLOCK)
+    return params
+
+
+def adamw_fused(params, grads, exp_avg, exp_avg_sq, *, step, lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8,
+                weight_decay=1e-2, grad_scale=None):
+    h = check_hyper(step, lr, beta1, beta2, eps, weight_decay)
+    for p, g, m, v in _as_lists(params, grads, exp_avg, exp_avg_sq, "adamw"):
+        p, g, m, v = check_adamw_inputs(p, g, m, v)
+        n = p.numel()
+        if n == 0:
+            continue
+        s = scale_tensor(grad_scale, p.device)
+        adamw_kernel[(triton.cdiv(n, BLOCK),)](p, g, m, v, s, h["lr_wd"], h["beta1"], h["beta2"], h["step_size"],
+                                              h["inv_sqrt_bc2"], h["eps"], n, BLOCK_SIZE=BLOCK)
+    return params
+
+
+VERSIONS = OrderedDict(
+    v1=("unfused: decay, moments, update as three kernels (p, m, v read twice)", adamw_unfused),
+    v2=("fused: the whole step in one kernel, 28 bytes per parameter", adamw_fused),
+)
+REFERENCE = "v2"
+adamw = VERSIONS[REFERENCE][1]
+
+
+def grad_norm(grads, max_norm=0.0):
+    """(norm, scale), as kernels.cuda.adamw.grad_norm."""
+    tensors = list(grads) if isinstance(grads, (list, tuple)) else [grads]
+    flat = [check_input(t, "grads", op="grad_norm").reshape(-1) for t in tensors]
+    device = flat[0].device if flat else utils.DEVICE
+    blocks = [triton.cdiv(t.numel(), NORM_BLOCK) for t in flat]
+    partials = torch.zeros(max(1, sum(blocks)), dtype=torch.float32, device=device)
+    offset = 0
+    for t, b in zip(flat, blocks):
+        if b:
+            grad_norm_partials_kernel[(b,)](t, t.numel(), partials, offset, BLOCK_SIZE=NORM_BLOCK)
+        offset += b
+    norm = torch.empty((), dtype=torch.float32, device=device)
+    scale = torch.empty(1, dtype=torch.float32, device=device)
+    grad_norm_finish_kernel[(1,)](partials, partials.numel(), float(max_norm), norm, scale, BLOCK_SIZE=1024)
+    return norm, scale

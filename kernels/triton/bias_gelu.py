@@ -1,0 +1,87 @@
+"""Bias + GELU (tanh approximation) in Triton, as in ``kernels/cuda/bias_gelu.cu``: v1 a
+bias-add kernel then lesson 03's GELU, v2 fused; and the backward d(x + b) = dy * gelu'(x + b).
+
+tanh(u) is written with one ``tl.exp`` (as lesson 03's Triton GELU does): 1 + tanh(u) =
+2 / (1 + exp(-2u)), so gelu(z) = z / (1 + exp(-2u)), finite for every z."""
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import torch
+
+import utils
+from kernels.cuda.bias_gelu import bias_gelu_backward_ref, bias_gelu_ref, check_bias_backward_inputs, check_bias_inputs  # noqa: F401  (input rules and references, defined once)
+
+import triton
+import triton.language as tl
+
+BLOCK = 256 if utils.SIMULATE else 1024
+
+
+@triton.jit
+def _sig2u(z):
+    """(1 + tanh(u)) / 2 = sigmoid(2u), u = sqrt(2/pi) (z + 0.044715 z^3)."""
+    u = 0.7978845608 * (z + 0.044715 * z * z * z)
+    return 1.0 / (1.0 + tl.exp(-2.0 * u))
+
+
+@triton.jit
+def bias_add_kernel(x_ptr, b_ptr, t_ptr, n, cols, BLOCK_SIZE: tl.constexpr):
+    offs = tl.program_id(0).to(tl.int64) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    mask = offs < n
+    t = tl.load(x_ptr + offs, mask=mask) + tl.load(b_ptr + offs % cols, mask=mask)
+    tl.store(t_ptr + offs, t, mask=mask)
+
+
+@triton.jit
+def bias_gelu_kernel(x_ptr, b_ptr, y_ptr, n, cols, BLOCK_SIZE: tl.constexpr):
+    offs = tl.program_id(0).to(tl.int64) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    mask = offs < n
+    z = tl.load(x_ptr + offs, mask=mask) + tl.load(b_ptr + offs % cols, mask=mask)
+    tl.store(y_ptr + offs, z * _sig2u(z), mask=mask)
+
+
+@triton.jit
+def bias_gelu_backward_kernel(dy_ptr, x_ptr, b_ptr, dx_ptr, n, cols, BLOCK_SIZE: tl.constexpr):
+    offs = tl.program_id(0).to(tl.int64) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    mask = offs < n
+    z = tl.load(x_ptr + offs, mask=mask) + tl.load(b_ptr + offs % cols, mask=mask)
+    s = _sig2u(z)  # (1 + t) / 2, t = tanh(u)
+    t = 2.0 * s - 1.0
+    d = s + 0.5 * z * (1.0 - t * t) * 0.7978845608 * (1.0 + 3.0 * 0.044715 * z * z)
+    tl.store(dx_ptr + offs, tl.load(dy_ptr + offs, mask=mask) * d, mask=mask)
+
+
+def bias_gelu_unfused(x, b):
+    x, b = check_bias_inputs(x, b, "bias_gelu")
+    t = torch.empty_like(x)
+    if x.numel():
+        bias_add_kernel[(triton.cdiv(x.numel(), BLOCK),)](x, b, t, x.numel(), x.shape[1], BLOCK_SIZE=BLOCK)
+    from kernels.triton.gelu import gelu
+    return gelu(t)
+
+
+def bias_gelu_fused(x, b):
+    x, b = check_bias_inputs(x, b, "bias_gelu")
+    y = torch.empty_like(x)
+    if x.numel():
+        bias_gelu_kernel[(triton.cdiv(x.numel(), BLOCK),)](x, b, y, x.numel(), x.shape[1], BLOCK_SIZE=BLOCK)
+    return y
+
+
+def bias_gelu_backward(dy, x, b):
+    dy, x, b = check_bias_backward_inputs(dy, x, b)
+    dx = torch.empty_like(x)
+    if x.numel():
+        bias_gelu_backward_kernel[(triton.cdiv(x.numel(), BLOCK),)](dy, x, b, dx, x.numel(), x.shape[1],
+                                                                   BLOCK_SIZE=BLOCK)
+    return dx
+
+
+VERSIONS = OrderedDict(
+    v1=("unfused: a bias-add kernel, then lesson 03's GELU (x + b makes a round trip through memory)",
+        bias_gelu_unfused),
+    v2=("fused: gelu(x + b) in one kernel, x read once and y written once", bias_gelu_fused),
+)
+REFERENCE = "v2"
+bias_gelu = VERSIONS[REFERENCE][1]

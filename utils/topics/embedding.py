@@ -1,0 +1,187 @@
+"""Token embedding (lesson 11): the forward gathers rows of the table, the backward scatters
+the output's gradient back into them, adding into ``dweight`` (the LM head shares the table,
+so its gradient is already there).
+
+    forward:  out[i] = weight[ids[i]]
+    backward: dweight[ids[i]] += dout[i]   for every token i
+
+Token ids repeat, so two tokens add into one row of dweight: a plain ``+=`` races (the race
+detectors report it in simulation; a GPU loses updates), atomics are right but not bitwise
+reproducible, sorting the ids gives each row one owner and the same bits every run (v3), and
+cutting long runs of one id into chunks joined in order keeps that without one block doing the
+work of a frequent token alone (v4).
+The topic's shape is (tokens, vocabulary, width); its reference is the backward.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..config import DEVICE, SIMULATE
+from ..grading import Grader, GradingError, randn, success
+from . import _multi
+from ._spec import FLOAT, Spec, Target, generator
+
+
+def embedding_forward_ref64(ids, weight):
+    return weight.double()[ids.long()]
+
+
+def embedding_ref64(ids, dout, dweight):
+    """The topic's reference, the backward: dweight + the scatter-add of dout, in float64."""
+    d = dweight.shape[-1]
+    return dweight.double().index_add(0, ids.reshape(-1).long(), dout.reshape(-1, d).double())
+
+
+def embedding_input(shape, seed=0, device=None):
+    """(ids, dout, dweight) for (tokens, vocabulary, width): ids drawn from the vocabulary
+    (with repeats once tokens outnumber it), dweight nonzero, as after the tied LM head."""
+    device = device or DEVICE
+    g = generator(seed, device)
+    n, vocab, dim = shape
+    ids = torch.randint(0, vocab, (n,), generator=g, device=device)
+    dout = torch.randn(n, dim, generator=g, device=device)
+    dweight = torch.randn(vocab, dim, generator=g, device=device)
+    return ids, dout, dweight
+
+
+def embedding_tol(inputs, ref):
+    """float32's tolerance, plus the rounding of a float32 sum of up to ``count`` terms."""
+    ids, dout, dweight = inputs
+    d = dweight.shape[-1]
+    mags = dweight.double().abs().index_add(0, ids.reshape(-1).long(), dout.reshape(-1, d).double().abs())
+    return 1e-5 + 1e-5 * ref.abs() + 4 * 2.0 ** -24 * mags
+
+
+def embedding_bytes(shape) -> int:
+    """Backward: read dout and the ids, read and write the rows of dweight the tokens touch."""
+    n, vocab, dim = shape
+    return FLOAT * n * dim + 8 * n + 2 * FLOAT * min(n, vocab) * dim
+
+
+# ----------------------------------------------------------------------------------------
+# Graders
+# ----------------------------------------------------------------------------------------
+def _shapes():
+    # (tokens, vocabulary, width): one token; many repeats of few ids; a width that takes several
+    # blocks of columns; more ids than tokens (most rows untouched)
+    return [(1, 1, 1), (9, 3, 5), (40, 13, 37), (21, 50, 70)] if SIMULATE else \
+        [(1, 1, 1), (9, 3, 5), (4096, 50, 768), (3000, 50304, 129)]
+
+
+def _cases(g):
+    cases = []
+    for n, vocab, dim in _shapes():
+        ids = torch.randint(0, vocab, (n,), generator=g.gen)
+        dout = randn(g.gen, n, dim)
+        dweight = randn(g.gen, vocab, dim)
+        reps = int(n - ids.unique().numel())
+        label = f"{n} tokens, a {vocab}x{dim} table" + (f" ({reps} repeated ids)" if reps else "")
+        cases.append(_multi.case(label, (ids, dout, dweight), embedding_ref64(ids, dout, dweight)))
+    return cases
+
+
+_RACE_HINT = ("two tokens with the same id add into the same row of dweight: a plain += is a read, an add and "
+              "a write, and two blocks (programs) can read the same old value, so one update is lost. Use an "
+              "atomic add (atomicAdd, cuda.atomic.add, tl.atomic_add), or sort the ids so that each row of "
+              "dweight has one owner that sums its tokens (deterministic).")
+
+
+def _diagnose(c, got):
+    ids, dout, dweight = c.values
+    d = dweight.shape[-1]
+    scatter = torch.zeros_like(dweight, dtype=torch.float64).index_add(0, ids.long(), dout.double())
+    near = lambda a, b: bool(((a - b).abs() <= 1e-4 * (1 + b.abs())).all())  # noqa: E731
+    if near(got, scatter):
+        return ("dweight holds the scatter-add alone: its old values were overwritten. The backward must ADD "
+                "into dweight (dweight[ids[i]] += dout[i]): the LM head shares this weight, and its gradient "
+                "is already there (tied weights); zeroing is the caller's job, once per step.")
+    # one token's gradient per id (the last writer wins): the lost updates of a plain +=
+    counts = torch.bincount(ids.long(), minlength=dweight.shape[0])
+    repeated = counts > 1
+    rows_ok = ((got - c.expected).abs() <= 1e-4 * (1 + c.expected.abs())).all(dim=1)
+    if bool(repeated.any()) and bool(rows_ok[~repeated].all()) and not bool(rows_ok[repeated].all()):
+        r = int(torch.nonzero(repeated & ~rows_ok)[0])
+        return (f"the rows of ids that appear once are right, those of repeated ids are not (row {r}: id {r} "
+                f"appears {int(counts[r])} times): updates were lost. " + _RACE_HINT)
+    touched = counts > 0
+    if bool((~touched).any()) and not bool(rows_ok[~touched].all()):
+        return "rows of dweight whose id appears in no token changed: only the rows of the ids given may change."
+    del d
+    return None
+
+
+def check_embedding_backward(fn, *, seed=None):
+    """``fn(ids, dout, dweight)`` must add the embedding's gradient into ``dweight`` in place,
+    ``dweight[ids[i]] += dout[i]`` for every token i, and return dweight. ids are int64 (tokens,)
+    with repeats, dout float32 (tokens, D), dweight float32 (V, D) and nonzero (tied weights)."""
+    g = Grader("check_embedding_backward", fn, seed)
+    cases = _cases(g)
+    worst = 0.0
+    order = sorted(range(len(cases)), key=lambda i: -cases[i].expected.numel())  # the largest first
+    for i in order:
+        c = cases[i]
+        g.case = c
+        try:
+            run = g.call(c)
+        except GradingError as e:
+            text = str(e)
+            if "race" not in text:
+                raise
+            raise GradingError(text.split("\n(Inputs came")[0] + "\nHint: " + _RACE_HINT +
+                               f"\n(Inputs came from seed {g.seed}: check_embedding_backward(fn, seed={g.seed}) "
+                               "repeats them.)") from None
+        dweight_in = run.inputs[2]
+        out = run.out[0] if isinstance(run.out, (tuple, list)) and len(run.out) == 1 else run.out
+        if out is None:
+            g.fail("your function returned None: return dweight (the tensor you added into).")
+        (got,), _ = _multi.outputs(g, run, [tuple(c.expected.shape)], ("dweight",))
+        if (isinstance(out, torch.Tensor) and out.data_ptr() != dweight_in.data_ptr()
+                and torch.equal(dweight_in.detach().cpu(), c.values[2])):
+            g.fail("dweight itself was not changed: the gradient must be added into the dweight passed in "
+                   "(in place), so that the tied LM head's gradient and the embedding's end up together.")
+        g.check_input_guards(run, ("ids", "dout", "dweight"))
+        tol = embedding_tol(c.values, c.expected)
+        worst = max(worst, _multi.compare(g, got, c.expected, tol, "dweight", lambda: _diagnose(c, got)))
+        g.check_launched(run)
+    success("check_embedding_backward", cases, worst,
+            "shapes " + ", ".join(f"{n} tokens x {v}x{d}" for n, v, d in _shapes()))
+
+
+def check_embedding(fn, *, seed=None):
+    """``fn(ids, weight)`` must return ``weight[ids]``: for each token its row of the table,
+    shape ``ids.shape + (D,)``."""
+    g = Grader("check_embedding", fn, seed)
+    worst = 0.0
+    cases = []
+    for n, vocab, dim in _shapes():
+        ids = torch.randint(0, vocab, (n,), generator=g.gen)
+        w = randn(g.gen, vocab, dim)
+        cases.append(_multi.case(f"{n} tokens, a {vocab}x{dim} table", (ids, w), embedding_forward_ref64(ids, w)))
+    for c in cases:
+        g.case = c
+        run = g.call(c)
+        (got,), _ = _multi.outputs(g, run, [tuple(c.expected.shape)], ("out",))
+        g.check_input_guards(run, ("ids", "weight"))
+        g.check_inputs_unchanged(run, ("ids", "weight"))
+        worst = max(worst, _multi.compare(g, got, c.expected, 0.0, "out",
+                                          "out[i] = weight[ids[i]]: the row of the table is the token's id "
+                                          "(ids[i]), not the token's position i; each row is D floats."))
+        g.check_launched(run)
+    success("check_embedding", cases, worst, "shapes " + ", ".join(f"{n} tokens x {v}x{d}" for n, v, d in _shapes()))
+
+
+SPEC = Spec(
+    name="embedding", title="Embedding backward (scatter-add)", lesson=_multi.LESSON,
+    reference=embedding_ref64, make_input=embedding_input, nbytes=embedding_bytes,
+    tolerance=embedding_tol, result_shape=lambda shape: (shape[1], shape[2]),
+    checks={"check_embedding": check_embedding, "check_embedding_backward": check_embedding_backward},
+    torch_ops_allowed=("sort",),
+    main_shapes=lambda sizes: [(16384, 50304, 768)] if not SIMULATE else [(64, 50, 32)],
+    sweep_shapes=lambda sizes: [(16384, 50304, 768)] if not SIMULATE else [(64, 50, 32)],
+    check_shapes=lambda sizes: [(1, 1, 1), (9, 3, 5), (40, 13, 70)],
+)
+
+#: The H100 goal (benchmarks/lesson11.py): the deterministic backward (v4) at 16 x 1024
+#: tokens of width 768 at least as fast as torch eager's embedding backward.
+TARGETS = [Target("cuda", "torch", 1.0, shape=(16384, 50304, 768)),
+           Target("triton", "torch", 1.0, shape=(16384, 50304, 768))]
