@@ -26,6 +26,8 @@ A stub that raises ``NotImplementedError`` is reported as "not solved yet".
 from __future__ import annotations
 
 import contextlib
+import functools
+import io
 import math
 import os
 import re
@@ -440,6 +442,37 @@ def refuse_torch_operator(op, grader: str) -> None:
                            "kernel (torch.library.custom_op(\"mylib::myop\", ...)) and pass that.")
 
 
+#: Every Grader made, in order, while a graded call (``graded``) runs: it checks their calls.
+_made: list = []
+
+
+def graded(check):
+    """``check`` (a topic's grader) made to refuse, whatever it prints when it is done, a call
+    whose right values torch or the course's reference computed: after ``check`` returns, every
+    call of every ``Grader`` it made must have been the learner's kernels' work
+    (``Grader.check_all_launched``). What it printed is shown after that, so "correct" is never
+    printed for torch's answer. ``Spec`` wraps every grader in its ``checks`` with this, so a new
+    topic's graders get it without asking."""
+    if getattr(check, "__course_graded__", False):
+        return check
+
+    @functools.wraps(check)
+    def grader(*args, **kwargs):
+        start = len(_made)
+        out = io.StringIO()
+        try:
+            with contextlib.redirect_stdout(out):
+                result = check(*args, **kwargs)
+                for g in _made[start:]:
+                    g.check_all_launched()
+        finally:
+            del _made[start:]
+            print(out.getvalue(), end="")
+        return result
+    grader.__course_graded__ = True
+    return grader
+
+
 #: The grader running now, by name: ``success`` asks it whether every call was the learner's
 #: own kernels' work before it prints "correct".
 _running: dict = {}
@@ -458,6 +491,7 @@ class Grader:
         self.case = None
         self.runs: list[_Run] = []   # every call of fn: success() checks that kernels did the work
         _running[name] = self
+        _made.append(self)
 
     # -- failure -----------------------------------------------------------------------
     def fail(self, what: str, hint: str | None = None, cause=None):

@@ -88,6 +88,22 @@ def record_references(module_name: str) -> None:
                 setattr(m, name, hit[1])
 
 
+def _graded_everywhere(check):
+    """``utils.grading.graded(check)``, put in place of ``check`` in every topic module that
+    holds it (so that ``utils.topics.<topic>.check_x`` is the same graded function)."""
+    from ..grading import graded
+    wrapped = graded(check)
+    if wrapped is check:
+        return check
+    for mname, m in list(sys.modules.items()):
+        if m is None or not mname.startswith("utils.topics"):
+            continue
+        for name, value in list(vars(m).items()):
+            if value is check:
+                setattr(m, name, wrapped)
+    return wrapped
+
+
 def numel(shape) -> int:
     return int(math.prod(shape))
 
@@ -196,6 +212,8 @@ class Spec:
         if module and module.startswith("utils.topics."):
             record_references(module)
             self.reference = getattr(sys.modules[module], self.reference.__name__, self.reference)
+        # every grader refuses torch's answer and the reference's, however it reports success
+        self.checks = {name: _graded_everywhere(fn) for name, fn in self.checks.items()}
 
     @property
     def benchmarked(self) -> bool:
