@@ -443,7 +443,9 @@ def refuse_torch_operator(op, grader: str) -> None:
 
 
 #: Every Grader made, in order, while a graded call (``graded``) runs: it checks their calls.
+#: Empty outside graded calls (nothing is kept).
 _made: list = []
+_graded_calls: list = []   # one entry per graded call running now
 
 
 def graded(check):
@@ -460,6 +462,7 @@ def graded(check):
     def grader(*args, **kwargs):
         start = len(_made)
         out = io.StringIO()
+        _graded_calls.append(check)
         try:
             with contextlib.redirect_stdout(out):
                 result = check(*args, **kwargs)
@@ -467,6 +470,7 @@ def graded(check):
                     g.check_all_launched()
         finally:
             del _made[start:]
+            _graded_calls.pop()
             print(out.getvalue(), end="")
         return result
     grader.__course_graded__ = True
@@ -491,7 +495,8 @@ class Grader:
         self.case = None
         self.runs: list[_Run] = []   # every call of fn: success() checks that kernels did the work
         _running[name] = self
-        _made.append(self)
+        if _graded_calls:
+            _made.append(self)
 
     # -- failure -----------------------------------------------------------------------
     def fail(self, what: str, hint: str | None = None, cause=None):
