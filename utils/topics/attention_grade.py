@@ -696,7 +696,7 @@ def _d_large_case(g, dtype, causal):
                  (B, H, nq, nk, d), (q, k, v), kind="d_large")
 
 
-def _fitted_delta_error(case, causal, dq, rq):
+def _fitted_delta_error(case, causal, dq, rq, tq):
     """If dq's error is what an error in D alone gives (dS = P ∘ (dP - D) moves by -P δD_i on
     row i, so dq by -scale δD_i (P K)_i), the δD of each row relative to Σ|dO ∘ O|; else None."""
     q, k, v, o, lse, do = (t.double() for t in case.values)
@@ -706,10 +706,11 @@ def _fitted_delta_error(case, causal, dq, rq):
     uu = (u * u).sum(dim=-1)
     fit = torch.where(uu > 0, (err * u).sum(dim=-1) / uu.clamp_min(1e-300), torch.zeros_like(uu))
     resid = (err - fit.unsqueeze(-1) * u).norm(dim=-1)
-    if not bool((resid <= 0.3 * err.norm(dim=-1) + 1e-12).all()):
+    wrong = (err.abs() > tq).any(dim=-1)             # judged on the wrong rows only
+    if not bool(wrong.any()) or not bool((resid <= 0.3 * err.norm(dim=-1) + 1e-12)[wrong].all()):
         return None
     scale_d = (do.abs() * o.abs()).sum(dim=-1).clamp_min(1e-30)
-    return float((fit.abs() / scale_d).max())
+    return float((fit.abs() / scale_d)[wrong].max())
 
 
 def _backward_diagnosis(case, causal, which, gots, refs, tols):
@@ -738,7 +739,7 @@ def _backward_diagnosis(case, causal, which, gots, refs, tols):
         if "dv" not in wrong and _explains(dq, alt_dq, rq, tq):
             return text + " (dv is right: P is recomputed correctly)."
     if "dv" not in wrong:
-        rel = _fitted_delta_error(case, causal, dq, rq)
+        rel = _fitted_delta_error(case, causal, dq, rq, tq)
         if rel is not None and 0 < rel < 0.02:
             return (f"dq is off the way a slightly wrong D makes it (by up to {rel:.2g} of Σ|dO ∘ O| on a row), and "
                     "dv is right: D = rowsum(dO ∘ O) looks multiplied or summed in float16. Convert to float32 "
