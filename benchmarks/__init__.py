@@ -3,6 +3,8 @@
     python -m benchmarks                      # everything (a few minutes on an H100)
     python -m benchmarks --topics relu,gelu   # some topics
     python -m benchmarks --quick              # smaller sizes: a smoke test (<name>-quick.*)
+    python -m benchmarks --stale              # (any machine) the topics whose sources changed since recorded
+    python -m benchmarks --update --stale     # re-measure only those, keep the rest of h100.json
     python -m benchmarks --help
 
 In one run it measures the copy roofline (a device-to-device copy of 2^28 floats), every
@@ -20,6 +22,10 @@ It writes, into ``benchmarks/results/``:
   ``$COURSE_COMMIT`` in a copy without ``.git``), sizes, medians, 20th/80th percentiles, GB/s
   and the fraction of the copy bandwidth (schema: ``utils/bench.py``);
 * ``h100.md``: a summary with each of the course's targets met or missed;
+* per topic, ``topic_sources`` in ``h100.json``: a hash of the files its numbers measured
+  (kernels, launchers, the headers and modules they include or import, the spec:
+  ``benchmarks/sources.py``), which ``--stale`` and the notebooks' "measured on an earlier
+  version of this kernel" compare with the files here;
 * ``h100-<topic>.png``: GB/s against size, with the copy roofline.
 
 (The stem is the GPU's name: ``h100`` on an H100.) Notebooks read these through

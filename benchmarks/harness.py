@@ -297,20 +297,23 @@ def configure_torch_compile() -> None:
 
 #: Topics that measure more than one tensor per shape (several dtypes, masks, forward and
 #: backward) bring their own worker: ``<module>.run_topic(events, sizes, **same keywords)``.
-CUSTOM_WORKERS = {"attention": "benchmarks.attention"}
+CUSTOM_WORKERS = {"attention": "benchmarks.attention", "layernorm": "benchmarks.layernorm"}
 
 
 def run_topic(topic: str, events: Events, sizes, *, skip=(), languages=None, sweep: bool = True,
               main: bool = True, deadline: float | None = None, sweep_deadline: float | None = None,
-              warmup: float = 25, rep: float = 100) -> None:
+              warmup: float = 25, rep: float = 100, generic: bool = False) -> None:
     """Check and time every variant of a topic at its main shapes, then the size sweep
-    (``main=False``: the sweep only, for topics with their own worker)."""
-    if topic in CUSTOM_WORKERS:
+    (``main=False``: the sweep only, for topics with their own worker; ``generic``: this
+    measurement even for a topic with its own worker, which calls it for its plain part)."""
+    if topic in CUSTOM_WORKERS and not generic:
         import importlib
         return importlib.import_module(CUSTOM_WORKERS[topic]).run_topic(
             events, sizes, skip=skip, languages=languages, sweep=sweep, main=main, deadline=deadline,
             sweep_deadline=sweep_deadline, warmup=warmup, rep=rep)
     if not main:
+        if generic:
+            return
         raise ValueError(f"{topic}: its sweep is timed for the variants its main shapes checked; measure both")
     configure_torch_compile()
     warnings.filterwarnings("ignore", message=".*under-utilization.*")  # Numba, small sizes

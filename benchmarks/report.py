@@ -43,10 +43,13 @@ def evaluate_targets(rows: list[dict], topics, shapes: dict | None = None) -> li
             continue
         spec = TOPICS[topic]
         lang, kind, thr = target.lang, target.kind, target.threshold
-        mine = [r for r in rows if r["topic"] == topic and r["lang"] == lang
+        # a spec's plain target is the float32 forward's: rows of other passes and dtypes (the
+        # layernorm worker's backward, bfloat16, RMSNorm) have targets of their own, below
+        rows_t = [r for r in rows if r.get("dtype", "float32") == "float32" and r.get("pass", "forward") == "forward"]
+        mine = [r for r in rows_t if r["topic"] == topic and r["lang"] == lang
                 and (r.get("version") == target.version if target.version else r.get("reference"))]
         base = next((b for b in spec.baselines if b.version == target.baseline), spec.baselines[0])
-        torch_rows = {tuple(r["shape"]): r for r in rows
+        torch_rows = {tuple(r["shape"]): r for r in rows_t
                       if r["topic"] == topic and r["lang"] == "torch" and r["version"] == base.version}
         if target.shape is not None:
             shapes_t = [tuple(target.shape)]
@@ -84,6 +87,9 @@ def evaluate_targets(rows: list[dict], topics, shapes: dict | None = None) -> li
             if row["met"] is False and getattr(target, "if_missed", None):
                 row["why"] = target.if_missed
             out.append(row)
+    if "layernorm" in topics:
+        from .layernorm import evaluate
+        out += evaluate(rows)
     return out
 
 

@@ -19,7 +19,7 @@ from types import SimpleNamespace
 
 import utils
 
-from . import report
+from . import report, sources
 from .harness import CUSTOM_WORKERS, Events, read_events, worker_main
 from .topics import TOPICS, copy_bytes, main_shapes
 
@@ -60,6 +60,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="re-measure only --topics and replace them in the existing results file, "
                         "keeping the other topics and its copy roofline (the new run's copy figure "
                         "goes into the notes)")
+    p.add_argument("--stale", action="store_true",
+                   help="alone: list the recorded topics whose sources (kernels, launchers, spec: "
+                        "benchmarks/sources.py) changed since they were measured, on any machine; with "
+                        "--update: re-measure only those")
     p.add_argument("--simulated-dry-run", action="store_true",
                    help="without a GPU: run the whole pipeline on the simulation sizes, to test "
                         "the harness itself; needs --out (its timings time the simulators)")
@@ -78,6 +82,10 @@ def parse_args(argv=None) -> argparse.Namespace:
         p.error(f"--sweep-only takes --topics among {', '.join(CUSTOM_WORKERS)}, and no --no-sweep")
     if args.simulated_dry_run and args.out == str(utils.RESULTS_DIR):
         p.error("--simulated-dry-run needs --out DIR: its numbers must not land among the recorded results")
+    given = argv if argv is not None else sys.argv[1:]
+    args.topics_given = any(a == "--topics" or a.startswith("--topics=") for a in given)
+    if args.stale and args.topics_given:
+        p.error("--stale picks the topics itself: leave out --topics")
     args.langs = [s.strip() for s in args.langs.split(",") if s.strip()]
     bad = [s for s in args.langs if s not in ("cuda", "numba", "triton")]
     if bad:
@@ -320,8 +328,32 @@ def merge(events: list[dict]) -> tuple[list, list, dict, list]:
 # --------------------------------------------------------------------------------------
 # The whole run
 # --------------------------------------------------------------------------------------
+def stale_report(path: Path, topics) -> dict[str, str]:
+    """``{topic: why}``: the topics of ``path`` whose recorded numbers are stale (see
+    ``benchmarks/sources.py``); every topic when there is no results file."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {t: "no results file" for t in topics}
+    return sources.stale_topics(data, topics)
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
+    if args.stale and not args.worker:
+        results = Path(args.out) / f"{args.name or 'h100'}.json"
+        stale = stale_report(results, args.topics)
+        if not args.update:
+            if not stale:
+                print(f"Every topic of {results.name} was recorded from the sources here.")
+            for t, why in stale.items():
+                print(f"{t}: {why}")
+            return EXIT_OK
+        if not stale:
+            print(f"--update --stale: every topic of {results.name} is up to date; nothing to measure.")
+            return EXIT_OK
+        args.topics = [t for t in args.topics if t in stale]
+        print(f"--update --stale: re-measuring {', '.join(args.topics)}", flush=True)
     if utils.SIMULATE and not args.simulated_dry_run:
         return refuse_without_gpu()
     sizes = sizes_for(args.quick)
@@ -357,6 +389,8 @@ def main(argv=None) -> int:
                    sweep=list(sizes.bench_sizes), softmax_sweep_cols=4096),
         copy=None, rows=[], failed=[], sweeps={}, targets=[], notes=[],
         topic_commits={t: dict(commit) for t in args.topics},
+        # the hash of each measured topic's sources, so a later checkout can tell stale numbers
+        topic_sources={t: sources.topic_hash(t) for t in args.topics},
     )
     if utils.SIMULATE:
         data["simulated"] = True
@@ -394,6 +428,7 @@ def main(argv=None) -> int:
             # The file's own commit is the full run's; each topic keeps the commit it was measured at.
             data["commit"], data["commit_dirty"] = kept["commit"], kept["commit_dirty"]
             data["topic_commits"] = {**kept["topic_commits"], **data["topic_commits"]}
+            data["topic_sources"] = {**kept["topic_sources"], **data["topic_sources"]}
             data["rows"] = kept["rows"]
             data["failed"] = kept["failed"]
             data["sweeps"] = kept["sweeps"]
@@ -465,6 +500,7 @@ def load_kept(path: Path, topics: list[str], langs=("cuda", "numba", "triton"), 
         copy=old.get("copy"), date=old.get("date"), command=old.get("command"), topics=measured,
         commit=old.get("commit"), commit_dirty=old.get("commit_dirty"),
         topic_commits={t: c for t, c in old.get("topic_commits", {}).items() if t not in drop},
+        topic_sources={t: c for t, c in (old.get("topic_sources") or {}).items() if t not in drop},
         rows=[r for r in old.get("rows", []) if stays(r.get("topic"), r.get("lang"), r)],
         failed=[f for f in old.get("failed", []) if stays(f.get("topic"), f.get("lang"), f)],
         sweeps={t: {v: p for v, p in vs.items() if stays(t, lang_of(v))} for t, vs in old.get("sweeps", {}).items()},

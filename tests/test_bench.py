@@ -508,3 +508,52 @@ def test_a_missed_target_says_why(monkeypatch):
     md = report.markdown(dict(machine=dict(gpu="GPU X"), rows=rows, targets=list(t.values()), failed=[],
                               copy=dict(gbps=3000.0, shape=[1 << 28])))
     assert "**missed**: no vector loads" in md
+
+
+# --------------------------------------------------------------------------------------
+# Source hashes: a recorded figure knows which version of the kernels it measured
+# --------------------------------------------------------------------------------------
+def test_every_recorded_topic_carries_the_hash_of_its_sources():
+    data = json.loads((ROOT / "benchmarks" / "results" / "h100.json").read_text())
+    recorded = {r["topic"] for r in data["rows"] if r.get("topic") != "copy"}
+    hashes = data.get("topic_sources") or {}
+    missing = sorted(t for t in recorded if not (hashes.get(t) or {}).get("hash"))
+    assert not missing, f"h100.json has rows of {missing} without topic_sources hashes"
+    for t in recorded:
+        assert f"utils/topics/{t}.py" in hashes[t]["files"], t
+        assert any(f.startswith("kernels/") for f in hashes[t]["files"]), t
+
+
+def test_stale_topics_follow_the_sources(tmp_path, capsys):
+    """A kernel file edited after the record marks its topic, and only it, stale; --stale lists it."""
+    from benchmarks import sources
+    root = tmp_path / "course"
+    files = {"utils/topics/relu.py": "spec", "kernels/cuda/relu.py": 'SOURCE = "relu.cu"\n',
+             "kernels/cuda/relu.cu": '#include "common.h"\n', "kernels/cuda/common.h": "h",
+             "kernels/triton/relu.py": "from kernels.cuda.relu import SOURCE\n",
+             "utils/topics/gelu.py": "spec", "kernels/numba/gelu.py": "g"}
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    read = sources._reader(root)
+    assert sources.topic_files("relu", read) == sorted(f for f in files if "gelu" not in f)
+    data = dict(rows=[dict(topic="relu"), dict(topic="gelu")],
+                topic_sources={t: sources.topic_hash(t, read) for t in ("relu", "gelu")})
+    assert sources.stale_topics(data, ["relu", "gelu"], read) == {}
+    (root / "kernels/cuda/common.h").write_text("h changed")  # an included header counts
+    stale = sources.stale_topics(data, ["relu", "gelu", "softmax"], read)
+    assert set(stale) == {"relu", "softmax"} and "changed" in stale["relu"] and stale["softmax"] == "never recorded"
+    # the command line, and the note a notebook shows, on the real results file
+    path = tmp_path / "h100.json"
+    real = json.loads((ROOT / "benchmarks" / "results" / "h100.json").read_text())
+    real["topic_sources"]["relu"] = sources.topic_hash("relu")
+    real["topic_sources"]["gelu"] = {"hash": "0" * 16, "files": []}
+    path.write_text(json.dumps(real))
+    assert brun.main(["--stale", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "gelu: sources changed" in out and "relu:" not in out
+    assert ub.stale_note("relu", path) is None
+    assert ub.stale_note("gelu", path).startswith("measured on an earlier version of this kernel")
+    ub.show_recorded("gelu", path)
+    assert "measured on an earlier version of this kernel" in capsys.readouterr().out
+    assert "earlier version" in ub.recorded_label("gelu", path)

@@ -64,6 +64,32 @@ def test_backward_versions(lang, version):
         assert torch.allclose(db.double(), rdb, atol=1e-4 * shape[0], rtol=1e-4)
 
 
+def test_cuda_vec_backward_and_bfloat16():
+    """CUDA C++ v5 and its backward: float32 with 16-byte vectors (test_rmsnorm runs rows of odd
+    length through the same kernels), and bfloat16. Each instantiation of the templates is one
+    more compilation for the emulator: few shapes."""
+    m = _mod("cuda")
+    for shape in [(37, 780)]:
+        x, w, _ = spec.layernorm_input(shape, seed=2)
+        dy = torch.randn(shape, generator=torch.Generator().manual_seed(3)).to(x.device)
+        mean, rstd = spec.layernorm_stats64(x)
+        dx, dw, db = m.layernorm_backward_vec(dy, x, w, mean.float(), rstd.float())
+        rdx, rdw, rdb = spec.layernorm_backward_ref64(dy, x, w)
+        assert torch.allclose(dx.double(), rdx, atol=1e-4, rtol=1e-4)
+        assert torch.allclose(dw.double(), rdw, atol=1e-4 * shape[0], rtol=1e-4)
+        assert torch.allclose(db.double(), rdb, atol=1e-4 * shape[0], rtol=1e-4)
+    x, w, b = spec.layernorm_input((9, 264), seed=5, dtype=torch.bfloat16)
+    y, mean, rstd = m.layernorm(x, w, b, stats=True)
+    assert y.dtype == torch.bfloat16 and mean.dtype == torch.float32
+    assert torch.allclose(y.double(), spec.layernorm_ref64(x, w, b), atol=3e-2, rtol=2e-2)
+    dy = torch.randn(x.shape, generator=torch.Generator().manual_seed(6)).to(x.device, torch.bfloat16)
+    dx, dw, db = m.layernorm_backward(dy, x, w, mean, rstd)
+    rdx, rdw, rdb = spec.layernorm_backward_ref64(dy, x, w, mean=mean, rstd=rstd)
+    assert dw.dtype == torch.bfloat16
+    assert torch.allclose(dx.double(), rdx, atol=5e-2, rtol=3e-2)
+    assert torch.allclose(dw.double(), rdw, atol=0.3, rtol=3e-2)
+
+
 @pytest.mark.parametrize("lang", LANGS)
 def test_rmsnorm(lang):
     m = _mod(lang)

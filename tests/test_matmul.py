@@ -15,7 +15,7 @@ from utils.topics.matmul import make_inputs, tolerance_for
 
 CASES = [("cuda", "matmul", v) for v in ("v1", "v2", "v3", "v4")] + [
     ("cuda", "matmul_fp16", "v5"), ("numba", "matmul", "v1"), ("numba", "matmul", "v2"), ("numba", "matmul_fp16", "v1"),
-    ("triton", "matmul", "v1"), ("triton", "matmul_fp16", "v2")]
+    ("triton", "matmul", "v1"), ("triton", "matmul_fp16", "v2"), ("triton", "matmul_fp16", "v3")]
 SHAPES = [(37, 45, 29), (1, 1, 1), (20, 7, 1), (130, 132, 36), (5, 3, 0), (0, 4, 3), (4, 0, 3)]
 
 

@@ -100,6 +100,7 @@ __all__ = [
     "source_commit",
     "commit_str",
     "recorded_launch_overhead",
+    "stale_note",
     "show_recorded",
     "show_targets",
     "show_results",
@@ -399,7 +400,27 @@ def recorded_label(topic: str | None = None, path=None) -> str | None:
         m = re.match(r"([\w, ]+) re-measured on (\S+)", note)
         if m and topic in m.group(1).split(", "):
             date = m.group(2)[:10]
-    return ", ".join(p for p in (gpu, date, commit_str(_commit_info(data, topic))) if p)
+    label = ", ".join(p for p in (gpu, date, commit_str(_commit_info(data, topic))) if p)
+    return label + f" ({STALE_LABEL})" if topic and stale_note(topic, path) else label
+
+
+#: What a table or plot of a topic says when its kernels changed since they were measured.
+STALE_LABEL = "measured on an earlier version of this kernel"
+
+
+def stale_note(topic: str, path=None) -> str | None:
+    """``"measured on an earlier version of this kernel"`` (with why) when ``topic``'s sources
+    here differ from those its recorded numbers measured (``benchmarks/sources.py`` hashes
+    them; ``python -m benchmarks --update --stale`` measures again), else None."""
+    data = load_recorded(path, quiet=True)
+    if not data or not ((data.get("topic_sources") or {}).get(topic) or {}).get("hash"):
+        return None  # a file from before source hashes: which version it measured is unknown
+    try:
+        from benchmarks.sources import stale_topics  # the course root's benchmarks/, files only
+    except ImportError:
+        return None
+    why = stale_topics(data, [topic]).get(topic)
+    return f"{STALE_LABEL} ({why})" if why else None
 
 
 #: Per-launch host cost recorded by ``python benchmarks/launch_overhead.py`` on the GPU machine.
@@ -459,6 +480,9 @@ def show_recorded(topic: str, path=None) -> None:
         print(f"No recorded GPU results for {topic!r} in {_path(path).name}.")
         return
     print(f"Recorded on {_machine_line(data, topic)}")
+    note = stale_note(topic, path)
+    if note:
+        print(f"Note: {note}")
     roof = (data.get("copy") or {}).get("gbps")
     if roof:
         print(f"copy roofline: {roof:,.0f} GB/s (device-to-device copy, bytes read + written)")
@@ -522,6 +546,9 @@ def show_targets(topic: str, path=None, **where) -> list[dict]:
     if not targets:
         print(f"No recorded targets for {topic!r}" + (f" with {where}" if where else "") + ".")
         return []
+    note = stale_note(topic, path)
+    if note:
+        print(f"Note: {note}")
     keys = [k for k in _CONFIG_KEYS if any(k in t for t in targets)]
     rows = [[_base_variant(t.get("variant", "?")), _shape_str(t.get("shape"))]
             + ([_config_name(t, keys)] if keys else [])

@@ -21,6 +21,9 @@ __all__ = ["check_input", "INT32_MAX"]
 INT32_MAX = 2**31 - 1
 
 FLOAT32 = (torch.float32,)
+#: Every launcher checks its tensors on every call, so the check is part of each launch's host
+#: cost: ``t.is_cuda`` is a flag, ``t.device.type`` builds a device object each time.
+_ON_CUDA = DEVICE.type == "cuda"
 
 
 def dtype_name(dt) -> str:
@@ -32,6 +35,8 @@ def check_tensor(t, name: str = "x", *, op: str | None = None, dtypes=FLOAT32) -
     """``t`` itself when it is a torch tensor of one of ``dtypes`` on the course's device, else a
     clear error: ``TypeError`` for a non-tensor or a wrong dtype, ``ValueError`` for a wrong
     device. ``name`` is the argument's name in messages, ``op`` the launcher's name."""
+    if isinstance(t, torch.Tensor) and t.dtype in dtypes and (t.is_cuda if _ON_CUDA else t.device.type == DEVICE.type):
+        return t  # the common case, decided without building a message or a device object
     who = f"{op}: " if op else ""
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{who}{name} must be a torch.Tensor, got {type(t).__name__}")
@@ -39,10 +44,8 @@ def check_tensor(t, name: str = "x", *, op: str | None = None, dtypes=FLOAT32) -
         want = " or ".join(dtype_name(d) for d in dtypes)
         fix = f"{name}.float()" if dtypes[0] == torch.float32 else f"{name}.to(torch.{dtype_name(dtypes[0])})"
         raise TypeError(f"{who}{name} must be {want}, got {t.dtype}: convert it with {fix}")
-    if t.device.type != DEVICE.type:
-        raise ValueError(f"{who}{name} is on {t.device}, but the kernels run on {DEVICE}: "
-                         f"move it with {name}.to(utils.DEVICE)")
-    return t
+    raise ValueError(f"{who}{name} is on {t.device}, but the kernels run on {DEVICE}: "
+                     f"move it with {name}.to(utils.DEVICE)")
 
 
 def check_input(x, name: str = "x", *, ndim: int | None = None, max_numel: int | None = None,

@@ -23,7 +23,7 @@ import torch
 
 from .config import DEVICE, SIMULATE
 
-__all__ = ["to_numba", "from_numba", "numba_stream"]
+__all__ = ["to_numba", "from_numba", "numba_stream", "NumbaLauncher"]
 
 # dtypes a Numba kernel can take (NumPy has no bfloat16; Numba has no complex32).
 _SUPPORTED = {torch.float16, torch.float32, torch.float64, torch.int8, torch.int16,
@@ -85,3 +85,118 @@ def numba_stream():
         return 0
     from numba import cuda
     return cuda.external_stream(torch.cuda.current_stream().cuda_stream)
+
+
+class NumbaLauncher:
+    """Launches a ``@cuda.jit`` kernel with torch tensors, at the cost of the launch alone.
+
+        launch = utils.NumbaLauncher(my_kernel)
+        launch(blocks, threads, x, y, np.float32(eps))     # tensors, and scalars as Numba types them
+
+    ``kernel[blocks, threads](to_numba(x), ...)`` pays, on every call, a device-array wrapper per
+    tensor (torch's ``__cuda_array_interface__`` read, a Numba ``DeviceNDArray`` built) and
+    Numba's typing of every argument: tens of microseconds a tensor, several times the launch.
+    What a kernel receives for an array is only its pointer, shape and strides, the fields of
+    ``__cuda_array_interface__``: this launcher reads them from the tensor (``data_ptr()``,
+    ``shape``, ``stride()``) and hands them to the compiled kernel, which it looks up once per
+    kind of arguments (dtype, dims, contiguity). The first call of each kind goes through
+    Numba's own launch, which compiles the kernel. Launches go to torch's current stream.
+
+    In simulation, or if numba-cuda's internals differ from those this was written for, every
+    call takes Numba's own path (``kernel[...](to_numba(t), ...)``): same result, slower.
+    """
+
+    def __init__(self, kernel):
+        self.kernel = kernel
+        self._compiled = {}   # kind of arguments -> (cufunc kernel, converters) or None
+        self._configs = {}    # (grid, block, shared) -> LaunchConfig
+        self._fast = not SIMULATE
+
+    @staticmethod
+    def _kind(args):
+        return tuple((a.dtype, a.dim(), a.is_contiguous()) if isinstance(a, torch.Tensor) else type(a)
+                     for a in args)
+
+    def _slow(self, grid, block, shared, args):
+        conv = [to_numba(a) if isinstance(a, torch.Tensor) else a for a in args]
+        return self.kernel[grid, block, numba_stream(), shared](*conv)
+
+    def _compile_entry(self, args):
+        import ctypes
+
+        from numba.cuda import types as nt
+        from numba.cuda.typing.typeof import Purpose, typeof
+
+        argtypes = tuple(typeof(to_numba(a) if isinstance(a, torch.Tensor) else a, Purpose.argument)
+                         for a in args)
+        compiled = self.kernel.overloads[argtypes]
+        if compiled.debug or getattr(compiled, "extensions", None):
+            return None
+        scalars = {nt.float32: ctypes.c_float, nt.float64: ctypes.c_double, nt.int32: ctypes.c_int32,
+                   nt.int64: ctypes.c_int64, nt.uint32: ctypes.c_uint32, nt.uint64: ctypes.c_uint64}
+        conv = []
+        for ty in argtypes:
+            if isinstance(ty, nt.Array):
+                conv.append(None)
+            elif ty in scalars:
+                conv.append(scalars[ty])
+            else:
+                return None  # a record, a tuple, ...: Numba's own path
+        return compiled._codelibrary.get_cufunc().kernel, conv
+
+    def __call__(self, grid, block, *args, shared: int = 0):
+        if not self._fast:
+            return self._slow(grid, block, shared, args)
+        kind = self._kind(args)
+        entry = self._compiled.get(kind, False)
+        if entry is False:  # first call of this kind: Numba's path compiles, then look it up
+            self._slow(grid, block, shared, args)
+            try:
+                self._compiled[kind] = self._compile_entry(args)
+            except Exception:
+                self._compiled[kind] = None
+            return None
+        if entry is None:
+            return self._slow(grid, block, shared, args)
+        from .backends import launches
+        if launches._ACTIVE:  # a recording wants to see this launch
+            with launches.launching("numba", getattr(self.kernel, "__name__", "kernel")):
+                return self._launch(entry, grid, block, shared, args)
+        return self._launch(entry, grid, block, shared, args)
+
+    def _launch(self, entry, grid, block, shared, args):
+        from numba.cuda.cudadrv.driver import _to_core_stream
+        from numba.cuda.dispatcher import LaunchConfig, launch
+
+        kernel, conv = entry
+        kargs = []
+        for a, c in zip(args, conv):
+            if c is None:
+                size = a.element_size()
+                kargs += (0, 0, a.numel(), size, a.data_ptr(), *a.shape, *(s * size for s in a.stride()))
+            else:
+                kargs.append(c(a))
+        key = (grid, block, shared)
+        config = self._configs.get(key)
+        if config is None:
+            g = grid if isinstance(grid, tuple) else (grid,)
+            b = block if isinstance(block, tuple) else (block,)
+            config = self._configs[key] = LaunchConfig(grid=g, block=b, shmem_size=shared)
+        handle = torch.cuda.current_stream().cuda_stream
+        launch(_to_core_stream(_external(handle)) if handle else _default_stream(), config, kernel, *kargs)
+
+
+_STREAMS = {}
+
+
+def _default_stream():
+    s = _STREAMS.get(0)
+    if s is None:
+        from numba.cuda.cudadrv.driver import _to_core_stream
+        s = _STREAMS[0] = _to_core_stream(0)
+    return s
+
+
+def _external(handle):
+    from numba import cuda
+    return cuda.external_stream(handle)

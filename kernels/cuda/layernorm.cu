@@ -9,10 +9,14 @@
 //            layernorm_bwd_partials_kernel    dx per row and per-block dw/db partials ...
 //            column_sum_kernel                ... summed by a second kernel
 //   rmsnorm  rmsnorm_kernel, rmsnorm_bwd_partials_kernel
+//   v5       layernorm_vec_kernel<T, VEC, ITEMS, ROWS, RMS>  the reference, forward of LayerNorm
+//            and RMSNorm, float32 or bfloat16: 16-byte vectors, the row in registers, a warp
+//            per row for short rows; layernorm_bwd_vec_kernel + column_sum_vec_kernel, the backward
 //
 // Never E[x^2] - E[x]^2: with x = 1000 + randn, E[x^2] is about 1e6 and float32 keeps it to
 // about 0.06, the size of the variance itself. Subtract the mean first, then square.
 #include "reduce.h"  // warp_sum, block_sum: every thread gets the result
+#include <cuda_bf16.h>
 
 // ---------------------------------------------------------------------------------------
 // v1: a block per row; pass 1 the mean, pass 2 the variance, pass 3 normalizes (the later
@@ -228,4 +232,205 @@ __global__ void rmsnorm_bwd_partials_kernel(const float* __restrict__ dy_ptr, co
             pdw[c] += dy[c] * xhat;
         }
     }
+}
+
+// ---------------------------------------------------------------------------------------
+// v5: the reference, at the memory roofline. Three things v3 and v2 do not do:
+//   * 16-byte loads and stores (VEC = 4 floats or 8 bfloat16 a vector): a quarter of the
+//     memory instructions, and more bytes in flight per thread;
+//   * the row stays in registers, as float, whatever T is: x is read from memory once;
+//   * short rows: a warp per row and ROWS rows a block (ROWS > 1, group = 32 threads), so a
+//     block moves enough bytes; long rows: the whole block on one row (ROWS = 1).
+// T is float or __nv_bfloat16 (statistics and arithmetic in float, y rounded once). RMS:
+// RMSNorm (no mean, no b). VEC = 1 serves rows whose length or address is not a multiple
+// of 16 bytes.
+template <class T> __device__ __forceinline__ float to_float(T v) { return float(v); }
+template <> __device__ __forceinline__ float to_float<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
+template <class T> __device__ __forceinline__ T from_float(float v) { return T(v); }
+template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16(v); }
+
+// VEC values of T at p (16 bytes when sizeof(T) * VEC == 16), as floats. STREAM: read once,
+// do not keep it in the caches (__ldcs: x, dy).
+template <class T, int VEC, bool STREAM>
+__device__ __forceinline__ void load_vec(const T* p, float* out) {
+    if constexpr (sizeof(T) * VEC == 16) {
+        float4 raw = STREAM ? __ldcs(reinterpret_cast<const float4*>(p)) : *reinterpret_cast<const float4*>(p);
+        const T* t = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+        for (int i = 0; i < VEC; i++) out[i] = to_float(t[i]);
+    } else {
+#pragma unroll
+        for (int i = 0; i < VEC; i++) out[i] = to_float(p[i]);
+    }
+}
+
+template <class T, int VEC>
+__device__ __forceinline__ void store_vec(T* p, const float* in) {
+    if constexpr (sizeof(T) * VEC == 16) {
+        float4 raw;
+        T* t = reinterpret_cast<T*>(&raw);
+#pragma unroll
+        for (int i = 0; i < VEC; i++) t[i] = from_float<T>(in[i]);
+        __stcs(reinterpret_cast<float4*>(p), raw);
+    } else {
+#pragma unroll
+        for (int i = 0; i < VEC; i++) p[i] = from_float<T>(in[i]);
+    }
+}
+
+// The sum over the threads of one row: a warp (ROWS > 1) or the whole block (ROWS == 1).
+template <int ROWS>
+__device__ __forceinline__ float row_sum(float v, float* scratch) {
+    if constexpr (ROWS > 1) return warp_sum(v);
+    else return block_sum(v, scratch);
+}
+
+template <class T, int VEC, int ITEMS, int ROWS, bool RMS>
+__global__ void layernorm_vec_kernel(const T* __restrict__ x_ptr, const T* __restrict__ w_ptr,
+                                     const T* __restrict__ b_ptr, T* __restrict__ y_ptr,
+                                     float* __restrict__ mean_ptr, float* __restrict__ rstd_ptr,
+                                     int rows, int cols, float eps) {
+    __shared__ float scratch[32];
+    const int group = blockDim.x / ROWS;  // threads of one row: 32 when ROWS > 1
+    const int t = threadIdx.x % group;
+    const long long row = (long long)blockIdx.x * ROWS + threadIdx.x / group;
+    if (ROWS > 1 && row >= rows) return;  // a whole warp leaves: its shuffles stay full
+    const T* x = x_ptr + row * cols;
+    float v[ITEMS][VEC];
+    float s = 0.0f;
+#pragma unroll
+    for (int k = 0; k < ITEMS; k++) {
+        int c = (t + k * group) * VEC;
+        if (c < cols) {
+            load_vec<T, VEC, true>(x + c, v[k]);
+        } else {
+#pragma unroll
+            for (int i = 0; i < VEC; i++) v[k][i] = 0.0f;
+        }
+#pragma unroll
+        for (int i = 0; i < VEC; i++) s += RMS ? v[k][i] * v[k][i] : v[k][i];
+    }
+    float mean = 0.0f, rstd;
+    if constexpr (RMS) {
+        rstd = rsqrtf(row_sum<ROWS>(s, scratch) / cols + eps);
+    } else {
+        mean = row_sum<ROWS>(s, scratch) / cols;
+        float q = 0.0f;
+#pragma unroll
+        for (int k = 0; k < ITEMS; k++) {
+            if ((t + k * group) * VEC < cols) {
+#pragma unroll
+                for (int i = 0; i < VEC; i++) {
+                    float d = v[k][i] - mean;
+                    q += d * d;
+                }
+            }
+        }
+        rstd = rsqrtf(row_sum<ROWS>(q, scratch) / cols + eps);
+    }
+    T* y = y_ptr + row * cols;
+#pragma unroll
+    for (int k = 0; k < ITEMS; k++) {
+        int c = (t + k * group) * VEC;
+        if (c < cols) {
+            float wv[VEC], bv[VEC], out[VEC];
+            load_vec<T, VEC, false>(w_ptr + c, wv);
+            if constexpr (!RMS) load_vec<T, VEC, false>(b_ptr + c, bv);
+#pragma unroll
+            for (int i = 0; i < VEC; i++) out[i] = RMS ? v[k][i] * rstd * wv[i] : (v[k][i] - mean) * rstd * wv[i] + bv[i];
+            store_vec<T, VEC>(y + c, out);
+        }
+    }
+    if (t == 0) {
+        if constexpr (!RMS) mean_ptr[row] = mean;
+        rstd_ptr[row] = rstd;
+    }
+}
+
+// Backward v5: a persistent grid, each block takes rows blockIdx.x, + gridDim.x, ...; its
+// threads keep the same columns for every row, so their shares of dw and db stay in
+// registers until the end (one row of partials per block, summed by column_sum_vec_kernel).
+// x and dy of a row are read once (16-byte loads) and kept in registers for dx.
+template <class T, int VEC, int ITEMS, bool RMS>
+__global__ void layernorm_bwd_vec_kernel(const T* __restrict__ dy_ptr, const T* __restrict__ x_ptr,
+                                         const T* __restrict__ w_ptr, const float* __restrict__ mean_ptr,
+                                         const float* __restrict__ rstd_ptr, T* __restrict__ dx_ptr,
+                                         float* __restrict__ pdw_ptr, float* __restrict__ pdb_ptr, int rows,
+                                         int cols) {
+    __shared__ float scratch[32];
+    float wv[ITEMS][VEC], adw[ITEMS][VEC], adb[ITEMS][VEC];
+#pragma unroll
+    for (int k = 0; k < ITEMS; k++) {
+        int c = (threadIdx.x + k * blockDim.x) * VEC;
+#pragma unroll
+        for (int i = 0; i < VEC; i++) adw[k][i] = adb[k][i] = wv[k][i] = 0.0f;
+        if (c < cols) load_vec<T, VEC, false>(w_ptr + c, wv[k]);
+    }
+    for (long long row = blockIdx.x; row < rows; row += gridDim.x) {
+        const long long off = row * cols;
+        const float mean = RMS ? 0.0f : mean_ptr[row];
+        const float rstd = rstd_ptr[row];
+        float xh[ITEMS][VEC], g[ITEMS][VEC], dyv[ITEMS][VEC];
+        float s1 = 0.0f, s2 = 0.0f;
+#pragma unroll
+        for (int k = 0; k < ITEMS; k++) {
+            int c = (threadIdx.x + k * blockDim.x) * VEC;
+            if (c < cols) {
+                load_vec<T, VEC, true>(x_ptr + off + c, xh[k]);
+                load_vec<T, VEC, true>(dy_ptr + off + c, dyv[k]);
+            } else {  // past the row: xhat = 0 and dy = 0, nothing adds
+#pragma unroll
+                for (int i = 0; i < VEC; i++) {
+                    xh[k][i] = mean;
+                    dyv[k][i] = 0.0f;
+                }
+            }
+#pragma unroll
+            for (int i = 0; i < VEC; i++) {
+                xh[k][i] = (xh[k][i] - mean) * rstd;
+                g[k][i] = dyv[k][i] * wv[k][i];
+                s1 += g[k][i] * xh[k][i];
+                s2 += g[k][i];
+            }
+        }
+        const float c1 = block_sum(s1, scratch) / cols;
+        const float c2 = RMS ? 0.0f : block_sum(s2, scratch) / cols;
+#pragma unroll
+        for (int k = 0; k < ITEMS; k++) {
+            int c = (threadIdx.x + k * blockDim.x) * VEC;
+            if (c < cols) {
+                float dx[VEC];
+#pragma unroll
+                for (int i = 0; i < VEC; i++) {
+                    dx[i] = (g[k][i] - xh[k][i] * c1 - c2) * rstd;
+                    adw[k][i] += dyv[k][i] * xh[k][i];
+                    adb[k][i] += dyv[k][i];
+                }
+                store_vec<T, VEC>(dx_ptr + off + c, dx);
+            }
+        }
+    }
+    float* pdw = pdw_ptr + (long long)blockIdx.x * cols;
+    float* pdb = pdb_ptr + (long long)blockIdx.x * cols;
+#pragma unroll
+    for (int k = 0; k < ITEMS; k++) {
+        int c = (threadIdx.x + k * blockDim.x) * VEC;
+        if (c < cols) {
+#pragma unroll
+            for (int i = 0; i < VEC; i++) {
+                pdw[c + i] = adw[k][i];
+                if constexpr (!RMS) pdb[c + i] = adb[k][i];
+            }
+        }
+    }
+}
+
+// Stage 2 of v5's backward: out[c] = sum over parts of p[part, c], rounded once to T.
+template <class T>
+__global__ void column_sum_vec_kernel(const float* __restrict__ p_ptr, T* __restrict__ out_ptr, int parts, int cols) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= cols) return;
+    float s = 0.0f;
+    for (int p = 0; p < parts; p++) s += p_ptr[(long long)p * cols + c];
+    out_ptr[c] = from_float<T>(s);
 }

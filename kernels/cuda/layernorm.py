@@ -5,12 +5,19 @@ Forward (``VERSIONS``; ``f(x, w, b, eps=1e-5, stats=False)`` -> y, or (y, mean, 
     v1  layernorm_block   a block per row, three passes over the row from memory
     v2  layernorm_warp    a warp per row (short rows), reductions by shuffles only
     v3  layernorm_reg     a block per row held in registers: x read once
-    v4  layernorm         the reference: v2 up to 256 columns, v3 up to 16384, v1 beyond
+    v4  layernorm_v4      v2 up to 256 columns, v3 up to 16384, v1 beyond
+    v5  layernorm         the reference, float32 or bfloat16: 16-byte vector loads and stores,
+                          the row in registers, a warp per row (WARP_ROWS rows a block) for
+                          rows of up to 256 vectors, a block per row beyond (up to 8192
+                          vectors: 32768 floats); v1 for longer rows
 
-Backward (``BACKWARD_VERSIONS``; ``f(dy, x, w, mean, rstd)`` -> (dx, dw, db)): atomics, or
-per-block partials plus a column-sum kernel. RMSNorm: ``rmsnorm``, ``rmsnorm_backward``.
+Backward (``BACKWARD_VERSIONS``; ``f(dy, x, w, mean, rstd)`` -> (dx, dw, db)): atomics,
+per-block partials plus a column-sum kernel, or (``vec``, the reference, float32 or bfloat16)
+the same with 16-byte vectors, x and dy read once and each thread's dw/db shares in registers.
+RMSNorm: ``rmsnorm``, ``rmsnorm_backward`` (v5's kernels with RMS = true).
 
-The CUDA C++ and Numba kernels take float32 only, Triton's bfloat16 and float64 too. The input
+v5 and the vec backward take float32 and bfloat16 (statistics in float32), the older CUDA C++
+versions and Numba's float32 only, Triton's float64 too. The input
 rules (``check_norm_inputs``, ``check_norm_backward_inputs``) serve all three languages. ``b``
 may be None: no bias, as in ``torch.nn.functional.layer_norm``.
 """
@@ -176,8 +183,8 @@ def layernorm_reg(x, w, b, eps=EPS, stats=False):
     return _forward(x, w, b, eps, stats, "layernorm_reg", launch)
 
 
-def layernorm(x, w, b, eps=EPS, stats=False):
-    """The reference: a warp per row up to 256 columns, the row in registers up to 16384, v1 beyond."""
+def layernorm_v4(x, w, b, eps=EPS, stats=False):
+    """v4: a warp per row up to 256 columns, the row in registers up to 16384, v1 beyond."""
     cols = x.shape[-1] if isinstance(x, torch.Tensor) and x.dim() else 0
     if cols <= WARP_MAX_COLS:
         return layernorm_warp(x, w, b, eps, stats)
@@ -222,10 +229,9 @@ def layernorm_backward_partials(dy, x, w, mean, rstd):
     return dx.reshape(shape), dw, db
 
 
-layernorm_backward = layernorm_backward_partials
 
-
-def rmsnorm(x, w, eps=EPS, stats=False):
+def rmsnorm_block(x, w, eps=EPS, stats=False):
+    """RMSNorm, float32, a block per row (any row length)."""
     x, w, _, shape = _inputs(x, w, None, "rmsnorm")
     rows, cols = x.shape
     y = torch.empty_like(x)
@@ -236,7 +242,8 @@ def rmsnorm(x, w, eps=EPS, stats=False):
     return (y, rstd) if stats else y
 
 
-def rmsnorm_backward(dy, x, w, rstd):
+def rmsnorm_backward_partials(dy, x, w, rstd):
+    """RMSNorm's backward, float32: per-block partials (any row length)."""
     dy, x, w, (rstd,), shape = check_norm_backward_inputs(dy, x, w, ((rstd, "rstd"),), op="rmsnorm_backward")
     rows, cols = x.shape
     dx = torch.empty_like(x)
@@ -250,16 +257,204 @@ def rmsnorm_backward(dy, x, w, rstd):
     return dx.reshape(shape), dw
 
 
+# ---------------------------------------------------------------------------------------
+# v5: 16-byte vectors, the row in registers, a warp per row for short rows.
+#: dtypes of v5 and of the vec backward (statistics in float32)
+VEC_DTYPES = (torch.float32, torch.bfloat16)
+_CTYPE = {torch.float32: "float", torch.bfloat16: "__nv_bfloat16"}
+#: Rows a block of v5's warp-per-row form (measured on an H100: benchmarks/layernorm_tune.py).
+WARP_ROWS = 4
+#: At most this many 16-byte vectors a thread keeps in registers (forward; the backward keeps
+#: x, dy, w and its dw/db shares: 4).
+VEC_ITEMS_MAX = 8
+BWD_ITEMS_MAX = 4
+#: Persistent blocks of the vec backward per SM.
+BWD_BLOCKS_PER_SM = 2
+
+
+def _pow2_at_least(n: int) -> int:
+    p = 1
+    while p < n:
+        p *= 2
+    return p
+
+
+@functools.lru_cache(maxsize=512)
+def vec_config(cols: int, itemsize: int, aligned: bool):
+    """(VEC, ITEMS, ROWS, threads) of v5 for rows of ``cols`` elements of ``itemsize`` bytes:
+    VEC elements a vector (16 bytes when every row starts 16-byte aligned), ITEMS vectors a
+    thread, ROWS rows a block (a warp each), or the whole block on one row (ROWS = 1); None
+    for rows longer than registers hold."""
+    vec = 16 // itemsize if aligned and cols % (16 // itemsize) == 0 else 1
+    nvec = cdiv(cols, vec)
+    # In simulation one ITEMS for every row length: each instantiation of the template is one
+    # more compilation for the emulator, and the lanes past the row are masked anyway.
+    if nvec <= 32 * VEC_ITEMS_MAX:
+        items = VEC_ITEMS_MAX if utils.SIMULATE else _pow2_at_least(cdiv(nvec, 32))
+        return vec, items, WARP_ROWS, 32 * WARP_ROWS
+    for items in ((8,) if utils.SIMULATE else (4, 8)):
+        threads = _pow2_at_least(cdiv(nvec, items))
+        if threads <= MAX_THREADS:
+            return vec, items, 1, max(threads, 64)
+    return None
+
+
+def vec_configs(cols: int, itemsize: int) -> list[tuple[int, int, int]]:
+    """Every (ITEMS, ROWS, threads) v5 can run aligned rows of ``cols`` elements with (tuning)."""
+    nvec = cdiv(cols, 16 // itemsize)
+    if nvec <= 32 * VEC_ITEMS_MAX:
+        items = _pow2_at_least(cdiv(nvec, 32))
+        return [(items, rows, 32 * rows) for rows in (2, 4, 8)]
+    out = []
+    for items in (1, 2, 4, 8):
+        threads = _pow2_at_least(cdiv(nvec, items))
+        if 64 <= threads <= MAX_THREADS:
+            out.append((items, 1, threads))
+    return out
+
+
+def _aligned(*tensors) -> bool:
+    return all(t.data_ptr() % 16 == 0 for t in tensors if t is not None)
+
+
+def _vec_forward(x, w, b, eps, stats, op, rms, config=None):
+    x, w, b, shape = check_norm_inputs(x, w, b, op=op, dtypes=VEC_DTYPES, bias=not rms)
+    rows, cols = x.shape
+    y = torch.empty_like(x)
+    rstd = row_stats(x)
+    mean = rstd if rms else row_stats(x)  # RMSNorm writes no mean
+    if rows and cols:
+        if config is not None:
+            vec, (items, nrows, threads) = 16 // x.element_size(), config
+        else:
+            cfg = vec_config(cols, x.element_size(), _aligned(x, w, b, y))
+            if cfg is None:
+                return _long_rows(x, w, b, eps, stats, shape, rms)
+            vec, items, nrows, threads = cfg
+        name = f"layernorm_vec_kernel<{_CTYPE[x.dtype]}, {vec}, {items}, {nrows}, {'true' if rms else 'false'}>"
+        kernel(name)[cdiv(rows, nrows), threads](x, w, w if rms else b, y, mean, rstd, rows, cols, float(eps))
+    y = y.reshape(shape)
+    if rms:
+        return (y, rstd) if stats else y
+    return (y, mean, rstd) if stats else y
+
+
+def _long_rows(x, w, b, eps, stats, shape, rms):
+    """Rows longer than v5 holds in registers: the float32 block-per-row kernels (bfloat16 through
+    a float32 copy)."""
+    xf, wf = x.float(), w.float()
+    if rms:
+        y, r = rmsnorm_block(xf, wf, eps, stats=True)
+        y = y.to(x.dtype).reshape(shape)
+        return (y, r) if stats else y
+    y, m, r = layernorm_block(xf, wf, b.float(), eps, stats=True)
+    y = y.to(x.dtype).reshape(shape)
+    return (y, m, r) if stats else y
+
+
+def layernorm(x, w, b, eps=EPS, stats=False, config=None):
+    """v5, the reference (float32 or bfloat16): 16-byte vectors, the row in registers, a warp per
+    row for short rows. ``config`` = (ITEMS, ROWS, threads) overrides the choice (for tuning)."""
+    return _vec_forward(x, w, b, eps, stats, "layernorm", False, config)
+
+
+layernorm_vec = layernorm
+
+
+def rmsnorm(x, w, eps=EPS, stats=False, config=None):
+    """RMSNorm (float32 or bfloat16): v5's kernel without the mean and b. Returns y, or (y, rstd)."""
+    return _vec_forward(x, w, None, eps, stats, "rmsnorm", True, config)
+
+
+@functools.lru_cache(maxsize=512)
+def bwd_vec_config(rows: int, cols: int, itemsize: int, aligned: bool):
+    """(VEC, ITEMS, threads, blocks) of the vec backward: 256 threads where ITEMS <= 4 allows it
+    (the fastest on an H100 at 4096 x 4096, float32 and bfloat16); None for longer rows."""
+    vec = 16 // itemsize if aligned and cols % (16 // itemsize) == 0 else 1
+    nvec = cdiv(cols, vec)
+    items = BWD_ITEMS_MAX if utils.SIMULATE else min(BWD_ITEMS_MAX, _pow2_at_least(cdiv(nvec, 256)))
+    threads = max(32, _pow2_at_least(cdiv(nvec, items)))
+    if threads > MAX_THREADS:
+        return None
+    return vec, items, threads, max(1, min(rows, BWD_BLOCKS_PER_SM * sm_count()))
+
+
+def bwd_vec_configs(rows: int, cols: int, itemsize: int) -> list[tuple[int, int, int]]:
+    """(ITEMS, threads, blocks) the vec backward can run aligned rows with (tuning)."""
+    nvec = cdiv(cols, 16 // itemsize)
+    out = []
+    for items in (1, 2, 4):
+        threads = _pow2_at_least(cdiv(nvec, items))
+        if 64 <= threads <= MAX_THREADS:
+            out += [(items, threads, per_sm * sm_count()) for per_sm in (1, 2, 4)]
+    return out
+
+
+def _vec_backward(dy, x, w, mean, rstd, op, rms, config=None):
+    stats = ((rstd, "rstd"),) if rms else ((mean, "mean"), (rstd, "rstd"))
+    dy, x, w, got, shape = check_norm_backward_inputs(dy, x, w, stats, op=op, dtypes=VEC_DTYPES)
+    rstd = got[-1]
+    mean = rstd if rms else got[0]
+    rows, cols = x.shape
+    dx = torch.empty_like(x)
+    if rows == 0 or cols == 0:
+        zero = torch.zeros(cols, dtype=w.dtype, device=x.device)
+        return (dx.reshape(shape), zero) if rms else (dx.reshape(shape), zero, zero.clone())
+    if config is not None:
+        vec, (items, threads, parts) = 16 // x.element_size(), config
+    else:
+        cfg = bwd_vec_config(rows, cols, x.element_size(), _aligned(dy, x, w, dx))
+        if cfg is None:  # rows too long: the float32 partials kernels (bfloat16 through float32)
+            out = (rmsnorm_backward_partials(dy.float(), x.float(), w.float(), rstd) if rms else
+                   layernorm_backward_partials(dy.float(), x.float(), w.float(), mean, rstd))
+            return (out[0].to(x.dtype).reshape(shape),) + tuple(t.to(w.dtype) for t in out[1:])
+        vec, items, threads, parts = cfg
+    parts = min(parts, rows)
+    pdw = torch.empty(parts, cols, dtype=torch.float32, device=x.device)
+    pdb = pdw if rms else torch.empty(parts, cols, dtype=torch.float32, device=x.device)
+    t = _CTYPE[x.dtype]
+    kernel(f"layernorm_bwd_vec_kernel<{t}, {vec}, {items}, {'true' if rms else 'false'}>")[parts, threads](
+        dy, x, w, mean, rstd, dx, pdw, pdb, rows, cols)
+    dw = torch.empty(cols, dtype=w.dtype, device=x.device)
+    colsum = kernel(f"column_sum_vec_kernel<{_CTYPE[w.dtype]}>")
+    colsum[cdiv(cols, 256), 256](pdw, dw, parts, cols)
+    if rms:
+        return dx.reshape(shape), dw
+    db = torch.empty(cols, dtype=w.dtype, device=x.device)
+    colsum[cdiv(cols, 256), 256](pdb, db, parts, cols)
+    return dx.reshape(shape), dw, db
+
+
+def layernorm_backward_vec(dy, x, w, mean, rstd, config=None):
+    """The reference backward (float32 or bfloat16): a persistent grid, x and dy read once with
+    16-byte loads, each thread's dw/db shares in registers; then a column sum of the partials.
+    dw and db come back in w's dtype."""
+    return _vec_backward(dy, x, w, mean, rstd, "layernorm_backward", False, config)
+
+
+def rmsnorm_backward(dy, x, w, rstd, config=None):
+    """RMSNorm's backward (float32 or bfloat16): the vec backward without the mean and db.
+    Returns (dx, dw)."""
+    return _vec_backward(dy, x, w, None, rstd, "rmsnorm_backward", True, config)
+
+
+layernorm_backward = layernorm_backward_vec
+
+
 VERSIONS = OrderedDict(
     v1=("a block per row, three passes over the row from memory", layernorm_block),
     v2=("a warp per row, reductions by shuffles only (short rows)", layernorm_warp),
     v3=("a block per row held in registers: x read once", layernorm_reg),
-    v4=("the reference: v2 up to 256 columns, v3 up to 16384, v1 beyond", layernorm),
+    v4=("v2 up to 256 columns, v3 up to 16384, v1 beyond", layernorm_v4),
+    v5=("the reference, float32 or bfloat16: 16-byte vectors, the row in registers, a warp per row "
+        "(several rows a block) for short rows", layernorm),
 )
-REFERENCE = "v4"
+REFERENCE = "v5"
 
 BACKWARD_VERSIONS = OrderedDict(
     atomic=("dx per row, dw/db by atomicAdd", layernorm_backward_atomic),
     partials=("fused: dx and per-block dw/db partials, then a column-sum kernel", layernorm_backward_partials),
+    vec=("the reference, float32 or bfloat16: partials with 16-byte vectors, x and dy read once, "
+         "dw/db shares in registers", layernorm_backward_vec),
 )
-BACKWARD_REFERENCE = "partials"
+BACKWARD_REFERENCE = "vec"

@@ -4,7 +4,10 @@ Forward (``VERSIONS``; ``f(x, w, b, eps=1e-5, stats=False)`` -> y, or (y, mean, 
 
     v1  layernorm_block   a block per row, three passes over the row from memory
     v2  layernorm_reg     a block per row held in registers (a local array): x read once
-    v3  layernorm         the reference: v2 up to 8192 columns, v1 beyond
+    v3  layernorm         the reference: a warp per row (8 rows a block) up to 1024 columns,
+                          v2 up to 16384, v1 beyond; launched by ``utils.NumbaLauncher``
+                          (tensors handed to the compiled kernel as pointer, shape and
+                          strides: no device-array wrapper, no argument typing per call)
 
 Backward (``BACKWARD_VERSIONS``; ``f(dy, x, w, mean, rstd)`` -> (dx, dw, db)):
 
@@ -22,17 +25,20 @@ import utils  # must come before numba: it picks the simulator or the GPU
 import utils.topics.layernorm as layernorm_spec
 from kernels._launch import cdiv
 from kernels.cuda.layernorm import check_norm_backward_inputs, check_norm_inputs, layernorm_ref, rmsnorm_ref, row_stats  # noqa: F401  (the shared input rules and references)
-from kernels.numba.reduction import block_sum_all
+from kernels.numba.reduction import block_sum_all, warp_sum_all
 
 from numba import cuda, float32
 
 EPS = layernorm_spec.EPS  # the epsilon of the topic (rstd = 1 / sqrt(var + EPS)), defined once
-ITEMS = 16
+ITEMS = 32
 MAX_THREADS = 1024
-#: 512 threads: at 1024, the local array's registers exceed what a block may have (a launch
-#: fails with CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES on an H100).
+#: 512 threads of 32 values (see layernorm_reg_kernel's register cap).
 REG_THREADS = 512
 REG_MAX_COLS = ITEMS * REG_THREADS
+#: v3's warp-per-row kernel: 32 values a lane, rows up to 1024 columns, WARP_ROWS rows a block.
+WARP_ITEMS = 32
+WARP_MAX_COLS = 32 * WARP_ITEMS
+WARP_ROWS = 2 if utils.SIMULATE else 8
 #: Threads per block of the row kernels (fewer in simulation: one Python thread each).
 ROW_THREADS = 64 if utils.SIMULATE else 256
 
@@ -62,7 +68,10 @@ def layernorm_block_kernel(x, w, b, y, mean_out, rstd_out, eps):
 
 
 # v2: each thread keeps its columns t, t + blockDim, ... in a local array (registers).
-@cuda.jit
+# 32 values a thread and up to 512 threads: capped at 128 registers a thread, so that 512
+# threads fit an SM's 65536 registers (uncapped, the launch fails with
+# CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES on an H100). The simulator takes no register cap.
+@cuda.jit(**({} if utils.SIMULATE else {"max_registers": 128}))
 def layernorm_reg_kernel(x, w, b, y, mean_out, rstd_out, eps):
     scratch = cuda.shared.array(32, float32)
     v = cuda.local.array(ITEMS, float32)
@@ -87,6 +96,38 @@ def layernorm_reg_kernel(x, w, b, y, mean_out, rstd_out, eps):
         if c < cols:
             y[row, c] = (v[k] - mean) * rstd * w[c] + b[c]
     if t == 0:
+        mean_out[row] = mean
+        rstd_out[row] = rstd
+
+
+# v3 for short rows: a warp per row, reductions by shuffles only (no shared memory, no
+# barrier); lane l keeps columns l, l + 32, ... of its row in a local array.
+@cuda.jit
+def layernorm_warp_kernel(x, w, b, y, mean_out, rstd_out, eps):
+    v = cuda.local.array(WARP_ITEMS, float32)
+    lane = cuda.threadIdx.x % 32
+    row = cuda.blockIdx.x * (cuda.blockDim.x // 32) + cuda.threadIdx.x // 32
+    if row >= x.shape[0]:
+        return  # a whole warp leaves together: the shuffles below stay full
+    cols = x.shape[1]
+    inv = float32(1.0) / float32(cols)
+    s = float32(0.0)
+    for k in range(WARP_ITEMS):
+        c = lane + 32 * k
+        v[k] = x[row, c] if c < cols else float32(0.0)
+        s += v[k]
+    mean = warp_sum_all(s) * inv
+    q = float32(0.0)
+    for k in range(WARP_ITEMS):
+        if lane + 32 * k < cols:
+            d = v[k] - mean
+            q += d * d
+    rstd = float32(1.0) / (warp_sum_all(q) * inv + eps) ** float32(0.5)
+    for k in range(WARP_ITEMS):
+        c = lane + 32 * k
+        if c < cols:
+            y[row, c] = (v[k] - mean) * rstd * w[c] + b[c]
+    if lane == 0:
         mean_out[row] = mean
         rstd_out[row] = rstd
 
@@ -221,20 +262,40 @@ def layernorm_block(x, w, b, eps=EPS, stats=False):
 
 
 def layernorm_reg(x, w, b, eps=EPS, stats=False):
-    """v2: the row in registers, at most 8192 columns."""
+    """v2: the row in registers, at most 16384 columns."""
     cols = x.shape[-1] if isinstance(x, torch.Tensor) and x.dim() else 0
     if cols > REG_MAX_COLS:
         raise ValueError(f"layernorm_reg holds a row in registers, at most {REG_MAX_COLS} columns; got {cols}")
-    threads = (lambda n: _warps(cdiv(n, ITEMS))) if not utils.SIMULATE else (lambda n: max(_warps(cdiv(n, ITEMS)), 32))
-    return _forward(layernorm_reg_kernel, threads, x, w, b, eps, stats, "layernorm_reg")
+    return _forward(layernorm_reg_kernel, _reg_threads, x, w, b, eps, stats, "layernorm_reg")
+
+
+_launch_warp = utils.NumbaLauncher(layernorm_warp_kernel)
+_launch_reg = utils.NumbaLauncher(layernorm_reg_kernel)
+_launch_block = utils.NumbaLauncher(layernorm_block_kernel)
+
+
+def _reg_threads(cols):
+    return _warps(cdiv(cols, ITEMS)) if not utils.SIMULATE else max(_warps(cdiv(cols, ITEMS)), 32)
 
 
 def layernorm(x, w, b, eps=EPS, stats=False):
-    """The reference: v2 while the row fits in registers, v1 beyond."""
-    cols = x.shape[-1] if isinstance(x, torch.Tensor) and x.dim() else 0
-    if cols > REG_MAX_COLS:
-        return layernorm_block(x, w, b, eps, stats)
-    return layernorm_reg(x, w, b, eps, stats)
+    """The reference: a warp per row up to 1024 columns, a block per row in registers up to
+    16384, three passes beyond; the launch through ``utils.NumbaLauncher``."""
+    x, w, b, shape = _inputs(x, w, b, "layernorm", bias=True)
+    rows, cols = x.shape
+    y = torch.empty_like(x)
+    mean = row_stats(x)
+    rstd = row_stats(x)
+    if rows and cols:
+        e = float32(eps)
+        if cols <= WARP_MAX_COLS:
+            _launch_warp(cdiv(rows, WARP_ROWS), 32 * WARP_ROWS, x, w, b, y, mean, rstd, e)
+        elif cols <= REG_MAX_COLS:
+            _launch_reg(rows, _reg_threads(cols), x, w, b, y, mean, rstd, e)
+        else:
+            _launch_block(rows, _row_threads(cols), x, w, b, y, mean, rstd, e)
+    y = y.reshape(shape)
+    return (y, mean, rstd) if stats else y
 
 
 def _parts(rows):
@@ -254,6 +315,12 @@ def layernorm_backward_atomic(dy, x, w, mean, rstd):
     return dx.reshape(shape), dw, db
 
 
+_launch_bwd = utils.NumbaLauncher(layernorm_bwd_partials_kernel)
+_launch_colsum = utils.NumbaLauncher(column_sum_kernel)
+_launch_rms = utils.NumbaLauncher(rmsnorm_kernel)
+_launch_rms_bwd = utils.NumbaLauncher(rmsnorm_bwd_partials_kernel)
+
+
 def layernorm_backward_partials(dy, x, w, mean, rstd):
     dy, x, w, (mean, rstd), shape = check_norm_backward_inputs(dy, x, w, ((mean, "mean"), (rstd, "rstd")),
                                                                op="layernorm_backward_partials")
@@ -266,11 +333,10 @@ def layernorm_backward_partials(dy, x, w, mean, rstd):
     parts = _parts(rows)
     pdw = torch.empty(parts, cols, dtype=torch.float32, device=x.device)
     pdb = torch.empty(parts, cols, dtype=torch.float32, device=x.device)
-    args = [utils.to_numba(t) for t in (dy, x, w, mean, rstd, dx, pdw, pdb)]
-    layernorm_bwd_partials_kernel[parts, _row_threads(cols)](*args)
+    _launch_bwd(parts, _row_threads(cols), dy, x, w, mean, rstd, dx, pdw, pdb)
     threads = 64 if utils.SIMULATE else 256
-    column_sum_kernel[cdiv(cols, threads), threads](utils.to_numba(pdw), utils.to_numba(dw))
-    column_sum_kernel[cdiv(cols, threads), threads](utils.to_numba(pdb), utils.to_numba(db))
+    _launch_colsum(cdiv(cols, threads), threads, pdw, dw)
+    _launch_colsum(cdiv(cols, threads), threads, pdb, db)
     return dx.reshape(shape), dw, db
 
 
@@ -283,7 +349,7 @@ def rmsnorm(x, w, eps=EPS, stats=False):
     y = torch.empty_like(x)
     rstd = row_stats(x)
     if rows and cols:
-        rmsnorm_kernel[rows, _row_threads(cols)](*(utils.to_numba(t) for t in (x, w, y, rstd)), float32(eps))
+        _launch_rms(rows, _row_threads(cols), x, w, y, rstd, float32(eps))
     y = y.reshape(shape)
     return (y, rstd) if stats else y
 
@@ -297,16 +363,17 @@ def rmsnorm_backward(dy, x, w, rstd):
         return dx.reshape(shape), dw
     parts = _parts(rows)
     pdw = torch.empty(parts, cols, dtype=torch.float32, device=x.device)
-    rmsnorm_bwd_partials_kernel[parts, _row_threads(cols)](*(utils.to_numba(t) for t in (dy, x, w, rstd, dx, pdw)))
+    _launch_rms_bwd(parts, _row_threads(cols), dy, x, w, rstd, dx, pdw)
     threads = 64 if utils.SIMULATE else 256
-    column_sum_kernel[cdiv(cols, threads), threads](utils.to_numba(pdw), utils.to_numba(dw))
+    _launch_colsum(cdiv(cols, threads), threads, pdw, dw)
     return dx.reshape(shape), dw
 
 
 VERSIONS = OrderedDict(
     v1=("a block per row, three passes over the row from memory", layernorm_block),
     v2=("a block per row held in registers (a local array): x read once", layernorm_reg),
-    v3=("the reference: v2 up to 8192 columns, v1 beyond", layernorm),
+    v3=("the reference: a warp per row up to 1024 columns, v2 up to 16384, v1 beyond; tensors passed "
+        "straight to the compiled kernel", layernorm),
 )
 REFERENCE = "v3"
 

@@ -7,14 +7,17 @@ or ``(y, mean, rstd)`` with ``stats=True``: the float32 statistics the backward 
                             the mean, one for the variance, one to normalize (x read 3 times)
     v2  layernorm_row       a program per row, the whole row in registers: x read once, the
                             variance two-pass over registers (the reference up to 32768 columns)
-    v3  layernorm           the reference: v2, and v1 for rows too long for registers
+    v3  layernorm           the reference: ROWS rows per program as one 2-D tile (short rows
+                            fill a program; v2's kernel where one row fills it), the row in
+                            registers up to 32768 columns, v1 beyond
 
 Backward (``BACKWARD_VERSIONS``; ``f(dy, x, w, mean, rstd)`` returns ``(dx, dw, db)``):
 
     atomic      a program per row: dx, then dw/db added with tl.atomic_add (one atomic per
                 column per row: simple, contended, order-dependent in the last bits)
-    partials    fused: a program per group of rows computes dx and keeps its dw/db partial
-                sums in registers; a second kernel sums the partials (deterministic)
+    partials    fused: a persistent program walks its rows ROWS at a time, computes dx and
+                keeps its dw/db partial sums in registers; a second kernel sums the
+                partials (deterministic)
 
 RMSNorm (``rmsnorm(x, w)`` -> y or (y, rstd); ``rmsnorm_backward(dy, x, w, rstd)`` -> (dx, dw)).
 
@@ -23,6 +26,7 @@ float64 (everything in float64: what gradcheck needs).
 """
 from __future__ import annotations
 
+import functools
 from collections import OrderedDict
 
 import torch
@@ -105,6 +109,33 @@ def layernorm_row_kernel(x_ptr, w_ptr, b_ptr, y_ptr, mean_ptr, rstd_ptr, cols, e
     tl.store(rstd_ptr + row, rstd)
 
 
+# ---------------------------------------------------------------------------------------
+# v3: ROWS rows per program, as one [ROWS, BLOCK] tile. A row of 512 floats is 2 KB: one
+# program per row leaves most lanes of a 4-warp program idle or moves too few bytes per
+# program; ROWS rows keep every lane busy with wide (16-byte) loads. The reductions run
+# along axis 1, one mean and one rstd per row.
+@triton.jit
+def layernorm_rows_kernel(x_ptr, w_ptr, b_ptr, y_ptr, mean_ptr, rstd_ptr, rows, cols, eps,
+                          ROWS: tl.constexpr, BLOCK: tl.constexpr, EVICT: tl.constexpr = ""):
+    r = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
+    c = tl.arange(0, BLOCK)
+    rmask = r < rows
+    cmask = c < cols
+    mask = rmask[:, None] & cmask[None, :]
+    offs = r[:, None] * cols + c[None, :]
+    # EVICT = "evict_first": x is read once, so it need not stay in L2 (a hint; tried on the H100)
+    x = tl.load(x_ptr + offs, mask=mask, other=0.0, eviction_policy=EVICT).to(mean_ptr.dtype.element_ty)
+    mean = tl.sum(x, axis=1) / cols
+    d = tl.where(mask, x - mean[:, None], 0.0)
+    rstd = 1.0 / tl.sqrt(tl.sum(d * d, axis=1) / cols + eps)
+    w = tl.load(w_ptr + c, mask=cmask, other=0.0).to(mean_ptr.dtype.element_ty)
+    b = tl.load(b_ptr + c, mask=cmask, other=0.0).to(mean_ptr.dtype.element_ty)
+    y = d * rstd[:, None] * w[None, :] + b[None, :]
+    tl.store(y_ptr + offs, y.to(y_ptr.dtype.element_ty), mask=mask)
+    tl.store(mean_ptr + r, mean, mask=rmask)
+    tl.store(rstd_ptr + r, rstd, mask=rmask)
+
+
 #: float64 runs too (the interpreter and the GPU), for gradcheck; its statistics are float64.
 DTYPES = (torch.float32, torch.bfloat16, torch.float64)
 
@@ -136,12 +167,46 @@ def layernorm_row(x, w, b, eps=EPS, stats=False):
                     "layernorm_row")
 
 
+#: Bytes of x one program of v3 holds (ROWS x BLOCK elements): a row of 512 floats is 2 KB,
+#: so 8 rows a program; one row of 4096 floats fills it. A warp per 2 KB, 4 to 16 warps.
+#: Picked from a sweep on an H100 (benchmarks/layernorm_tune.py).
+TILE_BYTES = 16384
+#: The eviction hint of v3's load of x ("" or "evict_first": x is read once).
+EVICT = ""
+
+
+@functools.lru_cache(maxsize=256)
+def rows_config(cols: int, itemsize: int, tile_bytes: int = TILE_BYTES) -> tuple[int, int, int]:
+    """(ROWS, BLOCK, num_warps) of v3 for rows of ``cols`` elements of ``itemsize`` bytes."""
+    block = triton.next_power_of_2(max(cols, 1))
+    if utils.SIMULATE:
+        return min(4, max(1, 1024 // block)), block, 1
+    rows = max(1, tile_bytes // (block * itemsize))
+    warps = max(4, min(16, rows * block * itemsize // 2048))
+    return rows, block, warps
+
+
 def layernorm(x, w, b, eps=EPS, stats=False):
-    """The reference: v2 while the row fits in registers, v1 beyond."""
+    """The reference: ROWS rows per program in registers (rows up to 32768 columns), v1 beyond."""
     cols = x.shape[-1] if isinstance(x, torch.Tensor) and x.dim() else 0
     if cols > ROW_MAX_COLS:
         return layernorm_chunked(x, w, b, eps, stats)
-    return layernorm_row(x, w, b, eps, stats)
+    x, w, b, shape = check_norm_inputs(x, w, b, op="layernorm", dtypes=DTYPES, bias=True)
+    rows = x.shape[0]
+    y = torch.empty_like(x)
+    mean = row_stats(x)
+    rstd = row_stats(x)
+    if rows and cols:
+        nrows, block, warps = rows_config(cols, x.element_size())
+        if nrows == 1:
+            # One row a program: v2's 1-D kernel. (On an H100 the [1, BLOCK] tile of the 2-D
+            # kernel ran bfloat16 rows of 16384 at 71% of copy, the 1-D one at 93%.)
+            layernorm_row_kernel[(rows,)](x, w, b, y, mean, rstd, cols, eps, BLOCK=block, num_warps=warps)
+        else:
+            layernorm_rows_kernel[(triton.cdiv(rows, nrows),)](x, w, b, y, mean, rstd, rows, cols, eps,
+                                                               ROWS=nrows, BLOCK=block, EVICT=EVICT, num_warps=warps)
+    y = y.reshape(shape)
+    return (y, mean, rstd) if stats else y
 
 
 # ---------------------------------------------------------------------------------------
@@ -178,21 +243,35 @@ def layernorm_bwd_atomic_kernel(dy_ptr, x_ptr, w_ptr, mean_ptr, rstd_ptr, dx_ptr
 
 @triton.jit
 def layernorm_bwd_partials_kernel(dy_ptr, x_ptr, w_ptr, mean_ptr, rstd_ptr, dx_ptr, pdw_ptr, pdb_ptr,
-                                  rows, cols, BLOCK: tl.constexpr):
-    # a persistent program: rows pid, pid + P, ... ; its share of dw/db stays in registers
+                                  rows, cols, ROWS: tl.constexpr, BLOCK: tl.constexpr):
+    # a persistent program: row groups pid, pid + P, ... of ROWS rows each, as one
+    # [ROWS, BLOCK] tile; its share of dw/db stays in registers until the end
     pid = tl.program_id(0)
-    offs = tl.arange(0, BLOCK)
-    mask = offs < cols
-    w = tl.load(w_ptr + offs, mask=mask, other=0.0).to(pdw_ptr.dtype.element_ty)
-    acc_dw = tl.zeros([BLOCK], dtype=pdw_ptr.dtype.element_ty)
-    acc_db = tl.zeros([BLOCK], dtype=pdw_ptr.dtype.element_ty)
-    for r in range(pid, rows, tl.num_programs(0)):
-        row = tl.cast(r, tl.int64)
-        pdw, pdb = _row_dx(dy_ptr, x_ptr, w, mean_ptr, rstd_ptr, dx_ptr, row, cols, offs, mask)
-        acc_dw += pdw
-        acc_db += pdb
-    tl.store(pdw_ptr + pid * cols + offs, acc_dw, mask=mask)
-    tl.store(pdb_ptr + pid * cols + offs, acc_db, mask=mask)
+    c = tl.arange(0, BLOCK)
+    cmask = c < cols
+    st = pdw_ptr.dtype.element_ty
+    w = tl.load(w_ptr + c, mask=cmask, other=0.0).to(st)
+    acc_dw = tl.zeros([BLOCK], dtype=st)
+    acc_db = tl.zeros([BLOCK], dtype=st)
+    for g in range(pid, tl.cdiv(rows, ROWS), tl.num_programs(0)):
+        r = tl.cast(g, tl.int64) * ROWS + tl.arange(0, ROWS)
+        rmask = r < rows
+        mask = rmask[:, None] & cmask[None, :]
+        offs = r[:, None] * cols + c[None, :]
+        dy = tl.load(dy_ptr + offs, mask=mask, other=0.0).to(st)
+        x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(st)
+        mean = tl.load(mean_ptr + r, mask=rmask, other=0.0)
+        rstd = tl.load(rstd_ptr + r, mask=rmask, other=0.0)
+        xhat = tl.where(mask, (x - mean[:, None]) * rstd[:, None], 0.0)
+        g_ = dy * w[None, :]
+        c1 = tl.sum(g_ * xhat, axis=1) / cols
+        c2 = tl.sum(g_, axis=1) / cols
+        dx = (g_ - xhat * c1[:, None] - c2[:, None]) * rstd[:, None]
+        tl.store(dx_ptr + offs, dx.to(dx_ptr.dtype.element_ty), mask=mask)
+        acc_dw += tl.sum(dy * xhat, axis=0)
+        acc_db += tl.sum(dy, axis=0)
+    tl.store(pdw_ptr + pid * cols + c, acc_dw, mask=cmask)
+    tl.store(pdb_ptr + pid * cols + c, acc_db, mask=cmask)
 
 
 @triton.jit
@@ -233,6 +312,25 @@ def layernorm_backward_atomic(dy, x, w, mean, rstd):
     return dx.reshape(shape), dw.to(w.dtype), db.to(w.dtype)
 
 
+#: Persistent programs of the backward per SM (each writes a row of partial sums: more
+#: programs overlap better, but the partials are extra traffic), and the bytes of x and dy
+#: one step of a program holds.
+BWD_PROGRAMS_PER_SM = 1
+BWD_TILE_BYTES = 16384
+
+
+@functools.lru_cache(maxsize=256)
+def bwd_config(rows: int, cols: int, itemsize: int) -> tuple[int, int, int, int]:
+    """(ROWS, BLOCK, num_warps, programs) of the backward kernels."""
+    block = triton.next_power_of_2(max(cols, 1))
+    if utils.SIMULATE:
+        return min(4, max(1, 1024 // block)), block, 1, max(1, min(triton.cdiv(rows, 4), 8))
+    nrows = max(1, BWD_TILE_BYTES // (block * itemsize))
+    warps = max(2, min(16, nrows * block * itemsize // 1024))
+    parts = max(1, min(triton.cdiv(rows, nrows), BWD_PROGRAMS_PER_SM * sm_count()))
+    return nrows, block, warps, parts
+
+
 def layernorm_backward_partials(dy, x, w, mean, rstd):
     """Fused dx + per-program dw/db partials, then a second kernel over the partials."""
     dy, x, w, mean, rstd, shape = _backward_inputs(dy, x, w, mean, rstd, "layernorm_backward_partials")
@@ -245,12 +343,11 @@ def layernorm_backward_partials(dy, x, w, mean, rstd):
         return dx.reshape(shape), dw, db
     if rows == 0:
         return dx.reshape(shape), dw.zero_(), db.zero_()
-    block = triton.next_power_of_2(cols)
-    parts = min(rows, (2 if utils.SIMULATE else 4) * sm_count())
+    nrows, block, warps, parts = bwd_config(rows, cols, x.element_size())
     pdw = torch.empty(parts, cols, dtype=stats_dtype(x), device=x.device)
     pdb = torch.empty(parts, cols, dtype=stats_dtype(x), device=x.device)
-    layernorm_bwd_partials_kernel[(parts,)](dy, x, w, mean, rstd, dx, pdw, pdb, rows, cols, BLOCK=block,
-                                            num_warps=num_warps_for(block))
+    layernorm_bwd_partials_kernel[(parts,)](dy, x, w, mean, rstd, dx, pdw, pdb, rows, cols, ROWS=nrows,
+                                            BLOCK=block, num_warps=warps)
     bc = 64 if utils.SIMULATE else 128
     grid = (triton.cdiv(cols, bc),)
     column_sum_kernel[grid](pdw, dw, parts, cols, BLOCK_P=32, BLOCK_C=bc)
@@ -265,35 +362,45 @@ layernorm_backward = layernorm_backward_partials
 # RMSNorm: LayerNorm without the mean (and without b). One reduction instead of two, and no
 # centering: LLMs (LLaMA, Mistral, ...) use it because it is cheaper and trains as well.
 @triton.jit
-def rmsnorm_kernel(x_ptr, w_ptr, y_ptr, rstd_ptr, cols, eps, BLOCK: tl.constexpr):
-    row = tl.program_id(0).to(tl.int64)
-    offs = tl.arange(0, BLOCK)
-    mask = offs < cols
-    x = tl.load(x_ptr + row * cols + offs, mask=mask, other=0.0).to(rstd_ptr.dtype.element_ty)
-    rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) / cols + eps)
-    w = tl.load(w_ptr + offs, mask=mask, other=0.0).to(rstd_ptr.dtype.element_ty)
-    tl.store(y_ptr + row * cols + offs, (x * rstd * w).to(y_ptr.dtype.element_ty), mask=mask)
-    tl.store(rstd_ptr + row, rstd)
+def rmsnorm_kernel(x_ptr, w_ptr, y_ptr, rstd_ptr, rows, cols, eps, ROWS: tl.constexpr, BLOCK: tl.constexpr,
+                   EVICT: tl.constexpr = ""):
+    # ROWS rows per program, as LayerNorm's v3
+    r = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
+    c = tl.arange(0, BLOCK)
+    rmask = r < rows
+    cmask = c < cols
+    mask = rmask[:, None] & cmask[None, :]
+    offs = r[:, None] * cols + c[None, :]
+    x = tl.load(x_ptr + offs, mask=mask, other=0.0, eviction_policy=EVICT).to(rstd_ptr.dtype.element_ty)
+    rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=1) / cols + eps)
+    w = tl.load(w_ptr + c, mask=cmask, other=0.0).to(rstd_ptr.dtype.element_ty)
+    tl.store(y_ptr + offs, (x * rstd[:, None] * w[None, :]).to(y_ptr.dtype.element_ty), mask=mask)
+    tl.store(rstd_ptr + r, rstd, mask=rmask)
 
 
 @triton.jit
-def rmsnorm_bwd_kernel(dy_ptr, x_ptr, w_ptr, rstd_ptr, dx_ptr, pdw_ptr, rows, cols, BLOCK: tl.constexpr):
+def rmsnorm_bwd_kernel(dy_ptr, x_ptr, w_ptr, rstd_ptr, dx_ptr, pdw_ptr, rows, cols, ROWS: tl.constexpr,
+                       BLOCK: tl.constexpr):
     pid = tl.program_id(0)
-    offs = tl.arange(0, BLOCK)
-    mask = offs < cols
-    w = tl.load(w_ptr + offs, mask=mask, other=0.0).to(rstd_ptr.dtype.element_ty)
-    acc = tl.zeros([BLOCK], dtype=rstd_ptr.dtype.element_ty)
-    for r in range(pid, rows, tl.num_programs(0)):
-        row = tl.cast(r, tl.int64)
-        dy = tl.load(dy_ptr + row * cols + offs, mask=mask, other=0.0).to(rstd_ptr.dtype.element_ty)
-        x = tl.load(x_ptr + row * cols + offs, mask=mask, other=0.0).to(rstd_ptr.dtype.element_ty)
-        rstd = tl.load(rstd_ptr + row)
-        xhat = x * rstd
-        g = dy * w
-        c1 = tl.sum(g * xhat, axis=0) / cols
-        tl.store(dx_ptr + row * cols + offs, ((g - xhat * c1) * rstd).to(dx_ptr.dtype.element_ty), mask=mask)
-        acc += dy * xhat
-    tl.store(pdw_ptr + pid * cols + offs, acc, mask=mask)
+    c = tl.arange(0, BLOCK)
+    cmask = c < cols
+    st = rstd_ptr.dtype.element_ty
+    w = tl.load(w_ptr + c, mask=cmask, other=0.0).to(st)
+    acc = tl.zeros([BLOCK], dtype=st)
+    for g in range(pid, tl.cdiv(rows, ROWS), tl.num_programs(0)):
+        r = tl.cast(g, tl.int64) * ROWS + tl.arange(0, ROWS)
+        rmask = r < rows
+        mask = rmask[:, None] & cmask[None, :]
+        offs = r[:, None] * cols + c[None, :]
+        dy = tl.load(dy_ptr + offs, mask=mask, other=0.0).to(st)
+        x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(st)
+        rstd = tl.load(rstd_ptr + r, mask=rmask, other=0.0)
+        xhat = x * rstd[:, None]
+        g_ = dy * w[None, :]
+        c1 = tl.sum(g_ * xhat, axis=1) / cols
+        tl.store(dx_ptr + offs, ((g_ - xhat * c1[:, None]) * rstd[:, None]).to(dx_ptr.dtype.element_ty), mask=mask)
+        acc += tl.sum(dy * xhat, axis=0)
+    tl.store(pdw_ptr + pid * cols + c, acc, mask=cmask)
 
 
 def rmsnorm(x, w, eps=EPS, stats=False):
@@ -303,8 +410,9 @@ def rmsnorm(x, w, eps=EPS, stats=False):
     y = torch.empty_like(x)
     rstd = row_stats(x)
     if rows and cols:
-        block = triton.next_power_of_2(cols)
-        rmsnorm_kernel[(rows,)](x, w, y, rstd, cols, eps, BLOCK=block, num_warps=num_warps_for(block))
+        nrows, block, warps = rows_config(cols, x.element_size())
+        rmsnorm_kernel[(triton.cdiv(rows, nrows),)](x, w, y, rstd, rows, cols, eps, ROWS=nrows, BLOCK=block,
+                                                     EVICT=EVICT, num_warps=warps)
     y = y.reshape(shape)
     return (y, rstd) if stats else y
 
@@ -317,10 +425,9 @@ def rmsnorm_backward(dy, x, w, rstd):
     dw = torch.zeros(cols, dtype=w.dtype, device=x.device)
     if rows == 0 or cols == 0:
         return dx.reshape(shape), dw
-    block = triton.next_power_of_2(cols)
-    parts = min(rows, (2 if utils.SIMULATE else 4) * sm_count())
+    nrows, block, warps, parts = bwd_config(rows, cols, x.element_size())
     pdw = torch.empty(parts, cols, dtype=stats_dtype(x), device=x.device)
-    rmsnorm_bwd_kernel[(parts,)](dy, x, w, rstd, dx, pdw, rows, cols, BLOCK=block, num_warps=num_warps_for(block))
+    rmsnorm_bwd_kernel[(parts,)](dy, x, w, rstd, dx, pdw, rows, cols, ROWS=nrows, BLOCK=block, num_warps=warps)
     bc = 64 if utils.SIMULATE else 128
     column_sum_kernel[(triton.cdiv(cols, bc),)](pdw, dw, parts, cols, BLOCK_P=32, BLOCK_C=bc)
     return dx.reshape(shape), dw
@@ -329,7 +436,8 @@ def rmsnorm_backward(dy, x, w, rstd):
 VERSIONS = OrderedDict(
     v1=("a program per row, three passes over the row in chunks (x read 3 times)", layernorm_chunked),
     v2=("a program per row, the row in registers: x read once, two-pass variance on chip", layernorm_row),
-    v3=("the reference: v2, v1 for rows longer than 32768", layernorm),
+    v3=("the reference: ROWS rows per program (a 2-D tile) in registers, v1 for rows longer than 32768",
+        layernorm),
 )
 REFERENCE = "v3"
 

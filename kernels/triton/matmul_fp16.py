@@ -2,17 +2,22 @@
 
     matmul_fp16(a, b)     v2: float16 or bfloat16 A and B, fp32 accumulation, C in the
                           inputs' dtype like torch.mm (autotuned tiles, grouped ordering)
+    matmul_tma(a, b)      v3: the reference: a persistent kernel whose tiles move by TMA
+                          tensor descriptors; operands with unaligned rows are copied into
+                          aligned buffers first
 
-The kernel is the one of kernels/triton/matmul.py (v1 is its exact-fp32 twin).
+The kernels are in kernels/triton/matmul.py (v1 is v2's exact-fp32 twin).
 """
 from __future__ import annotations
 
 from collections import OrderedDict
 
-from kernels.triton.matmul import matmul_fp16, matmul_ref
+from kernels.triton.matmul import matmul_fp16, matmul_ref, matmul_tma
 
 VERSIONS = OrderedDict(
     v2=("fp16/bf16 in, fp32 accumulate: tl.dot on tensor cores, autotuned tiles, grouped ordering", matmul_fp16),
+    v3=("v2 persistent (a program per SM) with TMA tensor descriptors; unaligned rows copied aligned first",
+        matmul_tma),
 )
-REFERENCE = "v2"
+REFERENCE = "v3"
 matmul_fp16_ref = matmul_ref
