@@ -2,7 +2,9 @@
 # Installs what the sandboxed autograde (python -m utils.autograde, tests/test_autograde.py)
 # needs, only where it is missing: Debian's bubblewrap. Idempotent: a second run changes
 # nothing. Without root or apt-get it says what to install and exits 1. It then checks that
-# bubblewrap can create its namespaces here (root, or unprivileged user namespaces).
+# bubblewrap can create its namespaces here (root, or unprivileged user namespaces), and says
+# (without failing) whether an ordinary user may create them too (tests/test_autograde.py
+# grades as one when run as root) and whether a memory cgroup bounds each sandbox.
 set -euo pipefail
 
 if command -v bwrap >/dev/null 2>&1; then
@@ -37,3 +39,20 @@ else
   exit 1
 fi
 rm -f /tmp/bwrap-check.$$
+
+# As an ordinary user (a uid without a passwd entry, as tests/test_autograde.py uses)
+if [ "$(id -u)" -eq 0 ] && command -v setpriv >/dev/null 2>&1; then
+  if setpriv --reuid=47113 --regid=47113 --clear-groups -- \
+       bwrap --unshare-user --unshare-pid --unshare-net --ro-bind / / true 2>/dev/null; then
+    echo "sandbox: an ordinary user can create the namespaces too (the unprivileged tests run)"
+  else
+    echo "sandbox: an ordinary user cannot create user namespaces here: the unprivileged tests are skipped"
+  fi
+fi
+# The memory cgroup (root: cgroup v2, or v1's memory controller, writable)
+if { [ -f /sys/fs/cgroup/cgroup.subtree_control ] && grep -qw memory /sys/fs/cgroup/cgroup.subtree_control \
+     && [ -w /sys/fs/cgroup ]; } || [ -w /sys/fs/cgroup/memory ]; then
+  echo "sandbox: each sandbox gets a memory cgroup"
+else
+  echo "sandbox: no writable memory cgroup: memory is bounded per process only (README: what the sandbox does not do)"
+fi

@@ -154,10 +154,15 @@ def _profile(tr, xs, ys, args):
     for ev in prof.key_averages():
         t = (ev.self_device_time_total if gpu else ev.self_cpu_time_total) / 1000 / n   # ms per step
         if t > 0:
-            rows.append({"op": ev.key, "ms_per_step": t, "calls_per_step": ev.count / n})
+            # a GPU kernel, or a CPU-side operator whose self device time repeats its kernels'
+            kernel = "CUDA" in str(getattr(ev, "device_type", "")) if gpu else True
+            rows.append({"op": ev.key, "ms_per_step": t, "calls_per_step": ev.count / n, "kernel": kernel})
     rows.sort(key=lambda r: -r["ms_per_step"])
-    total = sum(r["ms_per_step"] for r in rows)
-    return {"device": "cuda" if gpu else "cpu", "steps": n, "total_ms_per_step": total, "top": rows[:args.top]}
+    total = sum(r["ms_per_step"] for r in rows if r["kernel"])
+    return {"device": "cuda" if gpu else "cpu", "steps": n, "total_ms_per_step": total,
+            "what": ("self device time per step (total over GPU kernel rows)" if gpu
+                     else "self CPU time per step"),
+            "top": rows[:args.top]}
 
 
 def _graph(tr, xs, ys, args):
@@ -197,21 +202,46 @@ def _graph(tr, xs, ys, args):
 
 
 def agreement(configs):
+    """Each configuration's loss curve against torch eager's over the SAME steps: the first loss, and
+    the mean over the last quarter of the steps both ran (a configuration stopped early by the
+    time budget is compared over its own last quarter, with eager's losses of those steps)."""
     ref = next(c for c in configs if c["name"] == "torch eager" and "losses" in c)
-    n = len(ref["losses"])
-    tail = max(1, n // 4)
-    r = torch.tensor(ref["losses"][-tail:])
-    noise = float(r.std()) if tail > 1 else float("nan")
     out = {}
     for c in configs:
         if "losses" not in c or c is ref:
             continue
-        m = torch.tensor(c["losses"][-tail:])
+        n = min(len(c["losses"]), len(ref["losses"]))
+        tail = max(1, n // 4)
+        r = torch.tensor(ref["losses"][n - tail:n])
+        m = torch.tensor(c["losses"][n - tail:n])
+        noise = float(r.std()) if tail > 1 else float("nan")
         first = abs(c["losses"][0] - ref["losses"][0])
         diff = float(m.mean() - r.mean())
         ok = first < 0.02 and (math.isnan(noise) or abs(diff) < noise)
-        out[c["name"]] = {"first_loss_diff": first, "tail_steps": tail, "tail_mean_diff": diff,
-                          "eager_tail_std": noise, "agrees": bool(ok)}
+        out[c["name"]] = {"first_loss_diff": first, "steps_compared": [n - tail, n], "tail_steps": tail,
+                          "tail_mean_diff": diff, "eager_tail_std": noise, "agrees": bool(ok)}
+    return out
+
+
+#: The goals of the course's kernels with cuBLAS matmuls: (what, configuration, baseline, kind, ratio).
+GOALS = (("tokens/s >= 1.3 x torch eager", "course + cuBLAS", "torch eager", "speed", 1.3),
+         ("tokens/s >= 1.0 x torch.compile", "course + cuBLAS", "torch.compile", "speed", 1.0),
+         ("peak memory <= torch.compile's", "course + cuBLAS", "torch.compile", "memory", 1.0))
+
+
+def targets(configs):
+    runs = {c["name"]: c for c in configs if "tokens_per_s" in c}
+    out = []
+    for what, name, base, kind, ratio in GOALS:
+        row = {"goal": f"{name}: {what}", "config": name, "baseline": base, "value": None, "met": None}
+        if name in runs and base in runs:
+            if kind == "speed":
+                row["value"] = runs[name]["tokens_per_s"] / runs[base]["tokens_per_s"]
+                row["met"] = row["value"] >= ratio
+            elif "peak_memory_gb" in runs[name] and "peak_memory_gb" in runs[base]:
+                row["value"] = runs[name]["peak_memory_gb"] / runs[base]["peak_memory_gb"]
+                row["met"] = row["value"] <= ratio
+        out.append(row)
     return out
 
 
@@ -243,7 +273,7 @@ def main(argv=None):
     ap.add_argument("--profile-steps", type=int, default=3)
     ap.add_argument("--graph-steps", type=int, default=20)
     ap.add_argument("--no-graphs", dest="graphs", action="store_false")
-    ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("--top", type=int, default=80)
     ap.add_argument("--configs", default=",".join(CONFIGS), help="comma-separated subset of: " + ", ".join(CONFIGS))
     ap.add_argument("--budget", type=float, default=1e9, help="seconds for the whole run: later configurations "
                     "keep about 30 s each, a configuration past its share trains fewer steps")
@@ -290,6 +320,9 @@ def main(argv=None):
     if any(c["name"] == "torch eager" and "losses" in c for c in res["configs"]):
         res["agreement"] = agreement(res["configs"])
         print(json.dumps(res["agreement"], indent=1))
+    res["targets"] = targets(res["configs"])
+    for t in res["targets"]:
+        print(f"{t['goal']:60s} {t['value'] if t['value'] is None else round(t['value'], 3)}  met: {t['met']}")
     (args.out / "gpt-train.json").write_text(json.dumps(res, indent=1) + "\n")
     try:
         plot(res, args.out / "gpt-train.png")

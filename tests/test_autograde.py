@@ -1,10 +1,14 @@
 """The sandboxed autograde (utils/autograde.py) against hostile submissions.
 
 One tiny assignment (two Triton check cells, one point each) is handed in by two honest
-students and by six hostile ones (nine attacks: two per submission where both can run, each
-in front of its own check cell), and graded in one run of ``python -m utils.autograde``
-(in-process ``main``). Each hostile submission earns nothing for what it tried, the honest ones
-get full marks, and the instructor's files (the course's code, the course directory, the other
+students and by hostile ones, and graded in one run of ``python -m utils.autograde`` as root
+(in-process ``main``): six hostile notebooks (two attacks each, each in front of its own check
+cell; files beside the notebook; markdown and outputs aimed at the instructor) and eight
+folders refused before anything runs (links, a hard link, oversized and sparse files, folder
+names that are not student ids). At the same time a second run, as an ordinary user (where
+the machine allows), grades a notebook with right answers and a cell of attacks, beside an
+unreadable submission. Each attack earns nothing, the honest students get full marks, the
+runs finish, and the instructor's files (the course's code, the course directory, the other
 submissions, the rest of the gradebook) are unchanged.
 
 Without bubblewrap these tests are skipped, with the reason; under CI (CI=true) they fail.
@@ -14,7 +18,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import socket
+import subprocess
+import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -29,7 +37,7 @@ from utils.paths import ROOT
 
 ASSIGNMENT = "ps00"
 NOTEBOOK = "tiny.ipynb"
-CELL_TIMEOUT = 10          # the endless loop costs this much; a check cell here takes under 1 s
+CELL_TIMEOUT = 15          # the endless loop costs this much; a check cell here takes about 1 s (unloaded)
 SETUP_TIMEOUT = 120        # the setup cell imports torch and the course
 MAX_PROCS = 96
 
@@ -117,10 +125,68 @@ def relu(x):
 }
 
 
-def attacks(course: Path, port: int) -> dict:
+SECRET = "grader-secret-5b7e1d"      # in the grader's environment: no sandbox may see it
+TMP_MB = 96                          # the sandboxes' /tmp (and cache) in these tests
+SANDBOX_MEMORY_GB = 2.0              # their memory cgroup, where the machine has one
+UNPRIVILEGED_UID = 47113             # an ordinary user without a passwd entry (setuid by numbers)
+
+FILL = """\
+import os
+def fill(path, mb):
+    n = 0
+    try:
+        with open(path, "wb") as f:
+            for _ in range(mb):
+                f.write(b"\\0" * (1 << 20))
+                n += 1
+    except OSError as e:
+        return n, f"{type(e).__name__}: {e.strerror}"
+    finally:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+    return n, "no error"
+filled = {}
+for d in ["/", "/root", "/dev", "/etc", "/run", os.environ.get("HOME", "/"), "/tmp", "/dev/shm", %(cache)r]:
+    filled[d] = fill(os.path.join(d, "fill.bin"), %(mb)d)
+    print(f"fill {d}: {filled[d][0]} MB, {filled[d][1]}", flush=True)
+ok = (any(n > %(cap)d for n, _ in filled.values())
+      or any(filled[d][0] for d in ["/", "/root", "/dev", "/etc", "/run"]))"""
+
+SECRETS = """\
+import glob, os
+SECRET = "-".join(%(secret)r)          # (not written out: the notebook's source is in the feedback)
+seen = [k for k, v in os.environ.items() if SECRET in v]
+for p in glob.glob("/proc/*/environ"):
+    try:
+        if SECRET.encode() in open(p, "rb").read():
+            seen.append(p)
+    except OSError:
+        pass
+print("secret seen in:", seen)
+ok = bool(seen)"""
+
+UNIX = """\
+import socket
+ok = False
+for path in %(paths)r:
+    try:
+        c = socket.socket(socket.AF_UNIX)
+        c.settimeout(3)
+        c.connect(path)
+        c.close()
+        ok = True
+        print("unix socket", path, "connected")
+    except OSError as e:
+        print("unix socket", path, type(e).__name__)"""
+
+
+def attacks(course: Path, port: int, sockets=()) -> dict:
     """What a hostile student would try, each in a solution cell before its check cell."""
     alice_nb = course / "submitted" / "alice" / ASSIGNMENT / NOTEBOOK
     db = course / "gradebook.db"
+    memfd_mb = int(SANDBOX_MEMORY_GB * 1024 * 1.5) if autograde.Cgroup.where()[0] is not None else 256
     return {
         "reader": f"""\
 import glob, os
@@ -133,7 +199,8 @@ try:
 except OSError as e:
     print("reading alice's notebook:", type(e).__name__)
 print("found:", found)
-ok = bool(found)""",
+ok = bool(found)
+""" + SECRETS % {"secret": SECRET.split("-")} + "\nok = ok or bool(seen)",
         "gradebook": f"""\
 import sqlite3
 DB = {str(db)!r}
@@ -156,7 +223,9 @@ for t in TARGETS:
             f.write("# written by a submission\\n")
         ok = True
     except OSError as e:
-        print("writing", t, type(e).__name__, e.strerror)""",
+        print("writing", t, type(e).__name__, e.strerror)
+wrote = ok
+""" + FILL % {"cache": str(ROOT / ".cache"), "mb": TMP_MB + 64, "cap": TMP_MB} + "\nok = ok or wrote",
         "net": f"""\
 import socket
 ok = False
@@ -165,11 +234,13 @@ for where in [("127.0.0.1", {port}), ("1.1.1.1", 53), ("8.8.8.8", 443)]:
         socket.create_connection(where, timeout=3).close()
         ok = True
     except OSError as e:
-        print("connecting to", where, type(e).__name__, e)""",
+        print("connecting to", where, type(e).__name__, e)
+tcp = ok
+""" + UNIX % {"paths": list(sockets)} + "\nok = ok or tcp",
         # bounded: at most 2000 forks, children sleep 30 s; the sandbox's limit stops it far earlier
         "forks": """\
 import os, time
-forked, error = 0, None
+forked, error, pids = 0, None, []
 for _ in range(2000):
     try:
         pid = os.fork()
@@ -179,34 +250,127 @@ for _ in range(2000):
     if pid == 0:
         time.sleep(30)
         os._exit(0)
+    pids.append(pid)
     forked += 1
 print(f"forked {forked} times, then {error}")
+for pid in pids:                       # (gone before the check cell, which needs its threads)
+    os.kill(pid, 9)
+    os.waitpid(pid, 0)
 ok = False""",
-        "memory": """\
-import time
+        "memory": f"""\
+import os, time
 t0 = time.time()
 try:
     hog = torch.ones(30 * 2**30 // 4)     # 30 GB, touched
     ok = True
 except (RuntimeError, MemoryError) as e:
-    print(f"30 GB: {type(e).__name__} after {time.time() - t0:.2f} s")
-    ok = False""",
+    print(f"30 GB: {{type(e).__name__}} after {{time.time() - t0:.2f}} s", flush=True)
+    ok = False
+# memory that RLIMIT_AS does not see: memfd pages, written, never mapped (each below RLIMIT_FSIZE)
+fds, total = [], 0
+chunk = b"x" * (16 << 20)
+try:
+    while total < {memfd_mb} << 20:
+        fd = os.memfd_create("hog")
+        fds.append(fd)
+        for _ in range({TMP_MB // 32}):        # each memfd below RLIMIT_FSIZE (the size of /tmp)
+            os.write(fd, chunk)
+            total += len(chunk)
+        print(f"memfd: {{total >> 20}} MB", flush=True)
+        time.sleep(0.05)
+except OSError as e:
+    print(f"memfd: {{type(e).__name__}} at {{total >> 20}} MB", flush=True)
+ok = ok or total >= {memfd_mb} << 20""",
+        # a transformer, an AST transformer and a pre-run hook, each of which turns the next
+        # check cell into `pass`, then removes itself
+        "transformers": """\
+import ast
+ip = get_ipython()
+def _to_pass(lines):
+    if any("utils.check_" in l for l in lines):
+        ip.input_transformers_post.remove(_to_pass)
+        return ["pass\\n"]
+    return lines
+class _Pass(ast.NodeTransformer):
+    def visit_Module(self, node):
+        if "utils.check_" not in ast.unparse(node):
+            return node
+        ip.ast_transformers.remove(self)
+        return ast.Module(body=[ast.Pass()], type_ignores=[])
+def _hook(info):
+    ip.events.unregister("pre_run_cell", _hook)
+ip.input_transformers_post.append(_to_pass)
+ip.ast_transformers.append(_Pass())
+ip.events.register("pre_run_cell", _hook)
+ok = False""",
+        # the kernel answers the next cells with a status that is a list
+        "protocol": """\
+ip = get_ipython()
+ip.input_transformers_post.clear()        # (the attack above, undone: this one stands alone)
+ip.ast_transformers.clear()
+k = ip.kernel
+_orig = k.do_execute
+async def _bad(*a, **kw):
+    r = await _orig(*a, **kw)
+    r["status"] = ["ok"]
+    return r
+k.do_execute = _bad
+ok = True""",
+        # one print of 20 MB, and HTML/JavaScript for the instructor's browser
+        "outputs": """\
+from IPython.display import HTML, Javascript, display
+display(HTML("<script>alert('pwned-html')</script><img src=x onerror=alert('pwned-img')>"))
+display(Javascript("alert('pwned-js')"))
+display({"text/html": "<iframe src='javascript:alert(1)'></iframe>", "text/plain": "plain"}, raw=True)
+print("A" * (20 << 20))
+""",
+        # files beside the notebook: if any were imported or run, it leaves a mark in /tmp/marks
+        "stray": """\
+import os, sys
+marks = os.listdir("/tmp/marks") if os.path.isdir("/tmp/marks") else []
+print("marks:", marks)
+print("path:", [p for p in sys.path if p in ("", ".") or p.startswith(("/tmp", "/submission"))])
+print("torch from:", torch.__file__, "utils from:", utils.__file__)
+ok = bool(marks)""",
     }
 
 
-def hostile_sources(course: Path, port: int) -> dict:
+MARK = "import os\nos.makedirs('/tmp/marks', exist_ok=True)\nopen('/tmp/marks/%s', 'w').close()\n"
+STRAY_FILES = {
+    "ipykernel_launcher.py": MARK % "ipykernel_launcher" + "import runpy, sys\nsys.exit(0)\n",
+    "ipython_kernel_config.py": MARK % "ipython_kernel_config",
+    "ipython_config.py": MARK % "ipython_config",
+    "sitecustomize.py": MARK % "sitecustomize",
+    "usercustomize.py": MARK % "usercustomize",
+    "evil.pth": "import os; os.makedirs('/tmp/marks', exist_ok=True); open('/tmp/marks/pth', 'w').close()\n",
+    "torch/__init__.py": MARK % "torch",
+    "triton/__init__.py": MARK % "triton",
+    "utils/__init__.py": MARK % "utils" + "check_add = check_relu = lambda *a, **k: None\n",
+    "IPython/__init__.py": MARK % "IPython",
+}
+MARKDOWN = """\
+# My answers <script>alert('pwned-md')</script>
+<img src=x onerror="alert('pwned-onerror')"> <iframe src="https://example.com"></iframe>
+[click](javascript:alert('pwned-link')) [entity](jav&#x61;script:alert(1)) [tab](java\tscript:alert(1))
+<a href="javascript:alert(1)" onclick="alert(2)">x</a>
+"""
+
+
+def hostile_sources(course: Path, port: int, sockets=()) -> dict:
     """``{student: (add cell, relu cell)}``: two attacks per submission where both can run."""
-    a = attacks(course, port)
+    a = attacks(course, port, sockets)
     return {
-        "mallory_snoop": (a["reader"] + LAUNCHERS["add"], a["gradebook"] + LAUNCHERS["relu"]),
-        "mallory_escape": (a["writer"] + LAUNCHERS["add"], a["net"] + LAUNCHERS["relu"]),
-        "mallory_resources": (a["memory"] + LAUNCHERS["add"], a["forks"] + LAUNCHERS["relu"]),
-        "mallory_loop": ("""\
+        # reading and writing what is not its own; the network and the gradebook
+        "mallory_escape": (a["reader"] + "\nread = ok\n" + a["writer"] + "\nok = ok or read" + LAUNCHERS["add"],
+                           a["gradebook"] + "\nbook = ok\n" + a["net"] + "\nok = ok or book" + LAUNCHERS["relu"]),
+        "mallory_resources": (a["forks"] + LAUNCHERS["add"], a["memory"] + LAUNCHERS["relu"]),
+        # (first in line, as the name sorts: the longest to grade, it should not run last)
+        "a_mallory_loop": ("""\
 def add(x, y):
     while True:
         pass
 """, RELU),
-        "mallory_grader": ("""\
+        "mallory_grader": (a["outputs"] + """\
 utils.check_add = lambda *a, **k: None        # switch the grader off
 
 
@@ -220,14 +384,54 @@ utils = types.SimpleNamespace(check_relu=lambda *a, **k: None)   # a fake utils 
 def relu(x):
     return x
 """),
-        "mallory_torch": ("""\
+        "mallory_torch": (a["stray"] + """
 def add(x, y):
     return x + y                  # torch computes it: no kernel of the learner's runs
 """, """\
 def relu(x):
     return torch.relu(x)
 """),
+        "mallory_kernel": (a["transformers"] + LAUNCHERS["add"], a["protocol"] + LAUNCHERS["relu"]),
     }
+
+
+def refused_submissions(course: Path) -> dict:
+    """Submissions refused before anything runs: ``{folder name: what it is}``. Made after
+    alice's, from hers."""
+    sub = course / "submitted"
+    alice = sub / "alice" / ASSIGNMENT
+    made = {}
+    os.symlink(sub / "alice", sub / "mallory_linkdir")                      # the student folder
+    made["mallory_linkdir"] = "is a symbolic link"
+    (sub / "mallory_linkassign").mkdir()
+    os.symlink("../alice/" + ASSIGNMENT, sub / "mallory_linkassign" / ASSIGNMENT)   # the assignment
+    made["mallory_linkassign"] = "is a symbolic link"
+    for name, what in [("mallory_hardlink", "hard"), ("mallory_big", "big"), ("mallory_sparse", "sparse"),
+                       ("mallory_bignb", "bignb"), ("josé", "name"), ("bad name", "name")]:
+        d = sub / name / ASSIGNMENT
+        d.mkdir(parents=True)
+        if what == "hard":      # the instructor's notebook (solutions and all), linked
+            os.link(course / "source" / ASSIGNMENT / NOTEBOOK, d / NOTEBOOK)
+            made[name] = "is a hard link to a file outside the submission"
+            continue
+        shutil.copyfile(alice / NOTEBOOK, d / NOTEBOOK)
+        if what == "big":       # 60 MB on disk, of size 0 (blocks kept past the end), or written
+            (d / "data.bin").touch()
+            if shutil.which("fallocate") is None or subprocess.run(
+                    ["fallocate", "--keep-size", "-l", "60MiB", str(d / "data.bin")], check=False).returncode:
+                (d / "data.bin").write_bytes(os.urandom(1 << 20) * 60)
+            made[name] = "is larger than 50 MB"
+        elif what == "sparse":
+            with open(d / "sparse.bin", "wb") as f:
+                f.truncate(1 << 40)                                            # 1 TB, no block on disk
+            made[name] = "is larger than 50 MB"
+        elif what == "bignb":
+            with open(d / NOTEBOOK, "r+b") as f:
+                f.truncate(100 << 20)                                          # a 100 MB notebook
+            made[name] = "is larger than 50 MB"
+        else:
+            made[name] = "the folder name is not a student id"
+    return made
 
 
 def _hash_tree(root: Path, skip=()) -> dict:
@@ -236,7 +440,14 @@ def _hash_tree(root: Path, skip=()) -> dict:
         rel = p.relative_to(root)
         if any(part in skip for part in rel.parts) or "__pycache__" in rel.parts:
             continue
-        out[str(rel)] = hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "dir"
+        if p.is_symlink():
+            out[str(rel)] = "-> " + os.readlink(p)
+        elif p.is_file():
+            st = p.stat()
+            out[str(rel)] = (hashlib.sha256(p.read_bytes()).hexdigest() if st.st_size <= (128 << 20)
+                             else f"{st.st_size} bytes, {st.st_blocks} blocks, modified {st.st_mtime_ns}")
+        else:
+            out[str(rel)] = "dir"
     return out
 
 
@@ -268,41 +479,68 @@ def _require_sandbox():
 
 
 class _Listener:
-    """A TCP server on this machine's loopback: a sandbox with a network could reach it."""
+    """A TCP server on this machine's loopback, and UNIX sockets in a folder every sandbox sees
+    read-only: a sandbox that reached any of them would be counted."""
 
-    def __init__(self):
+    def __init__(self, unix_dir: Path | None = None, owners=()):
         self.sock = socket.socket()
         self.sock.bind(("127.0.0.1", 0))
         self.sock.listen(8)
-        self.sock.settimeout(0.2)
         self.port = self.sock.getsockname()[1]
+        self.socks = [self.sock]
+        self.unix = []
+        if unix_dir is not None:
+            for uid in owners:
+                path = unix_dir / f"listen-{uid}.sock"
+                s = socket.socket(socket.AF_UNIX)
+                s.bind(str(path))
+                s.listen(8)
+                os.chmod(path, 0o777)
+                os.chown(path, uid, uid)
+                self.socks.append(s)
+                self.unix.append(str(path))
+        for s in self.socks:
+            s.settimeout(0.1)
         self.connections = 0
+        self.peers = []
         self.stop = False
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
 
     def _run(self):
         while not self.stop:
-            try:
-                conn, _ = self.sock.accept()
-                self.connections += 1
-                conn.close()
-            except OSError:
-                pass
+            for s in self.socks:
+                try:
+                    conn, addr = s.accept()
+                    self.connections += 1
+                    if s.family == socket.AF_UNIX:
+                        import struct
+                        pid, uid, _ = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
+                        try:
+                            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")[:300]
+                        except OSError:
+                            cmd = b"?"
+                        addr = (s.getsockname(), pid, uid, cmd)
+                    self.peers.append(addr)
+                    conn.close()
+                except OSError:
+                    pass
 
     def close(self):
         self.stop = True
         self.thread.join()
-        self.sock.close()
+        for s in self.socks:
+            s.close()
 
 
-@pytest.fixture(scope="module")
-def graded(tmp_path_factory):
-    """Every submission graded in one run; what the tests below look at."""
-    _require_sandbox()
-    pytest.importorskip("nbgrader")
+def _outputs_text(nb) -> str:
+    return "\n".join(
+        o.get("text", "") if o.get("output_type") == "stream" else f"{o.get('ename')}: {o.get('evalue')}"
+        for c in nb.cells if c.cell_type == "code" for o in c.outputs
+        if o.get("output_type") in ("stream", "error"))
 
-    course = tmp_path_factory.mktemp("course")
+
+def _make_course(course: Path):
     (course / "source" / ASSIGNMENT).mkdir(parents=True)
     nbformat.write(source_notebook(), str(course / "source" / ASSIGNMENT / NOTEBOOK))
     (course / "release_notes.txt").write_text("instructor's notes\n")
@@ -316,47 +554,212 @@ def graded(tmp_path_factory):
         gb.find_grade("old-check-1", "old", "ps-earlier", "zoe").auto_score = 3
         gb.db.commit()
 
-    listener = _Listener()
-    subs = {"alice": submission(ADD, RELU), "bob": submission(BOB_ADD, BOB_RELU)}
-    for student, (add_src, relu_src) in hostile_sources(course, listener.port).items():
-        subs[student] = submission(add_src, relu_src)
+
+def _write_submissions(course: Path, subs: dict):
     for student, nb in subs.items():
         dest = course / "submitted" / student / ASSIGNMENT
         dest.mkdir(parents=True)
         nbformat.write(nb, str(dest / NOTEBOOK))
 
+
+def _read_results(course: Path, students, report_file: Path) -> dict:
+    outputs, feedback = {}, {}
+    for student in students:
+        path = course / "autograded" / student / ASSIGNMENT / NOTEBOOK
+        if path.exists():
+            feedback[student] = path.read_text()
+            outputs[student] = _outputs_text(nbformat.reads(feedback[student], as_version=4))
+    with autograde.gradebook(course / "gradebook.db") as gb:
+        scores = {}
+        for s in students:
+            try:
+                scores[s] = {g.name: g.score for g in gb.find_submission_notebook("tiny", ASSIGNMENT, s).grades}
+            except Exception:  # nbgrader's MissingEntry: not in the gradebook
+                scores[s] = None
+        zoe = gb.find_grade("old-check-1", "old", "ps-earlier", "zoe").score
+    return dict(outputs=outputs, feedback=feedback, scores=scores, zoe=zoe,
+                report=json.loads(report_file.read_text()))
+
+
+_BECOME = """\
+set -e
+if [ -n "$1" ]; then      # a folder on the way to Python that others may not enter (/root)
+  stash=$(mktemp -d)
+  mount --bind "$1" "$stash"
+  mount -t tmpfs -o mode=0755,size=1m tmpfs "$1"
+  mkdir "$1/$2"
+  mount --bind "$stash/$2" "$1/$2"
+  umount "$stash"
+  rmdir "$stash"
+fi
+uid=$3
+shift 3
+exec setpriv --reuid="$uid" --regid="$uid" --clear-groups -- "$@"
+"""
+
+
+def _as_user(uid: int) -> list[str] | str:
+    """The command prefix that runs a command as ``uid``, or why there is none. Where this
+    Python lies under a folder that others may not enter (pyenv in /root), the command runs in
+    a private mount namespace in which only that folder's way to Python is opened up (nothing
+    changes outside it)."""
+    if os.geteuid() != 0:
+        return "the tests run as an ordinary user: the unprivileged run needs root to become another"
+    for tool in ("setpriv", "unshare"):
+        if shutil.which(tool) is None:
+            return f"{tool} (util-linux) is missing"
+    real = Path(sys.executable).resolve()
+    blocked = [a for a in [*reversed(real.parents)][1:] if not os.stat(a).st_mode & 0o001]
+    if len(blocked) > 1:
+        return f"this Python ({real}) lies under several folders that others may not enter: {blocked}"
+    if blocked:
+        child = real.relative_to(blocked[0]).parts[0]
+        return ["unshare", "--mount", "--propagation", "private", "sh", "-c", _BECOME, "sh",
+                str(blocked[0]), child, str(uid)]
+    return ["sh", "-c", _BECOME, "sh", "", "", str(uid)]
+
+
+def _unprivileged_ok() -> list[str] | str:
+    """The command prefix of an ordinary user who can run bubblewrap here, or why there is none."""
+    prefix = _as_user(UNPRIVILEGED_UID)
+    if isinstance(prefix, str):
+        return prefix
+    try:
+        r = subprocess.run([*prefix, sys.executable, "-c", "pass"], capture_output=True, text=True,
+                           timeout=60, check=False)
+        if r.returncode != 0:
+            return f"uid {UNPRIVILEGED_UID} cannot run {sys.executable}: {r.stderr.strip()[-300:]}"
+        r = subprocess.run([*prefix, autograde.find_bwrap() or "bwrap", "--unshare-user", "--unshare-pid",
+                            "--unshare-net", "--ro-bind", "/", "/", "true"], capture_output=True, text=True,
+                           timeout=60, check=False)
+    except (OSError, subprocess.SubprocessError) as e:
+        return f"cannot run bubblewrap as uid {UNPRIVILEGED_UID}: {e}"
+    if r.returncode != 0:
+        return f"bubblewrap cannot create a user namespace for an ordinary user here: {r.stderr.strip()[-300:]}"
+    return prefix
+
+
+def _start_unprivileged(port: int, sockets) -> dict | None:
+    """Start grading an honest and two hostile submissions as an ordinary user, in its own
+    process (``python -m utils.autograde``); ``None`` (with the reason) where it cannot run."""
+    prefix = _unprivileged_ok()
+    if isinstance(prefix, str):
+        return {"skip": prefix}
+    uid = UNPRIVILEGED_UID
+    top = Path(tempfile.mkdtemp(prefix="autograde-unprivileged-"))
+    os.chmod(top, 0o755)
+    course, home = top / "course", top / "home"
+    home.mkdir()
+    _make_course(course)
+    a = attacks(course, port, sockets)
+    # right answers, and before them a cell that tries what an ordinary user's sandbox might
+    # allow: full marks prove the sandbox grades; the cell's output, that nothing got through
+    subs = {"mallory_uid": submission(ADD, RELU, extra_after_setup="\n".join(
+        [a["reader"], a["writer"], UNIX % {"paths": list(sockets)}]))}
+    _write_submissions(course, subs)
+    unreadable = course / "submitted" / "mallory_unreadable" / ASSIGNMENT
+    unreadable.mkdir(parents=True)
+    shutil.copyfile(course / "submitted" / "mallory_uid" / ASSIGNMENT / NOTEBOOK, unreadable / NOTEBOOK)
+    (unreadable / "secret.txt").write_text("not for the grader\n")
+    for p in [top, *top.rglob("*")]:
+        os.lchown(p, uid, uid)
+    os.chown(unreadable / "secret.txt", 0, 0)
+    os.chmod(unreadable / "secret.txt", 0o600)                 # the grader cannot read it
+    course_before = _hash_tree(course, skip={"gradebook.db", "autograded"})
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home), "LANG": "C.UTF-8",
+           "PYTHONPATH": str(ROOT), "COURSE_NO_SYSTEM_CUDA": "1", "GRADER_TOKEN": SECRET,
+           "TORCH_EXTENSIONS_DIR": str(home / "torch_extensions"), "NUMBA_CACHE_DIR": str(home / "numba"),
+           "TRITON_CACHE_DIR": str(home / "triton"), "XDG_CACHE_HOME": str(home / ".cache")}
+    report_file = top / "report.json"
+    log = open(top / "log.txt", "w")   # closed by _finish_unprivileged
+    proc = subprocess.Popen(
+        [*prefix, sys.executable, "-m", "utils.autograde", ASSIGNMENT, "--course-dir", str(course), "--jobs", "2",
+         # (no endless loop here: a cell timeout that a loaded machine cannot miss)
+         "--cell-timeout", "120", "--setup-timeout", str(SETUP_TIMEOUT), "--notebook-timeout", "300",
+         "--max-procs", str(MAX_PROCS), "--memory-gb", "6", "--sandbox-memory-gb", str(SANDBOX_MEMORY_GB),
+         "--tmp-mb", str(TMP_MB), "--json", str(report_file)],
+        cwd=str(ROOT), env=env, stdout=log, stderr=subprocess.STDOUT)
+    return dict(proc=proc, t0=time.monotonic(), top=top, course=course, log=log, report_file=report_file,
+                students=[*subs, "mallory_unreadable"], course_before=course_before)
+
+
+def _finish_unprivileged(run: dict) -> dict:
+    if "skip" in run:
+        return run
+    try:
+        rc = run["proc"].wait(timeout=500)
+    finally:
+        run["log"].close()
+    run["wall"] = time.monotonic() - run["t0"]
+    log = (run["top"] / "log.txt").read_text()
+    out = dict(rc=rc, log=f"{log}({run['wall']:.1f} s)")
+    if rc == 0:
+        out.update(_read_results(run["course"], run["students"], run["report_file"]))
+        out["course_before"] = run["course_before"]
+        out["course_after"] = _hash_tree(run["course"], skip={"gradebook.db", "autograded"})
+    shutil.rmtree(run["top"], ignore_errors=True)
+    return out
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    """Every submission graded in one run as root, and a few as an ordinary user at the same
+    time; what the tests below look at."""
+    _require_sandbox()
+    pytest.importorskip("nbgrader")
+
+    course = tmp_path_factory.mktemp("course")
+    _make_course(course)
+    # UNIX sockets in a folder of the course's code (bound read-only into every sandbox): one
+    # anybody may connect to, one of the ordinary user's own
+    sock_dir = ROOT / "artifacts" / f"autograde-sockets-{os.getpid()}"
+    sock_dir.mkdir(parents=True, exist_ok=True)
+    os.chmod(sock_dir, 0o755)
+    listener = _Listener(sock_dir, owners=(os.geteuid(), UNPRIVILEGED_UID) if os.geteuid() == 0 else (os.geteuid(),))
+    unprivileged = _start_unprivileged(listener.port, listener.unix)     # first: it runs beside all of this
+    subs = {"alice": submission(ADD, RELU), "bob": submission(BOB_ADD, BOB_RELU)}
+    for student, (add_src, relu_src) in hostile_sources(course, listener.port, listener.unix).items():
+        subs[student] = submission(add_src, relu_src)
+    subs["mallory_grader"].cells.insert(1, new_markdown_cell(MARKDOWN))
+    subs["mallory_grader"].cells.insert(2, nbformat.v4.new_raw_cell("<script>alert('pwned-raw')</script>",
+                                                                    metadata={"format": "text/html"}))
+    _write_submissions(course, subs)
+    for rel, text in STRAY_FILES.items():
+        path = course / "submitted" / "mallory_torch" / ASSIGNMENT / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    refused = refused_submissions(course)
+
     course_before = _hash_tree(course, skip={"gradebook.db", "autograded"})
     code_before = _course_code_hash()
     t0 = time.monotonic()
     report_file = course.parent / f"{course.name}-report.json"
+    os.environ["GRADER_TOKEN"] = SECRET
     try:
         rc = autograde.main([ASSIGNMENT, "--course-dir", str(course), "--jobs", "2",
                              "--cell-timeout", str(CELL_TIMEOUT), "--setup-timeout", str(SETUP_TIMEOUT),
-                             "--notebook-timeout", "300",
+                             "--notebook-timeout", "300", "--tmp-mb", str(TMP_MB),
+                             "--sandbox-memory-gb", str(SANDBOX_MEMORY_GB),
                              "--max-procs", str(MAX_PROCS), "--memory-gb", "6", "--json", str(report_file)])
+        wall = time.monotonic() - t0
+        unprivileged = _finish_unprivileged(unprivileged)
     finally:
+        os.environ.pop("GRADER_TOKEN", None)
+        if "proc" in unprivileged and unprivileged["proc"].poll() is None:
+            unprivileged["proc"].kill()
         listener.close()
+        shutil.rmtree(sock_dir, ignore_errors=True)
         stray = ROOT / "utils" / "_written_by_a_submission.py"
         created = stray.exists()
         stray.unlink(missing_ok=True)
-    wall = time.monotonic() - t0
     assert rc == 0
-    print(f"autograde of {len(subs)} submissions: {wall:.1f} s")
-    outputs = {}
-    for student in subs:
-        nb = nbformat.read(str(course / "autograded" / student / ASSIGNMENT / NOTEBOOK), as_version=4)
-        outputs[student] = "\n".join(
-            o.get("text", "") if o.get("output_type") == "stream" else f"{o.get('ename')}: {o.get('evalue')}"
-            for c in nb.cells if c.cell_type == "code" for o in c.outputs
-            if o.get("output_type") in ("stream", "error"))
-    with autograde.gradebook(course / "gradebook.db") as gb:
-        scores = {s: {g.name: g.score for g in gb.find_submission_notebook("tiny", ASSIGNMENT, s).grades}
-                  for s in subs}
-        zoe = gb.find_grade("old-check-1", "old", "ps-earlier", "zoe").score
-    return dict(course=course, scores=scores, outputs=outputs, report=json.loads(report_file.read_text()),
+    print(f"autograde of {len(subs) + len(refused)} submissions: {wall:.1f} s")
+    print("as an ordinary user:", unprivileged.get("skip") or unprivileged.get("log", ""))
+    results = _read_results(course, [*subs, *refused], report_file)
+    return dict(course=course, **results, refused=refused, unprivileged=unprivileged, sockets=listener.unix,
                 course_before=course_before, course_after=_hash_tree(course, skip={"gradebook.db", "autograded"}),
-                code_before=code_before, code_after=_course_code_hash(), created=created, zoe=zoe,
-                connections=listener.connections, leftovers=_sandbox_processes(), wall=wall)
+                code_before=code_before, code_after=_course_code_hash(), created=created,
+                connections=listener.connections, peers=listener.peers, leftovers=_sandbox_processes(), wall=wall)
 
 
 CHECK_ADD, CHECK_RELU = "tiny-check-1", "tiny-check-2"
@@ -364,6 +767,10 @@ CHECK_ADD, CHECK_RELU = "tiny-check-1", "tiny-check-2"
 
 def _scores(graded, student):
     return graded["scores"][student][CHECK_ADD], graded["scores"][student][CHECK_RELU]
+
+
+def _messages(graded, student):
+    return {k: v["message"] for k, v in graded["report"][student][NOTEBOOK].items()}
 
 
 def test_honest_submissions_get_full_marks(graded):
@@ -380,14 +787,19 @@ def test_the_instructors_files_are_unchanged(graded):
 
 
 def test_reading_another_submission(graded):
-    assert _scores(graded, "mallory_snoop")[0] == 0.0
-    out = graded["outputs"]["mallory_snoop"]
+    assert _scores(graded, "mallory_escape")[0] == 0.0
+    out = graded["outputs"]["mallory_escape"]
     assert "reading alice's notebook: FileNotFoundError" in out and "found: []" in out, out
 
 
+def test_the_graders_environment_stays_outside(graded):
+    assert "secret seen in: []" in graded["outputs"]["mallory_escape"], graded["outputs"]["mallory_escape"]
+    assert SECRET not in "".join(graded["feedback"].values())
+
+
 def test_reading_or_changing_the_gradebook(graded):
-    assert _scores(graded, "mallory_snoop")[1] == 0.0
-    assert "the gradebook: FileNotFoundError" in graded["outputs"]["mallory_snoop"]
+    assert _scores(graded, "mallory_escape")[1] == 0.0
+    assert "the gradebook: FileNotFoundError" in graded["outputs"]["mallory_escape"]
 
 
 def test_writing_into_the_course(graded):
@@ -399,43 +811,164 @@ def test_writing_into_the_course(graded):
     assert "release_notes.txt FileNotFoundError" in out and "tiny.ipynb FileNotFoundError" in out, out
 
 
+def _filled(out: str) -> dict:
+    found = {}
+    for line in out.splitlines():
+        if line.startswith("fill "):
+            where, rest = line[5:].split(": ", 1)
+            found[where] = (int(rest.split(" MB")[0]), rest)
+    return found
+
+
+def _assert_writes_bounded(out: str):
+    filled = _filled(out)
+    assert {"/", "/root", "/dev", "/etc", "/run", "/tmp", "/dev/shm"} <= set(filled), out
+    for d in ("/", "/root", "/dev", "/etc", "/run"):
+        assert filled[d][0] == 0, filled             # the root and /dev are read-only; no /root, /run
+    for d, (mb, _) in filled.items():
+        assert mb <= TMP_MB, filled                  # every writable place is a tmpfs with a size
+
+
+def test_filling_the_disk_or_memory_through_files(graded):
+    _assert_writes_bounded(graded["outputs"]["mallory_escape"])
+
+
 def test_opening_a_socket(graded):
     assert _scores(graded, "mallory_escape")[1] == 0.0
-    assert graded["connections"] == 0
+    assert graded["connections"] == 0, graded["peers"]
     out = graded["outputs"]["mallory_escape"]
     assert "ConnectionRefusedError" in out and "Network is unreachable" in out, out
+    for path in graded["sockets"]:          # socket files in a tree bound read-only: unreachable
+        assert f"unix socket {path} ConnectionRefusedError" in out, out
 
 
 def test_a_30_gb_allocation(graded):
-    assert _scores(graded, "mallory_resources")[0] == 0.0
+    assert _scores(graded, "mallory_resources")[1] == 0.0
     out = graded["outputs"]["mallory_resources"]
     assert "30 GB: RuntimeError after" in out, out
     assert float(out.split("30 GB: RuntimeError after ")[1].split(" s")[0]) < 2.0
 
 
+def test_memory_outside_rlimit_as_is_bounded(graded):
+    """memfd pages count against no process's RLIMIT_AS: the sandbox's memory cgroup stops them."""
+    if autograde.Cgroup.where()[0] is None:
+        pytest.skip(f"no memory cgroup here ({autograde.Cgroup.where()[1]}): the README says what is left")
+    out = graded["outputs"]["mallory_resources"]
+    reached = [int(line.split("memfd: ")[1].split(" MB")[0]) for line in out.splitlines() if "memfd: " in line
+               and " MB" in line and line.split("memfd: ")[1].split(" MB")[0].isdigit()]
+    assert reached and max(reached) < SANDBOX_MEMORY_GB * 1024, out
+    # the cgroup ended the kernel in the solution cell (or its write failed): no point either way
+    entry = graded["report"]["mallory_resources"][NOTEBOOK][CHECK_RELU]
+    assert entry["score"] == 0.0 and (entry["status"] == "error" or "the kernel died" in entry["message"]), entry
+
+
 def test_a_fork_bomb(graded):
-    assert _scores(graded, "mallory_resources")[1] == 0.0
+    assert _scores(graded, "mallory_resources")[0] == 0.0
     out = graded["outputs"]["mallory_resources"]
     forked = int(out.split("forked ")[1].split(" times")[0])
     assert forked < MAX_PROCS and "Resource temporarily unavailable" in out, out
 
 
 def test_an_endless_loop(graded):
-    assert _scores(graded, "mallory_loop") == (0.0, 1.0)   # the next check still ran
-    assert graded["report"]["mallory_loop"][NOTEBOOK][CHECK_ADD]["status"] == "timeout"
+    assert _scores(graded, "a_mallory_loop") == (0.0, 1.0)   # the next check still ran
+    assert graded["report"]["a_mallory_loop"][NOTEBOOK][CHECK_ADD]["status"] == "timeout"
 
 
 def test_replacing_a_grader(graded):
     assert _scores(graded, "mallory_grader") == (0.0, 0.0)
-    msgs = {k: v["message"] for k, v in graded["report"]["mallory_grader"][NOTEBOOK].items()}
+    msgs = _messages(graded, "mallory_grader")
     assert "utils.check_add was replaced in this notebook: this check earns no points" in msgs[CHECK_ADD]
     assert "the name `utils` was rebound in this notebook: this check earns no points" in msgs[CHECK_RELU]
 
 
 def test_launchers_that_call_torch(graded):
     assert _scores(graded, "mallory_torch") == (0.0, 0.0), graded["outputs"]["mallory_torch"]
-    msgs = " ".join(v["message"] for v in graded["report"]["mallory_torch"][NOTEBOOK].values())
+    msgs = " ".join(_messages(graded, "mallory_torch").values())
     assert "launch your kernel" in msgs, msgs
+
+
+def test_files_beside_the_notebook_do_not_shape_the_kernel(graded):
+    """ipykernel_launcher.py, ipython_kernel_config.py, sitecustomize.py, a .pth file, packages
+    named torch, triton, utils and IPython in the submission's folder: none is imported or
+    run, and no folder of the submission is on sys.path."""
+    out = graded["outputs"]["mallory_torch"]
+    assert "marks: []" in out and "path: []" in out, out
+    venv = str(Path(sys.prefix).resolve())
+    line = next(ln for ln in out.splitlines() if ln.startswith("torch from:"))
+    assert f"torch from: {venv}" in line or "torch from: /usr" in line, line
+    assert f"utils from: {ROOT / 'utils' / '__init__.py'}" in line, line
+
+
+def test_an_input_transformer_that_turns_checks_into_pass(graded):
+    assert _scores(graded, "mallory_kernel")[0] == 0.0, graded["outputs"]["mallory_kernel"]
+    entry = graded["report"]["mallory_kernel"][NOTEBOOK][CHECK_ADD]
+    assert entry["status"] == "refused" and entry["message"] == autograde.TAMPERED, entry
+
+
+def test_a_kernel_that_answers_nonsense(graded):
+    """The kernel replies to the check cell with a status that is a list: that student's check
+    earns nothing, and everyone else is graded."""
+    assert _scores(graded, "mallory_kernel")[1] == 0.0
+    entry = graded["report"]["mallory_kernel"][NOTEBOOK][CHECK_RELU]
+    assert entry["status"] == "protocol" and "its status is a list" in entry["message"], entry
+
+
+def test_refused_submissions_cost_no_one_else_their_grades(graded):
+    """Links, a hard link, oversized and sparse files, a 100 MB notebook, folder names that are
+    not student ids: each refused for that student with a message naming them, nothing run."""
+    for name, what in graded["refused"].items():
+        entry = graded["report"][name][NOTEBOOK]
+        for cell in entry.values():
+            assert cell["score"] == 0.0 and cell["status"] == "refused", (name, entry)
+            assert what in cell["message"] and ascii(name).strip("'") in cell["message"], (name, cell["message"])
+        assert name not in graded["feedback"]
+    assert graded["scores"]["mallory_linkdir"] == {CHECK_ADD: 0.0, CHECK_RELU: 0.0}
+    assert graded["scores"]["josé"] is None and graded["scores"]["bad name"] is None   # not in the gradebook
+    assert not (graded["course"] / "autograded" / "josé").exists()
+
+
+def test_feedback_cannot_attack_the_instructor(graded):
+    text = graded["feedback"]["mallory_grader"]
+    nb = nbformat.reads(text, as_version=4)
+    markdown = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+    for bad in ("<script", "<img", "<iframe", "<a ", "javascript:", "java\tscript:", "&#x61;"):
+        assert bad not in markdown, (bad, markdown)
+    assert "pwned-md" in markdown                                   # shown as text
+    raw = [c for c in nb.cells if c.cell_type == "raw"]
+    assert raw and all(not c.metadata for c in raw)                  # rendered by no exporter
+    mimes = {k for c in nb.cells if c.cell_type == "code" for o in c.outputs for k in o.get("data", {})}
+    assert mimes <= {"text/plain", "image/png", "image/jpeg"}, mimes
+    flood = max((c for c in nb.cells if c.cell_type == "code"), key=lambda c: len(json.dumps(c.outputs)))
+    chars = sum(len(o.get("text", "")) + len(json.dumps(o.get("data", {}))) for o in flood.outputs)
+    assert len(flood.outputs) <= autograde.MAX_OUTPUTS_PER_CELL + 1, len(flood.outputs)
+    assert chars <= autograde.MAX_CELL_OUTPUT_CHARS + 1000, chars
+    total = sum(len(json.dumps(c.outputs)) for c in nb.cells if c.cell_type == "code")
+    assert total <= 2 * autograde.MAX_NOTEBOOK_OUTPUT_CHARS
+    assert "output was cut" in graded["outputs"]["mallory_grader"]
+
+
+def test_as_an_ordinary_user(graded):
+    """The same sandbox when the grader is not root: a notebook with right answers gets full
+    marks, while its extra cell finds the grader's environment, its own socket, the other
+    submissions and the root filesystem out of reach and every writable place with a size; an
+    unreadable file refuses only its own submission."""
+    run = graded["unprivileged"]
+    if "skip" in run:
+        if os.environ.get("CI", "").lower() == "true" and os.geteuid() == 0:
+            pytest.fail(f"CI must run the unprivileged sandbox: {run['skip']}")
+        pytest.skip(run["skip"])
+    assert run["rc"] == 0, run["log"][-3000:]
+    assert run["scores"]["mallory_uid"] == {CHECK_ADD: 1.0, CHECK_RELU: 1.0}, run["outputs"].get("mallory_uid")
+    out = run["outputs"]["mallory_uid"]
+    assert "found: []" in out and "tiny.ipynb FileNotFoundError" in out, out      # no submission, no course
+    assert "secret seen in: []" in out and SECRET not in "".join(run["feedback"].values()), out
+    for path in graded["sockets"]:
+        assert f"unix socket {path} ConnectionRefusedError" in out, out
+    _assert_writes_bounded(out)
+    msg = run["report"]["mallory_unreadable"][NOTEBOOK][CHECK_ADD]["message"]
+    assert msg.startswith("mallory_unreadable: not graded:"), msg
+    assert "secret.txt cannot be read (Permission denied)" in msg, msg
+    assert run["course_after"] == run["course_before"] and run["zoe"] == 3
 
 
 def test_the_sandbox_check_command(capsys):

@@ -142,6 +142,8 @@ def test_show_results_one_line_per_kernel_one_column_per_configuration(results, 
     utils.show_results("attention", path=results, causal=True, metric="ms")
     out = capsys.readouterr().out
     assert "causal True" in out and "0.600" in out and "cuda" not in out
+    utils.show_results("attention", path=results, causal=(True, None))      # a choice of values
+    assert "cuda" not in capsys.readouterr().out
     utils.show_results("attention", path=results, sweep=True)
     assert "410" in capsys.readouterr().out
     with pytest.raises(ValueError, match="metric"):

@@ -245,17 +245,21 @@ torch::Tensor fill(torch::Tensor y) {
 }
 """
     decl = "torch::Tensor fill(torch::Tensor y);"
-    good = cuda.replace("#include <torch/extension.h>",
-                        "#include <torch/extension.h>\n#include <c10/cuda/CUDAException.h>")
-    # torch's own build folder (TORCH_EXTENSIONS_DIR): a second run loads this build instead of
-    # compiling torch's headers again
-    mod = utils.load_inline("course_test_fill_ext", decl, good, functions=["fill"])
-    assert torch.equal(mod.fill(torch.zeros(32)), torch.ones(32))
+    # With the header, C10_CUDA_KERNEL_LAUNCH_CHECK builds and runs: tests/inline_ops.py's
+    # extension (which tests/test_load_inline.py builds too: torch compiles it once for both)
+    # includes c10/cuda/CUDAException.h and checks its launches with it.
+    import inline_ops
+    assert "#include <c10/cuda/CUDAException.h>" in inline_ops.CUDA
+    assert "C10_CUDA_KERNEL_LAUNCH_CHECK();" in inline_ops.CUDA
+    mod = inline_ops.build()
+    x = torch.randn(100)
+    assert torch.equal(mod.relu(x), torch.relu(x))
+    # The same extension name with a source that lacks the header: rejected before any build.
     with pytest.raises(utils.CudaCompileError,
                        match=r"(?s)cuda\.cu\(6\).*C10_CUDA_KERNEL_LAUNCH_CHECK.*CUDAException\.h"):
-        utils.load_inline("course_test_fill_ext", decl, cuda, functions=["fill"])
-    with pytest.raises(utils.CudaCompileError, match="the last build of extension `course_test_fill_ext` failed"):
-        mod.fill(torch.zeros(32))  # the older build must not be graded
+        utils.load_inline(inline_ops.NAME, decl, cuda, functions=["fill"])
+    with pytest.raises(utils.CudaCompileError, match=f"the last build of extension `{inline_ops.NAME}` failed"):
+        mod.relu(x)  # the older build must not be graded
     from utils.extension import translate_source
     src = tmp_path / "fill.cu"
     src.write_text(cuda)

@@ -532,17 +532,26 @@ def _target_status(t: dict) -> str:
     return {True: "met", False: "MISSED"}.get(t.get("met"), "not measured")
 
 
+def _field_is(row: dict, key: str, want) -> bool:
+    """``row[key] == want``; a tuple, list or set ``want`` (other than a shape) is a choice of
+    values, and None matches a row that does not record the field."""
+    if key == "shape":
+        return list(row.get(key) or []) == list(want)
+    if isinstance(want, (tuple, list, set, frozenset)):
+        return row.get(key) in want
+    return row.get(key) == want
+
+
 def show_targets(topic: str, path=None, **where) -> list[dict]:
     """Print the course's recorded performance targets for a topic as a table: the kernel, the
     shape (and dtype, mask and pass where targets have them), the goal, what was measured and
     whether it was met; under each missed target, why (the reason recorded with it). ``where``
-    keeps the targets whose fields equal the values given (``shape=(4, 32, 4096, 64)``).
-    Returns the missed ones."""
+    keeps the targets whose fields equal the values given (``shape=(4, 32, 4096, 64)``; a tuple
+    is a choice of values, None a field the target does not record). Returns the missed ones."""
     targets = recorded_targets(topic, path)
     for key, want in where.items():
         key = key.rstrip("_")
-        targets = [t for t in targets if (list(t.get(key) or []) == list(want) if key == "shape"
-                                          else t.get(key) == want)]
+        targets = [t for t in targets if _field_is(t, key, want)]
     if not targets:
         print(f"No recorded targets for {topic!r}" + (f" with {where}" if where else "") + ".")
         return []
@@ -629,7 +638,8 @@ def show_results(topic: str, path=None, *, metric: str | None = None, sweep: boo
     per configuration (shape, and dtype, mask or pass where those vary), best first.
 
     ``where`` keeps the rows whose fields equal the given values (``shape=(4, 32, 4096, 64)``,
-    ``dtype="float16"``, ``causal=True``, ``pass_="forward"``). ``metric``: ``"tflops"`` (the
+    ``dtype="float16"``, ``causal=True``, ``pass_="forward"``; a tuple is a choice of values, None a
+    field the row does not record). ``metric``: ``"tflops"`` (the
     default where the rows have it), ``"gbps"`` or ``"ms"``. ``sweep=True`` shows the size
     sweep's rows instead of the main ones. ``path``: another results file (default ``h100.json``).
     """
@@ -641,7 +651,7 @@ def show_results(topic: str, path=None, *, metric: str | None = None, sweep: boo
         key = key.rstrip("_")
         if key == "shape":
             want = list(want)
-        rows = [r for r in rows if (list(r.get(key) or []) if key == "shape" else r.get(key)) == want]
+        rows = [r for r in rows if _field_is(r, key, want)]
     if not rows:
         print(f"No recorded GPU results for {topic!r} in {_path(path).name}"
               + (f" with {where}" if where else "") + ".")

@@ -14,11 +14,13 @@
 // g is multiplied by *scale_ptr first: the clipping factor min(1, max_norm / (norm + 1e-6)),
 // which stays on the GPU (no copy to the host, no sync); a tensor holding 1 when not clipping.
 //
-//   v1 adamw_decay_kernel, adamw_moments_kernel, adamw_update_kernel: one kernel per line of
-//      the formula, the way an optimizer written as tensor operations runs: p read and
-//      written twice, m and v read twice.
-//   v2 adamw_kernel: the whole step in one kernel: p, g, m, v read once, p, m, v written
-//      once (28 bytes per parameter, the least the step can move).
+//   v1  unfused: decay, moments, update as three kernels (p, m, v read twice)
+//       adamw_decay_kernel, adamw_moments_kernel, adamw_update_kernel: one kernel per line of
+//       the formula, the way an optimizer written as tensor operations runs: p read and
+//       written twice, m and v read twice.
+//   v2  fused: the whole step in one kernel, 28 bytes per parameter
+//       adamw_kernel: the whole step in one kernel: p, g, m, v read once, p, m, v written
+//       once (28 bytes per parameter, the least the step can move).
 //   grad_norm_partials_kernel + grad_norm_finish_kernel: the sum of squares of every
 //      gradient, per block, then one block adds the partial sums in a fixed order (the same
 //      bits every run), takes the square root and the clipping factor.

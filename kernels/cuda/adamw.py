@@ -19,6 +19,7 @@ from collections import OrderedDict
 import torch
 
 import utils
+from kernels._launch import cdiv
 from utils.inputs import check_input, check_tensor
 
 SOURCE = utils.KERNELS_DIR / "cuda" / "adamw.cu"
@@ -33,10 +34,6 @@ DEFAULTS = dict(lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=1e-2)
 @functools.lru_cache(maxsize=None)
 def kernel(name: str):
     return utils.cuda_kernel(SOURCE, name)
-
-
-def cdiv(a, b):
-    return (a + b - 1) // b
 
 
 def grid_for(n):
@@ -88,16 +85,22 @@ def scale_tensor(grad_scale, device, op="adamw"):
     return grad_scale.reshape(1).contiguous()
 
 
+def adamw_tensors(params, grads, exp_avg, exp_avg_sq, grad_scale):
+    """The tensors of one step, each checked just before its launch (as the launchers of all
+    three languages go): ``(p, g, m, v, n, s)`` for every non-empty tensor, ``s`` the gradient
+    scale on its device."""
+    for p, g, m, v in _as_lists(params, grads, exp_avg, exp_avg_sq, "adamw"):
+        p, g, m, v = check_adamw_inputs(p, g, m, v)
+        n = p.numel()
+        if n:
+            yield p, g, m, v, n, scale_tensor(grad_scale, p.device)
+
+
 def adamw_unfused(params, grads, exp_avg, exp_avg_sq, *, step, lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8,
                   weight_decay=1e-2, grad_scale=None):
     """v1: decay, moments, update: three kernels, p and the moments read twice."""
     h = check_hyper(step, lr, beta1, beta2, eps, weight_decay)
-    for p, g, m, v in _as_lists(params, grads, exp_avg, exp_avg_sq, "adamw"):
-        p, g, m, v = check_adamw_inputs(p, g, m, v)
-        n = p.numel()
-        if n == 0:
-            continue
-        s = scale_tensor(grad_scale, p.device)
+    for p, g, m, v, n, s in adamw_tensors(params, grads, exp_avg, exp_avg_sq, grad_scale):
         kernel("adamw_decay_kernel")[grid_for(n), THREADS](p, 1.0 - h["lr_wd"], n)
         kernel("adamw_moments_kernel")[grid_for(n), THREADS](g, m, v, s, h["beta1"], h["beta2"], n)
         kernel("adamw_update_kernel")[grid_for(n), THREADS](p, m, v, h["step_size"], h["inv_sqrt_bc2"], h["eps"], n)
@@ -108,12 +111,7 @@ def adamw_fused(params, grads, exp_avg, exp_avg_sq, *, step, lr=1e-3, beta1=0.9,
                 weight_decay=1e-2, grad_scale=None):
     """v2: the whole step in one kernel per tensor (one launch for a flat buffer)."""
     h = check_hyper(step, lr, beta1, beta2, eps, weight_decay)
-    for p, g, m, v in _as_lists(params, grads, exp_avg, exp_avg_sq, "adamw"):
-        p, g, m, v = check_adamw_inputs(p, g, m, v)
-        n = p.numel()
-        if n == 0:
-            continue
-        s = scale_tensor(grad_scale, p.device)
+    for p, g, m, v, n, s in adamw_tensors(params, grads, exp_avg, exp_avg_sq, grad_scale):
         kernel("adamw_kernel")[grid_for(n), THREADS](p, g, m, v, s, h["lr_wd"], h["beta1"], h["beta2"],
                                                     h["step_size"], h["inv_sqrt_bc2"], h["eps"], n)
     return params

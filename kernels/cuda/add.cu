@@ -3,6 +3,12 @@
 // Loaded by kernels/cuda/add.py through utils.cuda_kernel: on a GPU they are compiled by
 // NVRTC and run for real; without one they run in the course's CPU emulator. The launchers
 // (grid and block sizes, input checks) live in add.py.
+//
+// The versions of lesson 01 (VERSIONS in add.py, naive to best):
+//   v1  one thread per element, 256 threads per block   add_kernel
+//   v2  grid-stride loop over a capped grid             add_grid_stride_kernel
+// and add_2d_kernel: 2-D matrices, a 2-D grid of 32 x 8 blocks, row strides passed in.
+// ---------------------------------------------------------------------------------------
 #include "common.h"
 
 // v1: one thread per element.

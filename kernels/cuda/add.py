@@ -1,7 +1,8 @@
-"""Vector and matrix addition in CUDA C++: launchers for the kernels of ``add.cu``.
+"""Vector and matrix addition in CUDA C++: launchers for the kernels of ``add.cu``, whose header
+lists the versions.
 
-    add(x, y)       the reference launcher (grid-stride loop), any shape, same shapes
-    add_v1(x, y)    one thread per element
+    add(x, y)       the reference launcher (v2), any shape, same shapes
+    add_v1(x, y)    v1
     add_2d(x, y)    2-D matrices, a 2-D grid of 32 x 8 blocks, row strides passed in
 
 Kernels compile on first use (NVRTC on a GPU, the course's emulator on a CPU) and are

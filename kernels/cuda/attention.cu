@@ -8,16 +8,19 @@
 // The causal mask is aligned to the bottom right: query i sees key j when j <= i + diag, with
 // diag = Nk - Nq (0 for square attention).
 //
-// The versions of lesson 10:
-//   v1 naive, three kernels:              attn_scores_kernel, attn_softmax_kernel, attn_pv_kernel
-//      the Nq x Nk scores go to memory, come back for the softmax (P written over them) and
-//      again for P V: N² floats written and read three times
-//   v2 one query row per block:           attn_row_kernel
-//      the online softmax of lesson 05 over the keys: running max m, sum l and output row,
-//      rescaled by exp(m_old - m_new) whenever a chunk of keys raises the max. No N² tensor.
-//   v3 FlashAttention-2 on tensor cores:  attn_wmma_kernel<T, D>, T = __half or __nv_bfloat16, D = 16 .. 128
-//      64 queries per block (16 per warp), tiles of 64 keys and values in shared memory,
-//      S = Q Kᵀ and O += P V through nvcuda::wmma (fp16/bf16 in, fp32 accumulation)
+// The versions of lesson 10 (VERSIONS in attention.py, naive to best):
+//   v1  naive: three kernels (scores, row softmax, P V), the N x N scores through memory
+//       attn_scores_kernel, attn_softmax_kernel, attn_pv_kernel: the Nq x Nk scores go to
+//       memory, come back for the softmax (P written over them) and again for P V: N² floats
+//       written and read three times
+//   v2  one query row per block, online softmax over chunks of keys (float32)
+//       attn_row_kernel: the online softmax of lesson 05 over the keys: running max m, sum l
+//       and output row, rescaled by exp(m_old - m_new) whenever a chunk of keys raises the
+//       max. No N² tensor.
+//   v3  FlashAttention-2 on tensor cores (wmma): 64 queries per block, 64-key tiles in
+//       shared memory, fp16/bf16 in, fp32 accumulation
+//       attn_wmma_kernel<T, D>, T = __half or __nv_bfloat16, D = 16 .. 128: 16 queries per
+//       warp, S = Q Kᵀ and O += P V through nvcuda::wmma
 //   backward, float32 SIMT:               attn_bwd_delta_kernel, attn_bwd_kv_kernel, attn_bwd_q_kernel
 //      P recomputed from L, D = rowsum(dO ∘ O); dK and dV per tile of keys, dQ either added
 //      atomically by those blocks or computed per tile of queries in a second kernel.

@@ -3,9 +3,11 @@
 //     y = gelu(x + b),   b broadcast over the rows of x (rows, cols)
 //     backward: d(x + b) = dy * gelu'(x + b)    (the bias gradient is its sum over rows)
 //
-//   v1 (unfused): bias_add_kernel writes t = x + b, then the GELU of lesson 03 reads t:
-//      t makes a round trip through memory (4 trips of the tensor instead of 2).
-//   v2 bias_gelu_kernel: x read once, y written once; the bias (cols floats) stays in cache.
+//   v1  unfused: a bias-add kernel, then lesson 03's GELU (x + b makes a round trip through memory)
+//       bias_add_kernel writes t = x + b, then the GELU of lesson 03 reads t:
+//       t makes a round trip through memory (4 trips of the tensor instead of 2).
+//   v2  fused: gelu(x + b) in one kernel, x read once and y written once
+//       bias_gelu_kernel: x read once, y written once; the bias (cols floats) stays in cache.
 //   bias_gelu_backward_kernel: dy and x read once, d(x + b) written once.
 #include "common.h"
 

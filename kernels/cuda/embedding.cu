@@ -9,14 +9,19 @@
 //
 // A token id that repeats (the same word twice in a batch, which is the rule, not the
 // exception) sends two tokens' gradients to the same row: that is where the versions differ.
-//   v1 embedding_backward_plain_kernel:  `+=` on global memory. Two blocks may read the same
-//      old value and each write back their own sum: one update is lost. A race (the
-//      emulator's race detector reports it).
-//   v2 embedding_backward_atomic_kernel: atomicAdd. Right, but the order of the additions
-//      depends on timing, so the float sums differ from run to run in their last bits.
-//   v3 embedding_backward_sorted_kernel: the ids sorted first (by the launcher), so the
-//      tokens of one id are neighbours; the first position of each run of equal ids sums
-//      the run in a fixed order and adds it once. No atomics, and the same bits every run.
+//   v1  plain += into dweight: repeated ids race (lost updates on a GPU, reported in simulation)
+//       embedding_backward_plain_kernel:  `+=` on global memory. Two blocks may read the same
+//       old value and each write back their own sum: one update is lost. A race (the
+//       emulator's race detector reports it).
+//   v2  atomicAdd into dweight: right, but the sums' order (and last bits) change between runs
+//       embedding_backward_atomic_kernel: atomicAdd. Right, but the order of the additions
+//       depends on timing, so the float sums differ from run to run in their last bits.
+//   v3  ids sorted, one owner per row sums its tokens in order: deterministic, no atomics
+//       embedding_backward_sorted_kernel: the ids sorted first (by the launcher), so the
+//       tokens of one id are neighbours; the first position of each run of equal ids sums
+//       the run in a fixed order and adds it once. No atomics, and the same bits every run.
+//   v4  v3 with long runs cut into chunks and joined in order: deterministic, balanced
+//       embedding_backward_chunk_kernel, then embedding_backward_join_kernel (see v4 below)
 #include "common.h"
 
 __global__ void embedding_kernel(const long long* __restrict__ ids_ptr, const float* __restrict__ w_ptr,

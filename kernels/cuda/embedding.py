@@ -20,6 +20,7 @@ from collections import OrderedDict
 import torch
 
 import utils
+from kernels._launch import cdiv
 from utils.inputs import INT32_MAX, check_input, check_tensor
 
 SOURCE = utils.KERNELS_DIR / "cuda" / "embedding.cu"
@@ -29,10 +30,6 @@ THREADS = 64 if utils.SIMULATE else 256
 @functools.lru_cache(maxsize=None)
 def kernel(name: str):
     return utils.cuda_kernel(SOURCE, name)
-
-
-def cdiv(a, b):
-    return (a + b - 1) // b
 
 
 def check_ids(ids, op):

@@ -2,10 +2,11 @@
 //
 //   gelu(x) = 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x^3)))
 //
-// Two kernels, loaded by kernels/cuda/gelu.py through utils.cuda_kernel:
-//   gelu_kernel      v1: one thread per element (the textbook kernel)
-//   gelu_vec4_kernel v2: one thread per 4 elements, 16-byte float4 loads and stores,
-//                        plus a scalar loop for the last n % 4 elements
+// Loaded by kernels/cuda/gelu.py through utils.cuda_kernel. The versions of lesson 03
+// (VERSIONS in gelu.py, naive to best):
+//   v1  one thread per element                                                gelu_kernel
+//   v2  16-byte float4 loads and stores, 4 elements per thread, scalar tail   gelu_vec4_kernel
+//       (a scalar loop does the last n % 4 elements)
 //
 // Everything is float: `0.5` (a double literal) or `tanh` (the double overload) would
 // silently turn the arithmetic into double precision, which is far slower on most GPUs.

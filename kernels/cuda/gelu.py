@@ -4,10 +4,8 @@ PyTorch baselines the lesson compares them with.
     gelu(x) = 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x^3)))
 
 On a GPU the kernels are compiled with NVRTC and run for real; in simulation the course's
-CPU emulator runs them (``utils.cuda_kernel`` decides). Versions, naive to best:
-
-    v1  one thread per element
-    v2  one thread per 4 elements: 16-byte float4 loads/stores and a scalar tail
+CPU emulator runs them (``utils.cuda_kernel`` decides). The header of ``gelu.cu`` lists the
+versions (``VERSIONS`` below: ``gelu_v1``, ``gelu_v2``).
 
 PyTorch baselines (the numba and triton modules re-export them):
 

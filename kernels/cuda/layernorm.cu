@@ -1,17 +1,24 @@
 // LayerNorm and RMSNorm over the last dim of a (rows, cols) row-major float32 matrix:
 //     y = (x - mean) * rstd * w + b,  rstd = 1 / sqrt(var + eps),  var = mean((x - mean)^2)
 //
-// Loaded by kernels/cuda/layernorm.py through utils.cuda_kernel. The versions of lesson 09:
-//   forward  layernorm_block_kernel   a block per row, two passes over the row from memory
-//            layernorm_warp_kernel    a warp per row (short rows): reductions in shuffles only
-//            layernorm_reg{1,2,4,8,16}_kernel  a block per row held in registers: x read once
-//   backward layernorm_bwd_atomic_kernel      dx per row, dw/db by atomicAdd
-//            layernorm_bwd_partials_kernel    dx per row and per-block dw/db partials ...
-//            column_sum_kernel                ... summed by a second kernel
-//   rmsnorm  rmsnorm_kernel, rmsnorm_bwd_partials_kernel
-//   v5       layernorm_vec_kernel<T, VEC, ITEMS, ROWS, RMS>  the reference, forward of LayerNorm
-//            and RMSNorm, float32 or bfloat16: 16-byte vectors, the row in registers, a warp
-//            per row for short rows; layernorm_bwd_vec_kernel + column_sum_vec_kernel, the backward
+// Loaded by kernels/cuda/layernorm.py through utils.cuda_kernel. The versions of lesson 09
+// (VERSIONS and BACKWARD_VERSIONS in layernorm.py, naive to best):
+//   forward
+//   v1  a block per row, three passes over the row from memory          layernorm_block_kernel
+//   v2  a warp per row, reductions by shuffles only (short rows)        layernorm_warp_kernel
+//   v3  a block per row held in registers: x read once                  layernorm_reg{1,2,4,8,16}_kernel
+//   v4  v2 up to 256 columns, v3 up to 16384, v1 beyond
+//   v5  the reference, float32 or bfloat16: 16-byte vectors, the row in registers, a warp per row
+//       (several rows a block) for short rows
+//       layernorm_vec_kernel<T, VEC, ITEMS, ROWS, RMS>, LayerNorm's and RMSNorm's forward
+//   backward
+//   atomic  dx per row, dw/db by atomicAdd                               layernorm_bwd_atomic_kernel
+//   partials  fused: dx and per-block dw/db partials, then a column-sum kernel
+//             layernorm_bwd_partials_kernel, then column_sum_kernel
+//   vec  the reference, float32 or bfloat16: partials with 16-byte vectors, x and dy read once,
+//        dw/db shares in registers
+//        layernorm_bwd_vec_kernel, then column_sum_vec_kernel
+//   rmsnorm  rmsnorm_kernel, rmsnorm_bwd_partials_kernel (and v5's kernels with RMS = true)
 //
 // Never E[x^2] - E[x]^2: with x = 1000 + randn, E[x^2] is about 1e6 and float32 keeps it to
 // about 0.06, the size of the variance itself. Subtract the mean first, then square.

@@ -1,20 +1,10 @@
 """LayerNorm and RMSNorm in CUDA C++: launchers for ``layernorm.cu``.
 
-Forward (``VERSIONS``; ``f(x, w, b, eps=1e-5, stats=False)`` -> y, or (y, mean, rstd)):
-
-    v1  layernorm_block   a block per row, three passes over the row from memory
-    v2  layernorm_warp    a warp per row (short rows), reductions by shuffles only
-    v3  layernorm_reg     a block per row held in registers: x read once
-    v4  layernorm_v4      v2 up to 256 columns, v3 up to 16384, v1 beyond
-    v5  layernorm         the reference, float32 or bfloat16: 16-byte vector loads and stores,
-                          the row in registers, a warp per row (WARP_ROWS rows a block) for
-                          rows of up to 256 vectors, a block per row beyond (up to 8192
-                          vectors: 32768 floats); v1 for longer rows
-
-Backward (``BACKWARD_VERSIONS``; ``f(dy, x, w, mean, rstd)`` -> (dx, dw, db)): atomics,
-per-block partials plus a column-sum kernel, or (``vec``, the reference, float32 or bfloat16)
-the same with 16-byte vectors, x and dy read once and each thread's dw/db shares in registers.
-RMSNorm: ``rmsnorm``, ``rmsnorm_backward`` (v5's kernels with RMS = true).
+The header of ``layernorm.cu`` lists the versions. Forward (``VERSIONS``: ``layernorm_block``
+v1, ``layernorm_warp`` v2, ``layernorm_reg`` v3, ``layernorm_v4`` v4, ``layernorm`` v5, the
+reference), each ``f(x, w, b, eps=1e-5, stats=False)`` -> y, or (y, mean, rstd). Backward
+(``BACKWARD_VERSIONS``: atomic, partials, vec, the reference), ``f(dy, x, w, mean, rstd)`` ->
+(dx, dw, db). RMSNorm: ``rmsnorm``, ``rmsnorm_backward`` (v5's kernels with RMS = true).
 
 v5 and the vec backward take float32 and bfloat16 (statistics in float32), the older CUDA C++
 versions and Numba's float32 only, Triton's float64 too. The input

@@ -3,20 +3,19 @@
 // Loaded by kernels/cuda/matmul.py through utils.cuda_kernel (NVRTC on a GPU, the course's
 // CPU emulator without one). The launchers live in matmul.py.
 //
-// The versions of lesson 06, each one a step from memory-bound towards compute-bound:
-//   v1 naive, one thread per output:         matmul_naive_kernel
-//      every FMA reads two floats from global memory (through L1/L2): 2 loads per 2 FLOPs
-//   v2 shared-memory tiles:                  matmul_tiled_kernel
-//      a block loads a TILE x TILE tile of A and of B once, and every thread reuses them
-//      TILE times: global traffic divided by TILE
-//   v3 register blocking:                    matmul_regtile_kernel
-//      each thread computes TM x TN outputs from TM + TN values held in registers per k:
-//      shared-memory traffic divided by about TM*TN/(TM+TN)
-//   v4 vectorized loads + transposed tile:   matmul_vec4_kernel
-//      float4 loads from global and shared memory, A stored transposed (and padded) in
-//      shared memory so a thread's TM values of A are one float4 load, free of bank conflicts
-//   v5 tensor cores (nvcuda::wmma):          matmul_wmma_kernel, matmul_wmma_bf16_kernel
-//      16x16x16 fp16 (or bf16) products with fp32 accumulation, one warp per fragment
+// The versions of lesson 06, each one a step from memory-bound towards compute-bound
+// (VERSIONS in matmul.py, v5 in matmul_fp16.py):
+//   v1  naive: one thread per output, A and B read from global memory for every FMA
+//       matmul_naive_kernel: 2 loads (through L1/L2) per 2 FLOPs
+//   v2  shared-memory tiles: 32 x 32 tiles of A and B, each loaded once per block
+//       matmul_tiled_kernel: every thread reuses a tile TILE times, global traffic / TILE
+//   v3  register blocking: 128 x 128 tiles, 8 x 8 outputs per thread
+//       matmul_regtile_kernel: TM x TN outputs from TM + TN values held in registers per k,
+//       shared-memory traffic divided by about TM*TN/(TM+TN)
+//   v4  float4 loads, A transposed and padded in shared memory, 128 x 64 tiles (v3 if K or N % 4 != 0)
+//       matmul_vec4_kernel: a thread's TM values of A are one float4 load, free of bank conflicts
+//   v5  tensor cores (wmma): fp16/bf16 inputs, fp32 accumulation, 64 x 64 tiles, fp32 C
+//       matmul_wmma_kernel, matmul_wmma_bf16_kernel: 16x16x16 products, one warp per fragment
 //
 // Every kernel handles any M, N, K (edge tiles are masked: out-of-range loads read 0 and
 // out-of-range outputs are not written) and K = 0 (C = 0). Indices into A, B and C are

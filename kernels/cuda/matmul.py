@@ -1,11 +1,12 @@
-"""Matrix multiplication C = A @ B in CUDA C++: launchers for ``matmul.cu``.
+"""Matrix multiplication C = A @ B in CUDA C++: launchers for ``matmul.cu``, whose header lists
+the versions.
 
     matmul(a, b)          the reference (v4): the fastest SIMT (CUDA-core) version, fp32
-    matmul_naive(a, b)    v1, one thread per output
-    matmul_tiled(a, b)    v2, 32 x 32 shared-memory tiles
-    matmul_regtile(a, b)  v3, 128 x 128 tiles, 8 x 8 outputs per thread in registers
-    matmul_vec4(a, b)     v4, float4 loads, a transposed and padded tile of A, 128 x 64 tiles
-    matmul_wmma(a, b)     v5, tensor cores (nvcuda::wmma): fp16 or bf16 in, fp32 out
+    matmul_naive(a, b)    v1
+    matmul_tiled(a, b)    v2
+    matmul_regtile(a, b)  v3
+    matmul_vec4(a, b)     v4
+    matmul_wmma(a, b)     v5, tensor cores: fp16 or bf16 in, fp32 out
 
 A launcher takes A (M, K) and B (K, N) on ``utils.DEVICE`` and returns a new float32 C
 (M, N). Versions v1-v4 take float32 inputs; v5 takes float16 or bfloat16 and is also the

@@ -4,14 +4,18 @@
 // are compiled by NVRTC and run for real; without one they run in the course's CPU
 // emulator. The launchers (grid and block sizes, input checks) live in reduction.py.
 //
-// The versions of lesson 04, from wrong to fast:
-//   sum_racy_kernel          every thread does out[0] += x[i]: a data race (wrong)
-//   sum_atomic_kernel        v1: one atomicAdd per element (right, slow)
-//   sum_interleaved_kernel   v2: shared-memory tree, interleaved addressing
-//   sum_sequential_kernel    v3: shared-memory tree, sequential addressing
-//   sum_warp_kernel          v4: warp shuffles, one atomic per block
-//   sum_partials_kernel      v5: grid-stride + float4 + warp shuffles, two passes
-//   (+ sum_final_kernel)         (deterministic: no atomics)
+// The versions of lesson 04, from wrong to fast (VERSIONS in reduction.py):
+//   v0  every thread does out[0] += x[i]: a data race, wrong on purpose (demo only; non-deterministic)
+//       sum_racy_kernel (and sum_racy_lockstep_kernel, the warp's lockstep written out)
+//   v1  atomicAdd per element (non-deterministic)                                 sum_atomic_kernel
+//   v2  shared-memory tree, interleaved addressing, atomic per block (non-deterministic)
+//       sum_interleaved_kernel
+//   v3  shared-memory tree, sequential addressing, atomic per block (non-deterministic)
+//       sum_sequential_kernel
+//   v4  warp-shuffle block reduction, atomic per block (non-deterministic)        sum_warp_kernel
+//   v5  grid-stride float4 + warp shuffles, two passes (deterministic)
+//       sum_partials_kernel, then sum_final_kernel (no atomics)
+// and row_max_kernel: the max of each row, one block per row.
 #include "common.h"
 
 #define FULL_MASK 0xffffffffu

@@ -1,6 +1,7 @@
-"""Reductions in CUDA C++: launchers for the kernels of ``reduction.cu``.
+"""Reductions in CUDA C++: launchers for the kernels of ``reduction.cu``, whose header lists the
+versions.
 
-    sum(x)        the reference: grid-stride + float4 + warp shuffles, two passes (v5)
+    sum(x)        the reference (v5)
     row_max(x)    the max of each row of a 2-D tensor, one block per row
     sum_racy(x)   v0, the data race of lesson 04 (wrong on purpose, never benchmarked)
 
@@ -122,15 +123,21 @@ def sum_two_pass(x: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def row_max(x: torch.Tensor) -> torch.Tensor:
-    """The max of each row of a 2-D tensor: shape (rows,). -inf for rows of length 0."""
+def row_max_input(x) -> tuple[torch.Tensor, torch.Tensor]:
+    """The input rules of every row_max, in all three languages: x as a contiguous 2-D float32
+    tensor (or a clear error), and the output, one -inf per row (the max of no columns)."""
     x = check_input(x, op="row_max")
     if x.dim() != 2:
         raise ValueError(f"row_max expects a 2-D tensor, got shape {tuple(x.shape)}")
-    rows, cols = x.shape
-    out = torch.full((rows,), float("-inf"), dtype=torch.float32, device=x.device)
-    if rows == 0 or cols == 0:
+    return x, torch.full((x.shape[0],), float("-inf"), dtype=torch.float32, device=x.device)
+
+
+def row_max(x: torch.Tensor) -> torch.Tensor:
+    """The max of each row of a 2-D tensor: shape (rows,). -inf for rows of length 0."""
+    x, out = row_max_input(x)
+    if x.numel() == 0:
         return out
+    rows, cols = x.shape
     _check_int_range(x.numel(), "row_max_kernel")
     threads = min(1024, max(32, cdiv(cols, 32 * 4) * 32))  # about 4 columns per thread
     kernel("row_max_kernel")[rows, threads](x, out, cols)

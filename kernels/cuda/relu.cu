@@ -3,6 +3,12 @@
 // Loaded by kernels/cuda/relu.py through utils.cuda_kernel: on a GPU these kernels are
 // compiled by NVRTC and run for real; without one they run in the course's CPU emulator.
 // The launchers (grid and block sizes, input checks) live in relu.py.
+//
+// The versions of lesson 02 (VERSIONS in relu.py, naive to best):
+//   v1  one thread per element, 256 threads per block                 relu_kernel
+//   v2  float4 loads and stores, scalar tail, one float4 per thread   relu_vec4_kernel
+// and the backward, relu_backward_kernel: grad_out where x > 0, else 0.
+// ---------------------------------------------------------------------------------------
 #include "common.h"
 
 // v1: one thread per element. The kernel of lesson 02, line by line.

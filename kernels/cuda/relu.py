@@ -1,7 +1,7 @@
-"""ReLU in CUDA C++: launchers for the kernels of ``relu.cu``.
+"""ReLU in CUDA C++: launchers for the kernels of ``relu.cu``, whose header lists the versions.
 
-    relu(x)                     the reference launcher (float4 + scalar tail, grid-stride)
-    relu_v1(x)                  one thread per element
+    relu(x)                     the reference launcher (v2)
+    relu_v1(x)                  v1
     relu_backward(grad_out, x)  grad_out where x > 0, else 0
 
 Kernels compile on first use (NVRTC on a GPU, the course's emulator on a CPU) and are
@@ -65,13 +65,19 @@ def relu_vec4(x: torch.Tensor) -> torch.Tensor:
     return y
 
 
-def relu_backward(grad_out: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """dL/dx of ReLU: grad_out where x > 0, else 0 (new tensor, shape of x)."""
+def relu_backward_input(grad_out, x) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The input rules of every relu_backward, in all three languages: grad_out and x
+    contiguous float32 tensors of one shape (or a clear error), and a new grad_in."""
     grad_out = check_input(grad_out, "grad_out", op="relu_backward")
     x = check_input(x, op="relu_backward")
     check_same_shape(grad_out, x, ("grad_out", "x"), op="relu_backward",
                      hint="grad_out is the gradient of relu(x), of x's shape")
-    grad_in = torch.empty_like(x)
+    return grad_out, x, torch.empty_like(x)
+
+
+def relu_backward(grad_out: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """dL/dx of ReLU: grad_out where x > 0, else 0 (new tensor, shape of x)."""
+    grad_out, x, grad_in = relu_backward_input(grad_out, x)
     n = x.numel()
     if n == 0:
         return grad_in

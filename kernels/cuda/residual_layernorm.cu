@@ -3,25 +3,14 @@
 //     h = x + r                   (the residual stream, kept: the next block adds to it)
 //     y = (h - mean) * rstd * w + b,   mean, rstd of each row of h (biased variance, eps inside)
 //
-//   v1 (unfused): residual_add_kernel writes h, then lesson 09's LayerNorm reads it back.
-//   v2 residual_layernorm_kernel: one block per row; x and r read once, h and y written once.
-//      The statistics come from h in two passes over the row (the mean, then the squared
-//      deviations), both re-reading h from L1/L2 where the first pass left it, never
-//      E[h^2] - E[h]^2, which loses every digit on rows with a large mean.
-#include "common.h"
-
-#define FULL_MASK 0xffffffffu
-
-__device__ __forceinline__ float block_sum_rl(float v, float* scratch) {
-    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
-    for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(FULL_MASK, v, o);
-    if (lane == 0) scratch[warp] = v;
-    __syncthreads();
-    v = lane < nwarps ? scratch[lane] : 0.0f;
-    for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(FULL_MASK, v, o);
-    __syncthreads();  // the scratch is read by everyone before it is reused
-    return v;
-}
+//   v1  unfused: an add kernel writes h, then lesson 09's LayerNorm reads it back
+//       residual_add_kernel writes h, then lesson 09's LayerNorm reads it back.
+//   v2  fused: one block per row, x and r read once, h and y written once
+//       residual_layernorm_kernel: one block per row; x and r read once, h and y written once.
+//       The statistics come from h in two passes over the row (the mean, then the squared
+//       deviations), both re-reading h from L1/L2 where the first pass left it, never
+//       E[h^2] - E[h]^2, which loses every digit on rows with a large mean.
+#include "reduce.h"  // block_sum: every thread gets the block's sum
 
 __global__ void residual_add_kernel(const float* __restrict__ x_ptr, const float* __restrict__ r_ptr,
                                     float* __restrict__ h_ptr, long long n) {
@@ -41,13 +30,13 @@ __global__ void residual_layernorm_kernel(const float* __restrict__ x_ptr, const
         h_ptr[base + c] = h;  // each thread re-reads only what it wrote itself: no barrier needed
         s += h;
     }
-    float mean = block_sum_rl(s, scratch) / cols;
+    float mean = block_sum(s, scratch) / cols;
     float q = 0.0f;
     for (int c = threadIdx.x; c < cols; c += blockDim.x) {
         float d = h_ptr[base + c] - mean;
         q += d * d;
     }
-    float rstd = rsqrtf(block_sum_rl(q, scratch) / cols + eps);
+    float rstd = rsqrtf(block_sum(q, scratch) / cols + eps);
     for (int c = threadIdx.x; c < cols; c += blockDim.x)
         y_ptr[base + c] = (h_ptr[base + c] - mean) * rstd * w_ptr[c] + b_ptr[c];
     if (threadIdx.x == 0) {

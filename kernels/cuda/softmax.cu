@@ -4,13 +4,18 @@
 // Loaded by kernels/cuda/softmax.py through utils.cuda_kernel (NVRTC on a GPU, the
 // course's CPU emulator without one). The launchers live in softmax.py.
 //
-// The versions of lesson 05:
-//   v1 naive, three kernels:  softmax_max_kernel, softmax_expsum_kernel, softmax_normalize_kernel
-//                             (x is read three times, plus the write: 4 trips through DRAM)
-//   v2 fused, one row per block, the row held in registers: softmax_fused{1,2,4,8,16}_kernel
-//                             (x is read once and y written once: 2 trips; rows up to 16 * 1024)
-//   v3 online, any row length, a persistent grid of blocks looping over rows: softmax_online_kernel
-//                             (running max and rescaled sum in one pass, then the output pass)
+// The versions of lesson 05 (VERSIONS in softmax.py, naive to best):
+//   v1  naive: three kernels (max, exp-sum, normalize), x read 3 times
+//       softmax_max_kernel, softmax_expsum_kernel, softmax_normalize_kernel
+//       (x is read three times, plus the write: 4 trips through DRAM)
+//   v2  fused: one row per block in registers, warp-shuffle reductions (rows <= 16384)
+//       softmax_fused{1,2,4,8,16}_kernel (x is read once and y written once: 2 trips)
+//   v3  online: running max + rescaled sum, then the output pass (any row length)
+//       softmax_online_kernel, a persistent grid of blocks looping over rows
+//   v4  v2 for rows up to 8192 columns, v3 beyond
+//   v5  the row on chip: registers + shared memory, x read once (rows <= 90624 on an H100)
+//       softmax_onchip{1,4}_kernel
+//   v6  v5 while the row fits on chip, v3 beyond (any row length)
 //
 // Subtracting the row max before exp is what keeps softmax finite: expf(89.f) is already
 // inf in float32, and inf / inf is NaN. After the subtraction every exponent is <= 0, so

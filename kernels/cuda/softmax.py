@@ -1,10 +1,11 @@
-"""Softmax over the last dim of a 2-D tensor in CUDA C++: launchers for ``softmax.cu``.
+"""Softmax over the last dim of a 2-D tensor in CUDA C++: launchers for ``softmax.cu``, whose
+header lists the versions.
 
-    softmax(x)          the reference (v6): v5 while a row fits on chip, v3 beyond
-    softmax_naive(x)    v1, three kernels
-    softmax_fused(x)    v2, one row per block held in registers
-    softmax_online(x)   v3, online softmax, rows of any length (persistent grid)
-    softmax_onchip(x)   v5, one row per block held in registers and shared memory
+    softmax(x)          the reference (v6)
+    softmax_naive(x)    v1
+    softmax_fused(x)    v2
+    softmax_online(x)   v3
+    softmax_onchip(x)   v5
 """
 from __future__ import annotations
 
@@ -37,6 +38,13 @@ def source(name: str) -> str:
     return cuda_source(name, SOURCE)
 
 
+def softmax_input(x) -> tuple[torch.Tensor, torch.Tensor]:
+    """The input rules of every softmax launcher, in all three languages: x as a contiguous
+    2-D float32 tensor that int32 indexes reach (or a clear error), and a new y of its shape."""
+    x = check_input(x, ndim=2, max_numel=INT32_MAX, op="softmax")
+    return x, torch.empty_like(x)
+
+
 def round_up(a: int, b: int) -> int:
     return cdiv(a, b) * b
 
@@ -49,11 +57,10 @@ def threads_for(cols: int, per_thread: int) -> int:
 
 def softmax_naive(x: torch.Tensor) -> torch.Tensor:
     """v1: row max, then row sum of exp(x - max), then normalize: three kernels."""
-    x = check_input(x, ndim=2, max_numel=INT32_MAX, op="softmax")
-    rows, cols = x.shape
-    y = torch.empty_like(x)
+    x, y = softmax_input(x)
     if x.numel() == 0:
         return y
+    rows, cols = x.shape
     row_max = torch.empty(rows, dtype=torch.float32, device=x.device)
     row_sum = torch.empty(rows, dtype=torch.float32, device=x.device)
     threads = threads_for(cols, 4)
@@ -72,11 +79,10 @@ def fused_config(cols: int) -> tuple[int, int]:
 
 def softmax_fused(x: torch.Tensor) -> torch.Tensor:
     """v2: one block per row, the row in registers: one read of x, one write of y."""
-    x = check_input(x, ndim=2, max_numel=INT32_MAX, op="softmax")
-    rows, cols = x.shape
-    y = torch.empty_like(x)
+    x, y = softmax_input(x)
     if x.numel() == 0:
         return y
+    rows, cols = x.shape
     if cols > FUSED_MAX_COLS:
         raise ValueError(
             f"rows of {cols} columns do not fit in one block's registers (at most "
@@ -89,11 +95,10 @@ def softmax_fused(x: torch.Tensor) -> torch.Tensor:
 
 def softmax_online(x: torch.Tensor) -> torch.Tensor:
     """v3: online softmax, one block per row: running max and rescaled sum, then the output."""
-    x = check_input(x, ndim=2, max_numel=INT32_MAX, op="softmax")
-    rows, cols = x.shape
-    y = torch.empty_like(x)
+    x, y = softmax_input(x)
     if x.numel() == 0:
         return y
+    rows, cols = x.shape
     # float4 needs every row to start on a 16-byte boundary: an aligned base and cols % 4 == 0.
     vec4 = int(cols % 4 == 0 and x.data_ptr() % 16 == 0 and y.data_ptr() % 16 == 0)
     threads = threads_for(cols, 16 if vec4 else 8)
@@ -145,11 +150,10 @@ def onchip_max_cols(vec4: bool = True) -> int:
 
 def softmax_onchip(x: torch.Tensor) -> torch.Tensor:
     """v5: one block per row, the row held in registers and shared memory: one read, one write."""
-    x = check_input(x, ndim=2, max_numel=INT32_MAX, op="softmax")
-    rows, cols = x.shape
-    y = torch.empty_like(x)
+    x, y = softmax_input(x)
     if x.numel() == 0:
         return y
+    rows, cols = x.shape
     vec4 = cols % 4 == 0 and x.data_ptr() % 16 == 0 and y.data_ptr() % 16 == 0
     cfg = onchip_config(cols, vec4)
     if cfg is None:

@@ -1,6 +1,12 @@
 """AdamW and the global gradient norm in Numba (``numba.cuda.jit``), as in ``kernels/cuda/adamw.cu``:
 v1 one kernel per line of the formula, v2 the whole step in one kernel; ``grad_norm`` gives the
-norm and the clipping factor, which stays on the device."""
+norm and the clipping factor, which stays on the device.
+
+Versions (``VERSIONS``, naive to best):
+
+    v1  unfused: decay, moments, update as three kernels (p, m, v read twice)
+    v2  fused: the whole step in one kernel, 28 bytes per parameter
+"""
 from __future__ import annotations
 
 import math
@@ -14,6 +20,7 @@ from kernels.cuda.adamw import (  # noqa: F401  (input rules and references, def
     NORM_BLOCKS,
     _as_lists,
     adamw_ref,
+    adamw_tensors,
     cdiv,
     check_adamw_inputs,
     check_hyper,
@@ -108,12 +115,7 @@ def _nb(t):
 def adamw_unfused(params, grads, exp_avg, exp_avg_sq, *, step, lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8,
                   weight_decay=1e-2, grad_scale=None):
     h = check_hyper(step, lr, beta1, beta2, eps, weight_decay)
-    for p, g, m, v in _as_lists(params, grads, exp_avg, exp_avg_sq, "adamw"):
-        p, g, m, v = check_adamw_inputs(p, g, m, v)
-        n = p.numel()
-        if n == 0:
-            continue
-        s = scale_tensor(grad_scale, p.device)
+    for p, g, m, v, n, s in adamw_tensors(params, grads, exp_avg, exp_avg_sq, grad_scale):
         pf, gf, mf, vf = (_nb(t.reshape(-1)) for t in (p, g, m, v))
         adamw_decay_kernel[grid_for(n), THREADS](pf, 1.0 - h["lr_wd"])
         adamw_moments_kernel[grid_for(n), THREADS](gf, mf, vf, _nb(s), h["beta1"], h["beta2"])
@@ -124,12 +126,7 @@ def adamw_unfused(params, grads, exp_avg, exp_avg_sq, *, step, lr=1e-3, beta1=0.
 def adamw_fused(params, grads, exp_avg, exp_avg_sq, *, step, lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8,
                 weight_decay=1e-2, grad_scale=None):
     h = check_hyper(step, lr, beta1, beta2, eps, weight_decay)
-    for p, g, m, v in _as_lists(params, grads, exp_avg, exp_avg_sq, "adamw"):
-        p, g, m, v = check_adamw_inputs(p, g, m, v)
-        n = p.numel()
-        if n == 0:
-            continue
-        s = scale_tensor(grad_scale, p.device)
+    for p, g, m, v, n, s in adamw_tensors(params, grads, exp_avg, exp_avg_sq, grad_scale):
         adamw_kernel[grid_for(n), THREADS](*(_nb(t.reshape(-1)) for t in (p, g, m, v)), _nb(s), h["lr_wd"],
                                            h["beta1"], h["beta2"], h["step_size"], h["inv_sqrt_bc2"], h["eps"])
     return params

@@ -1,8 +1,11 @@
 """Vector and matrix addition in Numba: ``@cuda.jit`` kernels and their launchers.
 
-    add(x, y)       the reference launcher (grid-stride loop), any shape, same shapes
-    add_v1(x, y)    one thread per element
-    add_2d(x, y)    2-D matrices, a 2-D grid of 32 x 8 blocks
+Versions (``VERSIONS``, naive to best; ``add`` is the reference, v2, any shape):
+
+    v1  one thread per element, 256 threads per block   add_v1
+    v2  grid-stride loop over a capped grid             add_grid_stride
+
+and ``add_2d(x, y)``: 2-D matrices, a 2-D grid of 32 x 8 blocks.
 
 ``import utils`` comes first: it decides whether ``numba.cuda`` is the real GPU target or
 Numba's CUDA simulator. Tensors reach the kernels through ``utils.to_numba`` (same memory,

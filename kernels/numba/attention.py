@@ -1,11 +1,15 @@
 """Attention ``softmax(Q Kᵀ / √d) V`` in Numba (``numba.cuda.jit``), float32, forward and backward.
 
-    attention(q, k, v, causal=False)          the reference (v3)
-    attention_naive(q, k, v, causal)          v1: three kernels, the N x N scores through memory
-    attention_rowwise(q, k, v, causal)        v2: one query row per block, online softmax
-    attention_flash(q, k, v, causal)          v3: FlashAttention-2 with shared-memory tiles of
-                                              16 queries x 16 keys (SIMT float32)
-    attention_backward(q, k, v, o, L, do, causal, dq_mode="separate" | "atomic")
+Versions (``VERSIONS``, naive to best; ``attention(q, k, v, causal=False)`` is the reference, v3):
+
+    v1  naive: three kernels (scores, row softmax, P V), the N x N scores through memory
+        attention_naive(q, k, v, causal)
+    v2  one query row per block, online softmax over chunks of keys
+        attention_rowwise(q, k, v, causal)
+    v3  FlashAttention-2: 16 x 16 tiles of queries and keys in shared memory (float32 SIMT)
+        attention_flash(q, k, v, causal)
+
+and the backward, ``attention_backward(q, k, v, o, L, do, causal, dq_mode="separate" | "atomic")``.
 
 q (B, H, Nq, d), k and v (B, H, Nk, d), d <= 128; float32, float16 or bfloat16 in (computed in
 float32, o returned in the inputs' dtype). The causal mask is aligned to the bottom right

@@ -1,5 +1,11 @@
 """Bias + GELU (tanh approximation) in Numba, as in ``kernels/cuda/bias_gelu.cu``: v1 a
-bias-add kernel then lesson 03's GELU, v2 fused; and the backward d(x + b) = dy * gelu'(x + b)."""
+bias-add kernel then lesson 03's GELU, v2 fused; and the backward d(x + b) = dy * gelu'(x + b).
+
+Versions (``VERSIONS``, naive to best):
+
+    v1  unfused: a bias-add kernel, then lesson 03's GELU (x + b makes a round trip through memory)
+    v2  fused: gelu(x + b) in one kernel, x read once and y written once
+"""
 from __future__ import annotations
 
 import math

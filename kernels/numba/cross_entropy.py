@@ -6,6 +6,11 @@
     cross_entropy_forward / cross_entropy_backward: the two halves, for an autograd function
 
 The formulas and the treatment of ``ignore_index`` are those of ``kernels/cuda/cross_entropy.cu``.
+
+Versions (``VERSIONS``, naive to best):
+
+    v1  unfused: forward (max pass + sum pass), mean, backward: logits read 3 times
+    v2  fused: online logsumexp + gradient in one kernel, logits read twice, written once
 """
 from __future__ import annotations
 

@@ -1,6 +1,14 @@
 """Token embedding in Numba (``numba.cuda.jit``): the forward gather and three backwards
 (plain ``+=``, atomics, sorted and deterministic), as in ``kernels/cuda/embedding.cu``.
-The backward adds into ``dweight`` in place (tied weights) and returns it."""
+The backward adds into ``dweight`` in place (tied weights) and returns it.
+
+Versions (``VERSIONS``, naive to best):
+
+    v1  plain += into dweight: repeated ids race (lost updates on a GPU, reported in simulation)
+    v2  atomic add into dweight: right, but the sums' order (and last bits) change between runs
+    v3  ids sorted, one owner per row sums its tokens in order: deterministic, no atomics
+    v4  v3 with long runs cut into chunks and joined in order: deterministic, balanced
+"""
 from __future__ import annotations
 
 import math
@@ -9,6 +17,7 @@ from collections import OrderedDict
 import torch
 
 import utils
+from kernels._launch import cdiv
 from kernels.cuda.embedding import (  # noqa: F401  (input rules and references, defined once)
     check_embedding_backward_inputs,
     check_embedding_inputs,
@@ -19,10 +28,6 @@ from kernels.cuda.embedding import (  # noqa: F401  (input rules and references,
 from numba import cuda
 
 THREADS = 64 if utils.SIMULATE else 256
-
-
-def cdiv(a, b):
-    return (a + b - 1) // b
 
 
 @cuda.jit

@@ -2,11 +2,12 @@
 
     gelu(x) = 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x^3)))
 
-Versions, naive to best:
+Versions (``VERSIONS``, naive to best):
 
     v1  one thread per element
-    v2  one thread per 4 elements, a block's 4 loads spaced blockDim apart (still
-        coalesced) and issued before any store, so each thread has 4 loads in flight
+    v2  4 elements per thread (coalesced, 4 loads in flight)
+        a block's 4 loads spaced blockDim apart (still coalesced) and issued before any
+        store, so each thread has 4 loads in flight
 
 On a GPU they run for real; in simulation in Numba's CUDA simulator (``import utils``
 chooses before numba is imported).

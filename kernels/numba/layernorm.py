@@ -2,18 +2,20 @@
 
 Forward (``VERSIONS``; ``f(x, w, b, eps=1e-5, stats=False)`` -> y, or (y, mean, rstd)):
 
-    v1  layernorm_block   a block per row, three passes over the row from memory
-    v2  layernorm_reg     a block per row held in registers (a local array): x read once
-    v3  layernorm         the reference: a warp per row (8 rows a block) up to 1024 columns,
-                          v2 up to 16384, v1 beyond; launched by ``utils.NumbaLauncher``
-                          (tensors handed to the compiled kernel as pointer, shape and
-                          strides: no device-array wrapper, no argument typing per call)
+    v1  a block per row, three passes over the row from memory                    layernorm_block
+    v2  a block per row held in registers (a local array): x read once            layernorm_reg
+    v3  the reference: a warp per row up to 1024 columns, v2 up to 16384, v1 beyond; tensors passed
+        straight to the compiled kernel
+        layernorm: a warp per row (8 rows a block); launched by ``utils.NumbaLauncher`` (tensors
+        handed to the compiled kernel as pointer, shape and strides: no device-array wrapper,
+        no argument typing per call)
 
 Backward (``BACKWARD_VERSIONS``; ``f(dy, x, w, mean, rstd)`` -> (dx, dw, db)):
 
-    atomic      a block per row: dx, then dw/db by cuda.atomic.add
-    partials    two stages: a persistent grid computes dx and each block's dw/db partial
-                sums (its own row of a buffer), then a second kernel adds the partials
+    atomic  dx per row, dw/db by cuda.atomic.add
+    partials  two stages: dx and per-block dw/db partials, then a column-sum kernel
+              (a persistent grid computes dx and each block's dw/db partial sums, its own
+              row of a buffer, then a second kernel adds the partials)
 """
 from __future__ import annotations
 
@@ -142,7 +144,7 @@ def _row_sums(dy, x, w, row, mean, rstd, scratch):
         g = dy[row, c] * w[c]
         s1 += g * (x[row, c] - mean) * rstd
         s2 += g
-    # block_sum_all ends with a barrier: the second sum cannot overwrite scratch early
+    # block_sum_all begins with a barrier: the second sum cannot overwrite scratch early
     inv = float32(1.0) / float32(x.shape[1])
     c1 = block_sum_all(s1, scratch) * inv
     c2 = block_sum_all(s2, scratch) * inv

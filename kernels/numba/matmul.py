@@ -1,8 +1,9 @@
 """Matrix multiplication C = A @ B in Numba (``numba.cuda.jit``).
 
-    matmul(a, b)          the reference (v2)
-    matmul_naive(a, b)    v1: one thread per output
-    matmul_tiled(a, b)    v2: TILE x TILE shared-memory tiles
+Versions (``VERSIONS``, naive to best; ``matmul`` is the reference, v2):
+
+    v1  naive: one thread per output                                                 matmul_naive
+    v2  shared-memory tiles: 16 x 16 tiles of A and B, each loaded once per block   matmul_tiled
 
 Both take float32 A (M, K) and B (K, N) on ``utils.DEVICE`` and return a new float32 C.
 In simulation every CUDA thread is a Python thread: keep the matrices small there

@@ -1,6 +1,7 @@
 """Matrix multiplication of float16 (or bfloat16) inputs in Numba (topic ``matmul_fp16``).
 
-    matmul_fp16(a, b)     v1: one thread per output, float16 inputs, float32 sums and C
+    v1  naive: one thread per output, float16 inputs, float32 accumulation (no tensor cores)
+        matmul_fp16: float32 sums and C
 
 Numba has no tensor-core API: this is the naive kernel of kernels/numba/matmul.py with
 16-bit inputs converted to float32 before each product, the accumulation in float32.

@@ -4,8 +4,17 @@ The same path as the CUDA C++ versions, with Numba's names: ``cuda.shared.array`
 ``__shared__``, ``cuda.syncthreads()`` for ``__syncthreads()``, ``cuda.atomic.add`` for
 ``atomicAdd`` and ``cuda.shfl_down_sync`` for ``__shfl_down_sync``.
 
-    sum(x)       the reference (v5): grid-stride + warp shuffles, two passes
-    row_max(x)   the max of each row of a 2-D tensor, one block per row
+Versions of ``sum`` (``VERSIONS``, naive to best; ``sum`` is the reference, v5):
+
+    v1  cuda.atomic.add per element (non-deterministic)
+    v2  shared-memory tree, interleaved addressing, atomic per block (non-deterministic)
+    v3  shared-memory tree, sequential addressing, atomic per block (non-deterministic)
+    v4  warp-shuffle block reduction, atomic per block (non-deterministic)
+    v5  grid-stride + warp shuffles, two passes (deterministic)
+
+and ``row_max(x)``: the max of each row of a 2-D tensor, one block per row. The module also
+holds the reductions whose result every thread gets (``block_sum_all``, ...), which the
+softmax, layernorm and attention kernels use.
 
 In simulation every CUDA thread is a Python thread, so blocks are small there (64
 threads) and the grid-stride version launches only a few blocks.
@@ -19,7 +28,7 @@ import torch
 
 import utils  # must come before numba: it picks the simulator or the GPU
 from kernels._launch import cdiv, sm_count
-from kernels.cuda.reduction import row_max_ref, sum_ref  # noqa: F401  (the PyTorch references, defined once)
+from kernels.cuda.reduction import row_max_input, row_max_ref, sum_ref  # noqa: F401  (the references, defined once)
 from utils.inputs import INT32_MAX, check_input  # noqa: F401  (the shared input rules)
 
 from numba import cuda, float32
@@ -270,13 +279,10 @@ def sum_two_pass(x: torch.Tensor) -> torch.Tensor:
 
 def row_max(x: torch.Tensor) -> torch.Tensor:
     """The max of each row of a 2-D tensor: shape (rows,). -inf for rows of length 0."""
-    x = check_input(x, op="row_max")
-    if x.dim() != 2:
-        raise ValueError(f"row_max expects a 2-D tensor, got shape {tuple(x.shape)}")
-    rows, cols = x.shape
-    out = torch.full((rows,), float("-inf"), dtype=torch.float32, device=x.device)
-    if rows == 0 or cols == 0:
+    x, out = row_max_input(x)
+    if x.numel() == 0:
         return out
+    rows, cols = x.shape
     threads = min(BLOCK_SIZE, max(32, cdiv(cols, 32) * 32))
     row_max_kernel[rows, threads](utils.to_numba(x), utils.to_numba(out))
     return out

@@ -1,5 +1,11 @@
 """Residual add + LayerNorm in Numba, as in ``kernels/cuda/residual_layernorm.cu``: v1 an add
-kernel then lesson 09's LayerNorm, v2 fused (one block per row)."""
+kernel then lesson 09's LayerNorm, v2 fused (one block per row).
+
+Versions (``VERSIONS``, naive to best):
+
+    v1  unfused: an add kernel writes h, then lesson 09's LayerNorm reads it back
+    v2  fused: one block per row, x and r read once, h and y written once
+"""
 from __future__ import annotations
 
 import math

@@ -1,9 +1,12 @@
 """Softmax over the last dim of a 2-D tensor in Numba (``numba.cuda.jit``).
 
-    softmax(x)          the reference (v4): v2 for rows up to 16384 columns, v3 beyond
-    softmax_naive(x)    v1: three kernels (row max, row exp-sum, normalize)
-    softmax_fused(x)    v2: one block per row, the row in registers (a local array)
-    softmax_online(x)   v3: online softmax, one block per row, any row length
+Versions (``VERSIONS``, naive to best):
+
+    v1  naive: three kernels (max, exp-sum, normalize), x read 3 times             softmax_naive
+    v2  fused: one row per block in a local array, warp-shuffle reductions (rows <= 16384)
+        softmax_fused
+    v3  online: running max + rescaled sum, then the output pass (any row length)   softmax_online
+    v4  v2 for rows up to 16384 columns, v3 beyond                                  softmax, the reference
 """
 from __future__ import annotations
 
@@ -14,9 +17,8 @@ import torch
 
 import utils  # must come before numba: it picks the simulator or the GPU
 from kernels._launch import cdiv
-from kernels.cuda.softmax import softmax_ref  # noqa: F401  (the PyTorch references, defined once)
+from kernels.cuda.softmax import softmax_input, softmax_ref  # noqa: F401  (the reference, defined once)
 from kernels.numba.reduction import block_max_all, block_sum_all, warp_sum_all  # noqa: F401  (attention uses warp_sum_all)
-from utils.inputs import INT32_MAX, check_input  # the shared input rules
 
 from numba import cuda, float32
 
@@ -133,11 +135,10 @@ def _warps(n: int) -> int:
 
 def softmax_naive(x: torch.Tensor) -> torch.Tensor:
     """v1: three kernels."""
-    x = check_input(x, ndim=2, max_numel=INT32_MAX, op="softmax")
-    rows, cols = x.shape
-    y = torch.empty_like(x)
+    x, y = softmax_input(x)
     if x.numel() == 0:
         return y
+    rows, cols = x.shape
     row_max = torch.empty(rows, dtype=torch.float32, device=x.device)
     row_sum = torch.empty(rows, dtype=torch.float32, device=x.device)
     xa, ya, ma, sa = (utils.to_numba(t) for t in (x, y, row_max, row_sum))
@@ -150,11 +151,10 @@ def softmax_naive(x: torch.Tensor) -> torch.Tensor:
 
 def softmax_fused(x: torch.Tensor) -> torch.Tensor:
     """v2: one block per row held in registers: one read of x, one write of y."""
-    x = check_input(x, ndim=2, max_numel=INT32_MAX, op="softmax")
-    rows, cols = x.shape
-    y = torch.empty_like(x)
+    x, y = softmax_input(x)
     if x.numel() == 0:
         return y
+    rows, cols = x.shape
     if cols > FUSED_MAX_COLS:
         raise ValueError(
             f"rows of {cols} columns do not fit in one block's registers (at most {FUSED_MAX_COLS} = "
@@ -165,11 +165,10 @@ def softmax_fused(x: torch.Tensor) -> torch.Tensor:
 
 def softmax_online(x: torch.Tensor) -> torch.Tensor:
     """v3: online softmax, one block per row, any row length."""
-    x = check_input(x, ndim=2, max_numel=INT32_MAX, op="softmax")
-    rows, cols = x.shape
-    y = torch.empty_like(x)
+    x, y = softmax_input(x)
     if x.numel() == 0:
         return y
+    rows, cols = x.shape
     threads = _warps(cdiv(cols, 8)) if not utils.SIMULATE else min(ROW_THREADS, _warps(cols))
     softmax_online_kernel[rows, threads](utils.to_numba(x), utils.to_numba(y))
     return y

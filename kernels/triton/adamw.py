@@ -1,6 +1,12 @@
 """AdamW and the global gradient norm in Triton, as in ``kernels/cuda/adamw.cu``: v1 one kernel
 per line of the formula, v2 the whole step in one kernel; ``grad_norm`` gives the norm and the
-clipping factor, which stays on the device."""
+clipping factor, which stays on the device.
+
+Versions (``VERSIONS``, naive to best):
+
+    v1  unfused: decay, moments, update as three kernels (p, m, v read twice)
+    v2  fused: the whole step in one kernel, 28 bytes per parameter
+"""
 from __future__ import annotations
 
 from collections import OrderedDict
@@ -11,6 +17,7 @@ import utils
 from kernels.cuda.adamw import (  # noqa: F401  (input rules and references, defined once)
     _as_lists,
     adamw_ref,
+    adamw_tensors,
     check_adamw_inputs,
     check_hyper,
     check_input,
@@ -89,12 +96,7 @@ def grad_norm_finish_kernel(partial_ptr, count, max_norm, norm_ptr, scale_ptr, B
 def adamw_unfused(params, grads, exp_avg, exp_avg_sq, *, step, lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8,
                   weight_decay=1e-2, grad_scale=None):
     h = check_hyper(step, lr, beta1, beta2, eps, weight_decay)
-    for p, g, m, v in _as_lists(params, grads, exp_avg, exp_avg_sq, "adamw"):
-        p, g, m, v = check_adamw_inputs(p, g, m, v)
-        n = p.numel()
-        if n == 0:
-            continue
-        s = scale_tensor(grad_scale, p.device)
+    for p, g, m, v, n, s in adamw_tensors(params, grads, exp_avg, exp_avg_sq, grad_scale):
         grid = (triton.cdiv(n, BLOCK),)
         adamw_decay_kernel[grid](p, 1.0 - h["lr_wd"], n, BLOCK_SIZE=BLOCK)
         adamw_moments_kernel[grid](g, m, v, s, h["beta1"], h["beta2"], n, BLOCK_SIZE=BLOCK)
@@ -105,12 +107,7 @@ def adamw_unfused(params, grads, exp_avg, exp_avg_sq, *, step, lr=1e-3, beta1=0.
 def adamw_fused(params, grads, exp_avg, exp_avg_sq, *, step, lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8,
                 weight_decay=1e-2, grad_scale=None):
     h = check_hyper(step, lr, beta1, beta2, eps, weight_decay)
-    for p, g, m, v in _as_lists(params, grads, exp_avg, exp_avg_sq, "adamw"):
-        p, g, m, v = check_adamw_inputs(p, g, m, v)
-        n = p.numel()
-        if n == 0:
-            continue
-        s = scale_tensor(grad_scale, p.device)
+    for p, g, m, v, n, s in adamw_tensors(params, grads, exp_avg, exp_avg_sq, grad_scale):
         adamw_kernel[(triton.cdiv(n, BLOCK),)](p, g, m, v, s, h["lr_wd"], h["beta1"], h["beta2"], h["step_size"],
                                               h["inv_sqrt_bc2"], h["eps"], n, BLOCK_SIZE=BLOCK)
     return params

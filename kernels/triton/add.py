@@ -1,8 +1,11 @@
 """Vector and matrix addition in Triton: ``@triton.jit`` kernels and their launchers.
 
-    add(x, y)       the reference launcher, any shape, same shapes
-    add_v2(x, y)    bigger programs: 4096 elements, 8 warps
-    add_2d(x, y)    2-D matrices: each program adds one 16 x 128 tile
+Versions (``VERSIONS``; ``add`` is the reference, v1, any shape):
+
+    v1  1024 elements per program, 4 warps   add_v1
+    v2  4096 elements per program, 8 warps   add_v2
+
+and ``add_2d(x, y)``: 2-D matrices, each program adds one 16 x 128 tile.
 
 There is no per-thread view in Triton. A *program* (one per ``program_id``) owns a whole
 block of indices, built with ``tl.arange``; a mask switches off the indices past the end.

@@ -1,13 +1,16 @@
 """Attention ``softmax(Q Kᵀ / √d) V`` in Triton: from three kernels to FlashAttention-2,
 forward and backward.
 
+Versions (``VERSIONS``, naive to best):
+
+    v1  naive: three kernels (scores, row softmax, P V), the N x N scores through memory
+        attention_naive(q, k, v, causal)
+    v2  one query row per program, K and V streamed through the online softmax
+        attention_rowwise(q, k, v, causal): the online softmax of lesson 05
+    v3  FlashAttention-2: query tiles, tl.dot on tensor cores, exp2, causal tiles skipped, L saved, autotuned
+        attention_flash(q, k, v, causal)
+
     attention(q, k, v, causal=False)          the reference (v3), returns o
-    attention_naive(q, k, v, causal)          v1: three kernels (scores, row softmax, P V); the
-                                              N x N scores go to memory and back
-    attention_rowwise(q, k, v, causal)        v2: one query row per program, K and V streamed
-                                              through the online softmax of lesson 05
-    attention_flash(q, k, v, causal)          v3: FlashAttention-2: a tile of queries per program,
-                                              tl.dot on tensor cores, running max and sum, L saved
     attention_forward(q, k, v, causal)        v3 returning (o, L), L the logsumexp (B, H, Nq)
     attention_backward(q, k, v, o, L, do, causal, dq_mode="separate" | "atomic")
                                               (dq, dk, dv): P recomputed from L, D = rowsum(dO ∘ O)

@@ -2,7 +2,13 @@
 bias-add kernel then lesson 03's GELU, v2 fused; and the backward d(x + b) = dy * gelu'(x + b).
 
 tanh(u) is written with one ``tl.exp`` (as lesson 03's Triton GELU does): 1 + tanh(u) =
-2 / (1 + exp(-2u)), so gelu(z) = z / (1 + exp(-2u)), finite for every z."""
+2 / (1 + exp(-2u)), so gelu(z) = z / (1 + exp(-2u)), finite for every z.
+
+Versions (``VERSIONS``, naive to best):
+
+    v1  unfused: a bias-add kernel, then lesson 03's GELU (x + b makes a round trip through memory)
+    v2  fused: gelu(x + b) in one kernel, x read once and y written once
+"""
 from __future__ import annotations
 
 from collections import OrderedDict

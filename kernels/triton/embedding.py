@@ -1,6 +1,14 @@
 """Token embedding in Triton: the forward gather and three backwards (plain load-add-store,
 atomics, sorted and deterministic), as in ``kernels/cuda/embedding.cu``. The backward adds
-into ``dweight`` in place (tied weights) and returns it."""
+into ``dweight`` in place (tied weights) and returns it.
+
+Versions (``VERSIONS``, naive to best):
+
+    v1  load + add + store into dweight: repeated ids race (lost updates on a GPU, reported in simulation)
+    v2  tl.atomic_add into dweight: right, but the sums' order (and last bits) change between runs
+    v3  ids sorted, one owner per row sums its tokens in order: deterministic, no atomics
+    v4  v3 with long runs cut into chunks and joined in order: deterministic, balanced
+"""
 from __future__ import annotations
 
 from collections import OrderedDict
@@ -69,7 +77,7 @@ def embedding_backward_sorted_kernel(sorted_ptr, perm_ptr, dout_ptr, dw_ptr, n, 
     cols = tl.program_id(1) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
     tok = tl.load(sorted_ptr + p)
     prev = tl.load(sorted_ptr + p - 1, mask=p > 0, other=-1)
-    if (p == 0 or prev != tok) and tok >= 0 and tok < vocab:
+    if ((p == 0) | (prev != tok)) & (tok >= 0) & (tok < vocab):  # (& and |: conditions on tensors)
         mask = cols < dim
         acc = tl.zeros([BLOCK_SIZE], dtype=tl.float32)
         j = p
@@ -102,14 +110,14 @@ def embedding_backward_chunk_kernel(sorted_ptr, perm_ptr, dout_ptr, dw_ptr, head
         acc += tl.load(dout_ptr + tl.load(perm_ptr + j) * dim + cols, mask=cmask, other=0.0)
         tok = tl.load(sorted_ptr + j)
         nxt = tl.load(sorted_ptr + j + 1, mask=j + 1 < ce, other=-1)
-        if (j + 1 == ce) or (nxt != tok):  # the piece ends at j
+        if (j + 1 == ce) | (nxt != tok):  # the piece ends at j
             first = piece_start == cs
             last = j + 1 == ce
-            if first and cont_prev:
+            if first & cont_prev:
                 tl.store(head_ptr + ch * dim + cols, acc, mask=cmask)
-            elif last and cont_next:
+            elif last & cont_next:
                 tl.store(tail_ptr + ch * dim + cols, acc, mask=cmask)
-            elif (tok >= 0) and (tok < vocab):
+            elif (tok >= 0) & (tok < vocab):
                 old = tl.load(dw_ptr + tok * dim + cols, mask=cmask, other=0.0)
                 tl.store(dw_ptr + tok * dim + cols, old + acc, mask=cmask)
             acc = tl.zeros([BLOCK_SIZE], dtype=tl.float32)
@@ -129,7 +137,7 @@ def embedding_backward_join_kernel(sorted_ptr, head_ptr, tail_ptr, dw_ptr, n, vo
     cont_prev = (cs > 0) & (tl.load(sorted_ptr + cs - 1, mask=cs > 0, other=-1) == tl.load(sorted_ptr + cs))
     cont_next = (ce < n) & (tl.load(sorted_ptr + ce, mask=ce < n, other=-1) == tok)
     single = tl.load(sorted_ptr + cs) == tok
-    if cont_next and not (single and cont_prev):
+    if cont_next & ((single & cont_prev) == 0):
         acc = tl.load(tail_ptr + ch * dim + cols, mask=cmask, other=0.0)
         k = ch + 1
         going = tok == tok  # (a tensor from the start: a loop-carried value keeps its type)
@@ -140,7 +148,7 @@ def embedding_backward_join_kernel(sorted_ptr, head_ptr, tail_ptr, dw_ptr, n, vo
             k_next = (ke < n) & (tl.load(sorted_ptr + ke, mask=ke < n, other=-2) == tok)
             going = (tl.load(sorted_ptr + ks) == tok) & (tl.load(sorted_ptr + ke - 1) == tok) & k_next
             k += 1
-        if (tok >= 0) and (tok < vocab):
+        if (tok >= 0) & (tok < vocab):
             old = tl.load(dw_ptr + tok * dim + cols, mask=cmask, other=0.0)
             tl.store(dw_ptr + tok * dim + cols, old + acc, mask=cmask)
 

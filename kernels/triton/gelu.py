@@ -7,8 +7,12 @@ Since 1 + tanh(u) = 2 * sigmoid(2u), this is x * sigmoid(2u) = x / (1 + exp(-2u)
 overflows to inf and the result is x / inf = -0, the right limit. (The textbook form
 (exp(2u) - 1) / (exp(2u) + 1) gives inf / inf = nan for u > 44.)
 
-One version: a program owns BLOCK_SIZE consecutive elements; the compiler spreads them
-over its threads and vectorizes the loads and stores (16-byte accesses).
+One version (``VERSIONS``):
+
+    v1  one program per 1024 elements, masked tail
+
+a program owns BLOCK_SIZE consecutive elements; the compiler spreads them over its threads
+and vectorizes the loads and stores (16-byte accesses).
 """
 from __future__ import annotations
 

@@ -3,21 +3,20 @@
 Forward (``VERSIONS``; each launcher is ``f(x, w, b, eps=1e-5, stats=False)`` and returns y,
 or ``(y, mean, rstd)`` with ``stats=True``: the float32 statistics the backward needs):
 
-    v1  layernorm_chunked   a program per row, looping over the row in chunks: one pass for
-                            the mean, one for the variance, one to normalize (x read 3 times)
-    v2  layernorm_row       a program per row, the whole row in registers: x read once, the
-                            variance two-pass over registers (the reference up to 32768 columns)
-    v3  layernorm           the reference: ROWS rows per program as one 2-D tile (short rows
-                            fill a program; v2's kernel where one row fills it), the row in
-                            registers up to 32768 columns, v1 beyond
+    v1  a program per row, three passes over the row in chunks (x read 3 times)
+        layernorm_chunked: one pass for the mean, one for the variance, one to normalize
+    v2  a program per row, the row in registers: x read once, two-pass variance on chip
+        layernorm_row (the reference up to 32768 columns)
+    v3  the reference: ROWS rows per program (a 2-D tile) in registers, v1 for rows longer than 32768
+        layernorm: short rows fill a program as one 2-D tile; v2's kernel where one row fills it
 
 Backward (``BACKWARD_VERSIONS``; ``f(dy, x, w, mean, rstd)`` returns ``(dx, dw, db)``):
 
-    atomic      a program per row: dx, then dw/db added with tl.atomic_add (one atomic per
-                column per row: simple, contended, order-dependent in the last bits)
-    partials    fused: a persistent program walks its rows ROWS at a time, computes dx and
-                keeps its dw/db partial sums in registers; a second kernel sums the
-                partials (deterministic)
+    atomic  dx per row, dw/db by atomic_add (one per column per row)
+            simple, contended, order-dependent in the last bits
+    partials  fused: dx and per-program dw/db partials, then a column-sum kernel
+              a persistent program walks its rows ROWS at a time, computes dx and keeps its
+              dw/db partial sums in registers; a second kernel sums the partials (deterministic)
 
 RMSNorm (``rmsnorm(x, w)`` -> y or (y, rstd); ``rmsnorm_backward(dy, x, w, rstd)`` -> (dx, dw)).
 

@@ -1,13 +1,16 @@
 """Matrix multiplication C = A @ B in Triton, on tensor cores through ``tl.dot``.
 
-    matmul(a, b)          the reference of topic matmul (v1, float32)
-    matmul_fp32(a, b)     v1: float32 inputs, exact fp32 products (no TF32), float32 C
-    matmul_fp16(a, b)     v2: the same kernel with float16/bfloat16 inputs; C in the
-                          inputs' dtype, like torch.mm (the sums are fp32, rounded once)
-    matmul_tma(a, b)      v3: float16/bfloat16, a persistent kernel (one program per SM walks
-                          the tiles) that moves tiles with TMA tensor descriptors
-                          (``tl.make_tensor_descriptor``); operands whose rows are not 16-byte
-                          aligned are copied into aligned buffers first
+Versions (``VERSIONS`` here, v2 and v3 in matmul_fp16.py; ``matmul`` is the reference of topic matmul):
+
+    v1  fp32: tl.dot with exact fp32 products, autotuned tiles, grouped ordering
+        matmul_fp32: float32 inputs, no TF32, float32 C
+    v2  fp16/bf16 in, fp32 accumulate: tl.dot on tensor cores, autotuned tiles, grouped ordering
+        matmul_fp16: the same kernel, C in the inputs' dtype like torch.mm (the sums are fp32,
+        rounded once)
+    v3  v2 persistent (a program per SM) with TMA tensor descriptors; unaligned rows copied aligned first
+        matmul_tma: one program per SM walks the tiles and moves them with TMA tensor
+        descriptors (``tl.make_tensor_descriptor``); operands whose rows are not 16-byte
+        aligned are copied into aligned buffers first
 
 One kernel serves both: a program computes a BLOCK_M x BLOCK_N tile of C, stepping along
 K by BLOCK_K, and Triton turns ``tl.dot`` of two tiles into tensor-core instructions

@@ -1,10 +1,10 @@
 """Matrix multiplication on tensor cores in Triton (topic ``matmul_fp16``).
 
-    matmul_fp16(a, b)     v2: float16 or bfloat16 A and B, fp32 accumulation, C in the
-                          inputs' dtype like torch.mm (autotuned tiles, grouped ordering)
-    matmul_tma(a, b)      v3: the reference: a persistent kernel whose tiles move by TMA
-                          tensor descriptors; operands with unaligned rows are copied into
-                          aligned buffers first
+    v2  fp16/bf16 in, fp32 accumulate: tl.dot on tensor cores, autotuned tiles, grouped ordering
+        matmul_fp16(a, b): C in the inputs' dtype like torch.mm
+    v3  v2 persistent (a program per SM) with TMA tensor descriptors; unaligned rows copied aligned first
+        matmul_tma(a, b), the reference: a persistent kernel whose tiles move by TMA tensor
+        descriptors; operands with unaligned rows are copied into aligned buffers first
 
 The kernels are in kernels/triton/matmul.py (v1 is v2's exact-fp32 twin).
 """

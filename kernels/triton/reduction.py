@@ -4,8 +4,13 @@ A Triton program owns a whole block of elements, so a block's reduction is one c
 ``tl.sum(x, axis=0)``: the compiler writes the warp shuffles and the shared memory. What
 is left to us is the part across programs: atomics, or a second pass.
 
-    sum(x)       the reference (v3): a persistent grid-stride loop, then a second pass
-    row_max(x)   the max of each row of a 2-D tensor, one program per row
+Versions of ``sum`` (``VERSIONS``; ``sum`` is the reference, v3):
+
+    v1  tl.sum per program + tl.atomic_add (non-deterministic)
+    v2  tl.sum per program, then a second pass over the partials (deterministic)
+    v3  persistent grid-stride loop, vector accumulator, two passes (deterministic)
+
+and ``row_max(x)``: the max of each row of a 2-D tensor, one program per row.
 """
 from __future__ import annotations
 
@@ -15,7 +20,7 @@ import torch
 
 import utils  # noqa: F401  (configures the interpreter before triton loads)
 from kernels._launch import sm_count
-from kernels.cuda.reduction import row_max_ref, sum_ref  # noqa: F401  (the PyTorch references, defined once)
+from kernels.cuda.reduction import row_max_input, row_max_ref, sum_ref  # noqa: F401  (the references, defined once)
 from utils.inputs import INT32_MAX, check_input  # noqa: F401  (the shared input rules)
 
 import triton
@@ -133,13 +138,10 @@ def sum_persistent(x: torch.Tensor) -> torch.Tensor:
 
 def row_max(x: torch.Tensor) -> torch.Tensor:
     """The max of each row of a 2-D tensor: shape (rows,). -inf for rows of length 0."""
-    x = check_input(x, op="row_max")
-    if x.dim() != 2:
-        raise ValueError(f"row_max expects a 2-D tensor, got shape {tuple(x.shape)}")
-    rows, cols = x.shape
-    out = torch.full((rows,), float("-inf"), dtype=torch.float32, device=x.device)
-    if rows == 0 or cols == 0:
+    x, out = row_max_input(x)
+    if x.numel() == 0:
         return out
+    rows, cols = x.shape
     block = min(4096, triton.next_power_of_2(cols))
     row_max_kernel[(rows,)](x, out, cols, x.stride(0), BLOCK_SIZE=block)
     return out

@@ -1,6 +1,12 @@
 """Residual add + LayerNorm in Triton, as in ``kernels/cuda/residual_layernorm.cu``: v1 an add
 kernel then lesson 09's LayerNorm, v2 fused: one program per row, the whole row in one block
-(rows up to 16384 columns: GPT widths are 768 to 12288)."""
+(rows up to 16384 columns: GPT widths are 768 to 12288).
+
+Versions (``VERSIONS``, naive to best):
+
+    v1  unfused: an add kernel writes h, then lesson 09's LayerNorm reads it back
+    v2  fused: one program per row, x and r read once, h and y written once
+"""
 from __future__ import annotations
 
 from collections import OrderedDict

@@ -1,12 +1,14 @@
 """Softmax over the last dim of a 2-D tensor in Triton.
 
-    softmax(x)          the reference (v5): v2 for rows up to 16384 columns, v4 beyond
-    softmax_naive(x)    v1: three kernels (row max, row exp-sum, normalize)
-    softmax_fused(x)    v2: one program per row, the whole row in one block
-    softmax_online(x)   v3: online softmax, any row length (a persistent grid of programs,
-                        each looping over rows)
-    softmax_l2(x)       v4: the online softmax with the row kept in L2 between its two reads:
-                        one program per SM, cache hints on every load (the reference on long rows)
+Versions (``VERSIONS``, naive to best):
+
+    v1  naive: three kernels (max, exp-sum, normalize), x read 3 times      softmax_naive
+    v2  fused: one program per row, the row in one block (rows <= 16384)    softmax_fused
+    v3  online: per-lane running max + rescaled sum, then the output pass (any row length)
+        softmax_online: a persistent grid of programs, each looping over rows
+    v4  L2-resident online: one program per SM, evict_last then evict_first loads (any row length)
+        softmax_l2: the row kept in L2 between its two reads
+    v5  v2 for rows up to 16384 columns, v4 beyond                          softmax, the reference
 
 Only ``tl.exp`` and friends are used: ``triton.language`` alone, no libdevice.
 """
@@ -18,8 +20,7 @@ import torch
 
 import utils  # noqa: F401  (configures the interpreter before triton loads)
 from kernels._launch import sm_count
-from kernels.cuda.softmax import softmax_ref  # noqa: F401  (the PyTorch references, defined once)
-from utils.inputs import INT32_MAX, check_input  # the shared input rules
+from kernels.cuda.softmax import softmax_input, softmax_ref  # noqa: F401  (the reference, defined once)
 
 import triton
 import triton.language as tl
@@ -166,11 +167,10 @@ def softmax_l2_kernel(x_ptr, y_ptr, rows, cols, BLOCK_SIZE: tl.constexpr):
 # ---------------------------------------------------------------------------------------
 def softmax_naive(x: torch.Tensor) -> torch.Tensor:
     """v1: three kernels."""
-    x = check_input(x, ndim=2, max_numel=INT32_MAX, op="softmax")
-    rows, cols = x.shape
-    y = torch.empty_like(x)
+    x, y = softmax_input(x)
     if x.numel() == 0:
         return y
+    rows, cols = x.shape
     block = min(NAIVE_BLOCK, triton.next_power_of_2(cols))
     row_max = torch.empty(rows, dtype=torch.float32, device=x.device)
     row_sum = torch.empty(rows, dtype=torch.float32, device=x.device)
@@ -191,11 +191,10 @@ def fused_num_warps(block: int) -> int:
 
 def softmax_fused(x: torch.Tensor) -> torch.Tensor:
     """v2: one program per row, one read and one write."""
-    x = check_input(x, ndim=2, max_numel=INT32_MAX, op="softmax")
-    rows, cols = x.shape
-    y = torch.empty_like(x)
+    x, y = softmax_input(x)
     if x.numel() == 0:
         return y
+    rows, cols = x.shape
     block = triton.next_power_of_2(cols)
     if block > FUSED_MAX_COLS:
         raise ValueError(
@@ -207,11 +206,10 @@ def softmax_fused(x: torch.Tensor) -> torch.Tensor:
 
 def softmax_online(x: torch.Tensor) -> torch.Tensor:
     """v3: online softmax, any row length: the statistics pass, then the output pass."""
-    x = check_input(x, ndim=2, max_numel=INT32_MAX, op="softmax")
-    rows, cols = x.shape
-    y = torch.empty_like(x)
+    x, y = softmax_input(x)
     if x.numel() == 0:
         return y
+    rows, cols = x.shape
     block = min(ONLINE_BLOCK, triton.next_power_of_2(cols))
     num_warps = 16 if block >= 8192 else 8 if block >= 2048 else 4
     # Persistent: about 512 threads per SM (one program of 16 warps for long rows).
@@ -222,11 +220,10 @@ def softmax_online(x: torch.Tensor) -> torch.Tensor:
 
 def softmax_l2(x: torch.Tensor) -> torch.Tensor:
     """v4: online softmax whose second read of each row comes from L2 (one program per SM)."""
-    x = check_input(x, ndim=2, max_numel=INT32_MAX, op="softmax")
-    rows, cols = x.shape
-    y = torch.empty_like(x)
+    x, y = softmax_input(x)
     if x.numel() == 0:
         return y
+    rows, cols = x.shape
     block = min(L2_BLOCK, triton.next_power_of_2(cols))
     # One program per SM and no more: the rows in flight must fit in L2 (see the kernel).
     softmax_l2_kernel[(min(rows, sm_count()),)](x, y, rows, cols, BLOCK_SIZE=block,

@@ -1,0 +1,112 @@
+"""The load_inline extension that tests/test_load_inline.py and tests/test_toolchain.py share.
+
+Building it compiles torch's headers (tens of seconds): with one name and one source, torch's
+build cache (TORCH_EXTENSIONS_DIR) makes the second file load the first one's build, whichever
+worker runs it, instead of compiling again.
+"""
+import utils
+
+NAME = "course_test_inline_ops"
+FUNCTIONS = ["relu", "block_sum", "relu_host_api", "hello", "bad_barrier"]
+
+CPP = """
+torch::Tensor relu(torch::Tensor x);
+torch::Tensor block_sum(torch::Tensor x);
+torch::Tensor relu_host_api(torch::Tensor x_cpu);
+void hello(int tag);
+void bad_barrier(torch::Tensor x);
+"""
+
+CUDA = r"""
+#include <torch/extension.h>
+#include <c10/cuda/CUDAException.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <cuda_runtime.h>
+#include <cstdio>
+#include "common.h"
+
+__global__ void relu_kernel(const float* __restrict__ x, float* __restrict__ y, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+}
+
+__global__ void block_sum_kernel(const float* __restrict__ x, float* __restrict__ out, int n) {
+    extern __shared__ float s[];
+    int t = threadIdx.x;
+    int i = blockIdx.x * blockDim.x + t;
+    s[t] = i < n ? x[i] : 0.0f;
+    __syncthreads();
+    for (int stride = blockDim.x / 2; stride > 0; stride >>= 1) {
+        if (t < stride) s[t] += s[t + stride];
+        __syncthreads();
+    }
+    if (t == 0) atomicAdd(out, s[0]);
+}
+
+__global__ void hello_kernel(int tag) {
+    if (threadIdx.x == 0) printf("hello %d from block %d\n", tag, blockIdx.x);
+}
+
+__global__ void half_barrier_kernel(float* x) {
+    if (threadIdx.x < 16) __syncthreads();
+    x[threadIdx.x] = 1.0f;
+}
+
+torch::Tensor relu(torch::Tensor x) {
+    TORCH_CHECK(x.device().is_cuda(), "x must be a CUDA tensor");  // as written for a GPU
+    CHECK_INPUT(x);
+    TORCH_CHECK(x.dtype() == torch::kFloat32, "x must be float32");
+    auto y = torch::empty_like(x);
+    int n = x.numel();
+    if (n == 0) return y;
+    relu_kernel<<<cdiv(n, 256), 256>>>(x.data_ptr<float>(), y.data_ptr<float>(), n);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    return y;
+}
+
+torch::Tensor block_sum(torch::Tensor x) {
+    CHECK_INPUT(x);
+    auto out = torch::zeros({1}, x.options());
+    int n = x.numel();
+    int threads = 128;
+    if (n == 0) return out;
+    block_sum_kernel<<<cdiv(n, threads), threads, threads * sizeof(float),
+                       at::cuda::getCurrentCUDAStream()>>>(x.data_ptr<float>(), out.data_ptr<float>(), n);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    return out;
+}
+
+// The host API of a first CUDA program: explicit device buffers and copies.
+torch::Tensor relu_host_api(torch::Tensor x_cpu) {
+    TORCH_CHECK(x_cpu.device().is_cpu() && x_cpu.is_contiguous(), "x_cpu must be a contiguous CPU tensor");
+    int n = x_cpu.numel();
+    size_t bytes = n * sizeof(float);
+    float *d_x, *d_y;
+    CUDA_CHECK(cudaMalloc(&d_x, bytes));
+    CUDA_CHECK(cudaMalloc(&d_y, bytes));
+    CUDA_CHECK(cudaMemcpy(d_x, x_cpu.data_ptr<float>(), bytes, cudaMemcpyHostToDevice));
+    relu_kernel<<<cdiv(n, 128), 128>>>(d_x, d_y, n);
+    CUDA_CHECK(cudaGetLastError());
+    CUDA_CHECK(cudaDeviceSynchronize());
+    auto y = torch::empty_like(x_cpu);
+    CUDA_CHECK(cudaMemcpy(y.data_ptr<float>(), d_y, bytes, cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaFree(d_x));
+    CUDA_CHECK(cudaFree(d_y));
+    return y;
+}
+
+void hello(int tag) {
+    hello_kernel<<<2, 32>>>(tag);
+    CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+void bad_barrier(torch::Tensor x) {
+    half_barrier_kernel<<<1, 64>>>(x.data_ptr<float>());
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+"""
+
+
+def build():
+    """The extension (built once; later calls load torch's cached build)."""
+    return utils.load_inline(NAME, CPP, CUDA, functions=FUNCTIONS)
