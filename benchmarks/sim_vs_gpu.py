@@ -7,9 +7,15 @@ the message) is printed.
     python3 benchmarks/sim_vs_gpu.py --record                   # on a GPU: the recorded side
 
 ``--record`` (on a GPU only) writes ``benchmarks/results/sim-vs-gpu.json`` and ``.md`` with
-the commit measured. ``tests/test_sim_vs_gpu.py`` recomputes the simulation side in CI and
-compares it with the recorded GPU side: every verdict must agree, except the mistakes that
-only simulation can catch (races and undefined behaviour, each entry's ``sim_only`` reason).
+the commit measured; with ``--only`` it records the entries graded into the file's other
+verdicts (each entry keeps the commit it was graded at), so a new or changed catalog is
+recorded without grading every other one again:
+
+    python3 benchmarks/sim_vs_gpu.py --record --only mistake:10_attention/
+
+``tests/test_sim_vs_gpu.py`` recomputes the simulation side in CI and compares it with the
+recorded GPU side: every verdict must agree, except the mistakes that only simulation can catch
+(races and undefined behaviour, each entry's ``sim_only`` reason).
 """
 from __future__ import annotations
 
@@ -152,7 +158,12 @@ def disagreements(sim: dict[str, dict], gpu: dict[str, dict]) -> list[str]:
     return bad
 
 
-def write(results: dict[str, dict]) -> None:
+def write(results: dict[str, dict], merge: bool = False) -> None:
+    commit = utils.source_commit().get("commit")
+    results = {k: {**v, "commit": commit} for k, v in results.items()}
+    if merge and OUT_JSON.exists():   # --only: the other entries keep their verdicts (and commits)
+        old = json.loads(OUT_JSON.read_text())
+        results = {**{k: {"commit": old.get("commit"), **v} for k, v in old.get("verdicts", {}).items()}, **results}
     data = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "machine": {"gpu": utils.describe().splitlines()[0] if not utils.SIMULATE else "simulation"},
             **utils.source_commit(), "mode": "simulation" if utils.SIMULATE else "gpu",
@@ -215,7 +226,7 @@ def main(argv=None) -> int:
           f"({'simulation' if utils.SIMULATE else 'GPU'}); "
           f"{sum(r['verdict'] != r['expected'] for r in results.values())} differ from the catalogs' expectations")
     if args.record:
-        write(results)
+        write(results, merge=bool(args.only))
         print(f"wrote {OUT_JSON.relative_to(ROOT)} and {OUT_MD.relative_to(ROOT)}")
     return 0
 

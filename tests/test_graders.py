@@ -1,6 +1,7 @@
 """The graders reject the usual wrong kernels, with the right diagnosis, and accept right
 kernels written in unusual ways. The kernels are real (Triton, Numba, CUDA C++): see
 ``tests/grader_kernels.py``. The same tests run in simulation and on a GPU."""
+import math
 import re
 
 import grader_kernels as K
@@ -523,3 +524,150 @@ def test_race_report_wrapped_by_the_interpreter_is_found():
             raise RuntimeError("the interpreter's own wrapper") from inner
 
     rejects(utils.check_relu, racy, r"has a race", re.escape(report))
+
+
+# --------------------------------------------------------------------------------------
+# Torch doing the work, or the course's own reference: refused by every grader, by name
+# --------------------------------------------------------------------------------------
+def _sdpa_backward(q, k, v, o, lse, do, causal=False):
+    q, k, v = (t.detach().clone().requires_grad_() for t in (q, k, v))
+    torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal).backward(do)
+    return q.grad, k.grad, v.grad
+
+
+def _layernorm_backward_torch(dy, x, w, mean, rstd):
+    xhat = (x - mean[:, None]) * rstd[:, None]
+    g = dy * w
+    dx = (g - xhat * (g * xhat).mean(1, keepdim=True) - g.mean(1, keepdim=True)) * rstd[:, None]
+    return dx, (dy * xhat).sum(0), dy.sum(0)
+
+
+def _adamw_torch(p, g, m, v, *, step, lr, beta1, beta2, eps, weight_decay):
+    p.mul_(1 - lr * weight_decay)
+    m.mul_(beta1).add_(g, alpha=1 - beta1)
+    v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
+    p.addcdiv_(m, (v / (1 - beta2 ** step)).sqrt() + eps, value=-lr / (1 - beta1 ** step))
+
+
+def _gelu_backward_autograd(dy, x, b=None):
+    h = (x if b is None else x + b).detach().requires_grad_()
+    torch.nn.functional.gelu(h, approximate="tanh").backward(dy)
+    return h.grad
+
+
+def _gelu_backward_formula(dy, x):
+    c = math.sqrt(2 / math.pi)
+    t = torch.tanh(c * (x + 0.044715 * x ** 3))
+    return dy * (0.5 * (1 + t) + 0.5 * x * (1 - t * t) * c * (1 + 3 * 0.044715 * x * x))
+
+
+def _cross_entropy_autograd(logits, targets):
+    z = logits.detach().requires_grad_()
+    loss = torch.nn.functional.cross_entropy(z, targets.long())
+    loss.backward()
+    return loss.detach(), z.grad
+
+
+_SPECS = utils.topics.TOPICS
+_LN = utils.topics.layernorm
+_AT = utils.topics.attention
+#: grader -> (torch's answer, the operator its message must name); the efficiency checks get a
+#: function where a kernel belongs, lesson 07's operator grader torch's own operator.
+TORCH_ANSWERS = {
+    "check_add": (lambda x, y: x + y, r"\+ \(torch\.add\) \(aten\.add\)"),
+    "check_add_2d": (lambda a, b: a + b, r"aten\.add"),
+    "check_relu": (torch.relu, r"torch\.relu \(aten\.relu\)"),
+    "check_relu_2d": (torch.relu, r"torch\.relu \(aten\.relu\)"),
+    "check_relu_backward": (lambda g, x: g * (x > 0), r"aten\.(gt|mul)"),
+    "check_gelu": (lambda x: torch.nn.functional.gelu(x, approximate="tanh"), r"torch\.nn\.functional\.gelu"),
+    "check_sum": (lambda x: x.sum().reshape(1), r"torch\.sum \(aten\.sum\)"),
+    "check_row_max": (lambda x: x.amax(dim=1), r"torch\.amax \(aten\.amax\)"),
+    "check_softmax": (lambda x: torch.softmax(x, -1), r"torch\.softmax \(aten\._softmax\)"),
+    "check_matmul": (lambda a, b: a @ b, r"torch\.mm\) \(aten\.mm\)"),
+    "check_matmul_fp16": (lambda a, b: a @ b, r"torch\.mm\) \(aten\.mm\)"),
+    "check_layernorm": (lambda x, w, b: (torch.nn.functional.layer_norm(x, (x.shape[1],), w, b, 1e-5),
+                                         x.mean(1), torch.rsqrt(x.var(1, unbiased=False) + 1e-5)),
+                        r"torch\.nn\.functional\.layer_norm \(aten\.native_layer_norm\)"),
+    "check_layernorm_backward": (_layernorm_backward_torch, r"\* \(torch\.mul\) \(aten\.mul\)"),
+    "check_rmsnorm": (lambda x, w: (torch.nn.functional.rms_norm(x, (x.shape[1],), w, 1e-5),
+                                    torch.rsqrt((x * x).mean(1) + 1e-5)), r"rms_norm|aten\.(mul|mean|rsqrt)"),
+    "check_attention": (lambda q, k, v: torch.nn.functional.scaled_dot_product_attention(q, k, v),
+                        r"torch\.nn\.functional\.scaled_dot_product_attention \(aten\._scaled_dot_product"),
+    "check_attention_backward": (_sdpa_backward, r"the backward of torch\.nn\.functional\.scaled_dot_product_"
+                                                 r"attention, run by autograd"),
+    "check_adamw": (_adamw_torch, r"aten\.(mul|add|addcmul|addcdiv)_?\)"),
+    "check_grad_norm": (lambda g: torch.linalg.vector_norm(g), r"aten\.linalg_vector_norm"),
+    "check_bias_gelu": (lambda x, b: torch.nn.functional.gelu(x + b, approximate="tanh"), r"aten\.(add|gelu)"),
+    "check_bias_gelu_backward": (_gelu_backward_autograd, r"the backward of torch\.nn\.functional\.gelu, run by "
+                                                          r"autograd"),
+    "check_cross_entropy": (_cross_entropy_autograd, r"aten\._?(log_softmax|nll_loss)"),
+    "check_embedding": (lambda ids, w: torch.nn.functional.embedding(ids, w), r"aten\.embedding"),
+    "check_embedding_backward": (lambda ids, dout, dw: dw.index_add_(0, ids.reshape(-1), dout.reshape(-1, dw.shape[1])),
+                                 r"aten\.index_add"),
+    "check_residual_layernorm": (lambda x, r, w, b: (x + r, torch.nn.functional.layer_norm(x + r, (x.shape[1],), w, b,
+                                                                                            1e-5)),
+                                 r"aten\.(add|native_layer_norm)"),
+    "check_gpt_op": ((lambda x: torch.nn.functional.gelu(x, approximate="tanh"), _gelu_backward_formula),
+                     r"torch\.nn\.functional\.gelu \(aten\.gelu\)|torch\.tanh \(aten\.tanh\)"),
+    "check_custom_op": (torch.ops.aten.relu.default, r"torch's own operator aten\.relu"),
+    "check_traffic": (torch.relu, r"is not one: torch\.relu \(aten\.relu\) computed its values"),
+    "check_shared": (torch.relu, r"is not one: torch\.relu \(aten\.relu\) computed its values"),
+}
+#: The course's own float64 reference returned.
+REFERENCE_ANSWERS = {
+    "check_relu": lambda x: _SPECS["relu"].reference(x).float(),
+    "check_softmax": lambda x: _SPECS["softmax"].reference(x).float(),
+    "check_layernorm": lambda x, w, b: (_LN.layernorm_ref64(x, w, b).float(),)
+    + tuple(t.float() for t in _LN.layernorm_stats64(x)),
+    "check_layernorm_backward": lambda dy, x, w, mean, rstd: tuple(
+        t.float() for t in _LN.layernorm_backward_ref64(dy, x, w, mean=mean, rstd=rstd)),
+    "check_attention": lambda q, k, v: (_AT.attention_ref64(q, k, v).to(q.dtype), _AT.attention_lse64(q, k).float()),
+    "check_attention_backward": lambda q, k, v, o, lse, do: tuple(
+        t.to(q.dtype) for t in _AT.attention_backward_ref64(q, k, v, do)),
+}
+
+
+def test_every_grader_is_in_the_table_of_torch_answers():
+    graders = {n for n in dir(utils) if n.startswith("check_") and callable(getattr(utils, n))} - {"check_input"}
+    assert graders == set(TORCH_ANSWERS), ("a grader without torch's answer in TORCH_ANSWERS (or one that is gone): "
+                                           f"{sorted(graders ^ set(TORCH_ANSWERS))}")
+
+
+def _grade(name, fn):
+    grader = getattr(utils, name)
+    if name == "check_custom_op":
+        return grader(fn, torch.relu)
+    if name == "check_gpt_op":
+        return grader("gelu", *fn, seed=1)
+    if name in ("check_traffic", "check_shared"):
+        return grader(fn, 1, 32, torch.randn(32, device=utils.DEVICE), reject=True)
+    return grader(fn, seed=1)
+
+
+@pytest.mark.parametrize("name", sorted(TORCH_ANSWERS))
+def test_every_grader_refuses_torch_doing_the_work(name):
+    fn, operator = TORCH_ANSWERS[name]
+    with pytest.raises(utils.GradingError) as info:
+        _grade(name, fn)
+    msg = str(info.value)
+    assert re.search(operator, msg), f"{name}: the operator /{operator}/ is not named in:\n{msg}"
+
+
+@pytest.mark.parametrize("name", sorted(REFERENCE_ANSWERS))
+def test_graders_refuse_the_course_reference_returned(name):
+    with pytest.raises(utils.GradingError) as info:
+        _grade(name, REFERENCE_ANSWERS[name])
+    assert re.search(r"the course's own reference utils\.topics\.\w+\.\w+64", str(info.value)), str(info.value)
+
+
+def test_a_nan_the_kernel_wrote_is_not_never_written():
+    def nan_kernel(q, k, v):              # every element written, with NaN (a fill is no computation)
+        return torch.empty_like(q).fill_(float("nan")), torch.zeros(q.shape[:3], device=q.device)
+
+    def no_kernel(q, k, v):               # nothing written at all
+        return torch.empty_like(q), torch.empty(q.shape[:3], device=q.device)
+    rejects(lambda fn, seed: utils.check_attention(fn, dtype=torch.float16, seed=seed), nan_kernel,
+            r"your kernel produced NaN at 256 of 256 values of o .*first at o\[0, 0, 0, 0\]", r"Hint: .*-inf")
+    msg = rejects(lambda fn, seed: utils.check_attention(fn, dtype=torch.float16, seed=seed), no_kernel,
+                  r"never written \(still the grader's NaN marker")
+    assert "produced NaN" not in msg

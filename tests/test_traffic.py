@@ -39,10 +39,17 @@ def test_reject_only_when_asked():
         utils.check_traffic(fake_profile(12288, 8192), max_ratio=1.1, reject=True)
 
 
-def test_a_profile_without_byte_counts_is_reported_not_judged(capsys):
-    utils.check_traffic(types.SimpleNamespace(bytes_moved=None, bytes_needed=None, backend="ncu"),
-                        reject=True)
+def test_a_profile_without_byte_counts_is_advice_and_never_a_pass(capsys):
+    unmeasured = types.SimpleNamespace(bytes_moved=None, bytes_needed=None, backend="ncu")
+    utils.check_traffic(unmeasured)
     assert "not measured" in capsys.readouterr().out
+    with pytest.raises(utils.GradingError, match=r"not measured .* a check that measured nothing cannot pass"):
+        utils.check_traffic(unmeasured, reject=True)
+
+
+def test_a_launch_that_moved_nothing_fails():
+    with pytest.raises(utils.GradingError, match=r"moved no byte of global memory"):
+        utils.check_traffic(fake_profile(0, 0))
 
 
 ITEMS_SRC = r"""
@@ -80,15 +87,17 @@ def test_exercise_7_kernels_in_the_emulator(index, ratio, capsys):
     assert torch.equal(y, torch.relu(x))      # the profiled launch really ran
 
 
-def test_on_a_gpu_without_ncu_traffic_is_not_graded(monkeypatch, capsys):
+def test_on_a_gpu_without_ncu_traffic_is_advice_only(monkeypatch, capsys):
     from utils import grading
 
     def no_ncu(*a, **k):
         raise RuntimeError("profiling on a GPU needs Nsight Compute (`ncu`)\nmore")
     monkeypatch.setattr(grading, "SIMULATE", False)
     monkeypatch.setattr(grading, "_utils_attr", lambda name: no_ncu)
-    assert utils.check_traffic(object(), 1, 32, reject=True) is None
+    assert utils.check_traffic(object(), 1, 32) is None
     assert "not measured on this GPU (profiling on a GPU needs Nsight Compute (`ncu`))" in capsys.readouterr().out
+    with pytest.raises(utils.GradingError, match=r"not measured on this GPU .*COURSE_SIMULATE=1"):
+        utils.check_traffic(object(), 1, 32, reject=True)
     monkeypatch.setattr(grading, "SIMULATE", True)       # in simulation a failure is a failure
     with pytest.raises(RuntimeError):
         utils.check_traffic(object(), 1, 32)

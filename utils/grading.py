@@ -26,6 +26,8 @@ A stub that raises ``NotImplementedError`` is reported as "not solved yet".
 from __future__ import annotations
 
 import contextlib
+import functools
+import io
 import math
 import os
 import re
@@ -36,6 +38,7 @@ import torch
 
 from . import check as _check
 from . import guard as _guard
+from .backends import launches as _launches
 from .backends.launches import record_launches
 from .config import DEVICE, SIMULATE, SIZES
 
@@ -107,12 +110,33 @@ _ORIG = dict(
 )
 
 
+#: The same markers in the other float dtypes: NaNs with a payload of their own, compared bit by
+#: bit, so that a NaN the kernel's arithmetic wrote (0/0, inf - inf: the default NaN, payload 0)
+#: is never taken for an element it never wrote.
+_MARKERS = {
+    POISON_BITS: {torch.float16: (torch.int16, 0x7EAD), torch.bfloat16: (torch.int16, 0x7FED),
+                  torch.float64: (torch.int64, 0x7FF8DEADDEADDEAD)},
+    INPUT_GUARD_BITS: {torch.float16: (torch.int16, 0x7EBA), torch.bfloat16: (torch.int16, 0x7FEB),
+                       torch.float64: (torch.int64, 0x7FF9BAD0BAD0BAD0)},
+}
+
+
+def _marker(dtype, bits: int):
+    """(integer view dtype, bit pattern) of marker ``bits`` in ``dtype`` (None: not a float
+    dtype with a marker)."""
+    if dtype == torch.float32:
+        return torch.int32, bits
+    return _MARKERS.get(bits, {}).get(dtype)
+
+
 def _poison_fill(t: torch.Tensor, bits: int) -> None:
-    """Fill ``t`` with a NaN of the given float32 bit pattern (any NaN for other floats)."""
+    """Fill ``t`` with a NaN of the given float32 bit pattern (its own pattern in the other float
+    dtypes, see ``_MARKERS``)."""
     if t.numel() == 0:
         return
-    if t.dtype == torch.float32:
-        t.view(torch.int32).fill_(bits)
+    marker = _marker(t.dtype, bits)
+    if marker is not None:
+        t.view(marker[0]).fill_(marker[1])
     elif t.dtype.is_floating_point:
         t.fill_(float("nan"))
     elif t.dtype in (torch.int32, torch.int64, torch.int16):
@@ -121,8 +145,9 @@ def _poison_fill(t: torch.Tensor, bits: int) -> None:
 
 
 def _is_poison(t: torch.Tensor, bits: int) -> torch.Tensor:
-    if t.dtype == torch.float32:
-        return t.view(torch.int32) == bits
+    marker = _marker(t.dtype, bits)
+    if marker is not None:
+        return t.view(marker[0]) == marker[1]
     if t.dtype.is_floating_point:
         return torch.isnan(t)
     if t.dtype in (torch.int32, torch.int64, torch.int16):
@@ -329,7 +354,8 @@ class Case:
 
 
 class _Run:
-    def __init__(self, out, inputs, in_guards, allocs, launches=None):
+    def __init__(self, out, inputs, in_guards, allocs, launches=None, case=None):
+        self.case = case  # the Case it ran on (a rejection names it)
         self.out = out
         self.inputs = inputs
         self.in_guards = in_guards
@@ -340,6 +366,120 @@ class _Run:
 #: Grader name -> the aten operators (beyond allocation, views, fills, copies and casts) a
 #: launcher may run, where its exercise says so: the topic spec's ``torch_ops_allowed``.
 TORCH_OPS_ALLOWED: dict[str, frozenset] = {}
+
+#: The aten operators of the usual torch answers, as a learner writes them (beyond
+#: ``utils/backends/launches.py``'s table); ``<op>_backward`` is named as the backward of ``<op>``.
+_OP_NAMES = {
+    "native_layer_norm": "torch.nn.functional.layer_norm",
+    "_fused_rms_norm": "torch.nn.functional.rms_norm", "rms_norm": "torch.nn.functional.rms_norm",
+    "mean": "torch.mean", "var": "torch.var", "var_mean": "torch.var_mean", "std": "torch.std",
+    "rsqrt": "torch.rsqrt", "sqrt": "torch.sqrt", "pow": "** (torch.pow)", "log": "torch.log",
+    "logsumexp": "torch.logsumexp", "masked_fill": "Tensor.masked_fill", "baddbmm": "torch.baddbmm",
+    "_scaled_dot_product_attention_math": "torch.nn.functional.scaled_dot_product_attention",
+    "_scaled_dot_product_cudnn_attention": "torch.nn.functional.scaled_dot_product_attention",
+    "_efficient_attention_forward": "torch.nn.functional.scaled_dot_product_attention",
+    "_flash_attention_forward": "torch.nn.functional.scaled_dot_product_attention",
+}
+
+
+def op_name(op: str) -> str:
+    """How a learner wrote an aten operator, and what torch ran: ``"torch.softmax
+    (aten._softmax)"``; an autograd backward is named as the backward of its forward
+    (``"the backward of torch.nn.functional.layer_norm, run by autograd (aten.native_layer_norm_backward)"``)."""
+    if op.endswith("_backward") and op != "_backward":
+        base = op[: -len("_backward")]
+        friendly = _OP_NAMES.get(base) or _launches.torch_op_name(base).split(" (aten.")[0]
+        return f"the backward of {friendly}, run by autograd (aten.{op})"
+    if op in _OP_NAMES:
+        return f"{_OP_NAMES[op]} (aten.{op})"
+    return _launches.torch_op_name(op)
+
+
+def launch_verdict(launches, allowed=(), need_kernel: bool = True, fn=None) -> str | None:
+    """Why a call's right values are not its own kernel's work (None: they are). The course's
+    references called from the learner's function (``<topic>_ref64``, recorded by the topic's
+    spec) come first, then the torch operators that computed, then a call that launched nothing."""
+    refs = list(getattr(launches, "references", None) or ())
+    ops = launches.computing_ops(allowed)
+    if refs:
+        via = f" (with {', '.join(op_name(o) for o in ops[:2])})" if ops else ""
+        return (f"your function returned the right values, but the course's own reference {refs[0]}{via} "
+                "computed them: that is what the grader compares with. Launch your kernel, which must compute "
+                "the result itself.")
+    if ops:
+        names = ", ".join(op_name(op) for op in ops[:3]) + (", ..." if len(ops) > 3 else "")
+        verb = "computed" if len(ops) == 1 else "computed (part of)"
+        return (f"your function returned the right values, but {names} {verb} them: launch your kernel, "
+                "which must compute the result itself.")
+    return launches.verdict(allowed, need_kernel, fn)
+
+
+def torch_operator(op) -> str | None:
+    """How to name ``op`` if it is torch's own operator or function (``aten.relu.default``,
+    ``torch.relu``), not one the learner registered (None: it is not torch's)."""
+    qualified = getattr(op, "_qualified_op_name", None) or ""   # "aten::relu" (an OpOverloadPacket)
+    ns = getattr(op, "namespace", None) or (qualified.split("::")[0] if "::" in qualified else None)
+    if ns is not None and type(op).__name__ in ("OpOverload", "OpOverloadPacket"):
+        if ns in _launches._TORCH_NAMESPACES:
+            name = getattr(op, "__name__", None) or qualified.split("::")[-1]
+            return f"{op_name(name.split('.')[0])}, torch's own operator {ns}.{name}"
+        return None
+    if type(op).__module__.startswith("torch._library"):   # torch.library.custom_op: the learner's
+        return None
+    mod = getattr(op, "__module__", None) or ""
+    if callable(op) and (mod == "torch" or mod.startswith("torch.")):
+        return f"torch's own function {mod}.{getattr(op, '__name__', op)}"
+    return None
+
+
+def refuse_torch_operator(op, grader: str) -> None:
+    """A grader of operators (lesson 07's ``check_custom_op``) refuses torch's own: its values,
+    fake kernel and gradient are right because torch wrote them."""
+    name = torch_operator(op)
+    if name:
+        raise GradingError(f"{grader}: your operator is {name}: torch computes its values, its fake kernel and its "
+                           "gradient, so this check would only test torch. Register your own operator around your "
+                           "kernel (torch.library.custom_op(\"mylib::myop\", ...)) and pass that.")
+
+
+#: Every Grader made, in order, while a graded call (``graded``) runs: it checks their calls.
+#: Empty outside graded calls (nothing is kept).
+_made: list = []
+_graded_calls: list = []   # one entry per graded call running now
+
+
+def graded(check):
+    """``check`` (a topic's grader) made to refuse, whatever it prints when it is done, a call
+    whose right values torch or the course's reference computed: after ``check`` returns, every
+    call of every ``Grader`` it made must have been the learner's kernels' work
+    (``Grader.check_all_launched``). What it printed is shown after that, so "correct" is never
+    printed for torch's answer. ``Spec`` wraps every grader in its ``checks`` with this, so a new
+    topic's graders get it without asking."""
+    if getattr(check, "__course_graded__", False):
+        return check
+
+    @functools.wraps(check)
+    def grader(*args, **kwargs):
+        start = len(_made)
+        out = io.StringIO()
+        _graded_calls.append(check)
+        try:
+            with contextlib.redirect_stdout(out):
+                result = check(*args, **kwargs)
+                for g in _made[start:]:
+                    g.check_all_launched()
+        finally:
+            del _made[start:]
+            _graded_calls.pop()
+            print(out.getvalue(), end="")
+        return result
+    grader.__course_graded__ = True
+    return grader
+
+
+#: The grader running now, by name: ``success`` asks it whether every call was the learner's
+#: own kernels' work before it prints "correct".
+_running: dict = {}
 
 
 class Grader:
@@ -353,6 +493,10 @@ class Grader:
         self.seed = _fresh_seed() if seed is None else int(seed)
         self.gen = torch.Generator().manual_seed(self.seed)
         self.case = None
+        self.runs: list[_Run] = []   # every call of fn: success() checks that kernels did the work
+        _running[name] = self
+        if _graded_calls:
+            _made.append(self)
 
     # -- failure -----------------------------------------------------------------------
     def fail(self, what: str, hint: str | None = None, cause=None):
@@ -408,7 +552,9 @@ class Grader:
             if isinstance(e, IndexError):
                 self.fail(f"{type(e).__name__}: {e}", _fault_hint("index out of range"), cause=e)
             self.fail(f"your function raised {type(e).__name__}: {e}", _exception_hint(e, inputs), cause=e)
-        return _Run(out, inputs, in_guards, allocs, launches)
+        run = _Run(out, inputs, in_guards, allocs, launches, case)
+        self.runs.append(run)
+        return run
 
     # -- checks on one run -----------------------------------------------------------------
     def output_tensor(self, run: _Run, shape, *, scalar=False, dtypes=(torch.float32,)) -> torch.Tensor:
@@ -483,10 +629,11 @@ class Grader:
         g = run.allocs.find(out)
         if g is not None:
             return g.never_written().detach().cpu().reshape(out.shape)
-        if out.dtype == torch.float32:
+        marker = _marker(out.dtype, POISON_BITS)
+        if marker is not None:
             # not one of ours (made in C++, or by torch.zeros): the poison bit pattern can
             # only be there if the allocator reused a poisoned block and no one wrote it
-            return (out.detach().contiguous().view(torch.int32) == POISON_BITS).cpu()
+            return (out.detach().contiguous().view(marker[0]) == marker[1]).cpu()
         return None
 
     def probe(self, case: Case, *, scalar=False):
@@ -503,15 +650,24 @@ class Grader:
 
     def check_launched(self, run: _Run):
         """The right values must come from a kernel: reject a call that launched none, or where a
-        torch operator computed what the kernel should (``return torch.softmax(x, -1)``)."""
+        torch operator computed what the kernel should (``return torch.softmax(x, -1)``), or that
+        returned the course's own reference."""
         if run.launches is None:
             return
         # an empty or one-element input may need no kernel: a K=0 product is torch.zeros, the sum
         # of one element a copy of it (the other cases of the grader still need the kernel)
         need_kernel = all(t.numel() > 1 for t in run.inputs if isinstance(t, torch.Tensor))
-        why = run.launches.verdict(TORCH_OPS_ALLOWED.get(self.name, ()), need_kernel, self.fn)
+        why = launch_verdict(run.launches, TORCH_OPS_ALLOWED.get(self.name, ()), need_kernel, self.fn)
         if why:
+            if run.case is not None:
+                self.case = run.case
             self.fail(why)
+
+    def check_all_launched(self):
+        """``check_launched`` on every call this grader made (``success`` runs it, so that no
+        grader of any topic can accept torch's answer or the reference's)."""
+        for run in self.runs:
+            self.check_launched(run)
 
     def check_unwritten(self, run: _Run, out: torch.Tensor, hint_fn=None, case=None):
         mask = self.unwritten_mask(run, out)
@@ -526,6 +682,23 @@ class Grader:
             one = int(mask.sum()) == 1
             self.fail(f"{where} {'was' if one else 'were'} never written "
                       f"({'it still holds' if one else 'they still hold'} the grader's NaN marker).", hint)
+
+
+def produced_nan(nan: torch.Tensor, what: str, where: str | None = None) -> str:
+    """"your kernel produced NaN at ..., first at ...": NaN that the kernel's arithmetic wrote,
+    never the grader's "never written" marker (another NaN, told apart bit by bit)."""
+    first = tuple(torch.nonzero(nan)[0].tolist()) if nan.dim() else ()
+    where = where or (_check.describe_positions(nan) if nan.dim() else what)
+    at = f"{what}[{', '.join(map(str, first))}]" if first else what
+    return (f"your kernel produced NaN at {int(nan.sum())} of {nan.numel()} values of {what} ({where}), first at "
+            f"{at}. (They were written: the grader's \"never written\" marker is a NaN of its own.)")
+
+
+def replace_hint(text: str, hint: str) -> str:
+    """A GradingError's message with its hint replaced by ``hint`` (or given one)."""
+    head, sep, seed = text.partition("\n(Inputs came from")
+    head = head.split("\nHint: ")[0]
+    return f"{head}\nHint: {hint}{sep}{seed}"
 
 
 def label_n(n):
@@ -595,6 +768,13 @@ def run_cases(g: Grader, cases, *, names, shape_of, scalar=False, tol_of=None,
 
 
 def success(name, cases, worst, sizes_text):
+    """Print a grader's verdict of "correct", once every call it made is known to be the
+    learner's kernels' work (``Grader.check_all_launched``)."""
+    g = _running.pop(name, None)
+    if g is None:
+        raise RuntimeError(f"{name}: success() without a running Grader named {name!r}: a grader is built on "
+                           "utils.grading.Grader, which records what each call launched")
+    g.check_all_launched()
     print(f"{name}: correct on {len(cases)} inputs ({sizes_text}), max error {worst:.3g}")
 
 
@@ -783,9 +963,10 @@ def show_rejection(check, *args, **kwargs) -> GradingError:
 TRAFFIC_SLACK = 1.25
 
 
-def _profiled(kernel_or_profile, launch, kwargs, what: str):
+def _profiled(kernel_or_profile, launch, kwargs, what: str, reject: bool = False):
     """A profile: the one given, or one launch of the kernel given (``utils.profile``). None on
-    a GPU whose Nsight Compute cannot profile (the same check runs in simulation)."""
+    a GPU whose profiler cannot measure the launch (the same check runs in simulation): then a
+    check that grades (``reject=True``) fails, since a measurement it does not have cannot pass."""
     if hasattr(kernel_or_profile, "metrics") or hasattr(kernel_or_profile, "bytes_moved"):
         return kernel_or_profile
     profile = _utils_attr("profile")
@@ -793,12 +974,38 @@ def _profiled(kernel_or_profile, launch, kwargs, what: str):
         raise RuntimeError("utils.profile is not available in this copy of the course")
     try:
         return profile(kernel_or_profile, *launch, **kwargs)
+    except TypeError as e:
+        if "takes a kernel" not in str(e) or not callable(kernel_or_profile):
+            raise
+        raise GradingError(_not_a_kernel(kernel_or_profile, launch, kwargs, what)) from None
     except RuntimeError as e:
         if SIMULATE:
             raise
         # On a GPU the counters come from Nsight Compute, which a machine may lack.
-        print(f"{what}: not measured on this GPU ({str(e).splitlines()[0]})")
+        why = str(e).splitlines()[0]
+        if reject:
+            raise GradingError(f"{what}: not measured on this GPU ({why}), and this check grades it: a check "
+                               "that measured nothing cannot pass. Run the notebook in simulation "
+                               "(COURSE_SIMULATE=1), where every access is counted.") from None
+        print(f"{what}: not measured on this GPU ({why})")
         return None
+
+
+def _not_a_kernel(fn, launch, kwargs, what: str) -> str:
+    """Why a function handed to an efficiency check is refused: it is not a kernel, and (run on
+    the tensors given) what computed its values, torch's operators named."""
+    text = (f"{what}: this check measures one launch of your kernel (made by utils.cuda_kernel, numba.cuda.jit or "
+            f"triton.jit), and {getattr(fn, '__name__', type(fn).__name__)} is not one")
+    tensors = [a for a in launch if isinstance(a, torch.Tensor)]
+    try:
+        with record_launches() as rec:
+            fn(*tensors)
+    except Exception:
+        return text + "."
+    ops = rec.computing_ops()
+    if ops:
+        return text + f": {', '.join(op_name(o) for o in ops[:3])} computed its values. Pass the kernel itself."
+    return text + ". Pass the kernel itself."
 
 
 def _advise(msg: str, reject: bool) -> None:
@@ -807,34 +1014,67 @@ def _advise(msg: str, reject: bool) -> None:
     print("advice:", msg)
 
 
+def _requested_bytes(p) -> int | None:
+    """The bytes the launch's lanes asked for (loads, stores, atomics), where the profile says."""
+    m = getattr(p, "metrics", None) or {}
+    parts = [m.get(k) for k in ("bytes_loaded", "bytes_stored", "bytes_atomic")]
+    if parts[0] is None or parts[1] is None:
+        return None
+    return int(sum(v or 0 for v in parts))
+
+
 def check_traffic(kernel_or_profile, *launch, max_ratio: float = TRAFFIC_SLACK,
-                  reject: bool = False, **kwargs):
+                  reject: bool = False, why: str | None = None, **kwargs):
     """How many bytes a kernel moves against the bytes it needs, as advice or as a verdict.
 
     ``check_traffic(k, grid, block, *args)`` profiles one launch (``utils.profile``) and
     ``check_traffic(p)`` reads a profile already taken. Global memory moves whole 32-byte
     sectors: a warp whose threads read neighbouring 4-byte elements uses every byte of the
     sectors it touches, a warp whose threads read elements far apart drags in a whole sector
-    for each 4 bytes. When the kernel moves more than ``max_ratio`` times the bytes it needs,
-    this prints the ratio and the worst access in words, or, with ``reject=True`` (for the
-    exercises that say they grade traffic), raises ``GradingError``. Returns the profile.
+    for each 4 bytes; and a kernel that reads the same data twice moves it twice. When the
+    kernel moves more than ``max_ratio`` times the bytes it needs, this prints the ratio and
+    the likely cause, or, with ``reject=True`` (for the exercises that say they grade
+    traffic), raises ``GradingError``. A launch that moved no byte at all fails (a kernel that
+    reads and writes nothing computed nothing), and so does, with ``reject=True``, a launch
+    that could not be measured. ``why``: what an exercise's extra bytes usually are (replaces
+    the general advice). Returns the profile.
     """
-    p = _profiled(kernel_or_profile, launch, kwargs, "traffic")
+    p = _profiled(kernel_or_profile, launch, kwargs, "traffic", reject)
     if p is None:
         return None
     moved, needed = getattr(p, "bytes_moved", None), getattr(p, "bytes_needed", None)
+    backend = getattr(p, "backend", "no backend")
+    if moved == 0:
+        raise GradingError("traffic: the kernel moved no byte of global memory: it read and wrote nothing, so it "
+                           "computed nothing (is its body empty, or every access masked off?). The result must "
+                           "come from this kernel's loads and stores.")
     if not moved or not needed:
-        print(f"traffic: not measured for this launch ({getattr(p, 'backend', 'no backend')} "
-              "reported no global sectors)")
+        msg = (f"traffic: not measured for this launch ({backend} reported "
+               f"{'no global sectors' if not moved else 'no bytes needed'})")
+        if reject:
+            raise GradingError(msg + ", and this check grades traffic: a check that measured nothing cannot pass.")
+        print(msg)
         return p
     ratio = moved / needed
     if ratio <= max_ratio:
         print(f"traffic: {moved:,} bytes moved for the {needed:,} needed ({ratio:.2f}x): coalesced")
         return p
     summary = list(getattr(p, "summary", None) or [])
-    why = f" Worst access: {summary[0]}" if summary else ""
+    worst = f" Worst access: {summary[0].rstrip('.')}." if summary else ""
+    requested = _requested_bytes(p)
+    if why:
+        _advise(f"your kernel moves {ratio:.1f}x the bytes it needs ({moved:,} bytes for {needed:,} bytes of data; "
+                f"this check allows {max_ratio:g}x): {why}", reject)
+        return p
+    if requested and moved <= TRAFFIC_SLACK * requested:
+        # every sector moved was asked for: the accesses are coalesced, the data is read again
+        _advise(f"your kernel moves {ratio:.1f}x the bytes it needs ({moved:,} bytes for {needed:,} bytes of "
+                f"data), and its accesses are coalesced ({requested:,} bytes asked for): it reads the same data "
+                f"more than once.{worst} Load each value once and keep it in registers (a variable of the kernel) "
+                "for every later use, or skip the tiles that cannot contribute.", reject)
+        return p
     _advise(f"your kernel moves {ratio:.1f}x the bytes it needs ({moved:,} bytes in 32-byte sectors "
-            f"for {needed:,} bytes of data).{why} Let neighbouring threads touch neighbouring "
+            f"for {needed:,} bytes of data).{worst} Let neighbouring threads touch neighbouring "
             "elements at every step (in a loop: element = thread + k * total threads), so that a "
             "warp's 32 accesses share sectors.", reject)
     return p
@@ -859,7 +1099,7 @@ def check_shared(kernel_or_profile, *launch, min_lanes: float = DIVERGENCE_LANES
     active lanes per warp instruction (fewer than ``min_lanes`` of 32: the warps diverge).
     Returns the profile.
     """
-    p = _profiled(kernel_or_profile, launch, kwargs, "shared memory")
+    p = _profiled(kernel_or_profile, launch, kwargs, "shared memory", reject)
     if p is None:
         return None
     m = getattr(p, "metrics", {}) or {}
@@ -867,7 +1107,10 @@ def check_shared(kernel_or_profile, *launch, min_lanes: float = DIVERGENCE_LANES
     conflicts = sum(m.get(_SHARED[op][1]) or 0 for op in _SHARED)
     lanes = m.get(_LANES)
     if lanes is None and not waves:
-        print(f"shared memory: not measured for this launch ({getattr(p, 'backend', 'no backend')})")
+        msg = f"shared memory: not measured for this launch ({getattr(p, 'backend', 'no backend')})"
+        if reject:
+            raise GradingError(msg + ", and this check grades it: a check that measured nothing cannot pass.")
+        print(msg)
         return p
     problems = []
     if conflicts:

@@ -14,7 +14,7 @@ import torch
 from . import guard as _guard
 from .check import assert_close, tolerance
 from .config import DEVICE
-from .grading import GradingError
+from .grading import GradingError, refuse_torch_operator
 
 __all__ = ["check_custom_op"]
 
@@ -57,6 +57,7 @@ def check_custom_op(op, ref, *, seed: int = 0) -> None:
     """``op``: a one-input operator (``torch.library.custom_op``, or ``torch.ops.ns.name``);
     ``ref``: the PyTorch function it must equal, with its gradient."""
     _guard.verify("check_custom_op")  # a grader, the harness or torch's comparisons replaced: no points
+    refuse_torch_operator(op, "check_custom_op")  # torch's own operator: its answers are torch's
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     gen = torch.Generator().manual_seed(seed)

@@ -9,10 +9,22 @@ loses most digits, while a two-pass or Welford variance keeps them.
 """
 from __future__ import annotations
 
+import re
+
 import torch
 
 from .. import check as _check
-from ..grading import Grader, GradingError, grader_shapes, label_shape, randn, shapes_text, success
+from ..grading import (
+    Grader,
+    GradingError,
+    grader_shapes,
+    label_shape,
+    produced_nan,
+    randn,
+    replace_hint,
+    shapes_text,
+    success,
+)
 from ._spec import FLOAT, Baseline, Spec, Target, compiled, eager, generator
 
 EPS = 1e-5
@@ -114,26 +126,33 @@ def layernorm_backward_bytes(shape, itemsize=FLOAT) -> int:
 # ----------------------------------------------------------------------------------------
 # Graders
 # ----------------------------------------------------------------------------------------
-def _kinds_for(rows):
-    return ["ordinary", "spread 10", "around 1000"][:max(1, min(3, rows))] if rows else []
-
 
 def _shapes():
-    """The course's awkward shapes plus one long row (more columns than a block has threads)."""
+    """The course's awkward shapes plus one long row (more columns than a block has threads)
+    and rows of one column (N = 1: every row's variance is 0)."""
     from ..config import SIMULATE
     shapes = list(grader_shapes())
     long_row = (3, 1500) if SIMULATE else (9, 5000)
-    if long_row not in shapes:
-        shapes.append(long_row)
+    for extra in (long_row, (6, 1)):
+        if extra not in shapes:
+            shapes.append(extra)
     return shapes
 
 
+#: The value of the constant rows (variance 0): a float that sums exactly, so the mean is exact.
+CONSTANT_ROW = 1.25
+
+
 def _cases(g, shapes):
+    """Rows cycle through ordinary values, values spread by 10, values around 1000 (a large
+    mean); every sixth row from row 3 on is constant (variance 0: rstd = 1/sqrt(eps))."""
     cases = []
     for rows, cols in shapes:
         x = randn(g.gen, rows, cols)
         for r in range(rows):
-            if r % 3 == 1:
+            if r % 6 == 3:
+                x[r] = CONSTANT_ROW
+            elif r % 3 == 1:
                 x[r] *= 10.0
             elif r % 3 == 2:
                 x[r] += 1000.0
@@ -174,13 +193,21 @@ def _stats_mistakes(x, got_mean, got_rstd, eps):
     mean = x64.mean(dim=1)
     var_b = x64.var(dim=1, unbiased=False)
     tol = _tol()
+    if got_rstd is not None:
+        flat = var_b == 0
+        bad_r = ~torch.isfinite(got_rstd) | (got_rstd > 10 / eps ** 0.5)
+        if bool(flat.any()) and bool(bad_r[flat].all()) and not bool(bad_r[~flat].any()):
+            return ("rstd is inf (or huge) on exactly the rows whose values are all equal (variance 0): eps is "
+                    "missing, or added outside the square root. rstd = 1 / sqrt(var + eps): with var = 0 that is "
+                    "1 / sqrt(eps), and without eps 1 / sqrt(0) = inf, then y = 0 * inf = NaN.")
+        if torch.allclose(got_rstd, 1 / (torch.sqrt(var_b) + eps), rtol=1e-4, atol=1e-6) and not torch.allclose(
+                got_rstd, 1 / torch.sqrt(var_b + eps), rtol=1e-4, atol=1e-6):
+            return "eps is added outside the square root: rstd = 1 / sqrt(var + eps), eps inside."
     if got_rstd is not None and cols > 1:
         var_u = x64.var(dim=1, unbiased=True)
         if torch.allclose(got_rstd, 1 / torch.sqrt(var_u + eps), rtol=1e-4, atol=1e-6):
             return ("the variance is divided by N - 1 (unbiased, torch.var's default): LayerNorm divides by N "
                     "(biased variance, torch.var(unbiased=False)).")
-        if torch.allclose(got_rstd, 1 / (torch.sqrt(var_b) + eps), rtol=1e-4, atol=1e-6):
-            return "eps is added outside the square root: rstd = 1 / sqrt(var + eps), eps inside."
         # A block padded to a power of two: the lanes past the row's end load 0, so each adds
         # (0 - mean)^2 to the sum of squares unless it is masked out.
         block = 1 << (cols - 1).bit_length()
@@ -204,6 +231,44 @@ def _stats_mistakes(x, got_mean, got_rstd, eps):
     return None
 
 
+def _y_mistakes(x, w, b, got_y, mean, rstd):
+    """The likely cause of a wrong y when mean and rstd are right (None: no known mistake)."""
+    xhat = (x.double() - mean[:, None]) * rstd[:, None]
+    w64, b64 = w.double(), b.double()
+    for alt, text in ((xhat * w64, "b is never added: y = (x - mean) * rstd * w + b"),
+                      (xhat + b64, "w is never applied: y = (x - mean) * rstd * w + b"),
+                      (xhat, "neither w nor b is applied: y = (x - mean) * rstd * w + b"),
+                      (xhat * b64 + w64, "w and b are swapped: y = xhat * w + b, with w the scale and b the shift"),
+                      ((x.double() - mean[:, None]) * w64 + b64, "y is not multiplied by rstd: y = (x - mean) * rstd "
+                                                                 "* w + b")):
+        if torch.allclose(got_y, alt, rtol=1e-4, atol=1e-4):
+            return text + "."
+    return None
+
+
+def _row_stride_hint(g, eps):
+    """After an out-of-bounds access: is the kernel right when cols is a power of two (so that
+    BLOCK = next_power_of_2(cols) equals cols)? Then the row's offset uses BLOCK, not cols."""
+    from ..grading import Case
+    x = randn(g.gen, 4, 64)
+    w, b = 1.0 + 0.5 * randn(g.gen, 64), 0.5 * randn(g.gen, 64)
+    saved = g.case
+    try:
+        run = g.call(Case("a 4x64 input", (x, w, b), layernorm_ref64(x, w, b, eps)))
+    except GradingError:
+        return None
+    finally:
+        g.case = saved
+    out = run.out
+    if not isinstance(out, (tuple, list)) or not isinstance(out[0], torch.Tensor) or tuple(out[0].shape) != (4, 64):
+        return None
+    if torch.allclose(out[0].detach().double().cpu(), layernorm_ref64(x, w, b, eps), rtol=1e-4, atol=1e-4):
+        return ("the kernel is right when cols is a power of two (a 4x64 input) and reads past the end otherwise: "
+                "row r starts at r * cols, not r * BLOCK. BLOCK = next_power_of_2(cols) is the width of the "
+                "block of lanes, wider than the row when cols is not a power of two.")
+    return None
+
+
 def check_layernorm(fn, *, seed=None, eps=EPS):
     """``fn(x, w, b)`` must return ``(y, mean, rstd)``: y the LayerNorm of each row of the 2-D
     float32 x (biased variance, eps inside the square root), mean and rstd the float32
@@ -220,9 +285,17 @@ def check_layernorm(fn, *, seed=None, eps=EPS):
         x, w, b = cases[i]
         mean, rstd = layernorm_stats64(x, eps)
         y = layernorm_ref64(x, w, b, eps)
-        case = Case(label_shape(tuple(x.shape)) + " (some rows around 1000)", (x, w, b), y)
+        case = Case(label_shape(tuple(x.shape)) + " (some rows around 1000, some constant)", (x, w, b), y)
         g.case = case
-        run = g.call(case)
+        try:
+            run = g.call(case)
+        except GradingError as e:
+            if not any(w_ in str(e).lower() for w_ in ("out of bounds", "past the end", "off-by-one", "outside")):
+                raise
+            hint = _row_stride_hint(g, eps)
+            if hint is None:
+                raise
+            raise GradingError(replace_hint(str(e), hint)) from None
         got_y, got_mean, got_rstd = _outputs(g, run, [y.shape, mean.shape, rstd.shape], ("y", "mean", "rstd"))
         for t, name in ((got_mean, "mean"), (got_rstd, "rstd")):
             m = g.unwritten_mask(run, t)
@@ -234,6 +307,17 @@ def check_layernorm(fn, *, seed=None, eps=EPS):
         g.check_inputs_unchanged(run, ("x", "w", "b"))
         gy, gm, gr = (t.detach().to("cpu", torch.float64) for t in (got_y, got_mean, got_rstd))
         hint = _stats_mistakes(x, gm, gr, eps)
+        for got, name in ((gm, "mean"), (gr, "rstd"), (gy, "y")):
+            nan = torch.isnan(got)
+            if bool(nan.any()):
+                g.fail(produced_nan(nan, name), hint or "a NaN comes from 0 / 0, 0 * inf or inf - inf: is eps inside "
+                       "the square root (rstd = 1/sqrt(var + eps)), and are the lanes past the row's end loaded with "
+                       "other=0.0 and kept out of the sums?")
+        if hint is None:
+            mean_ok = torch.allclose(gm, mean, rtol=1e-4, atol=1e-4 + 1e-6 * float(x.abs().max()))
+            rstd_ok = torch.allclose(gr, rstd, rtol=1e-3, atol=1e-5)
+            if mean_ok and rstd_ok:
+                hint = _y_mistakes(x, w, b, gy, mean, rstd)
         for got, want, name, rt in ((gm, mean, "mean", tol["rtol"]), (gr, rstd, "rstd", 1e-4),
                                     (gy, y, "y", tol["rtol"])):
             # y of a row around 1000 is (x - mean) * rstd: float32 x holds 1000 + d only to 6e-5,
@@ -257,6 +341,58 @@ def _backward_cases(g, shapes, eps):
         dy = randn(g.gen, *x.shape)
         out.append((dy, x, w, mean.float(), rstd.float()))
     return out
+
+
+def _dx_hint(got, dy, x, w, mean, rstd):
+    """The likely cause of a wrong dx (None: no known mistake)."""
+    cols = x.shape[1]
+    r = rstd.double()[:, None]
+    xhat = (x.double() - mean.double()[:, None]) * r
+    g = dy.double() * w.double()
+    c1, c2 = (g * xhat).mean(dim=1, keepdim=True), g.mean(dim=1, keepdim=True)
+    for alt, text in (((g - c2) * r, "dx lacks the xhat * mean(dy*w*xhat) term: both row reductions are needed"),
+                      (g - xhat * c1 - c2, "dx is not multiplied by rstd: dx = (dy*w - xhat * c1 - c2) * rstd"),
+                      ((g - xhat * c1 * cols - c2) * r, "the sum of dy*w*xhat is not divided by N: c1 is its "
+                                                        "mean, sum / cols"),
+                      ((g - xhat * c1 - c2 * cols) * r, "the sum of dy*w is not divided by N: c2 is its mean, "
+                                                        "sum / cols"),
+                      ((g - xhat * c1 * cols - c2 * cols) * r, "neither row sum is divided by N: c1 and c2 are "
+                                                               "means, sum / cols")):
+        if cols > 1 and torch.allclose(got, alt, atol=1e-4, rtol=1e-3) and not torch.allclose(
+                alt, (g - xhat * c1 - c2) * r, atol=1e-4, rtol=1e-3):
+            return text + "."
+    return None
+
+
+def _reduction_hint(name, got, want, terms, dy, x, mean, dw):
+    """The likely cause of a wrong dw or db (None: no known mistake); ``terms``: the per-row
+    terms it sums (dy * xhat for dw, dy for db)."""
+    rows = x.shape[0]
+    tol = 1e-3 * (want.abs() + terms.abs().sum(dim=0) + 1e-3)
+
+    def close(a, b):
+        return bool(((a - b).abs() <= tol).all())
+    if bool((got == 0).all()) and not bool((want == 0).all()):
+        return (f"{name} is all zeros: nothing was summed into it. (It was made with torch.zeros, so the grader "
+                f"cannot tell it was never written.) Sum its partials into it too: column_sum_kernel on the "
+                f"{name} partials.")
+    if name == "db" and close(got, dw) and not close(want, dw):
+        return "db equals dw: it is summed from the dw partials (pdw). db sums dy over the rows: sum pdb into db."
+    if name == "dw" and close(got, (dy.double() * (x.double() - mean.double()[:, None])).sum(dim=0)):
+        return "dw lacks rstd: it is the sum of dy * xhat, with xhat = (x - mean) * rstd."
+    ok = (got - want).abs() <= tol
+    wrong = torch.nonzero(~ok).reshape(-1)
+    k = int(wrong[0]) if wrong.numel() else 0
+    if k > 0 and bool(ok[:k].all()) and bool((got[k:] == 0).all()):
+        return (f"only the first {k} columns of {name} are summed, the others stay 0: the kernel that adds the "
+                f"partials covers {k} columns. Launch cdiv(cols, threads) blocks of it, one thread per column.")
+    # each block's partial holds one row (the last it handled): assigned (=), not accumulated (+=)
+    for blocks in range(1, min(rows - 1, 16) + 1):
+        last = [max(range(b, rows, blocks)) for b in range(blocks)]
+        if close(got, terms[last].sum(dim=0)):
+            return (f"{name} is the sum of one row per block (the last row each of {blocks} blocks handled): the "
+                    "per-block partials are assigned (=) instead of accumulated (+=) over the block's rows.")
+    return None
 
 
 def _partial_hint(name, got, per_row):
@@ -312,6 +448,11 @@ def check_layernorm_backward(fn, *, seed=None, eps=EPS):
                 raise GradingError(text.split("\n(Inputs came")[0] + "\nHint: " + hint +
                                    f"\n(Inputs came from seed {g.seed}: check_layernorm_backward(fn, seed={g.seed}) "
                                    "repeats them.)") from None
+            if re.search(r"index \d+ is out of bounds for axis 0 with size", text):
+                raise GradingError(replace_hint(text, (
+                    "a loop runs past the rows of a 2-D array (axis 0): the partial sums of column c are p[0, c] .. "
+                    "p[p.shape[0] - 1, c], one per block, so the loop over them is range(p.shape[0]), not "
+                    "range(p.shape[1]) (the columns)."))) from None
             raise
         outs = _outputs(g, run, [dx.shape, dw.shape, db.shape], ("dx", "dw", "db"))
         for t, name in zip(outs, ("dx", "dw", "db")):
@@ -342,16 +483,18 @@ def check_layernorm_backward(fn, *, seed=None, eps=EPS):
             bad = ~((gt - want).abs() <= atol + tol["rtol"] * want.abs())
             if bool(bad.any()):
                 hint = None
-                if terms is not None and x.shape[0] > 1:
+                if terms is not None:
+                    hint = _reduction_hint(name, gt, want, terms, dy, x, mean, dw)
+                if terms is not None and x.shape[0] > 1 and hint is None:
                     hint = _partial_hint(name, gt, terms)
                 if name == "dx" and hint is None:
-                    c2 = (dy.double() * w.double()).mean(dim=1, keepdim=True)
-                    no_c1 = (dy.double() * w.double() - c2) * rstd.double()[:, None]
-                    if torch.allclose(gt, no_c1, atol=1e-4, rtol=1e-3):
-                        hint = "dx lacks the xhat * mean(dy*w*xhat) term: both row reductions are needed."
+                    hint = _dx_hint(gt, dy, x, w, mean, rstd)
                 msg = _check.describe_mismatch(gt, want, mask=bad, what=name, atol=tol["atol"], rtol=tol["rtol"])
-                g.fail(msg, hint or "dx needs two row sums (dy*w and dy*w*xhat) before any element is written; "
-                       "dw and db sum over every row of every block.")
+                if hint is None and name != "dx":
+                    hint = (f"{name} sums over every row of every block: {'dy * xhat' if name == 'dw' else 'dy'} "
+                            "for each column, with xhat = (x - mean) * rstd.")
+                g.fail(msg, hint or "dx needs two row sums (dy*w and dy*w*xhat) before any element is written: "
+                       "dx = (dy*w - xhat * mean(dy*w*xhat) - mean(dy*w)) * rstd.")
             worst = max(worst, float((gt - want).abs().max()) if gt.numel() else 0.0)
     success("check_layernorm_backward", cases, worst, shapes_text(shapes))
 
