@@ -300,6 +300,8 @@ def _build_shared(text: str, name: str, filename: str, include_dir: Path | None,
     """The view for ``name`` of the library of every kernel of ``text``, or None where the
     kernel is to have a library of its own (see `build`). A compile error of the learner's
     code is raised as `_build_one` raises it."""
+    if include_dir is None and filename == re.sub(r"\W", "_", name) + ".cu":
+        return None  # a text named after its kernel (read_source): the messages name each kernel's own
     names = entry_kernels(text)
     if name not in names or len(names) < 2:
         return None
