@@ -62,7 +62,7 @@ def fresh(text: str) -> str:
 def test_kernels_of_one_source_share_one_compile(tmp_path, compiles, capsys):
     path = tmp_path / "two.cu"
     path.write_text(fresh(TWO))
-    assert _emulator.entry_kernels(TWO) == ["scale_kernel", "shift_kernel"]
+    assert _emulator.entry_kernels(TWO) == ("scale_kernel", "shift_kernel")
     scale = utils.cuda_kernel(path, "scale_kernel")
     shift = utils.cuda_kernel(path, "shift_kernel")
     assert len(compiles) == 1 and scale._lib.path == shift._lib.path

@@ -8,6 +8,7 @@ guard regions, so a read or write past either end of a tensor stops the kernel w
 from __future__ import annotations
 
 import ctypes
+import functools
 import hashlib
 import math
 import os
@@ -70,7 +71,7 @@ def entry_code(name: str) -> str:
         "{ return ::emu::launch_from_python(emu_kernel_ptr_, p, a); }\n")
 
 
-def entries_code(names: list[str]) -> str:
+def entries_code(names) -> str:
     """The entry points of a library for every kernel of ``names``: ``emu_signature_<i>`` and
     ``emu_run_<i>`` for ``names[i]``, and ``emu_entry_names``, the names in that order."""
     lines = ["\n#line 1 \"<course-entry>\""]
@@ -260,7 +261,8 @@ _SHARED: dict[str, dict[str, EmuLibrary]] = {}  # key of a library of several ke
 _SHARED_FAILED: set[str] = set()  # keys of such libraries that did not build: each kernel builds alone
 
 
-def entry_kernels(text: str) -> list[str]:
+@functools.lru_cache(maxsize=64)
+def entry_kernels(text: str) -> tuple[str, ...]:
     """The kernels of ``text`` that a library of the whole source gives an entry point, in
     the order of the source: every ``__global__`` function defined at file scope (not in a
     namespace, not ``static``) that is not a template and whose name no other ``__global__``
@@ -292,7 +294,7 @@ def entry_kernels(text: str) -> list[str]:
         ok = (nm.group(1) is None and depth_at[m.start()] == 0
               and not re.search(r"\b(template|static|inline|__forceinline__|operator)\b", head))
         found.setdefault(nm.group(2), []).append(ok)
-    return [n for n, oks in found.items() if oks == [True]]
+    return tuple(n for n, oks in found.items() if oks == [True])
 
 
 def _build_shared(text: str, name: str, filename: str, include_dir: Path | None,
@@ -334,7 +336,7 @@ def _build_shared(text: str, name: str, filename: str, include_dir: Path | None,
     try:
         cdll = ctypes.CDLL(str(out))
         cdll.emu_entry_names.restype = ctypes.c_char_p
-        if cdll.emu_entry_names().decode().split(",") != names:
+        if tuple(cdll.emu_entry_names().decode().split(",")) != names:
             raise OSError("entry table does not match")
         views = {n: EmuLibrary(out, i, cdll) for i, n in enumerate(names)}
     except (OSError, AttributeError):  # damaged, or a symbol missing: the kernel's own library tells
