@@ -8,6 +8,7 @@ guard regions, so a read or write past either end of a tensor stops the kernel w
 from __future__ import annotations
 
 import ctypes
+import functools
 import hashlib
 import math
 import os
@@ -25,7 +26,7 @@ import torch
 from ... import paths
 from . import _racecheck
 from ._errors import KernelFault
-from ._source import CODE_NAMES, CudaCompileError, Param, project_headers
+from ._source import CODE_NAMES, CudaCompileError, Param, _closing, project_headers, strip_comments
 from ._toolchain import (
     EMU_DIR,
     EMU_FLAGS,
@@ -70,17 +71,47 @@ def entry_code(name: str) -> str:
         "{ return ::emu::launch_from_python(emu_kernel_ptr_, p, a); }\n")
 
 
-class EmuLibrary:
-    """A compiled kernel library."""
+def entries_code(names) -> str:
+    """The entry points of a library for every kernel of ``names``: ``emu_signature_<i>`` and
+    ``emu_run_<i>`` for ``names[i]``, and ``emu_entry_names``, the names in that order."""
+    lines = ["\n#line 1 \"<course-entry>\""]
+    for i, name in enumerate(names):
+        lines += [f"static auto emu_kernel_ptr_{i}_ = &{name};",
+                  f"EMU_API const char* emu_signature_{i}() {{ return ::emu::signature(emu_kernel_ptr_{i}_); }}",
+                  f"EMU_API int emu_run_{i}(const emu_launch_params* p, void** a) "
+                  f"{{ return ::emu::launch_from_python(emu_kernel_ptr_{i}_, p, a); }}"]
+    lines.append(f'EMU_API const char* emu_entry_names() {{ return "{",".join(names)}"; }}')
+    return "\n".join(lines) + "\n"
 
-    def __init__(self, path: Path):
+
+class _Entry:
+    """The library as one of its kernels sees it: ``emu_run`` is that kernel's entry point,
+    every other symbol the library's own."""
+
+    def __init__(self, cdll, run):
+        self._cdll, self.emu_run = cdll, run
+
+    def __getattr__(self, attr):
+        return getattr(self._cdll, attr)
+
+
+class EmuLibrary:
+    """A compiled kernel library (with ``index``, the kernel ``index`` of a library that has
+    entry points for several kernels, see `entries_code`)."""
+
+    def __init__(self, path: Path, index: int | None = None, cdll=None):
         self.path = path
-        self.lib = ctypes.CDLL(str(path))
-        self.lib.emu_signature.restype = ctypes.c_char_p
-        self.lib.emu_run.argtypes = [ctypes.POINTER(LaunchParams), ctypes.POINTER(ctypes.c_void_p)]
-        self.lib.emu_run.restype = ctypes.c_int
+        self.lib = cdll if cdll is not None else ctypes.CDLL(str(path))
+        if index is not None:
+            sig_f, run_f = getattr(self.lib, f"emu_signature_{index}"), getattr(self.lib, f"emu_run_{index}")
+            self.lib = _Entry(self.lib, run_f)
+        else:
+            sig_f, run_f = self.lib.emu_signature, self.lib.emu_run
+        sig_f.restype = ctypes.c_char_p
+        run_f.argtypes = [ctypes.POINTER(LaunchParams), ctypes.POINTER(ctypes.c_void_p)]
+        run_f.restype = ctypes.c_int
         self.lib.emu_fault.restype = ctypes.POINTER(FaultInfo)
-        self.signature = [c for c in self.lib.emu_signature().decode().split(",") if c]
+        self.signature = [c for c in sig_f().decode().split(",") if c]
         layout = (ctypes.c_ulonglong * 3)()
         self.lib.emu_stack_layout(layout)
         self.stack_layout = tuple(layout)
@@ -110,13 +141,26 @@ def stack_pool(layout: tuple) -> int:
     return _STACK_POOLS[layout]
 
 
-def build(text: str, name: str, filename: str, include_dir: Path | None, _retry: bool = True,
+def build(text: str, name: str, filename: str, include_dir: Path | None,
           racecheck: bool = False, profile: bool = False) -> EmuLibrary:
     """Compile (or fetch from the caches) the emulated kernel ``name`` of ``text``; with
     ``racecheck`` instrumented for race detection (see _racecheck.py); with ``profile`` the
-    profiling variant, which is also instrumented for race detection (see _profile.py)."""
-    full = ('#include "cuda_emu.h"\n'
-            f'#line 1 "{filename}"\n' + text + entry_code(name))
+    profiling variant, which is also instrumented for race detection (see _profile.py).
+
+    One library serves every kernel of a source: the first build of a kernel compiles the
+    source once with entry points for each of its kernels that can have one (see
+    `entry_kernels`), and the other kernels of the source come from that library. A kernel
+    that cannot have such an entry (a template, an overloaded name, ...), or a source whose
+    library with all entries does not build, gets a library of its own, as the messages of
+    a failed build are those of that library."""
+    lib = _build_shared(text, name, filename, include_dir, racecheck, profile)
+    if lib is not None:
+        return lib
+    return _build_one(text, name, filename, include_dir, racecheck=racecheck, profile=profile)
+
+
+def _setup(text: str, include_dir: Path | None, racecheck: bool, profile: bool):
+    """(compiler, flags, the project's headers as the emulator needs them, their digest)."""
     cxx = compiler()
     flags = list(CXX_FLAGS)
     if os.environ.get("COURSE_EMU_UCONTEXT", "") not in ("", "0"):
@@ -126,13 +170,64 @@ def build(text: str, name: str, filename: str, include_dir: Path | None, _retry:
     if profile:
         from . import _profile
         flags += _profile.flags(cxx)
-    racecheck = racecheck or profile  # (both are compiled apart and linked without a runtime)
     if sys.platform.startswith("linux"):  # the header's exit() and __assert_fail win over the C library's
         flags.append("-Wl,-Bsymbolic-functions")
     headers = project_headers(text, include_dir) if include_dir is not None else {}
     adapted = hashlib.sha256("\0".join(f"{k}\0{v}" for k, v in sorted(headers.items())).encode()).hexdigest()[:24]
-    key = hashlib.sha256("\0".join([full, emulator_key(cxx, flags), str(include_dir),
-                                    headers_digest(include_dir), adapted]).encode()).hexdigest()[:24]
+    return cxx, flags, headers, adapted
+
+
+def _key(full: str, cxx: str, flags: list[str], include_dir: Path | None, adapted: str) -> str:
+    return hashlib.sha256("\0".join([full, emulator_key(cxx, flags), str(include_dir),
+                                     headers_digest(include_dir), adapted]).encode()).hexdigest()[:24]
+
+
+def _compile(full: str, out: Path, cxx: str, flags: list[str], include_dir: Path | None,
+             headers: dict[str, str], adapted: str, racecheck: bool) -> str | None:
+    """Compile ``full`` into ``out`` (and its warnings beside it); None, or g++'s messages."""
+    cache_dir = out.parent
+    # -isystem: the emulator's and the prelude's own warnings stay silent, the learner's show
+    incs = ["-isystem", str(EMU_DIR), "-isystem", str(paths.CUDA_INCLUDE_DIR)]
+    if include_dir is not None:
+        incs = ["-I", str(include_dir)] + incs
+    if headers:  # the project's headers as the emulator needs them, found before the originals
+        folder = cache_dir / "cuda-emu-headers" / adapted
+        for rel, body in headers.items():
+            if not (folder / rel).is_file():
+                write_atomic(folder / rel, body.encode())
+        incs = ["-I", str(folder)] + incs
+    fd, tmp = tempfile.mkstemp(suffix=".so", dir=cache_dir)
+    os.close(fd)
+    obj = tmp + ".o" if racecheck else tmp  # instrumented: linked apart, without the sanitizer's runtime
+    pch = precompiled_header(cxx, flags)
+    cmd = [cxx, *flags, *pch, *incs, "-x", "c++", "-", "-o", obj] + (["-c"] if racecheck else [])
+    proc = subprocess.run(cmd, input=full, capture_output=True, text=True)
+    if pch:  # the messages read as without it
+        proc.stderr = proc.stderr.replace(f"In file included from {pch[1]}:1:", "In file included from <stdin>:1:")
+    compile_log = proc.stderr  # the learner's warnings come from the compile, not the link
+    if proc.returncode == 0 and racecheck:
+        proc = subprocess.run([cxx, "-shared", *[f for f in flags if f.startswith("-Wl,")], obj, "-o", tmp],
+                              capture_output=True, text=True)
+        os.unlink(obj)
+    if proc.returncode != 0:
+        os.unlink(tmp)
+        if os.path.exists(obj):
+            os.unlink(obj)
+        return proc.stderr
+    warn = _warnings_of(compile_log)
+    write_atomic(out.with_suffix(".warnings"), warn.encode())
+    os.replace(tmp, out)  # atomic: a parallel process never loads half a file
+    return None
+
+
+def _build_one(text: str, name: str, filename: str, include_dir: Path | None, _retry: bool = True,
+               racecheck: bool = False, profile: bool = False) -> EmuLibrary:
+    """The library of the one kernel ``name`` of ``text`` (see `build`)."""
+    full = ('#include "cuda_emu.h"\n'
+            f'#line 1 "{filename}"\n' + text + entry_code(name))
+    cxx, flags, headers, adapted = _setup(text, include_dir, racecheck, profile)
+    racecheck = racecheck or profile  # (both are compiled apart and linked without a runtime)
+    key = _key(full, cxx, flags, include_dir, adapted)
     if key in _CACHE:
         if not profile:  # (the profiling variant's warnings are the normal build's, shown already)
             _show_warnings(_CACHE[key].path)
@@ -141,37 +236,9 @@ def build(text: str, name: str, filename: str, include_dir: Path | None, _retry:
     cache_dir.mkdir(parents=True, exist_ok=True)
     out = cache_dir / f"{key}.so"
     if not out.exists() or out.stat().st_size == 0:
-        # -isystem: the emulator's and the prelude's own warnings stay silent, the learner's show
-        incs = ["-isystem", str(EMU_DIR), "-isystem", str(paths.CUDA_INCLUDE_DIR)]
-        if include_dir is not None:
-            incs = ["-I", str(include_dir)] + incs
-        if headers:  # the project's headers as the emulator needs them, found before the originals
-            folder = cache_dir / "cuda-emu-headers" / adapted
-            for rel, body in headers.items():
-                if not (folder / rel).is_file():
-                    write_atomic(folder / rel, body.encode())
-            incs = ["-I", str(folder)] + incs
-        fd, tmp = tempfile.mkstemp(suffix=".so", dir=cache_dir)
-        os.close(fd)
-        obj = tmp + ".o" if racecheck else tmp  # instrumented: linked apart, without the sanitizer's runtime
-        pch = precompiled_header(cxx, flags)
-        cmd = [cxx, *flags, *pch, *incs, "-x", "c++", "-", "-o", obj] + (["-c"] if racecheck else [])
-        proc = subprocess.run(cmd, input=full, capture_output=True, text=True)
-        if pch:  # the messages read as without it
-            proc.stderr = proc.stderr.replace(f"In file included from {pch[1]}:1:", "In file included from <stdin>:1:")
-        compile_log = proc.stderr  # the learner's warnings come from the compile, not the link
-        if proc.returncode == 0 and racecheck:
-            proc = subprocess.run([cxx, "-shared", *[f for f in flags if f.startswith("-Wl,")], obj, "-o", tmp],
-                                  capture_output=True, text=True)
-            os.unlink(obj)
-        if proc.returncode != 0:
-            os.unlink(tmp)
-            if os.path.exists(obj):
-                os.unlink(obj)
-            raise CudaCompileError(_compile_message(name, filename, proc.stderr))
-        warn = _warnings_of(compile_log)
-        write_atomic(out.with_suffix(".warnings"), warn.encode())
-        os.replace(tmp, out)  # atomic: a parallel process never loads half a file
+        err = _compile(full, out, cxx, flags, include_dir, headers, adapted, racecheck)
+        if err is not None:
+            raise CudaCompileError(_compile_message(name, filename, err))
     if not profile:
         _show_warnings(out)
     try:
@@ -183,10 +250,105 @@ def build(text: str, name: str, filename: str, include_dir: Path | None, _retry:
             raise CudaCompileError(_undefined_message(name, filename, missing.group(1))) from None
         if not _retry:
             raise
-        return build(text, name, filename, include_dir, _retry=False, racecheck=racecheck, profile=profile)
+        return _build_one(text, name, filename, include_dir, _retry=False, racecheck=racecheck,
+                          profile=profile)
     lib.source, lib.filename = text, filename
     _CACHE[key] = lib
     return lib
+
+
+_SHARED: dict[str, dict[str, EmuLibrary]] = {}  # key of a library of several kernels -> name -> its view
+_SHARED_FAILED: set[str] = set()  # keys of such libraries that did not build: each kernel builds alone
+
+
+@functools.lru_cache(maxsize=64)
+def entry_kernels(text: str) -> tuple[str, ...]:
+    """The kernels of ``text`` that a library of the whole source gives an entry point, in
+    the order of the source: every ``__global__`` function defined at file scope (not in a
+    namespace, not ``static``) that is not a template and whose name no other ``__global__``
+    function has (``&name`` names it alone). Kernels written by macros are not seen."""
+    code = strip_comments(text)
+    code = re.sub(r'"(?:\\.|[^"\\\n])*"', '""', code)  # (a brace in a string is no block)
+    code = re.sub(r"^[ \t]*#(?:[^\n]*\\\n)*[^\n]*", "", code, flags=re.M)  # directives, macros
+    code = re.sub(r"\b__launch_bounds__\s*\((?:[^()]|\([^()]*\))*\)", " ", code)
+    code = re.sub(r"\b__attribute__\s*\(\((?:[^()]|\([^()]*\))*\)\)", " ", code)
+    depth_at, depth = [], 0
+    for c in code:
+        depth_at.append(depth)
+        depth += (c == "{") - (c == "}")
+    found: dict[str, list[bool]] = {}  # name -> for each definition, whether it can have an entry
+    for m in re.finditer(r"\b__global__\b", code):
+        d = re.match(r"([^;{}()]*?)\(", code[m.end():])
+        if not d:
+            continue
+        decl = d.group(1).rstrip()
+        nm = re.search(r"(::\s*)?\b([A-Za-z_]\w*)$", decl)
+        close = _closing(code, m.end() + d.end() - 1, "(", ")")
+        if close < 0:
+            continue
+        body = re.match(r"[^;{]*\{", code[close + 1:])
+        if not nm or not body:
+            continue  # a declaration (the definition counts), or a name the reader does not see
+        head_start = max(code.rfind(c, 0, m.start()) for c in ";{}") + 1
+        head = code[head_start:m.start()] + " " + decl
+        ok = (nm.group(1) is None and depth_at[m.start()] == 0
+              and not re.search(r"\b(template|static|inline|__forceinline__|operator)\b", head))
+        found.setdefault(nm.group(2), []).append(ok)
+    return tuple(n for n, oks in found.items() if oks == [True])
+
+
+def _build_shared(text: str, name: str, filename: str, include_dir: Path | None,
+                  racecheck: bool, profile: bool) -> EmuLibrary | None:
+    """The view for ``name`` of the library of every kernel of ``text``, or None where the
+    kernel is to have a library of its own (see `build`). A compile error of the learner's
+    code is raised as `_build_one` raises it."""
+    if include_dir is None and filename == re.sub(r"\W", "_", name) + ".cu":
+        return None  # a text named after its kernel (read_source): the messages name each kernel's own
+    names = entry_kernels(text)
+    if name not in names or len(names) < 2:
+        return None
+    full = ('#include "cuda_emu.h"\n'
+            f'#line 1 "{filename}"\n' + text + entries_code(names))
+    cxx, flags, headers, adapted = _setup(text, include_dir, racecheck, profile)
+    key = _key(full, cxx, flags, include_dir, adapted)
+    views = _SHARED.get(key)
+    if views is not None and name in views:
+        if not profile:  # (the profiling variant's warnings are the normal build's, shown already)
+            _show_warnings(views[name].path)
+        return views[name]
+    if key in _SHARED_FAILED:
+        return None
+    cache_dir = Path(paths.CACHE_DIR) / "cuda-emu"
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    out = cache_dir / f"{key}.so"
+    failed = out.with_suffix(".failed")
+    if failed.exists():
+        _SHARED_FAILED.add(key)
+        return None
+    if not out.exists() or out.stat().st_size == 0:
+        err = _compile(full, out, cxx, flags, include_dir, headers, adapted, racecheck or profile)
+        if err is not None:
+            if "<course-entry>" not in err:  # the learner's code: the same messages as a library of its own
+                raise CudaCompileError(_compile_message(name, filename, err))
+            _SHARED_FAILED.add(key)  # an entry that cannot be formed: each kernel builds alone
+            write_atomic(failed, b"")
+            return None
+    try:
+        cdll = ctypes.CDLL(str(out))
+        cdll.emu_entry_names.restype = ctypes.c_char_p
+        if tuple(cdll.emu_entry_names().decode().split(",")) != names:
+            raise OSError("entry table does not match")
+        views = {n: EmuLibrary(out, i, cdll) for i, n in enumerate(names)}
+    except (OSError, AttributeError):  # damaged, or a symbol missing: the kernel's own library tells
+        out.unlink(missing_ok=True)
+        _SHARED_FAILED.add(key)
+        return None
+    for v in views.values():
+        v.source, v.filename = text, filename
+    _SHARED[key] = views
+    if not profile:
+        _show_warnings(out)
+    return views[name]
 
 
 _PCH: dict[str, list[str]] = {}
