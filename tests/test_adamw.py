@@ -18,12 +18,13 @@ def test_ten_steps_match_torch_adamw(lang, version):
     mod = kernels.module("adamw", lang)
     torch.manual_seed(0)
     shapes = [(300,), (7, 11)]
-    params = [torch.randn(s) for s in shapes]
-    ms, vs = [torch.zeros(s) for s in shapes], [torch.zeros(s) for s in shapes]
+    dev = utils.DEVICE
+    params = [torch.randn(s).to(dev) for s in shapes]  # drawn on the CPU: the same numbers on every device
+    ms, vs = [torch.zeros(s, device=dev) for s in shapes], [torch.zeros(s, device=dev) for s in shapes]
     ref = [torch.nn.Parameter(p.double().clone()) for p in params]
     opt = torch.optim.AdamW(ref, lr=1e-2, betas=(0.9, 0.95), weight_decay=0.1, foreach=False)
     for t in range(1, 11):
-        grads = [3 * torch.randn(s) for s in shapes]
+        grads = [3 * torch.randn(s).to(dev) for s in shapes]
         norm, scale = mod.grad_norm(grads, max_norm=1.0)  # clipping, the factor left on the device
         fn(params, grads, ms, vs, step=t, lr=1e-2, beta1=0.9, beta2=0.95, weight_decay=0.1, grad_scale=scale)
         for r, g in zip(ref, grads):
@@ -38,8 +39,9 @@ def test_ten_steps_match_torch_adamw(lang, version):
 @pytest.mark.parametrize("lang", LANGS)
 def test_bad_input_is_refused_clearly(lang):
     fn = kernels.get("adamw", lang)
-    p, g, m = (torch.randn(10) for _ in range(3))
-    v = torch.rand(10)  # a second moment is never negative
+    dev = utils.DEVICE
+    p, g, m = (torch.randn(10, device=dev) for _ in range(3))
+    v = torch.rand(10, device=dev)  # a second moment is never negative
     with pytest.raises(ValueError, match=r"step must be an int >= 1"):
         fn(p, g, m, v, step=0)
     with pytest.raises(TypeError, match=r"grads must be float32"):
@@ -49,11 +51,11 @@ def test_bad_input_is_refused_clearly(lang):
     with pytest.raises(ValueError, match=r"exp_avg_sq is on meta"):
         fn(p, g, m, v.to("meta"), step=1)
     with pytest.raises(ValueError, match=r"params must be contiguous"):
-        fn(torch.randn(10, 2)[:, 0], g, m, v, step=1)
-    e = torch.empty(0)
+        fn(torch.randn(10, 2, device=dev)[:, 0], g, m, v, step=1)
+    e = torch.empty(0, device=dev)
     assert fn(e, e, e, e, step=1) is e
     # a strided gradient is copied; the result is still right
-    g2 = torch.randn(10, 2)[:, 0]
+    g2 = torch.randn(10, 2, device=dev)[:, 0]
     want = adamw_step64(p, g2, m, v, step=1, lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=1e-2)[0]
     fn(p, g2, m, v, step=1)
     torch.testing.assert_close(p.double(), want, rtol=1e-5, atol=1e-6)
@@ -74,7 +76,7 @@ def _mistaken(variant):
             h["step_size"], h["inv_sqrt_bc2"] = lr, 1.0
         if variant == "decay without lr":
             h["lr_wd"] = weight_decay
-        s = torch.ones(1)
+        s = torch.ones(1, device=p.device)  # the gradient's scale: on the kernels' device, as p
         mod.adamw_kernel[(1,)](p, g, m, v, s, h["lr_wd"], h["beta1"], h["beta2"], h["step_size"],
                                h["inv_sqrt_bc2"], h["eps"], p.numel(), BLOCK_SIZE=4096)
     return fn

@@ -14,7 +14,7 @@ BF16_LANGS = ("cuda", "triton")
 
 
 def _close(got, want, tol):
-    got = got.detach().double().cpu()
+    got, want = got.detach().double().cpu(), want.detach().double().cpu()  # the kernels' device may be a GPU
     assert got.shape == want.shape
     err = (got - want).abs()
     assert bool((err <= tol * (1 + want.abs())).all()), f"max error {float(err.max()):.3g}"
@@ -59,7 +59,7 @@ def test_forward_and_backward_halves(lang):
     want = torch.nn.functional.cross_entropy(xd, t, reduction="none")
     _close(loss_rows, want.detach(), 1e-4)
     _close(lse, torch.logsumexp(x.double(), -1), 1e-5)
-    dloss = torch.randn(7)
+    dloss = torch.randn(7, device=x.device)
     want.backward(dloss.double())
     _close(mod.cross_entropy_backward(x, t, lse, dloss), xd.grad, 1e-4)
 
@@ -81,8 +81,8 @@ def test_bad_input_is_refused_clearly(lang):
     with pytest.raises(ValueError, match=r"targets is on meta"):
         fn(x, t.to("meta"))
     with pytest.raises(ValueError, match=r"no columns"):
-        fn(torch.empty(4, 0), t)
-    loss, grad = fn(torch.empty(0, 9), t[:0])  # no rows: the mean of nothing
+        fn(torch.empty(4, 0, device=x.device), t)
+    loss, grad = fn(torch.empty(0, 9, device=x.device), t[:0])  # no rows: the mean of nothing
     assert torch.isnan(loss) and grad.shape == (0, 9)
     # a transposed (non-contiguous) view is copied, and a target outside [0, V) gives NaN, never a stray read
     loss, grad = fn(x.t().contiguous().t(), t)

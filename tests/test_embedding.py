@@ -2,6 +2,8 @@
 `+=` reported as a race by each language's race detector on repeated ids, atomics, the sorted
 deterministic version, bit for bit the same every run), accumulation for tied weights, bad
 input, and check_embedding_backward on right kernels and on the classic mistakes."""
+import re
+
 import pytest
 import torch
 
@@ -31,14 +33,15 @@ def test_forward_gathers_rows(lang, inputs):
 
 @pytest.mark.parametrize("lang", LANGS)
 def test_backward_versions(lang, inputs):
-    """v1 races on repeated ids (each language's detector says so); v2 and v3 add into dweight
+    """v1 races on repeated ids (in simulation each language's detector says so); v2 and v3 add into dweight
     (tied weights: its old values stay); v3 gives the same bits every run."""
     mod = kernels.module("embedding", lang)
     ids, dout, w = inputs
     want = embedding_ref64(ids, dout, w)
-    with pytest.raises(Exception, match=r"(?i)race"):
-        mod.VERSIONS["v1"][1](ids, dout, w.clone())
-    uniq = torch.arange(5)  # distinct ids: the plain version is right
+    if utils.SIMULATE:  # the race detectors are the simulators'; a GPU loses an update only when two blocks collide
+        with pytest.raises(Exception, match=r"(?i)race"):
+            mod.VERSIONS["v1"][1](ids, dout, w.clone())
+    uniq = torch.arange(5, device=ids.device)  # distinct ids: the plain version is right
     torch.testing.assert_close(mod.VERSIONS["v1"][1](uniq, dout[:5], w.clone()).double(),
                                embedding_ref64(uniq, dout[:5], w), atol=1e-6, rtol=1e-6)
     for v in ("v2", "v3", "v4"):
@@ -80,8 +83,18 @@ def test_grader_accepts_right_kernels():
 
 
 def test_grader_reports_the_race_of_plain_plus_equals():
-    with pytest.raises(utils.GradingError, match=r"(?s)race.*Hint: two tokens with the same id"):
-        utils.check_embedding_backward(kernels.get("embedding", "numba", "v1"), seed=3)
+    v1 = kernels.get("embedding", "numba", "v1")
+    if utils.SIMULATE:  # the simulator's race detector names the race
+        with pytest.raises(utils.GradingError, match=r"(?s)race.*Hint: two tokens with the same id"):
+            utils.check_embedding_backward(v1, seed=3)
+        return
+    # on a GPU the race shows as lost updates, in the rows of repeated ids only, when blocks collide
+    try:
+        utils.check_embedding_backward(v1, seed=3)
+    except utils.GradingError as e:
+        assert re.search(r"(?s)repeated ids are not .*updates were lost\. two tokens with the same id", str(e)), str(e)
+    else:
+        pytest.skip("no update was lost this run: on a GPU a plain += loses one only when two blocks collide")
 
 
 def test_grader_names_an_overwrite():

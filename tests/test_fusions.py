@@ -17,7 +17,7 @@ def test_bias_gelu_versions_and_backward(lang):
     x, b = bias_gelu_input((5, 77), seed=1)
     for name, (_, fn) in mod.VERSIONS.items():
         torch.testing.assert_close(fn(x, b).double(), bias_gelu_ref64(x, b), rtol=1e-5, atol=1e-5)
-    dy = torch.randn(5, 77)
+    dy = torch.randn(5, 77, device=x.device)
     torch.testing.assert_close(mod.bias_gelu_backward(dy, x, b).double(), bias_gelu_backward_ref64(dy, x, b),
                                rtol=1e-5, atol=1e-5)
     # the backward is autograd's gradient of the forward
@@ -30,7 +30,7 @@ def test_bias_gelu_versions_and_backward(lang):
         mod.bias_gelu(x, b.to("meta"))
     with pytest.raises(TypeError, match=r"x must be float32"):
         mod.bias_gelu(x.double(), b)
-    assert mod.bias_gelu(torch.empty(0, 77), b).shape == (0, 77)
+    assert mod.bias_gelu(torch.empty(0, 77, device=x.device), b).shape == (0, 77)
     torch.testing.assert_close(mod.bias_gelu(x.t().contiguous().t(), b).double(), bias_gelu_ref64(x, b),
                                rtol=1e-5, atol=1e-5)
 
@@ -50,7 +50,8 @@ def test_residual_layernorm_versions(lang):
         mod.residual_layernorm(x, r[:6], w, b)
     with pytest.raises(ValueError, match=r"w must have shape \(77,\)"):
         mod.residual_layernorm(x, r, w[:5], b)
-    h, y = mod.residual_layernorm(torch.empty(0, 77), torch.empty(0, 77), w, b)
+    empty = torch.empty(0, 77, device=x.device)
+    h, y = mod.residual_layernorm(empty, empty, w, b)
     assert h.shape == y.shape == (0, 77)
 
 
