@@ -329,7 +329,10 @@ print("A" * (20 << 20))
 import os, sys
 marks = os.listdir("/tmp/marks") if os.path.isdir("/tmp/marks") else []
 print("marks:", marks)
-print("path:", [p for p in sys.path if p in ("", ".") or p.startswith(("/tmp", "/submission"))])
+root = os.path.dirname(os.path.dirname(utils.__file__))    # the course (it may live under /tmp)
+trusted = tuple(d.rstrip("/") + "/" for d in (root, sys.prefix, sys.base_prefix))
+print("path:", [p for p in sys.path if p in ("", ".")
+                or (p.startswith(("/tmp", "/submission")) and not (p.rstrip("/") + "/").startswith(trusted))])
 print("torch from:", torch.__file__, "utils from:", utils.__file__)
 ok = bool(marks)""",
     }
