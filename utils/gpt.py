@@ -286,7 +286,7 @@ def load_checkpoint(path, model: GPT, opt, gen: torch.Generator | None = None) -
     model.load_state_dict(ck["model"])
     opt.load_state_dict(ck["opt"])
     if gen is not None and ck["gen"] is not None:
-        gen.set_state(ck["gen"])
+        gen.set_state(ck["gen"].cpu())   # a generator's state is a CPU byte tensor, whatever its device
     return int(ck["step"])
 
 
