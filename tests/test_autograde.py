@@ -586,40 +586,48 @@ def _read_results(course: Path, students, report_file: Path) -> dict:
 
 _BECOME = """\
 set -e
-if [ -n "$1" ]; then      # a folder on the way to Python that others may not enter (/root)
+uid=$1
+shift
+while [ "$1" != "--" ]; do   # a folder that others may not enter (/root), and its children to open
+  dir=$1
+  children=$2
+  shift 2
   stash=$(mktemp -d)
-  mount --bind "$1" "$stash"
-  mount -t tmpfs -o mode=0755,size=1m tmpfs "$1"
-  mkdir "$1/$2"
-  mount --bind "$stash/$2" "$1/$2"
+  mount --bind "$dir" "$stash"
+  mount -t tmpfs -o mode=0755,size=1m tmpfs "$dir"
+  for child in $(echo "$children" | tr ':' ' '); do
+    mkdir "$dir/$child"
+    mount --bind "$stash/$child" "$dir/$child"
+  done
   umount "$stash"
   rmdir "$stash"
-fi
-uid=$3
-shift 3
+done
+shift
 exec setpriv --reuid="$uid" --regid="$uid" --clear-groups -- "$@"
 """
 
 
 def _as_user(uid: int) -> list[str] | str:
     """The command prefix that runs a command as ``uid``, or why there is none. Where this
-    Python lies under a folder that others may not enter (pyenv in /root), the command runs in
-    a private mount namespace in which only that folder's way to Python is opened up (nothing
-    changes outside it)."""
+    Python, its environment or the course lie under a folder that others may not enter (pyenv
+    in /root, a clone in a private temporary folder), the command runs in a private mount
+    namespace in which only the way to them is opened up (nothing changes outside it)."""
     if os.geteuid() != 0:
         return "the tests run as an ordinary user: the unprivileged run needs root to become another"
     for tool in ("setpriv", "unshare"):
         if shutil.which(tool) is None:
             return f"{tool} (util-linux) is missing"
-    real = Path(sys.executable).resolve()
-    blocked = [a for a in [*reversed(real.parents)][1:] if not os.stat(a).st_mode & 0o001]
-    if len(blocked) > 1:
-        return f"this Python ({real}) lies under several folders that others may not enter: {blocked}"
-    if blocked:
-        child = real.relative_to(blocked[0]).parts[0]
-        return ["unshare", "--mount", "--propagation", "private", "sh", "-c", _BECOME, "sh",
-                str(blocked[0]), child, str(uid)]
-    return ["sh", "-c", _BECOME, "sh", "", "", str(uid)]
+    opened: dict[Path, set[str]] = {}
+    for need in (Path(sys.executable).resolve(), Path(sys.prefix).resolve(), autograde.ROOT.resolve()):
+        blocked = [a for a in [*reversed(need.parents)][1:] if not os.stat(a).st_mode & 0o001]
+        if len(blocked) > 1:
+            return f"{need} lies under several folders that others may not enter: {blocked}"
+        if blocked:
+            opened.setdefault(blocked[0], set()).add(need.relative_to(blocked[0]).parts[0])
+    pairs = [x for d, kids in sorted(opened.items()) for x in (str(d), ":".join(sorted(kids)))]
+    if any(":" in k or " " in k for kids in opened.values() for k in kids):
+        return f"a folder to open has a name this test cannot pass to the shell: {opened}"
+    return ["unshare", "--mount", "--propagation", "private", "sh", "-c", _BECOME, "sh", str(uid), *pairs, "--"]
 
 
 def _unprivileged_ok() -> list[str] | str:
