@@ -243,16 +243,18 @@ def _close(a, b, tol, frac=0.98):
     return float(ok.double().mean()) >= frac
 
 
-def _explains(got, alt, ref, tol, frac=0.98):
+def _explains(got, alt, ref, tol, frac=0.98, rel=0.0):
     """``alt`` (what a mistake computes) differs from the right answer here, and ``got`` is it:
     judged where either is wrong, so that a mistake which spoils one row is not "explained" by
-    another that spoils a different row (every other row agrees anyway)."""
+    another that spoils a different row (every other row agrees anyway). ``rel``: the relative
+    rounding of the learner's arithmetic, added to the tolerance of got against alt (a mistake
+    whose values are far larger than the right ones is rounded in proportion to them)."""
     tol = torch.as_tensor(tol, dtype=ref.dtype).expand_as(ref)
     alt_wrong = ~((alt - ref).abs() <= tol)
     if not bool(alt_wrong.any()):
         return False
     region = alt_wrong | ~((got - ref).abs() <= tol)
-    return _close(got[region], alt[region], tol[region], frac)
+    return _close(got[region], alt[region], (tol + rel * alt.abs())[region], frac)
 
 
 def _precision_hint(rel, nk, dtype, long_row):
@@ -714,6 +716,8 @@ def _fitted_delta_error(case, causal, dq, rq, tq):
 
 
 def _backward_diagnosis(case, causal, which, gots, refs, tols):
+    low = case.values[0].dtype in (torch.float16, torch.bfloat16)
+    rel = {torch.float16: 4e-3, torch.bfloat16: 3e-2}.get(case.values[0].dtype, 0.0) if low else 0.0
     q, k, v, o, lse, do = (t.double() for t in case.values)
     B, H, nq, nk, d = case.shape
     names = ("dq", "dk", "dv")
@@ -736,7 +740,7 @@ def _backward_diagnosis(case, causal, which, gots, refs, tols):
                          "D looks summed over the rows too: D_i = Σ_c dO[i, c] O[i, c], one number per query")):
         ds = p * (dp - delta)
         alt_dq = (ds @ k) / sc
-        if "dv" not in wrong and _explains(dq, alt_dq, rq, tq):
+        if "dv" not in wrong and _explains(dq, alt_dq, rq, tq, rel=rel):
             return text + " (dv is right: P is recomputed correctly)."
     if "dv" not in wrong:
         rel = _fitted_delta_error(case, causal, dq, rq, tq)
