@@ -221,7 +221,9 @@ def _stats_mistakes(x, got_mean, got_rstd, eps):
         x32 = x.float()
         naive = (x32 * x32).mean(dim=1) - x32.mean(dim=1) ** 2
         big = mean.abs() > 100
-        ok = ~_bad(got_rstd, 1 / torch.sqrt(var_b + eps), atol=tol["atol"], rtol=1e-3)
+        # a right kernel's rstd is within a few float32 steps (relative 1e-6) even on rows with a
+        # large mean; the cancellation's error varies with the draw, and can be as small as 3e-4
+        ok = ~_bad(got_rstd, 1 / torch.sqrt(var_b + eps), atol=tol["atol"], rtol=2e-5)
         if bool(big.any()) and bool(ok[~big].all()) and not bool(ok[big].all()):
             r = int(torch.nonzero(big & ~ok)[0])
             return (f"the statistics are right on ordinary rows but wrong on rows with a large mean (row {r}: "
