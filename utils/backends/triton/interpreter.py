@@ -271,9 +271,11 @@ def _check_bounds(builder, ptrs, mask, kind):
         fix = ("The offset is negative: check how the offsets are computed (offs - 1 at offs = 0?), "
                "and mask the lanes that go below 0.")
     elif masked:  # the mask is there, but it lets this lane through: it tests other offsets
-        fix = ("The access has a mask, yet a lane it keeps goes out of bounds: the mask and the "
-               "offsets disagree (an off-by-one, such as x_ptr + offs + 1 under mask=offs < n?). "
-               "Load and store at the offsets the mask tests.")
+        fix = ("The access has a mask, yet a lane it keeps goes out of bounds: the mask tests other "
+               "offsets than the address uses. Either the lane's offset is shifted (an off-by-one, such "
+               "as x_ptr + offs + 1 under mask=offs < n?), or the base it is added to is too far: a row "
+               "starts at row * (its number of columns), not row * BLOCK. Load and store at the "
+               "offsets the mask tests, from the right base.")
     else:
         fix = ("Mask the lanes past the end: tl.load(ptrs, mask=offs < n, other=0.0), "
                "tl.store(ptrs, y, mask=offs < n).")
