@@ -81,7 +81,7 @@ def compare(g: Grader, got, want, tol, name, hint=None):
         if got.dim() == 0:
             msg = f"{name} is {float(got):.7g}, expected {float(want):.7g}."
         else:
-            msg = _check.describe_mismatch(got, want, mask=bad, what=name, atol=atol, rtol=0.0)
+            msg = _check.describe_mismatch(got, want, mask=bad, what=name.removeprefix("the "), atol=atol, rtol=0.0)
         g.fail(msg, hint() if callable(hint) else hint)
     finite = torch.isfinite(want) & torch.isfinite(got)
     return float((got - want).abs()[finite].max()) if bool(finite.any()) else 0.0
