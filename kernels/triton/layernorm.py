@@ -33,14 +33,7 @@ import torch
 import utils  # configures the interpreter before triton loads
 import utils.topics.layernorm as layernorm_spec
 from kernels._launch import sm_count
-from kernels.cuda.layernorm import (  # noqa: F401  (the shared input rules and references)
-    check_norm_backward_inputs,
-    check_norm_inputs,
-    layernorm_ref,
-    rmsnorm_ref,
-    row_stats,
-    stats_dtype,
-)
+from kernels.cuda.layernorm import norm_backward, norm_forward, stats_dtype
 
 import triton
 import triton.language as tl
@@ -140,15 +133,9 @@ DTYPES = (torch.float32, torch.bfloat16, torch.float64)
 
 
 def _forward(kernel, x, w, b, eps, stats, block, op):
-    x, w, b, shape = check_norm_inputs(x, w, b, op=op, dtypes=DTYPES, bias=True)
-    rows, cols = x.shape
-    y = torch.empty_like(x)
-    mean = row_stats(x)
-    rstd = row_stats(x)
-    if rows and cols:
+    def launch(x, w, b, y, mean, rstd, rows, cols, eps):
         kernel[(rows,)](x, w, b, y, mean, rstd, cols, eps, BLOCK=block, num_warps=num_warps_for(block))
-    y = y.reshape(shape)
-    return (y, mean, rstd) if stats else y
+    return norm_forward(x, w, b, eps, stats, op=op, launch=launch, dtypes=DTYPES)
 
 
 def layernorm_chunked(x, w, b, eps=EPS, stats=False):
@@ -190,12 +177,8 @@ def layernorm(x, w, b, eps=EPS, stats=False):
     cols = x.shape[-1] if isinstance(x, torch.Tensor) and x.dim() else 0
     if cols > ROW_MAX_COLS:
         return layernorm_chunked(x, w, b, eps, stats)
-    x, w, b, shape = check_norm_inputs(x, w, b, op="layernorm", dtypes=DTYPES, bias=True)
-    rows = x.shape[0]
-    y = torch.empty_like(x)
-    mean = row_stats(x)
-    rstd = row_stats(x)
-    if rows and cols:
+
+    def launch(x, w, b, y, mean, rstd, rows, cols, eps):
         nrows, block, warps = rows_config(cols, x.element_size())
         if nrows == 1:
             # One row a program: v2's 1-D kernel. (On an H100 the [1, BLOCK] tile of the 2-D
@@ -204,8 +187,7 @@ def layernorm(x, w, b, eps=EPS, stats=False):
         else:
             layernorm_rows_kernel[(triton.cdiv(rows, nrows),)](x, w, b, y, mean, rstd, rows, cols, eps,
                                                                ROWS=nrows, BLOCK=block, EVICT=EVICT, num_warps=warps)
-    y = y.reshape(shape)
-    return (y, mean, rstd) if stats else y
+    return norm_forward(x, w, b, eps, stats, op="layernorm", launch=launch, dtypes=DTYPES)
 
 
 # ---------------------------------------------------------------------------------------
@@ -285,30 +267,17 @@ def column_sum_kernel(p_ptr, out_ptr, parts, cols, BLOCK_P: tl.constexpr, BLOCK_
     tl.store(out_ptr + cs, tl.sum(acc, axis=0).to(out_ptr.dtype.element_ty), mask=cs < cols)
 
 
-def _backward_inputs(dy, x, w, mean, rstd, op):
-    dy, x, w, (mean, rstd), shape = check_norm_backward_inputs(dy, x, w, ((mean, "mean"), (rstd, "rstd")),
-                                                               op=op, dtypes=DTYPES)
-    return dy, x, w, mean, rstd, shape
-
-
-def _check_cols(cols, op):
-    if cols > ROW_MAX_COLS:
-        raise ValueError(f"{op} holds a row in registers, at most {ROW_MAX_COLS} columns; got {cols}")
+def _backward_frame(dy, x, w, mean, rstd, op, launch, rms=False):
+    return norm_backward(dy, x, w, mean, rstd, op=op, launch=launch, rms=rms, dtypes=DTYPES, max_cols=ROW_MAX_COLS)
 
 
 def layernorm_backward_atomic(dy, x, w, mean, rstd):
     """dx per row, dw/db by atomics."""
-    dy, x, w, mean, rstd, shape = _backward_inputs(dy, x, w, mean, rstd, "layernorm_backward_atomic")
-    rows, cols = x.shape
-    _check_cols(cols, "layernorm_backward_atomic")
-    dx = torch.empty_like(x)
-    dw = torch.zeros(cols, dtype=stats_dtype(x), device=x.device)
-    db = torch.zeros(cols, dtype=stats_dtype(x), device=x.device)
-    if rows and cols:
+    def launch(dy, x, w, mean, rstd, dx, dw, db, rows, cols):
         block = triton.next_power_of_2(cols)
         layernorm_bwd_atomic_kernel[(rows,)](dy, x, w, mean, rstd, dx, dw, db, cols, BLOCK=block,
                                              num_warps=num_warps_for(block))
-    return dx.reshape(shape), dw.to(w.dtype), db.to(w.dtype)
+    return _backward_frame(dy, x, w, mean, rstd, "layernorm_backward_atomic", launch)
 
 
 #: Persistent programs of the backward per SM (each writes a row of partial sums: more
@@ -330,28 +299,27 @@ def bwd_config(rows: int, cols: int, itemsize: int) -> tuple[int, int, int, int]
     return nrows, block, warps, parts
 
 
+#: Columns per program of the column sum.
+COLSUM_BLOCK = 64 if utils.SIMULATE else 128
+
+
+def _column_sum(p, out):
+    """out (cols,) = the sum over the rows of the (parts, cols) partials p."""
+    parts, cols = p.shape
+    column_sum_kernel[(triton.cdiv(cols, COLSUM_BLOCK),)](p, out, parts, cols, BLOCK_P=32, BLOCK_C=COLSUM_BLOCK)
+
+
 def layernorm_backward_partials(dy, x, w, mean, rstd):
     """Fused dx + per-program dw/db partials, then a second kernel over the partials."""
-    dy, x, w, mean, rstd, shape = _backward_inputs(dy, x, w, mean, rstd, "layernorm_backward_partials")
-    rows, cols = x.shape
-    _check_cols(cols, "layernorm_backward_partials")
-    dx = torch.empty_like(x)
-    dw = torch.empty(cols, dtype=w.dtype, device=x.device)
-    db = torch.empty(cols, dtype=w.dtype, device=x.device)
-    if cols == 0:
-        return dx.reshape(shape), dw, db
-    if rows == 0:
-        return dx.reshape(shape), dw.zero_(), db.zero_()
-    nrows, block, warps, parts = bwd_config(rows, cols, x.element_size())
-    pdw = torch.empty(parts, cols, dtype=stats_dtype(x), device=x.device)
-    pdb = torch.empty(parts, cols, dtype=stats_dtype(x), device=x.device)
-    layernorm_bwd_partials_kernel[(parts,)](dy, x, w, mean, rstd, dx, pdw, pdb, rows, cols, ROWS=nrows,
-                                            BLOCK=block, num_warps=warps)
-    bc = 64 if utils.SIMULATE else 128
-    grid = (triton.cdiv(cols, bc),)
-    column_sum_kernel[grid](pdw, dw, parts, cols, BLOCK_P=32, BLOCK_C=bc)
-    column_sum_kernel[grid](pdb, db, parts, cols, BLOCK_P=32, BLOCK_C=bc)
-    return dx.reshape(shape), dw, db
+    def launch(dy, x, w, mean, rstd, dx, dw, db, rows, cols):
+        nrows, block, warps, parts = bwd_config(rows, cols, x.element_size())
+        pdw = torch.empty(parts, cols, dtype=stats_dtype(x), device=x.device)
+        pdb = torch.empty(parts, cols, dtype=stats_dtype(x), device=x.device)
+        layernorm_bwd_partials_kernel[(parts,)](dy, x, w, mean, rstd, dx, pdw, pdb, rows, cols, ROWS=nrows,
+                                                BLOCK=block, num_warps=warps)
+        _column_sum(pdw, dw)
+        _column_sum(pdb, db)
+    return _backward_frame(dy, x, w, mean, rstd, "layernorm_backward_partials", launch)
 
 
 layernorm_backward = layernorm_backward_partials
@@ -403,33 +371,21 @@ def rmsnorm_bwd_kernel(dy_ptr, x_ptr, w_ptr, rstd_ptr, dx_ptr, pdw_ptr, rows, co
 
 
 def rmsnorm(x, w, eps=EPS, stats=False):
-    x, w, _, shape = check_norm_inputs(x, w, None, op="rmsnorm", dtypes=DTYPES)
-    rows, cols = x.shape
-    _check_cols(cols, "rmsnorm")
-    y = torch.empty_like(x)
-    rstd = row_stats(x)
-    if rows and cols:
+    def launch(x, w, y, rstd, rows, cols, eps):
         nrows, block, warps = rows_config(cols, x.element_size())
         rmsnorm_kernel[(triton.cdiv(rows, nrows),)](x, w, y, rstd, rows, cols, eps, ROWS=nrows, BLOCK=block,
                                                      EVICT=EVICT, num_warps=warps)
-    y = y.reshape(shape)
-    return (y, rstd) if stats else y
+    return norm_forward(x, w, None, eps, stats, op="rmsnorm", launch=launch, rms=True, dtypes=DTYPES,
+                        max_cols=ROW_MAX_COLS)
 
 
 def rmsnorm_backward(dy, x, w, rstd):
-    dy, x, w, _, rstd, shape = _backward_inputs(dy, x, w, None, rstd, "rmsnorm_backward")
-    rows, cols = x.shape
-    _check_cols(cols, "rmsnorm_backward")
-    dx = torch.empty_like(x)
-    dw = torch.zeros(cols, dtype=w.dtype, device=x.device)
-    if rows == 0 or cols == 0:
-        return dx.reshape(shape), dw
-    nrows, block, warps, parts = bwd_config(rows, cols, x.element_size())
-    pdw = torch.empty(parts, cols, dtype=stats_dtype(x), device=x.device)
-    rmsnorm_bwd_kernel[(parts,)](dy, x, w, rstd, dx, pdw, rows, cols, ROWS=nrows, BLOCK=block, num_warps=warps)
-    bc = 64 if utils.SIMULATE else 128
-    column_sum_kernel[(triton.cdiv(cols, bc),)](pdw, dw, parts, cols, BLOCK_P=32, BLOCK_C=bc)
-    return dx.reshape(shape), dw
+    def launch(dy, x, w, rstd, dx, dw, rows, cols):
+        nrows, block, warps, parts = bwd_config(rows, cols, x.element_size())
+        pdw = torch.empty(parts, cols, dtype=stats_dtype(x), device=x.device)
+        rmsnorm_bwd_kernel[(parts,)](dy, x, w, rstd, dx, pdw, rows, cols, ROWS=nrows, BLOCK=block, num_warps=warps)
+        _column_sum(pdw, dw)
+    return _backward_frame(dy, x, w, None, rstd, "rmsnorm_backward", launch, rms=True)
 
 
 VERSIONS = OrderedDict(
