@@ -15,19 +15,7 @@ from collections import OrderedDict
 import torch
 
 import utils
-from kernels.cuda.adamw import (  # noqa: F401  (input rules and references, defined once)
-    MAX_BLOCKS,
-    NORM_BLOCKS,
-    _as_lists,
-    adamw_ref,
-    adamw_tensors,
-    cdiv,
-    check_adamw_inputs,
-    check_hyper,
-    check_input,
-    grad_norm_ref,
-    scale_tensor,
-)
+from kernels.cuda.adamw import MAX_BLOCKS, NORM_BLOCKS, adamw_tensors, cdiv, check_hyper, check_input
 
 from numba import cuda, float32
 

@@ -20,13 +20,13 @@ from collections import OrderedDict
 import torch
 
 import utils
-from kernels.cuda.cross_entropy import (  # noqa: F401  (input rules and references, defined once)
+from kernels.cuda.cross_entropy import (
     IGNORE_INDEX,
+    check_ce_backward_inputs,
     check_ce_inputs,
-    check_ignore_index,
-    check_input,
-    cross_entropy_loss_ref,
-    cross_entropy_ref,
+    grad_output,
+    mean_loss_outputs,
+    row_outputs,
 )
 
 from numba import cuda, float32
@@ -223,19 +223,15 @@ def _nb(t):
 
 
 def cross_entropy_forward(logits, targets, ignore_index=IGNORE_INDEX):
-    op = "cross_entropy_forward"
-    logits, targets = check_ce_inputs(logits, targets, op, F32)
-    ignore_index = check_ignore_index(ignore_index, op)
-    rows = logits.shape[0]
-    loss = torch.empty(rows, dtype=torch.float32, device=logits.device)
-    lse = torch.empty(rows, dtype=torch.float32, device=logits.device)
-    if rows:
-        cross_entropy_forward_kernel[rows, ROW_THREADS](_nb(logits), _nb(targets), _nb(loss), _nb(lse), ignore_index)
+    logits, targets, ignore_index = check_ce_inputs(logits, targets, "cross_entropy_forward", F32, ignore_index)
+    loss, lse = row_outputs(logits)
+    if logits.shape[0]:
+        cross_entropy_forward_kernel[logits.shape[0], ROW_THREADS](_nb(logits), _nb(targets), _nb(loss), _nb(lse),
+                                                                   ignore_index)
     return loss, lse
 
 
-def _backward(logits, targets, lse, dloss, stride, ignore_index, inplace):
-    grad = logits if inplace else torch.empty_like(logits)
+def _backward(logits, targets, lse, dloss, stride, ignore_index, grad):
     if logits.shape[0]:
         cross_entropy_backward_kernel[logits.shape[0], ROW_THREADS](
             _nb(logits), _nb(targets), _nb(lse), _nb(dloss), stride, _nb(grad), ignore_index)
@@ -243,50 +239,34 @@ def _backward(logits, targets, lse, dloss, stride, ignore_index, inplace):
 
 
 def cross_entropy_backward(logits, targets, lse, dloss, ignore_index=IGNORE_INDEX, inplace=False):
-    op = "cross_entropy_backward"
-    logits, targets = check_ce_inputs(logits, targets, op, F32)
-    ignore_index = check_ignore_index(ignore_index, op)
-    lse = check_input(lse, "lse", ndim=1, op=op)
-    dloss = check_input(dloss, "dloss", ndim=1, op=op)
-    for v, name in ((lse, "lse"), (dloss, "dloss")):
-        if v.shape[0] != logits.shape[0]:
-            raise ValueError(f"{op}: {name} must have one value per row of logits ({logits.shape[0]}), "
-                             f"got {tuple(v.shape)}")
-    return _backward(logits, targets, lse, dloss, 1, ignore_index, inplace)
+    logits, targets, lse, dloss, ignore_index = check_ce_backward_inputs(logits, targets, lse, dloss, ignore_index,
+                                                                         F32)
+    return _backward(logits, targets, lse, dloss, 1, ignore_index, grad_output(logits, inplace))
 
 
 def cross_entropy_unfused(logits, targets, ignore_index=IGNORE_INDEX, inplace=False):
     """v1: forward kernel, one-block mean, backward kernel. Returns (mean loss, d logits)."""
-    op = "cross_entropy"
-    logits, targets = check_ce_inputs(logits, targets, op, F32)
-    ignore_index = check_ignore_index(ignore_index, op)
-    rows = logits.shape[0]
-    loss = torch.empty(1, dtype=torch.float32, device=logits.device)
-    if rows == 0:
-        loss.fill_(float("nan"))
-        return loss.reshape(()), logits if inplace else torch.empty_like(logits)
-    loss_rows, lse = cross_entropy_forward(logits, targets, ignore_index)
-    scale = torch.empty(1, dtype=torch.float32, device=logits.device)
-    cross_entropy_mean_kernel[1, ROW_THREADS](_nb(loss_rows), _nb(targets), _nb(loss), _nb(scale), ignore_index)
-    return loss.reshape(()), _backward(logits, targets, lse, scale, 0, ignore_index, inplace)
+    logits, targets, ignore_index = check_ce_inputs(logits, targets, "cross_entropy", F32, ignore_index)
+    loss, grad = mean_loss_outputs(logits, inplace)
+    if logits.shape[0]:
+        loss_rows, lse = cross_entropy_forward(logits, targets, ignore_index)
+        scale = torch.empty(1, dtype=torch.float32, device=logits.device)
+        cross_entropy_mean_kernel[1, ROW_THREADS](_nb(loss_rows), _nb(targets), _nb(loss.reshape(1)), _nb(scale),
+                                                  ignore_index)
+        _backward(logits, targets, lse, scale, 0, ignore_index, grad)
+    return loss, grad
 
 
 def cross_entropy_fused(logits, targets, ignore_index=IGNORE_INDEX, inplace=False):
     """v2: count kernel, then one kernel per row (online logsumexp, then the gradient)."""
-    op = "cross_entropy"
-    logits, targets = check_ce_inputs(logits, targets, op, F32)
-    ignore_index = check_ignore_index(ignore_index, op)
-    rows = logits.shape[0]
-    loss = torch.zeros(1, dtype=torch.float32, device=logits.device)
-    grad = logits if inplace else torch.empty_like(logits)
-    if rows == 0:
-        loss.fill_(float("nan"))
-        return loss.reshape(()), grad
-    count = torch.empty(1, dtype=torch.float32, device=logits.device)
-    cross_entropy_count_kernel[1, ROW_THREADS](_nb(targets), ignore_index, _nb(count))
-    cross_entropy_fused_kernel[rows, ROW_THREADS](_nb(logits), _nb(targets), _nb(count), _nb(loss), _nb(grad),
-                                                  ignore_index)
-    return loss.reshape(()), grad
+    logits, targets, ignore_index = check_ce_inputs(logits, targets, "cross_entropy", F32, ignore_index)
+    loss, grad = mean_loss_outputs(logits, inplace)
+    if logits.shape[0]:
+        count = torch.empty(1, dtype=torch.float32, device=logits.device)
+        cross_entropy_count_kernel[1, ROW_THREADS](_nb(targets), ignore_index, _nb(count))
+        cross_entropy_fused_kernel[logits.shape[0], ROW_THREADS](_nb(logits), _nb(targets), _nb(count),
+                                                                 _nb(loss.reshape(1)), _nb(grad), ignore_index)
+    return loss, grad
 
 
 VERSIONS = OrderedDict(

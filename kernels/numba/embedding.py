@@ -18,12 +18,7 @@ import torch
 
 import utils
 from kernels._launch import cdiv
-from kernels.cuda.embedding import (  # noqa: F401  (input rules and references, defined once)
-    check_embedding_backward_inputs,
-    check_embedding_inputs,
-    embedding_forward_ref,
-    embedding_ref,
-)
+from kernels.cuda.embedding import check_embedding_backward_inputs, check_embedding_inputs
 
 from numba import cuda
 

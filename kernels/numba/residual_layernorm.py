@@ -14,14 +14,7 @@ from collections import OrderedDict
 import torch
 
 import utils
-from kernels.cuda.residual_layernorm import (  # noqa: F401  (input rules and references, defined once)
-    EPS,
-    MAX_BLOCKS,
-    THREADS,
-    _stats_out,
-    check_residual_inputs,
-    residual_layernorm_ref,
-)
+from kernels.cuda.residual_layernorm import EPS, MAX_BLOCKS, THREADS, _stats_out, check_residual_inputs
 from kernels.numba.cross_entropy import block_sum
 
 from numba import cuda, float32

@@ -14,16 +14,7 @@ from collections import OrderedDict
 import torch
 
 import utils
-from kernels.cuda.adamw import (  # noqa: F401  (input rules and references, defined once)
-    _as_lists,
-    adamw_ref,
-    adamw_tensors,
-    check_adamw_inputs,
-    check_hyper,
-    check_input,
-    grad_norm_ref,
-    scale_tensor,
-)
+from kernels.cuda.adamw import adamw_tensors, check_hyper, check_input
 
 import triton
 import triton.language as tl

@@ -16,12 +16,7 @@ from collections import OrderedDict
 import torch
 
 import utils
-from kernels.cuda.embedding import (  # noqa: F401  (input rules and references, defined once)
-    check_embedding_backward_inputs,
-    check_embedding_inputs,
-    embedding_forward_ref,
-    embedding_ref,
-)
+from kernels.cuda.embedding import check_embedding_backward_inputs, check_embedding_inputs
 
 import triton
 import triton.language as tl
