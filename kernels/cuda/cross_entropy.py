@@ -56,9 +56,21 @@ def check_ce_inputs(logits, targets, op, dtypes=LOGIT_DTYPES, ignore_index=IGNOR
     return logits, targets.contiguous(), ignore_index
 
 
-def check_ce_backward_inputs(logits, targets, lse, dloss, ignore_index, dtypes=LOGIT_DTYPES):
-    """cross_entropy_backward's inputs checked: (logits, targets, lse, dloss, ignore_index), with
-    lse and dloss float32, one value per row of logits."""
+def prepare_forward(logits, targets, ignore_index, dtypes=LOGIT_DTYPES):
+    """cross_entropy_forward's inputs checked and its outputs made: (logits, targets,
+    ignore_index, loss per row, lse per row), the outputs float32 (rows,) for a kernel to fill."""
+    logits, targets, ignore_index = check_ce_inputs(logits, targets, "cross_entropy_forward", dtypes, ignore_index)
+    loss, lse = torch.empty(2, logits.shape[0], dtype=torch.float32, device=logits.device)
+    return logits, targets, ignore_index, loss, lse
+
+
+def _grad_output(logits, inplace):
+    return logits if inplace else torch.empty_like(logits)  # in place: over the logits themselves
+
+
+def prepare_backward(logits, targets, lse, dloss, ignore_index, inplace, dtypes=LOGIT_DTYPES):
+    """cross_entropy_backward's inputs checked (lse and dloss float32, one value per row of
+    logits) and its output made: (logits, targets, lse, dloss, ignore_index, grad)."""
     op = "cross_entropy_backward"
     logits, targets, ignore_index = check_ce_inputs(logits, targets, op, dtypes, ignore_index)
     lse = check_input(lse, "lse", ndim=1, op=op)
@@ -67,26 +79,18 @@ def check_ce_backward_inputs(logits, targets, lse, dloss, ignore_index, dtypes=L
         if t.shape[0] != logits.shape[0]:
             raise ValueError(f"{op}: {name} must have one value per row of logits ({logits.shape[0]}), "
                              f"got {tuple(t.shape)}")
-    return logits, targets, lse, dloss, ignore_index
+    return logits, targets, lse, dloss, ignore_index, _grad_output(logits, inplace)
 
 
-def row_outputs(logits):
-    """(loss per row, lse per row): float32 (rows,) outputs for a forward kernel to fill."""
-    return tuple(torch.empty(2, logits.shape[0], dtype=torch.float32, device=logits.device))
-
-
-def grad_output(logits, inplace):
-    """Where the gradient goes: over the logits themselves (``inplace``), or a new tensor."""
-    return logits if inplace else torch.empty_like(logits)
-
-
-def mean_loss_outputs(logits, inplace):
-    """(loss, grad) of a launcher of the mean loss: loss a 0-d float32 0 for the kernels to add
-    into (NaN for no rows: the mean of nothing, as torch's), grad from ``grad_output``."""
+def prepare_mean_loss(logits, targets, ignore_index, inplace, dtypes=LOGIT_DTYPES):
+    """The inputs of a launcher of the mean loss checked and its outputs made: (logits, targets,
+    ignore_index, loss, grad), loss a 0-d float32 0 for the kernels to add into (NaN for no
+    rows: the mean of nothing, as torch's), grad over the logits when ``inplace``."""
+    logits, targets, ignore_index = check_ce_inputs(logits, targets, "cross_entropy", dtypes, ignore_index)
     loss = torch.zeros((), dtype=torch.float32, device=logits.device)
     if logits.shape[0] == 0:
         loss.fill_(float("nan"))
-    return loss, grad_output(logits, inplace)
+    return logits, targets, ignore_index, loss, _grad_output(logits, inplace)
 
 
 def _ctype(x):
@@ -99,10 +103,8 @@ ONE_BLOCK_THREADS = 64 if utils.SIMULATE else 256
 
 def cross_entropy_forward(logits, targets, ignore_index=IGNORE_INDEX):
     """(loss per row, lse per row), both float32 (rows,): two passes over each row."""
-    logits, targets, ignore_index = check_ce_inputs(logits, targets, "cross_entropy_forward",
-                                                    ignore_index=ignore_index)
+    logits, targets, ignore_index, loss, lse = prepare_forward(logits, targets, ignore_index)
     rows, cols = logits.shape
-    loss, lse = row_outputs(logits)
     if rows:
         kernel(f"cross_entropy_forward_kernel<{_ctype(logits)}>")[rows, ROW_THREADS](
             logits, targets, loss, lse, cols, ignore_index)
@@ -120,15 +122,15 @@ def _backward(logits, targets, lse, dloss, stride, ignore_index, grad):
 def cross_entropy_backward(logits, targets, lse, dloss, ignore_index=IGNORE_INDEX, inplace=False):
     """d logits = (softmax - onehot) * dloss[r] for each row, zero for ignored rows. ``lse``:
     the forward's logsumexp per row; ``dloss``: the upstream gradient of each row's loss."""
-    logits, targets, lse, dloss, ignore_index = check_ce_backward_inputs(logits, targets, lse, dloss, ignore_index)
-    return _backward(logits, targets, lse, dloss, 1, ignore_index, grad_output(logits, inplace))
+    logits, targets, lse, dloss, ignore_index, grad = prepare_backward(logits, targets, lse, dloss, ignore_index,
+                                                                       inplace)
+    return _backward(logits, targets, lse, dloss, 1, ignore_index, grad)
 
 
 def cross_entropy_unfused(logits, targets, ignore_index=IGNORE_INDEX, inplace=False):
     """v1: the forward kernel (max, then sum: two reads), a one-block mean, then the backward
     kernel (a third read, one write). Returns (mean loss, d loss / d logits)."""
-    logits, targets, ignore_index = check_ce_inputs(logits, targets, "cross_entropy", ignore_index=ignore_index)
-    loss, grad = mean_loss_outputs(logits, inplace)
+    logits, targets, ignore_index, loss, grad = prepare_mean_loss(logits, targets, ignore_index, inplace)
     rows = logits.shape[0]
     if rows:
         loss_rows, lse = cross_entropy_forward(logits, targets, ignore_index)
@@ -139,8 +141,7 @@ def cross_entropy_unfused(logits, targets, ignore_index=IGNORE_INDEX, inplace=Fa
 
 
 def _fused(logits, targets, ignore_index, inplace, vec4):
-    logits, targets, ignore_index = check_ce_inputs(logits, targets, "cross_entropy", ignore_index=ignore_index)
-    loss, grad = mean_loss_outputs(logits, inplace)
+    logits, targets, ignore_index, loss, grad = prepare_mean_loss(logits, targets, ignore_index, inplace)
     rows, cols = logits.shape
     if rows:
         count = torch.empty(1, dtype=torch.float32, device=logits.device)

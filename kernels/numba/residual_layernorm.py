@@ -15,7 +15,7 @@ import torch
 
 import utils
 from kernels.cuda.residual_layernorm import EPS, MAX_BLOCKS, THREADS, _stats_out, check_residual_inputs
-from kernels.numba.cross_entropy import block_sum
+from kernels.numba.reduction import block_sum_all
 
 from numba import cuda, float32
 
@@ -36,12 +36,12 @@ def residual_layernorm_kernel(x, r, w, b, h, y, mean_out, rstd_out, eps):
         v = x[row, c] + r[row, c]
         h[row, c] = v  # each thread re-reads only what it wrote itself
         s += v
-    mean = block_sum(s, scratch) / cols
+    mean = block_sum_all(s, scratch) / cols
     q = float32(0.0)
     for c in range(cuda.threadIdx.x, cols, cuda.blockDim.x):
         d = h[row, c] - mean
         q += d * d
-    rstd = 1.0 / math.sqrt(block_sum(q, scratch) / cols + eps)
+    rstd = 1.0 / math.sqrt(block_sum_all(q, scratch) / cols + eps)
     for c in range(cuda.threadIdx.x, cols, cuda.blockDim.x):
         y[row, c] = (h[row, c] - mean) * rstd * w[c] + b[c]
     if cuda.threadIdx.x == 0:

@@ -20,14 +20,7 @@ from collections import OrderedDict
 import torch
 
 import utils
-from kernels.cuda.cross_entropy import (
-    IGNORE_INDEX,
-    check_ce_backward_inputs,
-    check_ce_inputs,
-    grad_output,
-    mean_loss_outputs,
-    row_outputs,
-)
+from kernels.cuda.cross_entropy import IGNORE_INDEX, prepare_backward, prepare_forward, prepare_mean_loss
 
 import triton
 import triton.language as tl
@@ -164,10 +157,8 @@ def _nan_if_empty_kernel(count_ptr, loss_ptr):
 
 
 def cross_entropy_forward(logits, targets, ignore_index=IGNORE_INDEX):
-    logits, targets, ignore_index = check_ce_inputs(logits, targets, "cross_entropy_forward",
-                                                    ignore_index=ignore_index)
+    logits, targets, ignore_index, loss, lse = prepare_forward(logits, targets, ignore_index)
     rows, cols = logits.shape
-    loss, lse = row_outputs(logits)
     if rows:
         cross_entropy_forward_kernel[(rows,)](logits, targets, loss, lse, cols, ignore_index,
                                               BLOCK_SIZE=_block(cols), num_warps=NUM_WARPS)
@@ -183,14 +174,14 @@ def _backward(logits, targets, lse, dloss, stride, ignore_index, grad):
 
 
 def cross_entropy_backward(logits, targets, lse, dloss, ignore_index=IGNORE_INDEX, inplace=False):
-    logits, targets, lse, dloss, ignore_index = check_ce_backward_inputs(logits, targets, lse, dloss, ignore_index)
-    return _backward(logits, targets, lse, dloss, 1, ignore_index, grad_output(logits, inplace))
+    logits, targets, lse, dloss, ignore_index, grad = prepare_backward(logits, targets, lse, dloss, ignore_index,
+                                                                       inplace)
+    return _backward(logits, targets, lse, dloss, 1, ignore_index, grad)
 
 
 def cross_entropy_unfused(logits, targets, ignore_index=IGNORE_INDEX, inplace=False):
     """v1: forward kernel, one-program mean, backward kernel. Returns (mean loss, d logits)."""
-    logits, targets, ignore_index = check_ce_inputs(logits, targets, "cross_entropy", ignore_index=ignore_index)
-    loss, grad = mean_loss_outputs(logits, inplace)
+    logits, targets, ignore_index, loss, grad = prepare_mean_loss(logits, targets, ignore_index, inplace)
     rows = logits.shape[0]
     if rows:
         loss_rows, lse = cross_entropy_forward(logits, targets, ignore_index)
@@ -202,8 +193,7 @@ def cross_entropy_unfused(logits, targets, ignore_index=IGNORE_INDEX, inplace=Fa
 
 def cross_entropy_fused(logits, targets, ignore_index=IGNORE_INDEX, inplace=False):
     """v2: count kernel, then one program per row (online logsumexp, then the gradient)."""
-    logits, targets, ignore_index = check_ce_inputs(logits, targets, "cross_entropy", ignore_index=ignore_index)
-    loss, grad = mean_loss_outputs(logits, inplace)
+    logits, targets, ignore_index, loss, grad = prepare_mean_loss(logits, targets, ignore_index, inplace)
     rows, cols = logits.shape
     if rows:
         count = torch.empty(1, dtype=torch.float32, device=logits.device)
