@@ -79,18 +79,24 @@ def embedding_backward_sorted_kernel(sorted_ids, perm, dout, dw):
     dw[tok, c] += acc
 
 
+@cuda.jit(device=True)
+def chunk_span(sorted_ids, ch, chunk):
+    """Chunk ch of the sorted positions, [cs, ce), and whether its first run began in the chunk
+    before (cont_prev) and its last run goes on into the next one (cont_next)."""
+    n = sorted_ids.shape[0]
+    cs = ch * chunk
+    ce = min(cs + chunk, n)
+    return cs, ce, cs > 0 and sorted_ids[cs - 1] == sorted_ids[cs], ce < n and sorted_ids[ce - 1] == sorted_ids[ce]
+
+
 @cuda.jit
 def embedding_backward_chunk_kernel(sorted_ids, perm, dout, dw, head, tail, chunk):
     """v4, pass 1 (see embedding.cu): pieces of runs inside a chunk of sorted positions."""
     ch = cuda.blockIdx.x
     c = cuda.blockIdx.y * cuda.blockDim.x + cuda.threadIdx.x
-    n = sorted_ids.shape[0]
     if c >= dw.shape[1]:
         return
-    cs = ch * chunk
-    ce = min(cs + chunk, n)
-    cont_prev = cs > 0 and sorted_ids[cs - 1] == sorted_ids[cs]
-    cont_next = ce < n and sorted_ids[ce - 1] == sorted_ids[ce]
+    cs, ce, cont_prev, cont_next = chunk_span(sorted_ids, ch, chunk)
     acc = 0.0
     piece_start = cs
     for j in range(cs, ce):
@@ -114,15 +120,10 @@ def embedding_backward_join_kernel(sorted_ids, head, tail, dw, chunk):
     ch = cuda.blockIdx.x
     c = cuda.blockIdx.y * cuda.blockDim.x + cuda.threadIdx.x
     n = sorted_ids.shape[0]
-    if c >= dw.shape[1]:
-        return
-    cs = ch * chunk
-    ce = min(cs + chunk, n)
+    cs, ce, cont_prev, cont_next = chunk_span(sorted_ids, ch, chunk)
     tok = sorted_ids[ce - 1]
-    cont_prev = cs > 0 and sorted_ids[cs - 1] == sorted_ids[cs]
-    cont_next = ce < n and sorted_ids[ce] == tok
-    if not cont_next or (sorted_ids[cs] == tok and cont_prev):
-        return
+    if c >= dw.shape[1] or not cont_next or (sorted_ids[cs] == tok and cont_prev):
+        return  # no tail here, or a column past the row
     acc = tail[ch, c]
     k = ch + 1
     while True:
