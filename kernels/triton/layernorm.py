@@ -224,9 +224,10 @@ def layernorm_bwd_atomic_kernel(dy_ptr, x_ptr, w_ptr, mean_ptr, rstd_ptr, dx_ptr
 
 @triton.jit
 def layernorm_bwd_partials_kernel(dy_ptr, x_ptr, w_ptr, mean_ptr, rstd_ptr, dx_ptr, pdw_ptr, pdb_ptr,
-                                  rows, cols, ROWS: tl.constexpr, BLOCK: tl.constexpr):
+                                  rows, cols, ROWS: tl.constexpr, BLOCK: tl.constexpr, RMS: tl.constexpr = False):
     # a persistent program: row groups pid, pid + P, ... of ROWS rows each, as one
-    # [ROWS, BLOCK] tile; its share of dw/db stays in registers until the end
+    # [ROWS, BLOCK] tile; its share of dw/db stays in registers until the end.
+    # RMS: RMSNorm's backward (no mean, no db: mean_ptr and pdb_ptr are not read or written)
     pid = tl.program_id(0)
     c = tl.arange(0, BLOCK)
     cmask = c < cols
@@ -241,18 +242,24 @@ def layernorm_bwd_partials_kernel(dy_ptr, x_ptr, w_ptr, mean_ptr, rstd_ptr, dx_p
         offs = r[:, None] * cols + c[None, :]
         dy = tl.load(dy_ptr + offs, mask=mask, other=0.0).to(st)
         x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(st)
-        mean = tl.load(mean_ptr + r, mask=rmask, other=0.0)
         rstd = tl.load(rstd_ptr + r, mask=rmask, other=0.0)
-        xhat = tl.where(mask, (x - mean[:, None]) * rstd[:, None], 0.0)
+        if RMS:
+            xhat = x * rstd[:, None]
+        else:
+            mean = tl.load(mean_ptr + r, mask=rmask, other=0.0)
+            xhat = tl.where(mask, (x - mean[:, None]) * rstd[:, None], 0.0)
         g_ = dy * w[None, :]
         c1 = tl.sum(g_ * xhat, axis=1) / cols
-        c2 = tl.sum(g_, axis=1) / cols
-        dx = (g_ - xhat * c1[:, None] - c2[:, None]) * rstd[:, None]
-        tl.store(dx_ptr + offs, dx.to(dx_ptr.dtype.element_ty), mask=mask)
+        dx = g_ - xhat * c1[:, None]
+        if not RMS:
+            dx = dx - (tl.sum(g_, axis=1) / cols)[:, None]
+        tl.store(dx_ptr + offs, (dx * rstd[:, None]).to(dx_ptr.dtype.element_ty), mask=mask)
         acc_dw += tl.sum(dy * xhat, axis=0)
-        acc_db += tl.sum(dy, axis=0)
+        if not RMS:
+            acc_db += tl.sum(dy, axis=0)
     tl.store(pdw_ptr + pid * cols + c, acc_dw, mask=cmask)
-    tl.store(pdb_ptr + pid * cols + c, acc_db, mask=cmask)
+    if not RMS:
+        tl.store(pdb_ptr + pid * cols + c, acc_db, mask=cmask)
 
 
 @triton.jit
@@ -345,31 +352,6 @@ def rmsnorm_kernel(x_ptr, w_ptr, y_ptr, rstd_ptr, rows, cols, eps, ROWS: tl.cons
     tl.store(rstd_ptr + r, rstd, mask=rmask)
 
 
-@triton.jit
-def rmsnorm_bwd_kernel(dy_ptr, x_ptr, w_ptr, rstd_ptr, dx_ptr, pdw_ptr, rows, cols, ROWS: tl.constexpr,
-                       BLOCK: tl.constexpr):
-    pid = tl.program_id(0)
-    c = tl.arange(0, BLOCK)
-    cmask = c < cols
-    st = rstd_ptr.dtype.element_ty
-    w = tl.load(w_ptr + c, mask=cmask, other=0.0).to(st)
-    acc = tl.zeros([BLOCK], dtype=st)
-    for g in range(pid, tl.cdiv(rows, ROWS), tl.num_programs(0)):
-        r = tl.cast(g, tl.int64) * ROWS + tl.arange(0, ROWS)
-        rmask = r < rows
-        mask = rmask[:, None] & cmask[None, :]
-        offs = r[:, None] * cols + c[None, :]
-        dy = tl.load(dy_ptr + offs, mask=mask, other=0.0).to(st)
-        x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(st)
-        rstd = tl.load(rstd_ptr + r, mask=rmask, other=0.0)
-        xhat = x * rstd[:, None]
-        g_ = dy * w[None, :]
-        c1 = tl.sum(g_ * xhat, axis=1) / cols
-        tl.store(dx_ptr + offs, ((g_ - xhat * c1[:, None]) * rstd[:, None]).to(dx_ptr.dtype.element_ty), mask=mask)
-        acc += tl.sum(dy * xhat, axis=0)
-    tl.store(pdw_ptr + pid * cols + c, acc, mask=cmask)
-
-
 def rmsnorm(x, w, eps=EPS, stats=False):
     def launch(x, w, y, rstd, rows, cols, eps):
         nrows, block, warps = rows_config(cols, x.element_size())
@@ -383,7 +365,8 @@ def rmsnorm_backward(dy, x, w, rstd):
     def launch(dy, x, w, rstd, dx, dw, rows, cols):
         nrows, block, warps, parts = bwd_config(rows, cols, x.element_size())
         pdw = torch.empty(parts, cols, dtype=stats_dtype(x), device=x.device)
-        rmsnorm_bwd_kernel[(parts,)](dy, x, w, rstd, dx, pdw, rows, cols, ROWS=nrows, BLOCK=block, num_warps=warps)
+        layernorm_bwd_partials_kernel[(parts,)](dy, x, w, rstd, rstd, dx, pdw, pdw, rows, cols, ROWS=nrows,
+                                                BLOCK=block, RMS=True, num_warps=warps)
         _column_sum(pdw, dw)
     return _backward_frame(dy, x, w, None, rstd, "rmsnorm_backward", launch, rms=True)
 
