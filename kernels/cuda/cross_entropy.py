@@ -20,7 +20,7 @@ from collections import OrderedDict
 import torch
 
 import utils
-from utils.inputs import INT32_MAX, check_input
+from utils.inputs import INT32_MAX, check_indices, check_input
 
 SOURCE = utils.KERNELS_DIR / "cuda" / "cross_entropy.cu"
 IGNORE_INDEX = -100
@@ -38,14 +38,7 @@ def check_ce_inputs(logits, targets, op, dtypes=LOGIT_DTYPES, ignore_index=IGNOR
     """(logits, targets, ignore_index) checked: logits 2-D float (rows, V), targets int64 (rows,),
     both contiguous; ignore_index an int."""
     logits = check_input(logits, "logits", ndim=2, max_numel=INT32_MAX, op=op, dtypes=dtypes)
-    if not isinstance(targets, torch.Tensor):
-        raise TypeError(f"{op}: targets must be a torch.Tensor, got {type(targets).__name__}")
-    if targets.dtype != torch.int64:
-        raise TypeError(f"{op}: targets must be int64 (class indices), got {targets.dtype}: "
-                        "convert it with targets.long()")
-    if targets.device.type != utils.DEVICE.type:
-        raise ValueError(f"{op}: targets is on {targets.device}, but the kernels run on {utils.DEVICE}: "
-                         "move it with targets.to(utils.DEVICE)")
+    targets = check_indices(targets, "targets", op=op, what="class indices")
     if tuple(targets.shape) != (logits.shape[0],):
         raise ValueError(f"{op}: targets must have shape ({logits.shape[0]},), one class per row of logits, "
                          f"got {tuple(targets.shape)}")
@@ -53,7 +46,7 @@ def check_ce_inputs(logits, targets, op, dtypes=LOGIT_DTYPES, ignore_index=IGNOR
         raise ValueError(f"{op}: logits has no columns (V = 0): there is no class to predict")
     if isinstance(ignore_index, bool) or not isinstance(ignore_index, int):
         raise TypeError(f"{op}: ignore_index must be an int, got {type(ignore_index).__name__}")
-    return logits, targets.contiguous(), ignore_index
+    return logits, targets, ignore_index
 
 
 def prepare_forward(logits, targets, ignore_index, dtypes=LOGIT_DTYPES):

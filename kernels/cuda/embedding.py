@@ -21,7 +21,7 @@ import torch
 
 import utils
 from kernels._launch import cdiv
-from utils.inputs import INT32_MAX, check_input, check_tensor
+from utils.inputs import INT32_MAX, check_indices, check_input, check_tensor
 
 SOURCE = utils.KERNELS_DIR / "cuda" / "embedding.cu"
 THREADS = 64 if utils.SIMULATE else 256
@@ -33,16 +33,11 @@ def kernel(name: str):
 
 
 def check_ids(ids, op):
-    if not isinstance(ids, torch.Tensor):
-        raise TypeError(f"{op}: ids must be a torch.Tensor, got {type(ids).__name__}")
-    if ids.dtype != torch.int64:
-        raise TypeError(f"{op}: ids must be int64 (token ids), got {ids.dtype}: convert it with ids.long()")
-    if ids.device.type != utils.DEVICE.type:
-        raise ValueError(f"{op}: ids is on {ids.device}, but the kernels run on {utils.DEVICE}: "
-                         "move it with ids.to(utils.DEVICE)")
+    """The token ids checked, as a flat int64 tensor."""
+    ids = check_indices(ids, "ids", op=op, what="token ids")
     if ids.numel() > INT32_MAX:
         raise ValueError(f"{op}: more than {INT32_MAX} ids: split them")
-    return ids.contiguous().reshape(-1)
+    return ids.reshape(-1)
 
 
 def check_embedding_inputs(ids, weight, op="embedding"):
