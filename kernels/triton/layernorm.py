@@ -108,23 +108,30 @@ def layernorm_row_kernel(x_ptr, w_ptr, b_ptr, y_ptr, mean_ptr, rstd_ptr, cols, e
 # along axis 1, one mean and one rstd per row.
 @triton.jit
 def layernorm_rows_kernel(x_ptr, w_ptr, b_ptr, y_ptr, mean_ptr, rstd_ptr, rows, cols, eps,
-                          ROWS: tl.constexpr, BLOCK: tl.constexpr, EVICT: tl.constexpr = ""):
+                          ROWS: tl.constexpr, BLOCK: tl.constexpr, EVICT: tl.constexpr = "",
+                          RMS: tl.constexpr = False):
+    # RMS: RMSNorm (no mean, no b: b_ptr and mean_ptr are not read or written)
     r = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
     c = tl.arange(0, BLOCK)
     rmask = r < rows
     cmask = c < cols
     mask = rmask[:, None] & cmask[None, :]
     offs = r[:, None] * cols + c[None, :]
+    st = rstd_ptr.dtype.element_ty
     # EVICT = "evict_first": x is read once, so it need not stay in L2 (a hint; tried on the H100)
-    x = tl.load(x_ptr + offs, mask=mask, other=0.0, eviction_policy=EVICT).to(mean_ptr.dtype.element_ty)
-    mean = tl.sum(x, axis=1) / cols
-    d = tl.where(mask, x - mean[:, None], 0.0)
-    rstd = 1.0 / tl.sqrt(tl.sum(d * d, axis=1) / cols + eps)
-    w = tl.load(w_ptr + c, mask=cmask, other=0.0).to(mean_ptr.dtype.element_ty)
-    b = tl.load(b_ptr + c, mask=cmask, other=0.0).to(mean_ptr.dtype.element_ty)
-    y = d * rstd[:, None] * w[None, :] + b[None, :]
+    x = tl.load(x_ptr + offs, mask=mask, other=0.0, eviction_policy=EVICT).to(st)
+    w = tl.load(w_ptr + c, mask=cmask, other=0.0).to(st)
+    if RMS:
+        rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=1) / cols + eps)
+        y = x * rstd[:, None] * w[None, :]
+    else:
+        mean = tl.sum(x, axis=1) / cols
+        d = tl.where(mask, x - mean[:, None], 0.0)
+        rstd = 1.0 / tl.sqrt(tl.sum(d * d, axis=1) / cols + eps)
+        b = tl.load(b_ptr + c, mask=cmask, other=0.0).to(st)
+        y = d * rstd[:, None] * w[None, :] + b[None, :]
+        tl.store(mean_ptr + r, mean, mask=rmask)
     tl.store(y_ptr + offs, y.to(y_ptr.dtype.element_ty), mask=mask)
-    tl.store(mean_ptr + r, mean, mask=rmask)
     tl.store(rstd_ptr + r, rstd, mask=rmask)
 
 
@@ -335,28 +342,12 @@ layernorm_backward = layernorm_backward_partials
 # ---------------------------------------------------------------------------------------
 # RMSNorm: LayerNorm without the mean (and without b). One reduction instead of two, and no
 # centering: LLMs (LLaMA, Mistral, ...) use it because it is cheaper and trains as well.
-@triton.jit
-def rmsnorm_kernel(x_ptr, w_ptr, y_ptr, rstd_ptr, rows, cols, eps, ROWS: tl.constexpr, BLOCK: tl.constexpr,
-                   EVICT: tl.constexpr = ""):
-    # ROWS rows per program, as LayerNorm's v3
-    r = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
-    c = tl.arange(0, BLOCK)
-    rmask = r < rows
-    cmask = c < cols
-    mask = rmask[:, None] & cmask[None, :]
-    offs = r[:, None] * cols + c[None, :]
-    x = tl.load(x_ptr + offs, mask=mask, other=0.0, eviction_policy=EVICT).to(rstd_ptr.dtype.element_ty)
-    rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=1) / cols + eps)
-    w = tl.load(w_ptr + c, mask=cmask, other=0.0).to(rstd_ptr.dtype.element_ty)
-    tl.store(y_ptr + offs, (x * rstd[:, None] * w[None, :]).to(y_ptr.dtype.element_ty), mask=mask)
-    tl.store(rstd_ptr + r, rstd, mask=rmask)
-
-
+# Its kernels are LayerNorm's v3 and partials kernels with RMS=True.
 def rmsnorm(x, w, eps=EPS, stats=False):
     def launch(x, w, y, rstd, rows, cols, eps):
         nrows, block, warps = rows_config(cols, x.element_size())
-        rmsnorm_kernel[(triton.cdiv(rows, nrows),)](x, w, y, rstd, rows, cols, eps, ROWS=nrows, BLOCK=block,
-                                                     EVICT=EVICT, num_warps=warps)
+        layernorm_rows_kernel[(triton.cdiv(rows, nrows),)](x, w, w, y, rstd, rstd, rows, cols, eps, ROWS=nrows,
+                                                           BLOCK=block, EVICT=EVICT, RMS=True, num_warps=warps)
     return norm_forward(x, w, None, eps, stats, op="rmsnorm", launch=launch, rms=True, dtypes=DTYPES,
                         max_cols=ROW_MAX_COLS)
 
