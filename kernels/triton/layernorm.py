@@ -281,8 +281,9 @@ def column_sum_kernel(p_ptr, out_ptr, parts, cols, BLOCK_P: tl.constexpr, BLOCK_
     tl.store(out_ptr + cs, tl.sum(acc, axis=0).to(out_ptr.dtype.element_ty), mask=cs < cols)
 
 
-def _backward_frame(dy, x, w, mean, rstd, op, launch, rms=False):
-    return norm_backward(dy, x, w, mean, rstd, op=op, launch=launch, rms=rms, dtypes=DTYPES, max_cols=ROW_MAX_COLS)
+def _backward_frame(dy, x, w, mean, rstd, op, launch, rms=False, accumulate=False):
+    return norm_backward(dy, x, w, mean, rstd, op=op, launch=launch, rms=rms, dtypes=DTYPES, max_cols=ROW_MAX_COLS,
+                         accumulate=accumulate)
 
 
 def layernorm_backward_atomic(dy, x, w, mean, rstd):
@@ -291,7 +292,7 @@ def layernorm_backward_atomic(dy, x, w, mean, rstd):
         block = triton.next_power_of_2(cols)
         layernorm_bwd_atomic_kernel[(rows,)](dy, x, w, mean, rstd, dx, dw, db, cols, BLOCK=block,
                                              num_warps=num_warps_for(block))
-    return _backward_frame(dy, x, w, mean, rstd, "layernorm_backward_atomic", launch)
+    return _backward_frame(dy, x, w, mean, rstd, "layernorm_backward_atomic", launch, accumulate=True)
 
 
 #: Persistent programs of the backward per SM (each writes a row of partial sums: more
