@@ -8,7 +8,9 @@ reference), each ``f(x, w, b, eps=1e-5, stats=False)`` -> y, or (y, mean, rstd).
 
 v5 and the vec backward take float32 and bfloat16 (statistics in float32), the older CUDA C++
 versions and Numba's float32 only, Triton's float64 too. The input
-rules (``check_norm_inputs``, ``check_norm_backward_inputs``) serve all three languages. ``b``
+rules (``check_norm_inputs``, ``check_norm_backward_inputs``) serve all three languages, and so
+do the launchers' frames (``norm_forward``, ``norm_backward``: check, allocate, skip empty input,
+shape the result; each launcher passes its launch). ``b``
 may be None: no bias, as in ``torch.nn.functional.layer_norm``.
 """
 from __future__ import annotations
