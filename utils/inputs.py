@@ -5,7 +5,7 @@ Anything else gets a clear ``TypeError``/``ValueError`` that says what is wrong 
 fix it; a non-contiguous tensor is made contiguous (a copy), because kernels index raw
 memory as a flat array. Every topic's checks (``check_norm_inputs``, ``check_operands``,
 ``check_qkv``, ...) are built on ``check_tensor``, so one kind of mistake reads the same
-in every launcher.
+in every launcher; ``check_indices`` is its int64 form (token ids, class indices).
 """
 from __future__ import annotations
 
@@ -46,6 +46,14 @@ def check_tensor(t, name: str = "x", *, op: str | None = None, dtypes=FLOAT32) -
         raise TypeError(f"{who}{name} must be {want}, got {t.dtype}: convert it with {fix}")
     raise ValueError(f"{who}{name} is on {t.device}, but the kernels run on {DEVICE}: "
                      f"move it with {name}.to(utils.DEVICE)")
+
+
+def check_indices(t, name: str, *, op: str, what: str) -> torch.Tensor:
+    """``t`` as a contiguous int64 tensor on the course's device (token ids, class indices), or
+    the errors of ``check_tensor``; ``what`` names the indices in the dtype's message."""
+    if isinstance(t, torch.Tensor) and t.dtype != torch.int64:
+        raise TypeError(f"{op}: {name} must be int64 ({what}), got {t.dtype}: convert it with {name}.long()")
+    return check_tensor(t, name, op=op, dtypes=(torch.int64,)).contiguous()
 
 
 def check_input(x, name: str = "x", *, ndim: int | None = None, max_numel: int | None = None,

@@ -13,6 +13,7 @@ optional 1-element float32 tensor that multiplies g (the ``scale`` of ``grad_nor
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 from collections import OrderedDict
 
@@ -125,23 +126,31 @@ REFERENCE = "v2"
 adamw = VERSIONS[REFERENCE][1]
 
 
+def prepare_grad_norm(grads, blocks_for):
+    """grad_norm's inputs checked and its buffers made, for the three languages:
+    ``(pieces, partials, norm, scale)``. ``pieces``: (flat gradient, blocks, offset) for each
+    non-empty gradient, whose ``blocks_for(numel)`` blocks write their partial sums of squares
+    to ``partials[offset:offset + blocks]`` (zeros); ``norm`` (0-d) and ``scale`` (1 element):
+    float32, for the finishing kernel."""
+    tensors = list(grads) if isinstance(grads, (list, tuple)) else [grads]
+    flat = [check_input(t, "grads", op="grad_norm").reshape(-1) for t in tensors]
+    device = flat[0].device if flat else utils.DEVICE
+    blocks = [blocks_for(t.numel()) for t in flat]
+    pieces = [(t, b, offset) for t, b, offset in zip(flat, blocks, itertools.accumulate([0] + blocks)) if b]
+    partials = torch.zeros(max(1, sum(blocks)), dtype=torch.float32, device=device)
+    norm = torch.empty((), dtype=torch.float32, device=device)
+    scale = torch.empty(1, dtype=torch.float32, device=device)
+    return pieces, partials, norm, scale
+
+
 def grad_norm(grads, max_norm=0.0):
     """(norm, scale): the L2 norm of every gradient together (a 0-d tensor) and the clipping
     factor min(1, max_norm / (norm + 1e-6)) as a 1-element tensor (1 when max_norm <= 0), to
     pass to adamw as grad_scale. The partial sums are added in a fixed order: the same bits
     every run."""
-    tensors = list(grads) if isinstance(grads, (list, tuple)) else [grads]
-    flat = [check_input(t, "grads", op="grad_norm").reshape(-1) for t in tensors]
-    device = flat[0].device if flat else utils.DEVICE
-    blocks = [min(NORM_BLOCKS, cdiv(t.numel(), THREADS)) for t in flat]
-    partials = torch.zeros(max(1, sum(blocks)), dtype=torch.float32, device=device)
-    offset = 0
-    for t, b in zip(flat, blocks):
-        if b:
-            kernel("grad_norm_partials_kernel")[b, THREADS](t, t.numel(), partials, offset)
-        offset += b
-    norm = torch.empty((), dtype=torch.float32, device=device)
-    scale = torch.empty(1, dtype=torch.float32, device=device)
+    pieces, partials, norm, scale = prepare_grad_norm(grads, lambda n: min(NORM_BLOCKS, cdiv(n, THREADS)))
+    for t, blocks, offset in pieces:
+        kernel("grad_norm_partials_kernel")[blocks, THREADS](t, t.numel(), partials, offset)
     kernel("grad_norm_finish_kernel")[1, THREADS](partials, partials.numel(), float(max_norm), norm, scale)
     return norm, scale
 

@@ -22,8 +22,8 @@
 //       read twice and written once, the least a two-pass softmax can do.
 //   v3  v2 with 4 values per load and store (16-byte float4 in float32), when V % 4 == 0; v2 otherwise
 //       cross_entropy_fused4_kernel: the same two passes, four values per thread and step.
-// Every kernel has a float32 and a bfloat16 edition (suffix _bf16): the logits and the
-// gradient in bfloat16, every sum in float32.
+// The kernels that read logits are templates on their type T, float or __nv_bfloat16 (the
+// logits and the gradient in bfloat16, every sum in float32): cross_entropy_fused_kernel<float>.
 #include "common.h"
 #include <cuda_bf16.h>
 
@@ -85,8 +85,8 @@ __device__ __forceinline__ float block_reduce(float v, float* scratch, bool is_m
 // loss_rows[r] = lse - x[t] (0 for an ignored row), lse_ptr[r] = lse. A target outside
 // [0, V) that is not ignore_index gives a NaN loss instead of a read outside the row.
 template <typename T>
-__device__ void ce_forward(const T* __restrict__ x_ptr, const long long* __restrict__ t_ptr,
-                           float* loss_ptr, float* lse_ptr, int cols, long long ignore_index) {
+__global__ void cross_entropy_forward_kernel(const T* __restrict__ x_ptr, const long long* __restrict__ t_ptr,
+                                             float* loss_ptr, float* lse_ptr, int cols, long long ignore_index) {
     __shared__ float scratch[32];
     long long r = blockIdx.x;
     const T* row = x_ptr + r * cols;
@@ -104,17 +104,6 @@ __device__ void ce_forward(const T* __restrict__ x_ptr, const long long* __restr
         else if (t < 0 || t >= cols) loss_ptr[r] = NAN;
         else loss_ptr[r] = lse - to_f32(row[t]);
     }
-}
-
-__global__ void cross_entropy_forward_kernel(const float* __restrict__ x_ptr, const long long* __restrict__ t_ptr,
-                                             float* loss_ptr, float* lse_ptr, int cols, long long ignore_index) {
-    ce_forward(x_ptr, t_ptr, loss_ptr, lse_ptr, cols, ignore_index);
-}
-
-__global__ void cross_entropy_forward_bf16_kernel(const __nv_bfloat16* __restrict__ x_ptr,
-                                                  const long long* __restrict__ t_ptr, float* loss_ptr,
-                                                  float* lse_ptr, int cols, long long ignore_index) {
-    ce_forward(x_ptr, t_ptr, loss_ptr, lse_ptr, cols, ignore_index);
 }
 
 // v1, the mean: one block sums the rows' losses and counts the rows that count. Writes the
@@ -139,9 +128,9 @@ __global__ void cross_entropy_mean_kernel(const float* __restrict__ loss_rows_pt
 // (dloss_stride 0: one upstream gradient for every row). g_ptr may be x_ptr (in place): each
 // thread reads its element before it writes it.
 template <typename T>
-__device__ void ce_backward(const T* x_ptr, const long long* __restrict__ t_ptr, const float* __restrict__ lse_ptr,
-                            const float* __restrict__ dloss_ptr, int dloss_stride, T* g_ptr, int cols,
-                            long long ignore_index) {
+__global__ void cross_entropy_backward_kernel(const T* x_ptr, const long long* __restrict__ t_ptr,
+                                              const float* __restrict__ lse_ptr, const float* __restrict__ dloss_ptr,
+                                              int dloss_stride, T* g_ptr, int cols, long long ignore_index) {
     long long r = blockIdx.x;
     long long t = t_ptr[r];
     float lse = lse_ptr[r];
@@ -152,19 +141,6 @@ __device__ void ce_backward(const T* x_ptr, const long long* __restrict__ t_ptr,
         float p = expf(to_f32(row[c]) - lse);
         store_f(grow + c, (p - (c == t ? 1.0f : 0.0f)) * d);
     }
-}
-
-__global__ void cross_entropy_backward_kernel(const float* x_ptr, const long long* __restrict__ t_ptr,
-                                              const float* __restrict__ lse_ptr, const float* __restrict__ dloss_ptr,
-                                              int dloss_stride, float* g_ptr, int cols, long long ignore_index) {
-    ce_backward(x_ptr, t_ptr, lse_ptr, dloss_ptr, dloss_stride, g_ptr, cols, ignore_index);
-}
-
-__global__ void cross_entropy_backward_bf16_kernel(const __nv_bfloat16* x_ptr, const long long* __restrict__ t_ptr,
-                                                   const float* __restrict__ lse_ptr,
-                                                   const float* __restrict__ dloss_ptr, int dloss_stride,
-                                                   __nv_bfloat16* g_ptr, int cols, long long ignore_index) {
-    ce_backward(x_ptr, t_ptr, lse_ptr, dloss_ptr, dloss_stride, g_ptr, cols, ignore_index);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -185,8 +161,9 @@ __global__ void cross_entropy_count_kernel(const long long* __restrict__ t_ptr, 
 // (exp(x - lse) - onehot) / count: the gradient of the mean loss. Each block adds its
 // row's loss / count to the scalar loss with one atomicAdd (loss_ptr starts at 0).
 template <typename T>
-__device__ void ce_fused(const T* x_ptr, const long long* __restrict__ t_ptr, const float* __restrict__ count_ptr,
-                         float* loss_ptr, T* g_ptr, int cols, long long ignore_index) {
+__global__ void cross_entropy_fused_kernel(const T* x_ptr, const long long* __restrict__ t_ptr,
+                                           const float* __restrict__ count_ptr, float* loss_ptr, T* g_ptr, int cols,
+                                           long long ignore_index) {
     __shared__ float sm[32], ss[32];
     long long r = blockIdx.x;
     long long t = t_ptr[r];
@@ -217,18 +194,6 @@ __device__ void ce_fused(const T* x_ptr, const long long* __restrict__ t_ptr, co
     if (threadIdx.x == 0) atomicAdd(loss_ptr, (lse - x_t) * inv);
 }
 
-__global__ void cross_entropy_fused_kernel(const float* x_ptr, const long long* __restrict__ t_ptr,
-                                           const float* __restrict__ count_ptr, float* loss_ptr, float* g_ptr,
-                                           int cols, long long ignore_index) {
-    ce_fused(x_ptr, t_ptr, count_ptr, loss_ptr, g_ptr, cols, ignore_index);
-}
-
-__global__ void cross_entropy_fused_bf16_kernel(const __nv_bfloat16* x_ptr, const long long* __restrict__ t_ptr,
-                                                const float* __restrict__ count_ptr, float* loss_ptr,
-                                                __nv_bfloat16* g_ptr, int cols, long long ignore_index) {
-    ce_fused(x_ptr, t_ptr, count_ptr, loss_ptr, g_ptr, cols, ignore_index);
-}
-
 // ---------------------------------------------------------------------------------------
 // v3: v2 with 16-byte loads and stores in float32 (4 floats), 8-byte loads in bfloat16
 // (4 values): four times the bytes in flight per thread, which the scalar loop of v2 lacks
@@ -251,8 +216,9 @@ __device__ __forceinline__ void store4(__nv_bfloat16* p, const float v[4]) {
 }
 
 template <typename T>
-__device__ void ce_fused4(const T* x_ptr, const long long* __restrict__ t_ptr, const float* __restrict__ count_ptr,
-                          float* loss_ptr, T* g_ptr, int cols, long long ignore_index) {
+__global__ void cross_entropy_fused4_kernel(const T* x_ptr, const long long* __restrict__ t_ptr,
+                                            const float* __restrict__ count_ptr, float* loss_ptr, T* g_ptr, int cols,
+                                            long long ignore_index) {
     __shared__ float sm[32], ss[32];
     long long r = blockIdx.x;
     long long t = t_ptr[r];
@@ -287,16 +253,4 @@ __device__ void ce_fused4(const T* x_ptr, const long long* __restrict__ t_ptr, c
         store4(grow + 4 * c4, v);
     }
     if (threadIdx.x == 0) atomicAdd(loss_ptr, (lse - x_t) * inv);
-}
-
-__global__ void cross_entropy_fused4_kernel(const float* x_ptr, const long long* __restrict__ t_ptr,
-                                            const float* __restrict__ count_ptr, float* loss_ptr, float* g_ptr,
-                                            int cols, long long ignore_index) {
-    ce_fused4(x_ptr, t_ptr, count_ptr, loss_ptr, g_ptr, cols, ignore_index);
-}
-
-__global__ void cross_entropy_fused4_bf16_kernel(const __nv_bfloat16* x_ptr, const long long* __restrict__ t_ptr,
-                                                 const float* __restrict__ count_ptr, float* loss_ptr,
-                                                 __nv_bfloat16* g_ptr, int cols, long long ignore_index) {
-    ce_fused4(x_ptr, t_ptr, count_ptr, loss_ptr, g_ptr, cols, ignore_index);
 }

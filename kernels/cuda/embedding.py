@@ -21,7 +21,7 @@ import torch
 
 import utils
 from kernels._launch import cdiv
-from utils.inputs import INT32_MAX, check_input, check_tensor
+from utils.inputs import INT32_MAX, check_indices, check_input, check_tensor
 
 SOURCE = utils.KERNELS_DIR / "cuda" / "embedding.cu"
 THREADS = 64 if utils.SIMULATE else 256
@@ -33,16 +33,11 @@ def kernel(name: str):
 
 
 def check_ids(ids, op):
-    if not isinstance(ids, torch.Tensor):
-        raise TypeError(f"{op}: ids must be a torch.Tensor, got {type(ids).__name__}")
-    if ids.dtype != torch.int64:
-        raise TypeError(f"{op}: ids must be int64 (token ids), got {ids.dtype}: convert it with ids.long()")
-    if ids.device.type != utils.DEVICE.type:
-        raise ValueError(f"{op}: ids is on {ids.device}, but the kernels run on {utils.DEVICE}: "
-                         "move it with ids.to(utils.DEVICE)")
+    """The token ids checked, as a flat int64 tensor."""
+    ids = check_indices(ids, "ids", op=op, what="token ids")
     if ids.numel() > INT32_MAX:
         raise ValueError(f"{op}: more than {INT32_MAX} ids: split them")
-    return ids.contiguous().reshape(-1)
+    return ids.reshape(-1)
 
 
 def check_embedding_inputs(ids, weight, op="embedding"):
@@ -69,22 +64,56 @@ def check_embedding_backward_inputs(ids, dout, dweight, op="embedding_backward")
     return flat, dout.reshape(-1, dweight.shape[1]), dweight
 
 
-def embedding(ids, weight):
-    """out[..., :] = weight[ids[...], :]: one block per token, threads over the columns."""
+#: Sorted positions per chunk of v4 (small in simulation, so that runs span chunks in the tests).
+CHUNK = 4 if utils.SIMULATE else 32
+
+
+def forward_frame(ids, weight, launch):
+    """What the forward launchers of the three languages do around their kernel: check the
+    inputs, make ``out`` of shape ids.shape + (D,), call ``launch(flat_ids, weight, out)``
+    unless there is nothing to gather, and return out."""
     flat, weight = check_embedding_inputs(ids, weight)
-    vocab, dim = weight.shape
-    out = torch.empty(tuple(ids.shape) + (dim,), dtype=torch.float32, device=weight.device)
-    if flat.numel() and dim:
-        kernel("embedding_kernel")[(flat.numel(), cdiv(dim, THREADS)), THREADS](flat, weight, out, vocab, dim)
+    out = torch.empty(tuple(ids.shape) + (weight.shape[1],), dtype=torch.float32, device=weight.device)
+    if flat.numel() and weight.shape[1]:
+        launch(flat, weight, out)
     return out
 
 
-def _scatter(name, ids, dout, dweight):
+def backward_frame(ids, dout, dweight, launch, *, sort=False):
+    """What the backward launchers of the three languages do around their kernels: check the
+    inputs, call ``launch(flat_ids, dout, dweight)`` unless there is nothing to add, with
+    ``sort`` ``launch(sorted_ids, perm, dout, dweight)`` (a stable sort: the tokens of one id in
+    their order), and return dweight, added into in place."""
     flat, dout, dweight = check_embedding_backward_inputs(ids, dout, dweight)
-    vocab, dim = dweight.shape
-    if flat.numel() and dim:
-        kernel(name)[(flat.numel(), cdiv(dim, THREADS)), THREADS](flat, dout, dweight, vocab, dim)
+    if flat.numel() and dweight.shape[1]:
+        if sort:
+            launch(*torch.sort(flat, stable=True), dout, dweight)
+        else:
+            launch(flat, dout, dweight)
     return dweight
+
+
+def chunk_partials(sorted_ids, dim):
+    """(chunks, head, tail) of v4: the chunks of CHUNK sorted positions, and the (chunks, dim)
+    float32 buffers of the pieces of runs that cross a chunk's start (head) and end (tail)."""
+    chunks = cdiv(sorted_ids.numel(), CHUNK)
+    head, tail = torch.empty(2, chunks, dim, dtype=torch.float32, device=sorted_ids.device)
+    return chunks, head, tail
+
+
+def embedding(ids, weight):
+    """out[..., :] = weight[ids[...], :]: one block per token, threads over the columns."""
+    def launch(flat, weight, out):
+        vocab, dim = weight.shape
+        kernel("embedding_kernel")[(flat.numel(), cdiv(dim, THREADS)), THREADS](flat, weight, out, vocab, dim)
+    return forward_frame(ids, weight, launch)
+
+
+def _scatter(name, ids, dout, dweight):
+    def launch(flat, dout, dweight):
+        vocab, dim = dweight.shape
+        kernel(name)[(flat.numel(), cdiv(dim, THREADS)), THREADS](flat, dout, dweight, vocab, dim)
+    return backward_frame(ids, dout, dweight, launch)
 
 
 def embedding_backward_plain(ids, dout, dweight):
@@ -100,37 +129,25 @@ def embedding_backward_atomic(ids, dout, dweight):
 def embedding_backward_sorted(ids, dout, dweight):
     """v3: sort the ids (torch.sort, stable), then one block per position; the first position
     of each run of equal ids sums the run in order and adds it once: the same bits every run."""
-    flat, dout, dweight = check_embedding_backward_inputs(ids, dout, dweight)
-    vocab, dim = dweight.shape
-    n = flat.numel()
-    if n and dim:
-        sorted_ids, perm = torch.sort(flat, stable=True)
+    def launch(sorted_ids, perm, dout, dweight):
+        (vocab, dim), n = dweight.shape, sorted_ids.numel()
         kernel("embedding_backward_sorted_kernel")[(n, cdiv(dim, THREADS)), THREADS](
             sorted_ids, perm, dout, dweight, n, vocab, dim)
-    return dweight
-
-
-#: Sorted positions per chunk of v4 (small in simulation, so that runs span chunks in the tests).
-CHUNK = 4 if utils.SIMULATE else 32
+    return backward_frame(ids, dout, dweight, launch, sort=True)
 
 
 def embedding_backward_chunked(ids, dout, dweight):
     """v4: v3 with runs of equal ids cut into chunks (pass 1 sums the pieces, pass 2 joins the
     pieces of runs that span chunks, in order): deterministic, and a frequent id no longer makes
     one block add hundreds of rows alone."""
-    flat, dout, dweight = check_embedding_backward_inputs(ids, dout, dweight)
-    vocab, dim = dweight.shape
-    n = flat.numel()
-    if n and dim:
-        sorted_ids, perm = torch.sort(flat, stable=True)
-        chunks = cdiv(n, CHUNK)
-        head = torch.empty(chunks, dim, dtype=torch.float32, device=dweight.device)
-        tail = torch.empty(chunks, dim, dtype=torch.float32, device=dweight.device)
+    def launch(sorted_ids, perm, dout, dweight):
+        (vocab, dim), n = dweight.shape, sorted_ids.numel()
+        chunks, head, tail = chunk_partials(sorted_ids, dim)
         grid = (chunks, cdiv(dim, THREADS))
         kernel("embedding_backward_chunk_kernel")[grid, THREADS](sorted_ids, perm, dout, dweight, head, tail, n,
                                                                  vocab, dim, CHUNK)
         kernel("embedding_backward_join_kernel")[grid, THREADS](sorted_ids, head, tail, dweight, n, vocab, dim, CHUNK)
-    return dweight
+    return backward_frame(ids, dout, dweight, launch, sort=True)
 
 
 VERSIONS = OrderedDict(

@@ -8,7 +8,9 @@ reference), each ``f(x, w, b, eps=1e-5, stats=False)`` -> y, or (y, mean, rstd).
 
 v5 and the vec backward take float32 and bfloat16 (statistics in float32), the older CUDA C++
 versions and Numba's float32 only, Triton's float64 too. The input
-rules (``check_norm_inputs``, ``check_norm_backward_inputs``) serve all three languages. ``b``
+rules (``check_norm_inputs``, ``check_norm_backward_inputs``) serve all three languages, and so
+do the launchers' frames (``norm_forward``, ``norm_backward``: check, allocate, skip empty input,
+shape the result; each launcher passes its launch). ``b``
 may be None: no bias, as in ``torch.nn.functional.layer_norm``.
 """
 from __future__ import annotations
@@ -100,6 +102,51 @@ def check_norm_backward_inputs(dy, x, w, stats, *, op, dtypes=(torch.float32,)):
     return dy, x, w, out, shape
 
 
+F32 = (torch.float32,)
+
+
+def _check_row_length(cols, max_cols, op):
+    if max_cols is not None and cols > max_cols:
+        raise ValueError(f"{op} holds a row in registers, at most {max_cols} columns; got {cols}")
+
+
+def norm_forward(x, w, b, eps, stats, *, op, launch, rms=False, dtypes=F32, max_cols=None):
+    """What every forward launcher of the topic does around its kernel, in all three languages:
+    check the inputs (``b`` None: a zero bias; RMSNorm takes none), make y and the statistics,
+    call ``launch(x, w, b, y, mean, rstd, rows, cols, eps)`` on x as (rows, cols) unless x is
+    empty (RMSNorm: ``launch(x, w, y, rstd, rows, cols, eps)``), and return y in x's shape, or
+    with ``stats`` (y, mean, rstd) (RMSNorm: (y, rstd)). ``max_cols``: the longest row the
+    kernel holds."""
+    x, w, b, shape = check_norm_inputs(x, w, b, op=op, dtypes=dtypes, bias=not rms)
+    rows, cols = x.shape
+    _check_row_length(cols, max_cols, op)
+    y = torch.empty_like(x)
+    saved = (row_stats(x),) if rms else (row_stats(x), row_stats(x))
+    if rows and cols:
+        launch(*((x, w) if rms else (x, w, b)), y, *saved, rows, cols, eps)
+    y = y.reshape(shape)
+    return (y, *saved) if stats else y
+
+
+def norm_backward(dy, x, w, mean, rstd, *, op, launch, rms=False, dtypes=F32, max_cols=None, accumulate=True):
+    """What every backward launcher of the topic does around its kernels: check dy, x, w and
+    the saved statistics, make dx and the weight gradients (dw and db, RMSNorm dw only: zeros,
+    in ``stats_dtype(x)`` for kernels that ``accumulate`` into them, else in w's dtype for a
+    column sum to write), call ``launch(dy, x, w, mean, rstd, dx, dw, db, rows, cols)`` unless
+    x is empty (RMSNorm: ``launch(dy, x, w, rstd, dx, dw, rows, cols)``), and return
+    (dx in x's shape, dw, db) with the gradients in w's dtype (RMSNorm: (dx, dw))."""
+    saved = ((rstd, "rstd"),) if rms else ((mean, "mean"), (rstd, "rstd"))
+    dy, x, w, saved, shape = check_norm_backward_inputs(dy, x, w, saved, op=op, dtypes=dtypes)
+    rows, cols = x.shape
+    _check_row_length(cols, max_cols, op)
+    dx = torch.empty_like(x)
+    dtype = stats_dtype(x) if accumulate else w.dtype
+    grads = tuple(torch.zeros(cols, dtype=dtype, device=x.device) for _ in range(1 if rms else 2))
+    if rows and cols:
+        launch(dy, x, w, *saved, dx, *grads, rows, cols)
+    return (dx.reshape(shape),) + tuple(g.to(w.dtype) for g in grads)
+
+
 def layernorm_ref(x, w, b, eps=EPS):
     return torch.nn.functional.layer_norm(x, (x.shape[-1],), w, b, eps)
 
@@ -123,35 +170,20 @@ def _threads(cols, per_thread):
     return min(MAX_THREADS, max(32, cdiv(cdiv(cols, per_thread), 32) * 32))
 
 
-def _inputs(x, w, b, op, bias=False):
-    return check_norm_inputs(x, w, b, op=op, dtypes=(torch.float32,), bias=bias)
-
-
-def _forward(x, w, b, eps, stats, op, launch):
-    x, w, b, shape = _inputs(x, w, b, op, bias=True)
-    rows, cols = x.shape
-    y = torch.empty_like(x)
-    mean = row_stats(x)
-    rstd = row_stats(x)
-    if rows and cols:
-        launch(x, w, b, y, mean, rstd, rows, cols, float(eps))
-    y = y.reshape(shape)
-    return (y, mean, rstd) if stats else y
-
-
 def layernorm_block(x, w, b, eps=EPS, stats=False):
     """v1: a block per row, three passes over the row."""
     def launch(x, w, b, y, mean, rstd, rows, cols, eps):
-        kernel("layernorm_block_kernel")[rows, _threads(cols, 4)](x, w, b, y, mean, rstd, cols, eps)
-    return _forward(x, w, b, eps, stats, "layernorm_block", launch)
+        kernel("layernorm_block_kernel")[rows, _threads(cols, 4)](x, w, b, y, mean, rstd, cols, float(eps))
+    return norm_forward(x, w, b, eps, stats, op="layernorm_block", launch=launch)
 
 
 def layernorm_warp(x, w, b, eps=EPS, stats=False):
     """v2: a warp per row, 8 rows per block."""
     def launch(x, w, b, y, mean, rstd, rows, cols, eps):
         warps = 8
-        kernel("layernorm_warp_kernel")[cdiv(rows, warps), 32 * warps](x, w, b, y, mean, rstd, rows, cols, eps)
-    return _forward(x, w, b, eps, stats, "layernorm_warp", launch)
+        kernel("layernorm_warp_kernel")[cdiv(rows, warps), 32 * warps](x, w, b, y, mean, rstd, rows, cols,
+                                                                        float(eps))
+    return norm_forward(x, w, b, eps, stats, op="layernorm_warp", launch=launch)
 
 
 def reg_config(cols):
@@ -169,8 +201,8 @@ def layernorm_reg(x, w, b, eps=EPS, stats=False):
 
     def launch(x, w, b, y, mean, rstd, rows, cols, eps):
         items, threads = reg_config(cols)
-        kernel(f"layernorm_reg{items}_kernel")[rows, threads](x, w, b, y, mean, rstd, cols, eps)
-    return _forward(x, w, b, eps, stats, "layernorm_reg", launch)
+        kernel(f"layernorm_reg{items}_kernel")[rows, threads](x, w, b, y, mean, rstd, cols, float(eps))
+    return norm_forward(x, w, b, eps, stats, op="layernorm_reg", launch=launch)
 
 
 def layernorm_v4(x, w, b, eps=EPS, stats=False):
@@ -185,66 +217,49 @@ def layernorm_v4(x, w, b, eps=EPS, stats=False):
 
 def layernorm_backward_atomic(dy, x, w, mean, rstd):
     """dx per row (a block per row), dw/db by atomicAdd."""
-    dy, x, w, (mean, rstd), shape = check_norm_backward_inputs(dy, x, w, ((mean, "mean"), (rstd, "rstd")),
-                                                               op="layernorm_backward_atomic")
-    rows, cols = x.shape
-    dx = torch.empty_like(x)
-    dw = torch.zeros(cols, dtype=torch.float32, device=x.device)
-    db = torch.zeros(cols, dtype=torch.float32, device=x.device)
-    if rows and cols:
+    def launch(dy, x, w, mean, rstd, dx, dw, db, rows, cols):
         kernel("layernorm_bwd_atomic_kernel")[rows, _threads(cols, 4)](dy, x, w, mean, rstd, dx, dw, db, cols)
-    return dx.reshape(shape), dw, db
+    return norm_backward(dy, x, w, mean, rstd, op="layernorm_backward_atomic", launch=launch)
 
 
 def _parts(rows):
     return max(1, min(rows, 2 * sm_count()))
 
 
+def _column_sum(p, out):
+    """out (cols,) = the sum over the rows of the (parts, cols) partials p."""
+    parts, cols = p.shape
+    kernel("column_sum_kernel")[cdiv(cols, 256), 256](p, out, parts, cols)
+
+
 def layernorm_backward_partials(dy, x, w, mean, rstd):
     """Fused dx + per-block dw/db partials (persistent grid), then a column-sum kernel."""
-    dy, x, w, (mean, rstd), shape = check_norm_backward_inputs(dy, x, w, ((mean, "mean"), (rstd, "rstd")),
-                                                               op="layernorm_backward_partials")
-    rows, cols = x.shape
-    dx = torch.empty_like(x)
-    dw = torch.zeros(cols, dtype=torch.float32, device=x.device)
-    db = torch.zeros(cols, dtype=torch.float32, device=x.device)
-    if rows == 0 or cols == 0:
-        return dx.reshape(shape), dw, db
-    parts = _parts(rows)
-    pdw = torch.empty(parts, cols, dtype=torch.float32, device=x.device)
-    pdb = torch.empty(parts, cols, dtype=torch.float32, device=x.device)
-    kernel("layernorm_bwd_partials_kernel")[parts, _threads(cols, 4)](dy, x, w, mean, rstd, dx, pdw, pdb, rows, cols)
-    kernel("column_sum_kernel")[cdiv(cols, 256), 256](pdw, dw, parts, cols)
-    kernel("column_sum_kernel")[cdiv(cols, 256), 256](pdb, db, parts, cols)
-    return dx.reshape(shape), dw, db
-
+    def launch(dy, x, w, mean, rstd, dx, dw, db, rows, cols):
+        parts = _parts(rows)
+        pdw = torch.empty(parts, cols, dtype=torch.float32, device=x.device)
+        pdb = torch.empty(parts, cols, dtype=torch.float32, device=x.device)
+        kernel("layernorm_bwd_partials_kernel")[parts, _threads(cols, 4)](dy, x, w, mean, rstd, dx, pdw, pdb,
+                                                                          rows, cols)
+        _column_sum(pdw, dw)
+        _column_sum(pdb, db)
+    return norm_backward(dy, x, w, mean, rstd, op="layernorm_backward_partials", launch=launch)
 
 
 def rmsnorm_block(x, w, eps=EPS, stats=False):
     """RMSNorm, float32, a block per row (any row length)."""
-    x, w, _, shape = _inputs(x, w, None, "rmsnorm")
-    rows, cols = x.shape
-    y = torch.empty_like(x)
-    rstd = row_stats(x)
-    if rows and cols:
+    def launch(x, w, y, rstd, rows, cols, eps):
         kernel("rmsnorm_kernel")[rows, _threads(cols, 4)](x, w, y, rstd, cols, float(eps))
-    y = y.reshape(shape)
-    return (y, rstd) if stats else y
+    return norm_forward(x, w, None, eps, stats, op="rmsnorm", launch=launch, rms=True)
 
 
 def rmsnorm_backward_partials(dy, x, w, rstd):
     """RMSNorm's backward, float32: per-block partials (any row length)."""
-    dy, x, w, (rstd,), shape = check_norm_backward_inputs(dy, x, w, ((rstd, "rstd"),), op="rmsnorm_backward")
-    rows, cols = x.shape
-    dx = torch.empty_like(x)
-    dw = torch.zeros(cols, dtype=torch.float32, device=x.device)
-    if rows == 0 or cols == 0:
-        return dx.reshape(shape), dw
-    parts = _parts(rows)
-    pdw = torch.empty(parts, cols, dtype=torch.float32, device=x.device)
-    kernel("rmsnorm_bwd_partials_kernel")[parts, _threads(cols, 4)](dy, x, w, rstd, dx, pdw, rows, cols)
-    kernel("column_sum_kernel")[cdiv(cols, 256), 256](pdw, dw, parts, cols)
-    return dx.reshape(shape), dw
+    def launch(dy, x, w, rstd, dx, dw, rows, cols):
+        parts = _parts(rows)
+        pdw = torch.empty(parts, cols, dtype=torch.float32, device=x.device)
+        kernel("rmsnorm_bwd_partials_kernel")[parts, _threads(cols, 4)](dy, x, w, rstd, dx, pdw, rows, cols)
+        _column_sum(pdw, dw)
+    return norm_backward(dy, x, w, None, rstd, op="rmsnorm_backward", launch=launch, rms=True)
 
 
 # ---------------------------------------------------------------------------------------

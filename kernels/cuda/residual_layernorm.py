@@ -14,8 +14,8 @@ from collections import OrderedDict
 import torch
 
 import utils
-from kernels.cuda.layernorm import EPS, check_norm_inputs
-from utils.inputs import check_input  # noqa: F401
+from kernels._launch import cdiv
+from kernels.cuda.layernorm import EPS, check_norm_inputs, layernorm, row_stats
 
 SOURCE = utils.KERNELS_DIR / "cuda" / "residual_layernorm.cu"
 THREADS = 64 if utils.SIMULATE else 256
@@ -28,6 +28,11 @@ def kernel(name: str):
     return utils.cuda_kernel(SOURCE, name)
 
 
+def grid_for(n):
+    """Blocks of a grid-stride loop over n elements."""
+    return max(1, min(cdiv(n, THREADS), MAX_BLOCKS))
+
+
 def check_residual_inputs(x, r, w, b, op="residual_layernorm"):
     """(x2, r2, w, b, shape): x and r as contiguous (rows, cols) of one shape, w and b (cols,)."""
     x2, w, b, shape = check_norm_inputs(x, w, b, op=op, dtypes=F32, bias=True)
@@ -37,37 +42,52 @@ def check_residual_inputs(x, r, w, b, op="residual_layernorm"):
     return x2, r.reshape(x2.shape).contiguous(), w, b, shape
 
 
-def _stats_out(x2):
+def _result(h, y, mean, rstd, shape, stats):
+    out = (h.reshape(shape), y.reshape(shape))
+    return out + (mean, rstd) if stats else out
+
+
+def unfused_frame(x, r, w, b, eps, stats, add, layernorm):
+    """v1 in each language: check, ``add(x2, r2, h)`` writes h = x + r (x and r as (rows, cols);
+    skipped for empty input), then ``layernorm`` (lesson 09's, of the same language) reads h
+    back. Returns (h, y), or with ``stats`` (h, y, mean, rstd)."""
+    x2, r2, w, b, shape = check_residual_inputs(x, r, w, b)
+    h = torch.empty_like(x2)
+    if h.numel():
+        add(x2, r2, h)
+    y, mean, rstd = layernorm(h, w, b, eps, stats=True)
+    return _result(h, y, mean, rstd, shape, stats)
+
+
+def fused_frame(x, r, w, b, eps, stats, launch, max_cols=None):
+    """v2 in each language: check, make h, y and the statistics, call
+    ``launch(x2, r2, w, b, h, y, mean, rstd, rows, cols, eps)`` unless the input is empty, and
+    return as ``unfused_frame``. ``max_cols``: the longest row the kernel holds."""
+    x2, r2, w, b, shape = check_residual_inputs(x, r, w, b)
     rows, cols = x2.shape
-    if cols == 0:
-        return (torch.full((rows,), float("nan"), device=x2.device),) * 2
-    return (torch.empty(rows, dtype=torch.float32, device=x2.device),
-            torch.empty(rows, dtype=torch.float32, device=x2.device))
+    if max_cols is not None and cols > max_cols:
+        raise ValueError(f"residual_layernorm: rows of {cols} columns do not fit one program (at most {max_cols}): "
+                         "use residual_layernorm_unfused (v1)")
+    h, y = torch.empty_like(x2), torch.empty_like(x2)
+    mean, rstd = row_stats(x2), row_stats(x2)
+    if rows and cols:
+        launch(x2, r2, w, b, h, y, mean, rstd, rows, cols, float(eps))
+    return _result(h, y, mean, rstd, shape, stats)
 
 
 def residual_layernorm_unfused(x, r, w, b, eps=EPS, stats=False):
     """v1: h = x + r (one kernel, h written), then lesson 09's LayerNorm reads h back."""
-    x2, r2, w, b, shape = check_residual_inputs(x, r, w, b)
-    h = torch.empty_like(x2)
-    if h.numel():
+    def add(x2, r2, h):
         n = h.numel()
-        kernel("residual_add_kernel")[max(1, min((n + THREADS - 1) // THREADS, MAX_BLOCKS)), THREADS](x2, r2, h, n)
-    from kernels.cuda.layernorm import layernorm
-    y, mean, rstd = layernorm(h, w, b, eps, stats=True)
-    out = (h.reshape(shape), y.reshape(shape))
-    return out + (mean, rstd) if stats else out
+        kernel("residual_add_kernel")[grid_for(n), THREADS](x2, r2, h, n)
+    return unfused_frame(x, r, w, b, eps, stats, add, layernorm)
 
 
 def residual_layernorm_fused(x, r, w, b, eps=EPS, stats=False):
     """v2: one block per row: h = x + r written once, its statistics, y written once."""
-    x2, r2, w, b, shape = check_residual_inputs(x, r, w, b)
-    rows, cols = x2.shape
-    h, y = torch.empty_like(x2), torch.empty_like(x2)
-    mean, rstd = _stats_out(x2)
-    if rows and cols:
-        kernel("residual_layernorm_kernel")[rows, THREADS](x2, r2, w, b, h, y, mean, rstd, cols, float(eps))
-    out = (h.reshape(shape), y.reshape(shape))
-    return out + (mean, rstd) if stats else out
+    def launch(x2, r2, w, b, h, y, mean, rstd, rows, cols, eps):
+        kernel("residual_layernorm_kernel")[rows, THREADS](x2, r2, w, b, h, y, mean, rstd, cols, eps)
+    return fused_frame(x, r, w, b, eps, stats, launch)
 
 
 VERSIONS = OrderedDict(

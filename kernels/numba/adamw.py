@@ -12,22 +12,9 @@ from __future__ import annotations
 import math
 from collections import OrderedDict
 
-import torch
-
 import utils
-from kernels.cuda.adamw import (  # noqa: F401  (input rules and references, defined once)
-    MAX_BLOCKS,
-    NORM_BLOCKS,
-    _as_lists,
-    adamw_ref,
-    adamw_tensors,
-    cdiv,
-    check_adamw_inputs,
-    check_hyper,
-    check_input,
-    grad_norm_ref,
-    scale_tensor,
-)
+from kernels._launch import cdiv
+from kernels.cuda.adamw import MAX_BLOCKS, NORM_BLOCKS, adamw_tensors, check_hyper, prepare_grad_norm
 
 from numba import cuda, float32
 
@@ -142,17 +129,8 @@ adamw = VERSIONS[REFERENCE][1]
 
 def grad_norm(grads, max_norm=0.0):
     """(norm, scale), as kernels.cuda.adamw.grad_norm."""
-    tensors = list(grads) if isinstance(grads, (list, tuple)) else [grads]
-    flat = [check_input(t, "grads", op="grad_norm").reshape(-1) for t in tensors]
-    device = flat[0].device if flat else utils.DEVICE
-    blocks = [min(NORM_BLOCKS, cdiv(t.numel(), THREADS)) for t in flat]
-    partials = torch.zeros(max(1, sum(blocks)), dtype=torch.float32, device=device)
-    offset = 0
-    for t, b in zip(flat, blocks):
-        if b:
-            grad_norm_partials_kernel[b, THREADS](_nb(t), _nb(partials), offset)
-        offset += b
-    norm = torch.empty(1, dtype=torch.float32, device=device)
-    scale = torch.empty(1, dtype=torch.float32, device=device)
-    grad_norm_finish_kernel[1, 32](_nb(partials), float(max_norm), _nb(norm), _nb(scale))
-    return norm.reshape(()), scale
+    pieces, partials, norm, scale = prepare_grad_norm(grads, lambda n: min(NORM_BLOCKS, cdiv(n, THREADS)))
+    for t, blocks, offset in pieces:
+        grad_norm_partials_kernel[blocks, THREADS](_nb(t), _nb(partials), offset)
+    grad_norm_finish_kernel[1, 32](_nb(partials), float(max_norm), _nb(norm.reshape(1)), _nb(scale))
+    return norm, scale

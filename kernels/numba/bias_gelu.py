@@ -14,14 +14,7 @@ from collections import OrderedDict
 import torch
 
 import utils
-from kernels.cuda.bias_gelu import (  # noqa: F401  (input rules and references, defined once)
-    THREADS,
-    bias_gelu_backward_ref,
-    bias_gelu_ref,
-    check_bias_backward_inputs,
-    check_bias_inputs,
-    grid_for,
-)
+from kernels.cuda.bias_gelu import THREADS, check_bias_backward_inputs, check_bias_inputs, grid_for
 
 from numba import cuda, float32
 

@@ -20,14 +20,8 @@ from collections import OrderedDict
 import torch
 
 import utils
-from kernels.cuda.cross_entropy import (  # noqa: F401  (input rules and references, defined once)
-    IGNORE_INDEX,
-    check_ce_inputs,
-    check_ignore_index,
-    check_input,
-    cross_entropy_loss_ref,
-    cross_entropy_ref,
-)
+from kernels.cuda.cross_entropy import IGNORE_INDEX, prepare_backward, prepare_forward, prepare_mean_loss
+from kernels.numba.reduction import block_max_all, block_sum_all
 
 from numba import cuda, float32
 
@@ -47,15 +41,22 @@ def lse_merge(m, s, m2, s2):
 
 
 @cuda.jit(device=True)
-def block_lse(m, s, sm, ss):
-    lane = cuda.threadIdx.x % 32
-    warp = cuda.threadIdx.x // 32
+def warp_lse(m, s):
+    """(max, sum) of the warp's 32 pairs, in every lane: butterfly shuffles, merged as they go."""
     o = 16
     while o > 0:
         m2 = cuda.shfl_xor_sync(FULL_MASK, m, o)
         s2 = cuda.shfl_xor_sync(FULL_MASK, s, o)
         m, s = lse_merge(m, s, m2, s2)
         o //= 2
+    return m, s
+
+
+@cuda.jit(device=True)
+def block_lse(m, s, sm, ss):
+    lane = cuda.threadIdx.x % 32
+    warp = cuda.threadIdx.x // 32
+    m, s = warp_lse(m, s)
     if lane == 0:
         sm[warp] = m
         ss[warp] = s
@@ -63,52 +64,9 @@ def block_lse(m, s, sm, ss):
     nw = cuda.blockDim.x // 32
     m = sm[lane] if lane < nw else float32(-math.inf)
     s = ss[lane] if lane < nw else float32(0.0)
-    o = 16
-    while o > 0:
-        m2 = cuda.shfl_xor_sync(FULL_MASK, m, o)
-        s2 = cuda.shfl_xor_sync(FULL_MASK, s, o)
-        m, s = lse_merge(m, s, m2, s2)
-        o //= 2
+    m, s = warp_lse(m, s)
     cuda.syncthreads()
     return m, s
-
-
-@cuda.jit(device=True)
-def block_sum(v, scratch):
-    lane = cuda.threadIdx.x % 32
-    o = 16
-    while o > 0:
-        v += cuda.shfl_xor_sync(FULL_MASK, v, o)
-        o //= 2
-    if lane == 0:
-        scratch[cuda.threadIdx.x // 32] = v
-    cuda.syncthreads()
-    v = scratch[lane] if lane < cuda.blockDim.x // 32 else float32(0.0)
-    o = 16
-    while o > 0:
-        v += cuda.shfl_xor_sync(FULL_MASK, v, o)
-        o //= 2
-    cuda.syncthreads()
-    return v
-
-
-@cuda.jit(device=True)
-def block_max(v, scratch):
-    lane = cuda.threadIdx.x % 32
-    o = 16
-    while o > 0:
-        v = max(v, cuda.shfl_xor_sync(FULL_MASK, v, o))
-        o //= 2
-    if lane == 0:
-        scratch[cuda.threadIdx.x // 32] = v
-    cuda.syncthreads()
-    v = scratch[lane] if lane < cuda.blockDim.x // 32 else float32(-math.inf)
-    o = 16
-    while o > 0:
-        v = max(v, cuda.shfl_xor_sync(FULL_MASK, v, o))
-        o //= 2
-    cuda.syncthreads()
-    return v
 
 
 # ---------------------------------------------------------------------------------------
@@ -121,11 +79,11 @@ def cross_entropy_forward_kernel(x, t, loss_rows, lse_out, ignore_index):
     m = float32(-math.inf)
     for c in range(cuda.threadIdx.x, cols, cuda.blockDim.x):
         m = max(m, x[r, c])
-    m = block_max(m, scratch)
+    m = block_max_all(m, scratch)
     s = float32(0.0)
     for c in range(cuda.threadIdx.x, cols, cuda.blockDim.x):
         s += math.exp(x[r, c] - m)
-    s = block_sum(s, scratch)
+    s = block_sum_all(s, scratch)
     if cuda.threadIdx.x == 0:
         lse = m + math.log(s)
         lse_out[r] = lse
@@ -148,8 +106,8 @@ def cross_entropy_mean_kernel(loss_rows, t, loss, scale, ignore_index):
         if t[r] != ignore_index:
             s += loss_rows[r]
             n += 1.0
-    s = block_sum(s, scratch)
-    n = block_sum(n, scratch)
+    s = block_sum_all(s, scratch)
+    n = block_sum_all(n, scratch)
     if cuda.threadIdx.x == 0:
         loss[0] = s / n if n > 0 else math.nan
         scale[0] = 1.0 / n if n > 0 else 0.0
@@ -175,7 +133,7 @@ def cross_entropy_count_kernel(t, ignore_index, count):
     for r in range(cuda.threadIdx.x, t.shape[0], cuda.blockDim.x):
         if t[r] != ignore_index:
             n += 1.0
-    n = block_sum(n, scratch)
+    n = block_sum_all(n, scratch)
     if cuda.threadIdx.x == 0:
         count[0] = n
 
@@ -223,19 +181,14 @@ def _nb(t):
 
 
 def cross_entropy_forward(logits, targets, ignore_index=IGNORE_INDEX):
-    op = "cross_entropy_forward"
-    logits, targets = check_ce_inputs(logits, targets, op, F32)
-    ignore_index = check_ignore_index(ignore_index, op)
-    rows = logits.shape[0]
-    loss = torch.empty(rows, dtype=torch.float32, device=logits.device)
-    lse = torch.empty(rows, dtype=torch.float32, device=logits.device)
-    if rows:
-        cross_entropy_forward_kernel[rows, ROW_THREADS](_nb(logits), _nb(targets), _nb(loss), _nb(lse), ignore_index)
+    logits, targets, ignore_index, loss, lse = prepare_forward(logits, targets, ignore_index, F32)
+    if logits.shape[0]:
+        cross_entropy_forward_kernel[logits.shape[0], ROW_THREADS](_nb(logits), _nb(targets), _nb(loss), _nb(lse),
+                                                                   ignore_index)
     return loss, lse
 
 
-def _backward(logits, targets, lse, dloss, stride, ignore_index, inplace):
-    grad = logits if inplace else torch.empty_like(logits)
+def _backward(logits, targets, lse, dloss, stride, ignore_index, grad):
     if logits.shape[0]:
         cross_entropy_backward_kernel[logits.shape[0], ROW_THREADS](
             _nb(logits), _nb(targets), _nb(lse), _nb(dloss), stride, _nb(grad), ignore_index)
@@ -243,50 +196,32 @@ def _backward(logits, targets, lse, dloss, stride, ignore_index, inplace):
 
 
 def cross_entropy_backward(logits, targets, lse, dloss, ignore_index=IGNORE_INDEX, inplace=False):
-    op = "cross_entropy_backward"
-    logits, targets = check_ce_inputs(logits, targets, op, F32)
-    ignore_index = check_ignore_index(ignore_index, op)
-    lse = check_input(lse, "lse", ndim=1, op=op)
-    dloss = check_input(dloss, "dloss", ndim=1, op=op)
-    for v, name in ((lse, "lse"), (dloss, "dloss")):
-        if v.shape[0] != logits.shape[0]:
-            raise ValueError(f"{op}: {name} must have one value per row of logits ({logits.shape[0]}), "
-                             f"got {tuple(v.shape)}")
-    return _backward(logits, targets, lse, dloss, 1, ignore_index, inplace)
+    logits, targets, lse, dloss, ignore_index, grad = prepare_backward(logits, targets, lse, dloss, ignore_index,
+                                                                       inplace, F32)
+    return _backward(logits, targets, lse, dloss, 1, ignore_index, grad)
 
 
 def cross_entropy_unfused(logits, targets, ignore_index=IGNORE_INDEX, inplace=False):
     """v1: forward kernel, one-block mean, backward kernel. Returns (mean loss, d logits)."""
-    op = "cross_entropy"
-    logits, targets = check_ce_inputs(logits, targets, op, F32)
-    ignore_index = check_ignore_index(ignore_index, op)
-    rows = logits.shape[0]
-    loss = torch.empty(1, dtype=torch.float32, device=logits.device)
-    if rows == 0:
-        loss.fill_(float("nan"))
-        return loss.reshape(()), logits if inplace else torch.empty_like(logits)
-    loss_rows, lse = cross_entropy_forward(logits, targets, ignore_index)
-    scale = torch.empty(1, dtype=torch.float32, device=logits.device)
-    cross_entropy_mean_kernel[1, ROW_THREADS](_nb(loss_rows), _nb(targets), _nb(loss), _nb(scale), ignore_index)
-    return loss.reshape(()), _backward(logits, targets, lse, scale, 0, ignore_index, inplace)
+    logits, targets, ignore_index, loss, grad = prepare_mean_loss(logits, targets, ignore_index, inplace, F32)
+    if logits.shape[0]:
+        loss_rows, lse = cross_entropy_forward(logits, targets, ignore_index)
+        scale = torch.empty(1, dtype=torch.float32, device=logits.device)
+        cross_entropy_mean_kernel[1, ROW_THREADS](_nb(loss_rows), _nb(targets), _nb(loss.reshape(1)), _nb(scale),
+                                                  ignore_index)
+        _backward(logits, targets, lse, scale, 0, ignore_index, grad)
+    return loss, grad
 
 
 def cross_entropy_fused(logits, targets, ignore_index=IGNORE_INDEX, inplace=False):
     """v2: count kernel, then one kernel per row (online logsumexp, then the gradient)."""
-    op = "cross_entropy"
-    logits, targets = check_ce_inputs(logits, targets, op, F32)
-    ignore_index = check_ignore_index(ignore_index, op)
-    rows = logits.shape[0]
-    loss = torch.zeros(1, dtype=torch.float32, device=logits.device)
-    grad = logits if inplace else torch.empty_like(logits)
-    if rows == 0:
-        loss.fill_(float("nan"))
-        return loss.reshape(()), grad
-    count = torch.empty(1, dtype=torch.float32, device=logits.device)
-    cross_entropy_count_kernel[1, ROW_THREADS](_nb(targets), ignore_index, _nb(count))
-    cross_entropy_fused_kernel[rows, ROW_THREADS](_nb(logits), _nb(targets), _nb(count), _nb(loss), _nb(grad),
-                                                  ignore_index)
-    return loss.reshape(()), grad
+    logits, targets, ignore_index, loss, grad = prepare_mean_loss(logits, targets, ignore_index, inplace, F32)
+    if logits.shape[0]:
+        count = torch.empty(1, dtype=torch.float32, device=logits.device)
+        cross_entropy_count_kernel[1, ROW_THREADS](_nb(targets), ignore_index, _nb(count))
+        cross_entropy_fused_kernel[logits.shape[0], ROW_THREADS](_nb(logits), _nb(targets), _nb(count),
+                                                                 _nb(loss.reshape(1)), _nb(grad), ignore_index)
+    return loss, grad
 
 
 VERSIONS = OrderedDict(

@@ -14,20 +14,25 @@ from __future__ import annotations
 import math
 from collections import OrderedDict
 
-import torch
-
 import utils
 from kernels._launch import cdiv
-from kernels.cuda.embedding import (  # noqa: F401  (input rules and references, defined once)
-    check_embedding_backward_inputs,
-    check_embedding_inputs,
-    embedding_forward_ref,
-    embedding_ref,
-)
+from kernels.cuda.embedding import CHUNK, backward_frame, chunk_partials, forward_frame
 
 from numba import cuda
 
 THREADS = 64 if utils.SIMULATE else 256
+
+
+@cuda.jit(device=True)
+def token_column(ids, dw):
+    """(i, c, id) of this thread: token i (a block each), column c of its row; id -1 where the
+    column is past the row or the id outside [0, V) (nothing to add)."""
+    i = cuda.blockIdx.x
+    c = cuda.blockIdx.y * cuda.blockDim.x + cuda.threadIdx.x
+    tok = ids[i]
+    if c >= dw.shape[1] or tok < 0 or tok >= dw.shape[0]:
+        tok = -1
+    return i, c, tok
 
 
 @cuda.jit
@@ -43,20 +48,16 @@ def embedding_kernel(ids, w, out):
 @cuda.jit
 def embedding_backward_plain_kernel(ids, dout, dw):
     """v1: `+=` on global memory: two tokens with one id race (one update is lost)."""
-    i = cuda.blockIdx.x
-    c = cuda.blockIdx.y * cuda.blockDim.x + cuda.threadIdx.x
-    tok = ids[i]
-    if c < dw.shape[1] and 0 <= tok < dw.shape[0]:
+    i, c, tok = token_column(ids, dw)
+    if tok >= 0:
         dw[tok, c] += dout[i, c]
 
 
 @cuda.jit
 def embedding_backward_atomic_kernel(ids, dout, dw):
     """v2: an atomic add: every update lands."""
-    i = cuda.blockIdx.x
-    c = cuda.blockIdx.y * cuda.blockDim.x + cuda.threadIdx.x
-    tok = ids[i]
-    if c < dw.shape[1] and 0 <= tok < dw.shape[0]:
+    i, c, tok = token_column(ids, dw)
+    if tok >= 0:
         cuda.atomic.add(dw, (tok, c), dout[i, c])
 
 
@@ -78,18 +79,24 @@ def embedding_backward_sorted_kernel(sorted_ids, perm, dout, dw):
     dw[tok, c] += acc
 
 
+@cuda.jit(device=True)
+def chunk_span(sorted_ids, ch, chunk):
+    """Chunk ch of the sorted positions, [cs, ce), and whether its first run began in the chunk
+    before (cont_prev) and its last run goes on into the next one (cont_next)."""
+    n = sorted_ids.shape[0]
+    cs = ch * chunk
+    ce = min(cs + chunk, n)
+    return cs, ce, cs > 0 and sorted_ids[cs - 1] == sorted_ids[cs], ce < n and sorted_ids[ce - 1] == sorted_ids[ce]
+
+
 @cuda.jit
 def embedding_backward_chunk_kernel(sorted_ids, perm, dout, dw, head, tail, chunk):
     """v4, pass 1 (see embedding.cu): pieces of runs inside a chunk of sorted positions."""
     ch = cuda.blockIdx.x
     c = cuda.blockIdx.y * cuda.blockDim.x + cuda.threadIdx.x
-    n = sorted_ids.shape[0]
     if c >= dw.shape[1]:
         return
-    cs = ch * chunk
-    ce = min(cs + chunk, n)
-    cont_prev = cs > 0 and sorted_ids[cs - 1] == sorted_ids[cs]
-    cont_next = ce < n and sorted_ids[ce - 1] == sorted_ids[ce]
+    cs, ce, cont_prev, cont_next = chunk_span(sorted_ids, ch, chunk)
     acc = 0.0
     piece_start = cs
     for j in range(cs, ce):
@@ -113,15 +120,10 @@ def embedding_backward_join_kernel(sorted_ids, head, tail, dw, chunk):
     ch = cuda.blockIdx.x
     c = cuda.blockIdx.y * cuda.blockDim.x + cuda.threadIdx.x
     n = sorted_ids.shape[0]
-    if c >= dw.shape[1]:
-        return
-    cs = ch * chunk
-    ce = min(cs + chunk, n)
+    cs, ce, cont_prev, cont_next = chunk_span(sorted_ids, ch, chunk)
     tok = sorted_ids[ce - 1]
-    cont_prev = cs > 0 and sorted_ids[cs - 1] == sorted_ids[cs]
-    cont_next = ce < n and sorted_ids[ce] == tok
-    if not cont_next or (sorted_ids[cs] == tok and cont_prev):
-        return
+    if c >= dw.shape[1] or not cont_next or (sorted_ids[cs] == tok and cont_prev):
+        return  # no tail here, or a column past the row
     acc = tail[ch, c]
     k = ch + 1
     while True:
@@ -139,22 +141,21 @@ def _nb(t):
     return utils.to_numba(t)
 
 
+def _grid(tokens, dim):
+    return (tokens, cdiv(dim, THREADS)), THREADS
+
+
 def embedding(ids, weight):
-    flat, weight = check_embedding_inputs(ids, weight)
-    dim = weight.shape[1]
-    out = torch.empty(tuple(ids.shape) + (dim,), dtype=torch.float32, device=weight.device)
-    if flat.numel() and dim:
-        embedding_kernel[(flat.numel(), cdiv(dim, THREADS)), THREADS](_nb(flat), _nb(weight),
-                                                                     _nb(out.reshape(-1, dim)))
-    return out
+    def launch(flat, weight, out):
+        dim = weight.shape[1]
+        embedding_kernel[_grid(flat.numel(), dim)](_nb(flat), _nb(weight), _nb(out.reshape(-1, dim)))
+    return forward_frame(ids, weight, launch)
 
 
 def _scatter(k, ids, dout, dweight):
-    flat, dout, dweight = check_embedding_backward_inputs(ids, dout, dweight)
-    dim = dweight.shape[1]
-    if flat.numel() and dim:
-        k[(flat.numel(), cdiv(dim, THREADS)), THREADS](_nb(flat), _nb(dout), _nb(dweight))
-    return dweight
+    def launch(flat, dout, dweight):
+        k[_grid(flat.numel(), dweight.shape[1])](_nb(flat), _nb(dout), _nb(dweight))
+    return backward_frame(ids, dout, dweight, launch)
 
 
 def embedding_backward_plain(ids, dout, dweight):
@@ -166,32 +167,20 @@ def embedding_backward_atomic(ids, dout, dweight):
 
 
 def embedding_backward_sorted(ids, dout, dweight):
-    flat, dout, dweight = check_embedding_backward_inputs(ids, dout, dweight)
-    dim = dweight.shape[1]
-    if flat.numel() and dim:
-        sorted_ids, perm = torch.sort(flat, stable=True)
-        embedding_backward_sorted_kernel[(flat.numel(), cdiv(dim, THREADS)), THREADS](
+    def launch(sorted_ids, perm, dout, dweight):
+        embedding_backward_sorted_kernel[_grid(sorted_ids.numel(), dweight.shape[1])](
             _nb(sorted_ids), _nb(perm), _nb(dout), _nb(dweight))
-    return dweight
-
-
-CHUNK = 4 if utils.SIMULATE else 32
+    return backward_frame(ids, dout, dweight, launch, sort=True)
 
 
 def embedding_backward_chunked(ids, dout, dweight):
-    flat, dout, dweight = check_embedding_backward_inputs(ids, dout, dweight)
-    dim = dweight.shape[1]
-    n = flat.numel()
-    if n and dim:
-        sorted_ids, perm = torch.sort(flat, stable=True)
-        chunks = cdiv(n, CHUNK)
-        head = torch.empty(chunks, dim, dtype=torch.float32, device=dweight.device)
-        tail = torch.empty(chunks, dim, dtype=torch.float32, device=dweight.device)
-        grid = (chunks, cdiv(dim, THREADS))
-        embedding_backward_chunk_kernel[grid, THREADS](_nb(sorted_ids), _nb(perm), _nb(dout), _nb(dweight),
-                                                       _nb(head), _nb(tail), CHUNK)
-        embedding_backward_join_kernel[grid, THREADS](_nb(sorted_ids), _nb(head), _nb(tail), _nb(dweight), CHUNK)
-    return dweight
+    def launch(sorted_ids, perm, dout, dweight):
+        chunks, head, tail = chunk_partials(sorted_ids, dweight.shape[1])
+        grid = _grid(chunks, dweight.shape[1])
+        embedding_backward_chunk_kernel[grid](_nb(sorted_ids), _nb(perm), _nb(dout), _nb(dweight), _nb(head),
+                                              _nb(tail), CHUNK)
+        embedding_backward_join_kernel[grid](_nb(sorted_ids), _nb(head), _nb(tail), _nb(dweight), CHUNK)
+    return backward_frame(ids, dout, dweight, launch, sort=True)
 
 
 VERSIONS = OrderedDict(

@@ -26,7 +26,7 @@ import torch
 import utils  # must come before numba: it picks the simulator or the GPU
 import utils.topics.layernorm as layernorm_spec
 from kernels._launch import cdiv
-from kernels.cuda.layernorm import check_norm_backward_inputs, check_norm_inputs, layernorm_ref, rmsnorm_ref, row_stats  # noqa: F401  (the shared input rules and references)
+from kernels.cuda.layernorm import norm_backward, norm_forward
 from kernels.numba.reduction import block_sum_all, warp_sum_all
 
 from numba import cuda, float32
@@ -241,21 +241,11 @@ def _row_threads(cols):
     return min(ROW_THREADS, _warps(cols))
 
 
-def _inputs(x, w, b, op, bias=False):
-    return check_norm_inputs(x, w, b, op=op, dtypes=(torch.float32,), bias=bias)
-
-
 def _forward(kernel, threads_of, x, w, b, eps, stats, op):
-    x, w, b, shape = _inputs(x, w, b, op, bias=True)
-    rows, cols = x.shape
-    y = torch.empty_like(x)
-    mean = row_stats(x)
-    rstd = row_stats(x)
-    if rows and cols:
+    def launch(x, w, b, y, mean, rstd, rows, cols, eps):
         args = [utils.to_numba(t) for t in (x, w, b, y, mean, rstd)]
         kernel[rows, threads_of(cols)](*args, float32(eps))
-    y = y.reshape(shape)
-    return (y, mean, rstd) if stats else y
+    return norm_forward(x, w, b, eps, stats, op=op, launch=launch)
 
 
 def layernorm_block(x, w, b, eps=EPS, stats=False):
@@ -283,21 +273,14 @@ def _reg_threads(cols):
 def layernorm(x, w, b, eps=EPS, stats=False):
     """The reference: a warp per row up to 1024 columns, a block per row in registers up to
     16384, three passes beyond; the launch through ``utils.NumbaLauncher``."""
-    x, w, b, shape = _inputs(x, w, b, "layernorm", bias=True)
-    rows, cols = x.shape
-    y = torch.empty_like(x)
-    mean = row_stats(x)
-    rstd = row_stats(x)
-    if rows and cols:
-        e = float32(eps)
+    def launch(x, w, b, y, mean, rstd, rows, cols, eps):
         if cols <= WARP_MAX_COLS:
-            _launch_warp(cdiv(rows, WARP_ROWS), 32 * WARP_ROWS, x, w, b, y, mean, rstd, e)
+            _launch_warp(cdiv(rows, WARP_ROWS), 32 * WARP_ROWS, x, w, b, y, mean, rstd, float32(eps))
         elif cols <= REG_MAX_COLS:
-            _launch_reg(rows, _reg_threads(cols), x, w, b, y, mean, rstd, e)
+            _launch_reg(rows, _reg_threads(cols), x, w, b, y, mean, rstd, float32(eps))
         else:
-            _launch_block(rows, _row_threads(cols), x, w, b, y, mean, rstd, e)
-    y = y.reshape(shape)
-    return (y, mean, rstd) if stats else y
+            _launch_block(rows, _row_threads(cols), x, w, b, y, mean, rstd, float32(eps))
+    return norm_forward(x, w, b, eps, stats, op="layernorm", launch=launch)
 
 
 def _parts(rows):
@@ -305,70 +288,52 @@ def _parts(rows):
 
 
 def layernorm_backward_atomic(dy, x, w, mean, rstd):
-    dy, x, w, (mean, rstd), shape = check_norm_backward_inputs(dy, x, w, ((mean, "mean"), (rstd, "rstd")),
-                                                               op="layernorm_backward_atomic")
-    rows, cols = x.shape
-    dx = torch.empty_like(x)
-    dw = torch.zeros(cols, dtype=torch.float32, device=x.device)
-    db = torch.zeros(cols, dtype=torch.float32, device=x.device)
-    if rows and cols:
+    def launch(dy, x, w, mean, rstd, dx, dw, db, rows, cols):
         args = [utils.to_numba(t) for t in (dy, x, w, mean, rstd, dx, dw, db)]
         layernorm_bwd_atomic_kernel[rows, _row_threads(cols)](*args)
-    return dx.reshape(shape), dw, db
+    return norm_backward(dy, x, w, mean, rstd, op="layernorm_backward_atomic", launch=launch)
 
 
 _launch_bwd = utils.NumbaLauncher(layernorm_bwd_partials_kernel)
 _launch_colsum = utils.NumbaLauncher(column_sum_kernel)
 _launch_rms = utils.NumbaLauncher(rmsnorm_kernel)
 _launch_rms_bwd = utils.NumbaLauncher(rmsnorm_bwd_partials_kernel)
+#: Threads per block of the column sum (a thread per column).
+COLSUM_THREADS = 64 if utils.SIMULATE else 256
+
+
+def _column_sum(p, out):
+    """out (cols,) = the sum over the rows of the (parts, cols) partials p."""
+    _launch_colsum(cdiv(p.shape[1], COLSUM_THREADS), COLSUM_THREADS, p, out)
 
 
 def layernorm_backward_partials(dy, x, w, mean, rstd):
-    dy, x, w, (mean, rstd), shape = check_norm_backward_inputs(dy, x, w, ((mean, "mean"), (rstd, "rstd")),
-                                                               op="layernorm_backward_partials")
-    rows, cols = x.shape
-    dx = torch.empty_like(x)
-    dw = torch.zeros(cols, dtype=torch.float32, device=x.device)
-    db = torch.zeros(cols, dtype=torch.float32, device=x.device)
-    if rows == 0 or cols == 0:
-        return dx.reshape(shape), dw, db
-    parts = _parts(rows)
-    pdw = torch.empty(parts, cols, dtype=torch.float32, device=x.device)
-    pdb = torch.empty(parts, cols, dtype=torch.float32, device=x.device)
-    _launch_bwd(parts, _row_threads(cols), dy, x, w, mean, rstd, dx, pdw, pdb)
-    threads = 64 if utils.SIMULATE else 256
-    _launch_colsum(cdiv(cols, threads), threads, pdw, dw)
-    _launch_colsum(cdiv(cols, threads), threads, pdb, db)
-    return dx.reshape(shape), dw, db
+    def launch(dy, x, w, mean, rstd, dx, dw, db, rows, cols):
+        parts = _parts(rows)
+        pdw = torch.empty(parts, cols, dtype=torch.float32, device=x.device)
+        pdb = torch.empty(parts, cols, dtype=torch.float32, device=x.device)
+        _launch_bwd(parts, _row_threads(cols), dy, x, w, mean, rstd, dx, pdw, pdb)
+        _column_sum(pdw, dw)
+        _column_sum(pdb, db)
+    return norm_backward(dy, x, w, mean, rstd, op="layernorm_backward_partials", launch=launch)
 
 
 layernorm_backward = layernorm_backward_partials
 
 
 def rmsnorm(x, w, eps=EPS, stats=False):
-    x, w, _, shape = _inputs(x, w, None, "rmsnorm")
-    rows, cols = x.shape
-    y = torch.empty_like(x)
-    rstd = row_stats(x)
-    if rows and cols:
+    def launch(x, w, y, rstd, rows, cols, eps):
         _launch_rms(rows, _row_threads(cols), x, w, y, rstd, float32(eps))
-    y = y.reshape(shape)
-    return (y, rstd) if stats else y
+    return norm_forward(x, w, None, eps, stats, op="rmsnorm", launch=launch, rms=True)
 
 
 def rmsnorm_backward(dy, x, w, rstd):
-    dy, x, w, (rstd,), shape = check_norm_backward_inputs(dy, x, w, ((rstd, "rstd"),), op="rmsnorm_backward")
-    rows, cols = x.shape
-    dx = torch.empty_like(x)
-    dw = torch.zeros(cols, dtype=torch.float32, device=x.device)
-    if rows == 0 or cols == 0:
-        return dx.reshape(shape), dw
-    parts = _parts(rows)
-    pdw = torch.empty(parts, cols, dtype=torch.float32, device=x.device)
-    _launch_rms_bwd(parts, _row_threads(cols), dy, x, w, rstd, dx, pdw)
-    threads = 64 if utils.SIMULATE else 256
-    _launch_colsum(cdiv(cols, threads), threads, pdw, dw)
-    return dx.reshape(shape), dw
+    def launch(dy, x, w, rstd, dx, dw, rows, cols):
+        parts = _parts(rows)
+        pdw = torch.empty(parts, cols, dtype=torch.float32, device=x.device)
+        _launch_rms_bwd(parts, _row_threads(cols), dy, x, w, rstd, dx, pdw)
+        _column_sum(pdw, dw)
+    return norm_backward(dy, x, w, None, rstd, op="rmsnorm_backward", launch=launch, rms=True)
 
 
 VERSIONS = OrderedDict(

@@ -11,18 +11,10 @@ from __future__ import annotations
 import math
 from collections import OrderedDict
 
-import torch
-
 import utils
-from kernels.cuda.residual_layernorm import (  # noqa: F401  (input rules and references, defined once)
-    EPS,
-    MAX_BLOCKS,
-    THREADS,
-    _stats_out,
-    check_residual_inputs,
-    residual_layernorm_ref,
-)
-from kernels.numba.cross_entropy import block_sum
+from kernels.cuda.residual_layernorm import EPS, THREADS, fused_frame, grid_for, unfused_frame
+from kernels.numba.layernorm import layernorm
+from kernels.numba.reduction import block_sum_all
 
 from numba import cuda, float32
 
@@ -43,12 +35,12 @@ def residual_layernorm_kernel(x, r, w, b, h, y, mean_out, rstd_out, eps):
         v = x[row, c] + r[row, c]
         h[row, c] = v  # each thread re-reads only what it wrote itself
         s += v
-    mean = block_sum(s, scratch) / cols
+    mean = block_sum_all(s, scratch) / cols
     q = float32(0.0)
     for c in range(cuda.threadIdx.x, cols, cuda.blockDim.x):
         d = h[row, c] - mean
         q += d * d
-    rstd = 1.0 / math.sqrt(block_sum(q, scratch) / cols + eps)
+    rstd = 1.0 / math.sqrt(block_sum_all(q, scratch) / cols + eps)
     for c in range(cuda.threadIdx.x, cols, cuda.blockDim.x):
         y[row, c] = (h[row, c] - mean) * rstd * w[c] + b[c]
     if cuda.threadIdx.x == 0:
@@ -61,28 +53,15 @@ def _nb(t):
 
 
 def residual_layernorm_unfused(x, r, w, b, eps=EPS, stats=False):
-    x2, r2, w, b, shape = check_residual_inputs(x, r, w, b)
-    h = torch.empty_like(x2)
-    n = h.numel()
-    if n:
-        residual_add_kernel[max(1, min((n + THREADS - 1) // THREADS, MAX_BLOCKS)), THREADS](
-            _nb(x2.reshape(-1)), _nb(r2.reshape(-1)), _nb(h.reshape(-1)))
-    from kernels.numba.layernorm import layernorm
-    y, mean, rstd = layernorm(h, w, b, eps, stats=True)
-    out = (h.reshape(shape), y.reshape(shape))
-    return out + (mean, rstd) if stats else out
+    def add(x2, r2, h):
+        residual_add_kernel[grid_for(h.numel()), THREADS](*(_nb(t.reshape(-1)) for t in (x2, r2, h)))
+    return unfused_frame(x, r, w, b, eps, stats, add, layernorm)
 
 
 def residual_layernorm_fused(x, r, w, b, eps=EPS, stats=False):
-    x2, r2, w, b, shape = check_residual_inputs(x, r, w, b)
-    rows, cols = x2.shape
-    h, y = torch.empty_like(x2), torch.empty_like(x2)
-    mean, rstd = _stats_out(x2)
-    if rows and cols:
-        residual_layernorm_kernel[rows, THREADS](_nb(x2), _nb(r2), _nb(w), _nb(b), _nb(h), _nb(y), _nb(mean),
-                                                 _nb(rstd), float(eps))
-    out = (h.reshape(shape), y.reshape(shape))
-    return out + (mean, rstd) if stats else out
+    def launch(x2, r2, w, b, h, y, mean, rstd, rows, cols, eps):
+        residual_layernorm_kernel[rows, THREADS](*(_nb(t) for t in (x2, r2, w, b, h, y, mean, rstd)), eps)
+    return fused_frame(x, r, w, b, eps, stats, launch)
 
 
 VERSIONS = OrderedDict(

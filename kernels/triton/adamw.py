@@ -11,19 +11,8 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-import torch
-
 import utils
-from kernels.cuda.adamw import (  # noqa: F401  (input rules and references, defined once)
-    _as_lists,
-    adamw_ref,
-    adamw_tensors,
-    check_adamw_inputs,
-    check_hyper,
-    check_input,
-    grad_norm_ref,
-    scale_tensor,
-)
+from kernels.cuda.adamw import adamw_tensors, check_hyper, prepare_grad_norm
 
 import triton
 import triton.language as tl
@@ -123,17 +112,8 @@ adamw = VERSIONS[REFERENCE][1]
 
 def grad_norm(grads, max_norm=0.0):
     """(norm, scale), as kernels.cuda.adamw.grad_norm."""
-    tensors = list(grads) if isinstance(grads, (list, tuple)) else [grads]
-    flat = [check_input(t, "grads", op="grad_norm").reshape(-1) for t in tensors]
-    device = flat[0].device if flat else utils.DEVICE
-    blocks = [triton.cdiv(t.numel(), NORM_BLOCK) for t in flat]
-    partials = torch.zeros(max(1, sum(blocks)), dtype=torch.float32, device=device)
-    offset = 0
-    for t, b in zip(flat, blocks):
-        if b:
-            grad_norm_partials_kernel[(b,)](t, t.numel(), partials, offset, BLOCK_SIZE=NORM_BLOCK)
-        offset += b
-    norm = torch.empty((), dtype=torch.float32, device=device)
-    scale = torch.empty(1, dtype=torch.float32, device=device)
+    pieces, partials, norm, scale = prepare_grad_norm(grads, lambda n: triton.cdiv(n, NORM_BLOCK))
+    for t, blocks, offset in pieces:
+        grad_norm_partials_kernel[(blocks,)](t, t.numel(), partials, offset, BLOCK_SIZE=NORM_BLOCK)
     grad_norm_finish_kernel[(1,)](partials, partials.numel(), float(max_norm), norm, scale, BLOCK_SIZE=1024)
     return norm, scale

@@ -20,14 +20,7 @@ from collections import OrderedDict
 import torch
 
 import utils
-from kernels.cuda.cross_entropy import (  # noqa: F401  (input rules and references, defined once)
-    IGNORE_INDEX,
-    check_ce_inputs,
-    check_ignore_index,
-    check_input,
-    cross_entropy_loss_ref,
-    cross_entropy_ref,
-)
+from kernels.cuda.cross_entropy import IGNORE_INDEX, prepare_backward, prepare_forward, prepare_mean_loss
 
 import triton
 import triton.language as tl
@@ -164,21 +157,16 @@ def _nan_if_empty_kernel(count_ptr, loss_ptr):
 
 
 def cross_entropy_forward(logits, targets, ignore_index=IGNORE_INDEX):
-    op = "cross_entropy_forward"
-    logits, targets = check_ce_inputs(logits, targets, op)
-    ignore_index = check_ignore_index(ignore_index, op)
+    logits, targets, ignore_index, loss, lse = prepare_forward(logits, targets, ignore_index)
     rows, cols = logits.shape
-    loss = torch.empty(rows, dtype=torch.float32, device=logits.device)
-    lse = torch.empty(rows, dtype=torch.float32, device=logits.device)
     if rows:
         cross_entropy_forward_kernel[(rows,)](logits, targets, loss, lse, cols, ignore_index,
                                               BLOCK_SIZE=_block(cols), num_warps=NUM_WARPS)
     return loss, lse
 
 
-def _backward(logits, targets, lse, dloss, stride, ignore_index, inplace):
+def _backward(logits, targets, lse, dloss, stride, ignore_index, grad):
     rows, cols = logits.shape
-    grad = logits if inplace else torch.empty_like(logits)
     if rows:
         cross_entropy_backward_kernel[(rows,)](logits, targets, lse, dloss, stride, grad, cols, ignore_index,
                                                BLOCK_SIZE=_block(cols), num_warps=NUM_WARPS)
@@ -186,50 +174,33 @@ def _backward(logits, targets, lse, dloss, stride, ignore_index, inplace):
 
 
 def cross_entropy_backward(logits, targets, lse, dloss, ignore_index=IGNORE_INDEX, inplace=False):
-    op = "cross_entropy_backward"
-    logits, targets = check_ce_inputs(logits, targets, op)
-    ignore_index = check_ignore_index(ignore_index, op)
-    lse = check_input(lse, "lse", ndim=1, op=op)
-    dloss = check_input(dloss, "dloss", ndim=1, op=op)
-    for v, name in ((lse, "lse"), (dloss, "dloss")):
-        if v.shape[0] != logits.shape[0]:
-            raise ValueError(f"{op}: {name} must have one value per row of logits ({logits.shape[0]}), "
-                             f"got {tuple(v.shape)}")
-    return _backward(logits, targets, lse, dloss, 1, ignore_index, inplace)
+    logits, targets, lse, dloss, ignore_index, grad = prepare_backward(logits, targets, lse, dloss, ignore_index,
+                                                                       inplace)
+    return _backward(logits, targets, lse, dloss, 1, ignore_index, grad)
 
 
 def cross_entropy_unfused(logits, targets, ignore_index=IGNORE_INDEX, inplace=False):
     """v1: forward kernel, one-program mean, backward kernel. Returns (mean loss, d logits)."""
-    op = "cross_entropy"
-    logits, targets = check_ce_inputs(logits, targets, op)
-    ignore_index = check_ignore_index(ignore_index, op)
+    logits, targets, ignore_index, loss, grad = prepare_mean_loss(logits, targets, ignore_index, inplace)
     rows = logits.shape[0]
-    loss = torch.empty((), dtype=torch.float32, device=logits.device)
-    if rows == 0:
-        loss.fill_(float("nan"))
-        return loss, logits if inplace else torch.empty_like(logits)
-    loss_rows, lse = cross_entropy_forward(logits, targets, ignore_index)
-    scale = torch.empty(1, dtype=torch.float32, device=logits.device)
-    cross_entropy_mean_kernel[(1,)](loss_rows, targets, loss, scale, rows, ignore_index, BLOCK_SIZE=COUNT_BLOCK)
-    return loss, _backward(logits, targets, lse, scale, 0, ignore_index, inplace)
+    if rows:
+        loss_rows, lse = cross_entropy_forward(logits, targets, ignore_index)
+        scale = torch.empty(1, dtype=torch.float32, device=logits.device)
+        cross_entropy_mean_kernel[(1,)](loss_rows, targets, loss, scale, rows, ignore_index, BLOCK_SIZE=COUNT_BLOCK)
+        _backward(logits, targets, lse, scale, 0, ignore_index, grad)
+    return loss, grad
 
 
 def cross_entropy_fused(logits, targets, ignore_index=IGNORE_INDEX, inplace=False):
     """v2: count kernel, then one program per row (online logsumexp, then the gradient)."""
-    op = "cross_entropy"
-    logits, targets = check_ce_inputs(logits, targets, op)
-    ignore_index = check_ignore_index(ignore_index, op)
+    logits, targets, ignore_index, loss, grad = prepare_mean_loss(logits, targets, ignore_index, inplace)
     rows, cols = logits.shape
-    loss = torch.zeros((), dtype=torch.float32, device=logits.device)
-    grad = logits if inplace else torch.empty_like(logits)
-    if rows == 0:
-        loss.fill_(float("nan"))
-        return loss, grad
-    count = torch.empty(1, dtype=torch.float32, device=logits.device)
-    cross_entropy_count_kernel[(1,)](targets, rows, ignore_index, count, BLOCK_SIZE=COUNT_BLOCK)
-    cross_entropy_fused_kernel[(rows,)](logits, targets, count, loss, grad, cols, ignore_index,
-                                        BLOCK_SIZE=_block(cols), num_warps=NUM_WARPS)
-    _nan_if_empty_kernel[(1,)](count, loss)
+    if rows:
+        count = torch.empty(1, dtype=torch.float32, device=logits.device)
+        cross_entropy_count_kernel[(1,)](targets, rows, ignore_index, count, BLOCK_SIZE=COUNT_BLOCK)
+        cross_entropy_fused_kernel[(rows,)](logits, targets, count, loss, grad, cols, ignore_index,
+                                            BLOCK_SIZE=_block(cols), num_warps=NUM_WARPS)
+        _nan_if_empty_kernel[(1,)](count, loss)
     return loss, grad
 
 

@@ -13,15 +13,8 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-import torch
-
 import utils
-from kernels.cuda.embedding import (  # noqa: F401  (input rules and references, defined once)
-    check_embedding_backward_inputs,
-    check_embedding_inputs,
-    embedding_forward_ref,
-    embedding_ref,
-)
+from kernels.cuda.embedding import CHUNK, backward_frame, chunk_partials, forward_frame
 
 import triton
 import triton.language as tl
@@ -36,22 +29,27 @@ def _block(dim):
 
 
 @triton.jit
-def embedding_kernel(ids_ptr, w_ptr, out_ptr, vocab, dim, BLOCK_SIZE: tl.constexpr):
+def _token_block(ids_ptr, vocab, dim, BLOCK_SIZE: tl.constexpr):
+    """Program (i, j) owns token i and its columns j * BLOCK_SIZE, ...: (i, cols, the token's id
+    on every lane (a vector for the masks), the mask of the columns that lie in the row and in
+    the table: an id outside [0, vocab) masks them all)."""
     i = tl.program_id(0).to(tl.int64)
     cols = tl.program_id(1) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
-    tok = tl.load(ids_ptr + i) + 0 * cols  # the id, on every lane (a vector mask below)
-    ok = (tok >= 0) & (tok < vocab)  # an id outside the table: a row of NaN, no stray read
-    v = tl.load(w_ptr + tok * dim + cols, mask=(cols < dim) & ok, other=float("nan"))
+    tok = tl.load(ids_ptr + i) + 0 * cols
+    return i, cols, tok, (cols < dim) & (tok >= 0) & (tok < vocab)
+
+
+@triton.jit
+def embedding_kernel(ids_ptr, w_ptr, out_ptr, vocab, dim, BLOCK_SIZE: tl.constexpr):
+    i, cols, tok, mask = _token_block(ids_ptr, vocab, dim, BLOCK_SIZE)
+    v = tl.load(w_ptr + tok * dim + cols, mask=mask, other=float("nan"))  # an id outside the table: NaN
     tl.store(out_ptr + i * dim + cols, v, mask=cols < dim)
 
 
 @triton.jit
 def embedding_backward_plain_kernel(ids_ptr, dout_ptr, dw_ptr, vocab, dim, BLOCK_SIZE: tl.constexpr):
     """v1: load, add, store: two programs with one id race (one update is lost)."""
-    i = tl.program_id(0).to(tl.int64)
-    cols = tl.program_id(1) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
-    tok = tl.load(ids_ptr + i) + 0 * cols  # the id, on every lane
-    mask = (cols < dim) & (tok >= 0) & (tok < vocab)
+    i, cols, tok, mask = _token_block(ids_ptr, vocab, dim, BLOCK_SIZE)
     d = tl.load(dout_ptr + i * dim + cols, mask=mask, other=0.0)
     old = tl.load(dw_ptr + tok * dim + cols, mask=mask, other=0.0)
     tl.store(dw_ptr + tok * dim + cols, old + d, mask=mask)
@@ -60,12 +58,8 @@ def embedding_backward_plain_kernel(ids_ptr, dout_ptr, dw_ptr, vocab, dim, BLOCK
 @triton.jit
 def embedding_backward_atomic_kernel(ids_ptr, dout_ptr, dw_ptr, vocab, dim, BLOCK_SIZE: tl.constexpr):
     """v2: an atomic add: every update lands."""
-    i = tl.program_id(0).to(tl.int64)
-    cols = tl.program_id(1) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
-    tok = tl.load(ids_ptr + i) + 0 * cols  # the id, on every lane
-    mask = (cols < dim) & (tok >= 0) & (tok < vocab)
-    d = tl.load(dout_ptr + i * dim + cols, mask=mask, other=0.0)
-    tl.atomic_add(dw_ptr + tok * dim + cols, d, mask=mask)
+    i, cols, tok, mask = _token_block(ids_ptr, vocab, dim, BLOCK_SIZE)
+    tl.atomic_add(dw_ptr + tok * dim + cols, tl.load(dout_ptr + i * dim + cols, mask=mask, other=0.0), mask=mask)
 
 
 @triton.jit
@@ -153,23 +147,22 @@ def embedding_backward_join_kernel(sorted_ptr, head_ptr, tail_ptr, dw_ptr, n, vo
             tl.store(dw_ptr + tok * dim + cols, old + acc, mask=cmask)
 
 
+def _grid(tokens, dim):
+    return tokens, triton.cdiv(dim, _block(dim))
+
+
 def embedding(ids, weight):
-    flat, weight = check_embedding_inputs(ids, weight)
-    vocab, dim = weight.shape
-    out = torch.empty(tuple(ids.shape) + (dim,), dtype=torch.float32, device=weight.device)
-    if flat.numel() and dim:
-        b = _block(dim)
-        embedding_kernel[(flat.numel(), triton.cdiv(dim, b))](flat, weight, out, vocab, dim, BLOCK_SIZE=b)
-    return out
+    def launch(flat, weight, out):
+        vocab, dim = weight.shape
+        embedding_kernel[_grid(flat.numel(), dim)](flat, weight, out, vocab, dim, BLOCK_SIZE=_block(dim))
+    return forward_frame(ids, weight, launch)
 
 
 def _scatter(k, ids, dout, dweight):
-    flat, dout, dweight = check_embedding_backward_inputs(ids, dout, dweight)
-    vocab, dim = dweight.shape
-    if flat.numel() and dim:
-        b = _block(dim)
-        k[(flat.numel(), triton.cdiv(dim, b))](flat, dout, dweight, vocab, dim, BLOCK_SIZE=b)
-    return dweight
+    def launch(flat, dout, dweight):
+        vocab, dim = dweight.shape
+        k[_grid(flat.numel(), dim)](flat, dout, dweight, vocab, dim, BLOCK_SIZE=_block(dim))
+    return backward_frame(ids, dout, dweight, launch)
 
 
 def embedding_backward_plain(ids, dout, dweight):
@@ -181,36 +174,22 @@ def embedding_backward_atomic(ids, dout, dweight):
 
 
 def embedding_backward_sorted(ids, dout, dweight):
-    flat, dout, dweight = check_embedding_backward_inputs(ids, dout, dweight)
-    vocab, dim = dweight.shape
-    n = flat.numel()
-    if n and dim:
-        sorted_ids, perm = torch.sort(flat, stable=True)
-        b = _block(dim)
-        embedding_backward_sorted_kernel[(n, triton.cdiv(dim, b))](sorted_ids, perm, dout, dweight, n, vocab, dim,
-                                                                   BLOCK_SIZE=b)
-    return dweight
-
-
-#: Sorted positions per chunk of v4 (small in simulation, so that runs span chunks in the tests).
-CHUNK = 4 if utils.SIMULATE else 32
+    def launch(sorted_ids, perm, dout, dweight):
+        (vocab, dim), n = dweight.shape, sorted_ids.numel()
+        embedding_backward_sorted_kernel[_grid(n, dim)](sorted_ids, perm, dout, dweight, n, vocab, dim,
+                                                        BLOCK_SIZE=_block(dim))
+    return backward_frame(ids, dout, dweight, launch, sort=True)
 
 
 def embedding_backward_chunked(ids, dout, dweight):
-    flat, dout, dweight = check_embedding_backward_inputs(ids, dout, dweight)
-    vocab, dim = dweight.shape
-    n = flat.numel()
-    if n and dim:
-        sorted_ids, perm = torch.sort(flat, stable=True)
-        b = _block(dim)
-        chunks = triton.cdiv(n, CHUNK)
-        head = torch.empty(chunks, dim, dtype=torch.float32, device=dweight.device)
-        tail = torch.empty(chunks, dim, dtype=torch.float32, device=dweight.device)
-        grid = (chunks, triton.cdiv(dim, b))
+    def launch(sorted_ids, perm, dout, dweight):
+        (vocab, dim), n = dweight.shape, sorted_ids.numel()
+        chunks, head, tail = chunk_partials(sorted_ids, dim)
+        grid, b = _grid(chunks, dim), _block(dim)
         embedding_backward_chunk_kernel[grid](sorted_ids, perm, dout, dweight, head, tail, n, vocab, dim,
                                               CHUNK=CHUNK, BLOCK_SIZE=b)
         embedding_backward_join_kernel[grid](sorted_ids, head, tail, dweight, n, vocab, dim, CHUNK=CHUNK, BLOCK_SIZE=b)
-    return dweight
+    return backward_frame(ids, dout, dweight, launch, sort=True)
 
 
 VERSIONS = OrderedDict(

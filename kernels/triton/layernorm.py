@@ -33,14 +33,7 @@ import torch
 import utils  # configures the interpreter before triton loads
 import utils.topics.layernorm as layernorm_spec
 from kernels._launch import sm_count
-from kernels.cuda.layernorm import (  # noqa: F401  (the shared input rules and references)
-    check_norm_backward_inputs,
-    check_norm_inputs,
-    layernorm_ref,
-    rmsnorm_ref,
-    row_stats,
-    stats_dtype,
-)
+from kernels.cuda.layernorm import norm_backward, norm_forward, stats_dtype
 
 import triton
 import triton.language as tl
@@ -115,23 +108,30 @@ def layernorm_row_kernel(x_ptr, w_ptr, b_ptr, y_ptr, mean_ptr, rstd_ptr, cols, e
 # along axis 1, one mean and one rstd per row.
 @triton.jit
 def layernorm_rows_kernel(x_ptr, w_ptr, b_ptr, y_ptr, mean_ptr, rstd_ptr, rows, cols, eps,
-                          ROWS: tl.constexpr, BLOCK: tl.constexpr, EVICT: tl.constexpr = ""):
+                          ROWS: tl.constexpr, BLOCK: tl.constexpr, EVICT: tl.constexpr = "",
+                          RMS: tl.constexpr = False):
+    # RMS: RMSNorm (no mean, no b: b_ptr and mean_ptr are not read or written)
     r = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
     c = tl.arange(0, BLOCK)
     rmask = r < rows
     cmask = c < cols
     mask = rmask[:, None] & cmask[None, :]
     offs = r[:, None] * cols + c[None, :]
+    st = rstd_ptr.dtype.element_ty
     # EVICT = "evict_first": x is read once, so it need not stay in L2 (a hint; tried on the H100)
-    x = tl.load(x_ptr + offs, mask=mask, other=0.0, eviction_policy=EVICT).to(mean_ptr.dtype.element_ty)
-    mean = tl.sum(x, axis=1) / cols
-    d = tl.where(mask, x - mean[:, None], 0.0)
-    rstd = 1.0 / tl.sqrt(tl.sum(d * d, axis=1) / cols + eps)
-    w = tl.load(w_ptr + c, mask=cmask, other=0.0).to(mean_ptr.dtype.element_ty)
-    b = tl.load(b_ptr + c, mask=cmask, other=0.0).to(mean_ptr.dtype.element_ty)
-    y = d * rstd[:, None] * w[None, :] + b[None, :]
+    x = tl.load(x_ptr + offs, mask=mask, other=0.0, eviction_policy=EVICT).to(st)
+    w = tl.load(w_ptr + c, mask=cmask, other=0.0).to(st)
+    if RMS:
+        rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=1) / cols + eps)
+        y = x * rstd[:, None] * w[None, :]
+    else:
+        mean = tl.sum(x, axis=1) / cols
+        d = tl.where(mask, x - mean[:, None], 0.0)
+        rstd = 1.0 / tl.sqrt(tl.sum(d * d, axis=1) / cols + eps)
+        b = tl.load(b_ptr + c, mask=cmask, other=0.0).to(st)
+        y = d * rstd[:, None] * w[None, :] + b[None, :]
+        tl.store(mean_ptr + r, mean, mask=rmask)
     tl.store(y_ptr + offs, y.to(y_ptr.dtype.element_ty), mask=mask)
-    tl.store(mean_ptr + r, mean, mask=rmask)
     tl.store(rstd_ptr + r, rstd, mask=rmask)
 
 
@@ -140,15 +140,9 @@ DTYPES = (torch.float32, torch.bfloat16, torch.float64)
 
 
 def _forward(kernel, x, w, b, eps, stats, block, op):
-    x, w, b, shape = check_norm_inputs(x, w, b, op=op, dtypes=DTYPES, bias=True)
-    rows, cols = x.shape
-    y = torch.empty_like(x)
-    mean = row_stats(x)
-    rstd = row_stats(x)
-    if rows and cols:
+    def launch(x, w, b, y, mean, rstd, rows, cols, eps):
         kernel[(rows,)](x, w, b, y, mean, rstd, cols, eps, BLOCK=block, num_warps=num_warps_for(block))
-    y = y.reshape(shape)
-    return (y, mean, rstd) if stats else y
+    return norm_forward(x, w, b, eps, stats, op=op, launch=launch, dtypes=DTYPES)
 
 
 def layernorm_chunked(x, w, b, eps=EPS, stats=False):
@@ -190,12 +184,8 @@ def layernorm(x, w, b, eps=EPS, stats=False):
     cols = x.shape[-1] if isinstance(x, torch.Tensor) and x.dim() else 0
     if cols > ROW_MAX_COLS:
         return layernorm_chunked(x, w, b, eps, stats)
-    x, w, b, shape = check_norm_inputs(x, w, b, op="layernorm", dtypes=DTYPES, bias=True)
-    rows = x.shape[0]
-    y = torch.empty_like(x)
-    mean = row_stats(x)
-    rstd = row_stats(x)
-    if rows and cols:
+
+    def launch(x, w, b, y, mean, rstd, rows, cols, eps):
         nrows, block, warps = rows_config(cols, x.element_size())
         if nrows == 1:
             # One row a program: v2's 1-D kernel. (On an H100 the [1, BLOCK] tile of the 2-D
@@ -204,8 +194,7 @@ def layernorm(x, w, b, eps=EPS, stats=False):
         else:
             layernorm_rows_kernel[(triton.cdiv(rows, nrows),)](x, w, b, y, mean, rstd, rows, cols, eps,
                                                                ROWS=nrows, BLOCK=block, EVICT=EVICT, num_warps=warps)
-    y = y.reshape(shape)
-    return (y, mean, rstd) if stats else y
+    return norm_forward(x, w, b, eps, stats, op="layernorm", launch=launch, dtypes=DTYPES)
 
 
 # ---------------------------------------------------------------------------------------
@@ -242,9 +231,10 @@ def layernorm_bwd_atomic_kernel(dy_ptr, x_ptr, w_ptr, mean_ptr, rstd_ptr, dx_ptr
 
 @triton.jit
 def layernorm_bwd_partials_kernel(dy_ptr, x_ptr, w_ptr, mean_ptr, rstd_ptr, dx_ptr, pdw_ptr, pdb_ptr,
-                                  rows, cols, ROWS: tl.constexpr, BLOCK: tl.constexpr):
+                                  rows, cols, ROWS: tl.constexpr, BLOCK: tl.constexpr, RMS: tl.constexpr = False):
     # a persistent program: row groups pid, pid + P, ... of ROWS rows each, as one
-    # [ROWS, BLOCK] tile; its share of dw/db stays in registers until the end
+    # [ROWS, BLOCK] tile; its share of dw/db stays in registers until the end.
+    # RMS: RMSNorm's backward (no mean, no db: mean_ptr and pdb_ptr are not read or written)
     pid = tl.program_id(0)
     c = tl.arange(0, BLOCK)
     cmask = c < cols
@@ -259,18 +249,24 @@ def layernorm_bwd_partials_kernel(dy_ptr, x_ptr, w_ptr, mean_ptr, rstd_ptr, dx_p
         offs = r[:, None] * cols + c[None, :]
         dy = tl.load(dy_ptr + offs, mask=mask, other=0.0).to(st)
         x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(st)
-        mean = tl.load(mean_ptr + r, mask=rmask, other=0.0)
         rstd = tl.load(rstd_ptr + r, mask=rmask, other=0.0)
-        xhat = tl.where(mask, (x - mean[:, None]) * rstd[:, None], 0.0)
+        if RMS:
+            xhat = x * rstd[:, None]
+        else:
+            mean = tl.load(mean_ptr + r, mask=rmask, other=0.0)
+            xhat = tl.where(mask, (x - mean[:, None]) * rstd[:, None], 0.0)
         g_ = dy * w[None, :]
         c1 = tl.sum(g_ * xhat, axis=1) / cols
-        c2 = tl.sum(g_, axis=1) / cols
-        dx = (g_ - xhat * c1[:, None] - c2[:, None]) * rstd[:, None]
-        tl.store(dx_ptr + offs, dx.to(dx_ptr.dtype.element_ty), mask=mask)
+        dx = g_ - xhat * c1[:, None]
+        if not RMS:
+            dx = dx - (tl.sum(g_, axis=1) / cols)[:, None]
+        tl.store(dx_ptr + offs, (dx * rstd[:, None]).to(dx_ptr.dtype.element_ty), mask=mask)
         acc_dw += tl.sum(dy * xhat, axis=0)
-        acc_db += tl.sum(dy, axis=0)
+        if not RMS:
+            acc_db += tl.sum(dy, axis=0)
     tl.store(pdw_ptr + pid * cols + c, acc_dw, mask=cmask)
-    tl.store(pdb_ptr + pid * cols + c, acc_db, mask=cmask)
+    if not RMS:
+        tl.store(pdb_ptr + pid * cols + c, acc_db, mask=cmask)
 
 
 @triton.jit
@@ -285,30 +281,18 @@ def column_sum_kernel(p_ptr, out_ptr, parts, cols, BLOCK_P: tl.constexpr, BLOCK_
     tl.store(out_ptr + cs, tl.sum(acc, axis=0).to(out_ptr.dtype.element_ty), mask=cs < cols)
 
 
-def _backward_inputs(dy, x, w, mean, rstd, op):
-    dy, x, w, (mean, rstd), shape = check_norm_backward_inputs(dy, x, w, ((mean, "mean"), (rstd, "rstd")),
-                                                               op=op, dtypes=DTYPES)
-    return dy, x, w, mean, rstd, shape
-
-
-def _check_cols(cols, op):
-    if cols > ROW_MAX_COLS:
-        raise ValueError(f"{op} holds a row in registers, at most {ROW_MAX_COLS} columns; got {cols}")
+def _backward_frame(dy, x, w, mean, rstd, op, launch, rms=False, accumulate=False):
+    return norm_backward(dy, x, w, mean, rstd, op=op, launch=launch, rms=rms, dtypes=DTYPES, max_cols=ROW_MAX_COLS,
+                         accumulate=accumulate)
 
 
 def layernorm_backward_atomic(dy, x, w, mean, rstd):
     """dx per row, dw/db by atomics."""
-    dy, x, w, mean, rstd, shape = _backward_inputs(dy, x, w, mean, rstd, "layernorm_backward_atomic")
-    rows, cols = x.shape
-    _check_cols(cols, "layernorm_backward_atomic")
-    dx = torch.empty_like(x)
-    dw = torch.zeros(cols, dtype=stats_dtype(x), device=x.device)
-    db = torch.zeros(cols, dtype=stats_dtype(x), device=x.device)
-    if rows and cols:
+    def launch(dy, x, w, mean, rstd, dx, dw, db, rows, cols):
         block = triton.next_power_of_2(cols)
         layernorm_bwd_atomic_kernel[(rows,)](dy, x, w, mean, rstd, dx, dw, db, cols, BLOCK=block,
                                              num_warps=num_warps_for(block))
-    return dx.reshape(shape), dw.to(w.dtype), db.to(w.dtype)
+    return _backward_frame(dy, x, w, mean, rstd, "layernorm_backward_atomic", launch, accumulate=True)
 
 
 #: Persistent programs of the backward per SM (each writes a row of partial sums: more
@@ -330,28 +314,27 @@ def bwd_config(rows: int, cols: int, itemsize: int) -> tuple[int, int, int, int]
     return nrows, block, warps, parts
 
 
+#: Columns per program of the column sum.
+COLSUM_BLOCK = 64 if utils.SIMULATE else 128
+
+
+def _column_sum(p, out):
+    """out (cols,) = the sum over the rows of the (parts, cols) partials p."""
+    parts, cols = p.shape
+    column_sum_kernel[(triton.cdiv(cols, COLSUM_BLOCK),)](p, out, parts, cols, BLOCK_P=32, BLOCK_C=COLSUM_BLOCK)
+
+
 def layernorm_backward_partials(dy, x, w, mean, rstd):
     """Fused dx + per-program dw/db partials, then a second kernel over the partials."""
-    dy, x, w, mean, rstd, shape = _backward_inputs(dy, x, w, mean, rstd, "layernorm_backward_partials")
-    rows, cols = x.shape
-    _check_cols(cols, "layernorm_backward_partials")
-    dx = torch.empty_like(x)
-    dw = torch.empty(cols, dtype=w.dtype, device=x.device)
-    db = torch.empty(cols, dtype=w.dtype, device=x.device)
-    if cols == 0:
-        return dx.reshape(shape), dw, db
-    if rows == 0:
-        return dx.reshape(shape), dw.zero_(), db.zero_()
-    nrows, block, warps, parts = bwd_config(rows, cols, x.element_size())
-    pdw = torch.empty(parts, cols, dtype=stats_dtype(x), device=x.device)
-    pdb = torch.empty(parts, cols, dtype=stats_dtype(x), device=x.device)
-    layernorm_bwd_partials_kernel[(parts,)](dy, x, w, mean, rstd, dx, pdw, pdb, rows, cols, ROWS=nrows,
-                                            BLOCK=block, num_warps=warps)
-    bc = 64 if utils.SIMULATE else 128
-    grid = (triton.cdiv(cols, bc),)
-    column_sum_kernel[grid](pdw, dw, parts, cols, BLOCK_P=32, BLOCK_C=bc)
-    column_sum_kernel[grid](pdb, db, parts, cols, BLOCK_P=32, BLOCK_C=bc)
-    return dx.reshape(shape), dw, db
+    def launch(dy, x, w, mean, rstd, dx, dw, db, rows, cols):
+        nrows, block, warps, parts = bwd_config(rows, cols, x.element_size())
+        pdw = torch.empty(parts, cols, dtype=stats_dtype(x), device=x.device)
+        pdb = torch.empty(parts, cols, dtype=stats_dtype(x), device=x.device)
+        layernorm_bwd_partials_kernel[(parts,)](dy, x, w, mean, rstd, dx, pdw, pdb, rows, cols, ROWS=nrows,
+                                                BLOCK=block, num_warps=warps)
+        _column_sum(pdw, dw)
+        _column_sum(pdb, db)
+    return _backward_frame(dy, x, w, mean, rstd, "layernorm_backward_partials", launch)
 
 
 layernorm_backward = layernorm_backward_partials
@@ -360,76 +343,24 @@ layernorm_backward = layernorm_backward_partials
 # ---------------------------------------------------------------------------------------
 # RMSNorm: LayerNorm without the mean (and without b). One reduction instead of two, and no
 # centering: LLMs (LLaMA, Mistral, ...) use it because it is cheaper and trains as well.
-@triton.jit
-def rmsnorm_kernel(x_ptr, w_ptr, y_ptr, rstd_ptr, rows, cols, eps, ROWS: tl.constexpr, BLOCK: tl.constexpr,
-                   EVICT: tl.constexpr = ""):
-    # ROWS rows per program, as LayerNorm's v3
-    r = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
-    c = tl.arange(0, BLOCK)
-    rmask = r < rows
-    cmask = c < cols
-    mask = rmask[:, None] & cmask[None, :]
-    offs = r[:, None] * cols + c[None, :]
-    x = tl.load(x_ptr + offs, mask=mask, other=0.0, eviction_policy=EVICT).to(rstd_ptr.dtype.element_ty)
-    rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=1) / cols + eps)
-    w = tl.load(w_ptr + c, mask=cmask, other=0.0).to(rstd_ptr.dtype.element_ty)
-    tl.store(y_ptr + offs, (x * rstd[:, None] * w[None, :]).to(y_ptr.dtype.element_ty), mask=mask)
-    tl.store(rstd_ptr + r, rstd, mask=rmask)
-
-
-@triton.jit
-def rmsnorm_bwd_kernel(dy_ptr, x_ptr, w_ptr, rstd_ptr, dx_ptr, pdw_ptr, rows, cols, ROWS: tl.constexpr,
-                       BLOCK: tl.constexpr):
-    pid = tl.program_id(0)
-    c = tl.arange(0, BLOCK)
-    cmask = c < cols
-    st = rstd_ptr.dtype.element_ty
-    w = tl.load(w_ptr + c, mask=cmask, other=0.0).to(st)
-    acc = tl.zeros([BLOCK], dtype=st)
-    for g in range(pid, tl.cdiv(rows, ROWS), tl.num_programs(0)):
-        r = tl.cast(g, tl.int64) * ROWS + tl.arange(0, ROWS)
-        rmask = r < rows
-        mask = rmask[:, None] & cmask[None, :]
-        offs = r[:, None] * cols + c[None, :]
-        dy = tl.load(dy_ptr + offs, mask=mask, other=0.0).to(st)
-        x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(st)
-        rstd = tl.load(rstd_ptr + r, mask=rmask, other=0.0)
-        xhat = x * rstd[:, None]
-        g_ = dy * w[None, :]
-        c1 = tl.sum(g_ * xhat, axis=1) / cols
-        tl.store(dx_ptr + offs, ((g_ - xhat * c1[:, None]) * rstd[:, None]).to(dx_ptr.dtype.element_ty), mask=mask)
-        acc += tl.sum(dy * xhat, axis=0)
-    tl.store(pdw_ptr + pid * cols + c, acc, mask=cmask)
-
-
+# Its kernels are LayerNorm's v3 and partials kernels with RMS=True.
 def rmsnorm(x, w, eps=EPS, stats=False):
-    x, w, _, shape = check_norm_inputs(x, w, None, op="rmsnorm", dtypes=DTYPES)
-    rows, cols = x.shape
-    _check_cols(cols, "rmsnorm")
-    y = torch.empty_like(x)
-    rstd = row_stats(x)
-    if rows and cols:
+    def launch(x, w, y, rstd, rows, cols, eps):
         nrows, block, warps = rows_config(cols, x.element_size())
-        rmsnorm_kernel[(triton.cdiv(rows, nrows),)](x, w, y, rstd, rows, cols, eps, ROWS=nrows, BLOCK=block,
-                                                     EVICT=EVICT, num_warps=warps)
-    y = y.reshape(shape)
-    return (y, rstd) if stats else y
+        layernorm_rows_kernel[(triton.cdiv(rows, nrows),)](x, w, w, y, rstd, rstd, rows, cols, eps, ROWS=nrows,
+                                                           BLOCK=block, EVICT=EVICT, RMS=True, num_warps=warps)
+    return norm_forward(x, w, None, eps, stats, op="rmsnorm", launch=launch, rms=True, dtypes=DTYPES,
+                        max_cols=ROW_MAX_COLS)
 
 
 def rmsnorm_backward(dy, x, w, rstd):
-    dy, x, w, _, rstd, shape = _backward_inputs(dy, x, w, None, rstd, "rmsnorm_backward")
-    rows, cols = x.shape
-    _check_cols(cols, "rmsnorm_backward")
-    dx = torch.empty_like(x)
-    dw = torch.zeros(cols, dtype=w.dtype, device=x.device)
-    if rows == 0 or cols == 0:
-        return dx.reshape(shape), dw
-    nrows, block, warps, parts = bwd_config(rows, cols, x.element_size())
-    pdw = torch.empty(parts, cols, dtype=stats_dtype(x), device=x.device)
-    rmsnorm_bwd_kernel[(parts,)](dy, x, w, rstd, dx, pdw, rows, cols, ROWS=nrows, BLOCK=block, num_warps=warps)
-    bc = 64 if utils.SIMULATE else 128
-    column_sum_kernel[(triton.cdiv(cols, bc),)](pdw, dw, parts, cols, BLOCK_P=32, BLOCK_C=bc)
-    return dx.reshape(shape), dw
+    def launch(dy, x, w, rstd, dx, dw, rows, cols):
+        nrows, block, warps, parts = bwd_config(rows, cols, x.element_size())
+        pdw = torch.empty(parts, cols, dtype=stats_dtype(x), device=x.device)
+        layernorm_bwd_partials_kernel[(parts,)](dy, x, w, rstd, rstd, dx, pdw, pdw, rows, cols, ROWS=nrows,
+                                                BLOCK=block, RMS=True, num_warps=warps)
+        _column_sum(pdw, dw)
+    return _backward_frame(dy, x, w, None, rstd, "rmsnorm_backward", launch, rms=True)
 
 
 VERSIONS = OrderedDict(

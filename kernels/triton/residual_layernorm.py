@@ -11,10 +11,9 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-import torch
-
 import utils
-from kernels.cuda.residual_layernorm import EPS, _stats_out, check_residual_inputs, residual_layernorm_ref  # noqa: F401  (input rules and references, defined once)
+from kernels.cuda.residual_layernorm import EPS, fused_frame, unfused_frame
+from kernels.triton.layernorm import layernorm
 
 import triton
 import triton.language as tl
@@ -50,31 +49,17 @@ def residual_layernorm_kernel(x_ptr, r_ptr, w_ptr, b_ptr, h_ptr, y_ptr, mean_ptr
 
 
 def residual_layernorm_unfused(x, r, w, b, eps=EPS, stats=False):
-    x2, r2, w, b, shape = check_residual_inputs(x, r, w, b)
-    h = torch.empty_like(x2)
-    n = h.numel()
-    if n:
-        residual_add_kernel[(triton.cdiv(n, ADD_BLOCK),)](x2, r2, h, n, BLOCK_SIZE=ADD_BLOCK)
-    from kernels.triton.layernorm import layernorm
-    y, mean, rstd = layernorm(h, w, b, eps, stats=True)
-    out = (h.reshape(shape), y.reshape(shape))
-    return out + (mean, rstd) if stats else out
+    def add(x2, r2, h):
+        residual_add_kernel[(triton.cdiv(h.numel(), ADD_BLOCK),)](x2, r2, h, h.numel(), BLOCK_SIZE=ADD_BLOCK)
+    return unfused_frame(x, r, w, b, eps, stats, add, layernorm)
 
 
 def residual_layernorm_fused(x, r, w, b, eps=EPS, stats=False):
-    x2, r2, w, b, shape = check_residual_inputs(x, r, w, b)
-    rows, cols = x2.shape
-    if cols > MAX_COLS:
-        raise ValueError(f"residual_layernorm: rows of {cols} columns do not fit one program (at most {MAX_COLS}): "
-                         "use residual_layernorm_unfused (v1)")
-    h, y = torch.empty_like(x2), torch.empty_like(x2)
-    mean, rstd = _stats_out(x2)
-    if rows and cols:
+    def launch(x2, r2, w, b, h, y, mean, rstd, rows, cols, eps):
         block = triton.next_power_of_2(cols)
-        residual_layernorm_kernel[(rows,)](x2, r2, w, b, h, y, mean, rstd, cols, float(eps), BLOCK_SIZE=block,
+        residual_layernorm_kernel[(rows,)](x2, r2, w, b, h, y, mean, rstd, cols, eps, BLOCK_SIZE=block,
                                            num_warps=min(16, max(1, block // 256)))
-    out = (h.reshape(shape), y.reshape(shape))
-    return out + (mean, rstd) if stats else out
+    return fused_frame(x, r, w, b, eps, stats, launch, max_cols=MAX_COLS)
 
 
 VERSIONS = OrderedDict(
