@@ -475,15 +475,6 @@ _KEPT_DIRECTIVES = re.compile(r"^\s*#\s*(define|undef|if|ifdef|ifndef|elif|else|
 _DEVICE_HINT = re.compile(r"\b(__global__|__device__|__constant__)\b")
 
 
-def _skip_literal(code: str, i: int) -> int:
-    """The offset just past the string or character literal that starts at ``i``."""
-    q, n = code[i], len(code)
-    i += 1
-    while i < n and code[i] != q and code[i] != "\n":
-        i += 2 if code[i] == "\\" else 1
-    return i + 1
-
-
 def device_part(text: str) -> str | None:
     """The device code of a source that mixes host code (torch, pybind) with kernels, for
     NVRTC, which cannot compile host code: top-level ``__global__``/``__device__``
@@ -504,6 +495,7 @@ _FUNCTION_NAME = re.compile(r"[^=(]*?\b(\w+)\s*\(", re.S)
 def _device_part(text: str) -> tuple[str, set[int]] | None:
     """``device_part`` and the lines of the host helpers it kept (as a kernel calls them)."""
     from ._source import strip_comments
+    from .nvrtc_compat import _skip_literal
     code = strip_comments(text)
     if not _DEVICE_HINT.search(code):
         return None

@@ -46,6 +46,7 @@ _PRAGMA_ONCE = re.compile(r"^[ \t]*#[ \t]*pragma[ \t]+once\b[^\n]*$", re.M)
 
 
 def _skip_literal(code: str, i: int) -> int:
+    """The offset just past the string or character literal that starts at ``i``."""
     q, n = code[i], len(code)
     i += 1
     while i < n and code[i] != q and code[i] != "\n":
