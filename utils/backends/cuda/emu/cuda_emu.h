@@ -1379,26 +1379,29 @@ EMU_NOTSAN inline int describe_block(char* buf, int pos, int cap) {
     siglongjmp(S.jmp, 1);
 }
 
-[[noreturn]] EMU_NOTSAN inline void fault_trap(const char* fmt, ...) {
-    emu_fault_info& f = S.fault;
-    f.kind = 5;
-    f.thread[0] = (int)threadIdx.x; f.thread[1] = (int)threadIdx.y; f.thread[2] = (int)threadIdx.z;
-    f.block[0] = (int)blockIdx.x; f.block[1] = (int)blockIdx.y; f.block[2] = (int)blockIdx.z;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(f.msg, sizeof f.msg, fmt, ap);
-    va_end(ap);
-    siglongjmp(S.jmp, 1);
-}
-
-// A fault of `kind` that the whole block made (no one thread): the launch ends with the message.
-[[noreturn]] EMU_NOTSAN __attribute__((format(printf, 2, 3))) inline void fault_in_block(int kind, const char* fmt, ...) {
+// Records a fault of `kind` in the current block, with its message; the caller ends the launch.
+EMU_NOTSAN inline emu_fault_info& record_fault(int kind, const char* fmt, va_list ap) {
     emu_fault_info& f = S.fault;
     f.kind = kind;
     f.block[0] = (int)blockIdx.x; f.block[1] = (int)blockIdx.y; f.block[2] = (int)blockIdx.z;
+    vsnprintf(f.msg, sizeof f.msg, fmt, ap);
+    return f;
+}
+
+[[noreturn]] EMU_NOTSAN inline void fault_trap(const char* fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(f.msg, sizeof f.msg, fmt, ap);
+    emu_fault_info& f = record_fault(5, fmt, ap);
+    va_end(ap);
+    f.thread[0] = (int)threadIdx.x; f.thread[1] = (int)threadIdx.y; f.thread[2] = (int)threadIdx.z;
+    siglongjmp(S.jmp, 1);
+}
+
+// A fault that the whole block made (no one thread): the launch ends with the message.
+[[noreturn]] EMU_NOTSAN __attribute__((format(printf, 2, 3))) inline void fault_in_block(int kind, const char* fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    record_fault(kind, fmt, ap);
     va_end(ap);
     siglongjmp(S.jmp, 1);
 }
