@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 
 import torch
+from cuda_sources import TREE_SUM
 
 import utils  # before numba/triton: picks the simulator or the GPU
 from utils import to_numba
@@ -603,7 +604,7 @@ def nb_sum_no_barrier(x):
 # ======================================================================================
 # CUDA C++ through utils.cuda_kernel (the emulator without a GPU)
 # ======================================================================================
-CUDA_SOURCE = r"""
+CUDA_SOURCE = TREE_SUM + r"""
 __global__ void relu_float4_kernel(const float* __restrict__ x, float* __restrict__ y, int n) {
     // 16-byte loads for the bulk, one float at a time for the n % 4 tail
     int i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -657,15 +658,8 @@ __global__ void relu_barrier_in_branch_kernel(const float* x, float* y, int n) {
 
 __global__ void sum_dynamic_kernel(const float* x, float* out, int n) {
     extern __shared__ float dyn[];
-    int t = threadIdx.x;
-    int i = blockIdx.x * blockDim.x + t;
-    dyn[t] = i < n ? x[i] : 0.f;
-    __syncthreads();
-    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
-        if (t < s) dyn[t] += dyn[t + s];
-        __syncthreads();
-    }
-    if (t == 0) atomicAdd(out, dyn[0]);
+    float total = block_tree_sum(x, dyn, n);
+    if (threadIdx.x == 0) atomicAdd(out, total);
 }
 
 template <bool BARRIER>
