@@ -18,17 +18,11 @@ import utils
 from utils import guard
 
 triton = pytest.importorskip("triton")
+from grader_kernels import relu_ok as relu  # noqa: E402  (the honest launcher)
+
 import triton.language as tl  # noqa: E402
 
 REPLACED = "in this notebook: this check earns no points"
-
-
-@triton.jit
-def _relu_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
-    x = tl.load(x_ptr + offs, mask=mask)
-    tl.store(out_ptr + offs, tl.maximum(x, 0.0), mask=mask)
 
 
 @triton.jit
@@ -36,13 +30,6 @@ def _copy_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
     tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask), mask=mask)
-
-
-def relu(x):
-    """The honest launcher."""
-    out = torch.empty_like(x)
-    _relu_kernel[(triton.cdiv(x.numel(), 1024),)](x, out, x.numel(), BLOCK=1024)
-    return out
 
 
 def wrong(x):
