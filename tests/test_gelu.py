@@ -155,16 +155,5 @@ def test_cuda_vectorized_kernel_uses_16_byte_accesses():
 
 @pytest.mark.parametrize("lang,version", ALL_VERSIONS)
 def test_gelu_passes_the_course_grader(lang, version, capsys):
-    if not hasattr(utils, "check_gelu"):
-        pytest.skip("utils.check_gelu is not available")
     utils.check_gelu(kernels.get("gelu", lang, version))
     assert capsys.readouterr().out.strip(), "the grader prints one line on success"
-
-
-def test_reference_versions_are_listed():
-    for lang in LANGS:
-        mod = kernels.module("gelu", lang)
-        assert mod.REFERENCE in mod.VERSIONS
-        assert kernels.get("gelu", lang) is mod.VERSIONS[mod.REFERENCE][1]
-        for name, (description, launcher) in mod.VERSIONS.items():
-            assert description and callable(launcher)

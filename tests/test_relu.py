@@ -80,14 +80,5 @@ def test_relu_backward(lang, shape):
 
 @pytest.mark.parametrize("lang,version", ALL_VERSIONS)
 def test_relu_passes_the_course_grader(lang, version, capsys):
-    if not hasattr(utils, "check_relu"):
-        pytest.skip("utils.check_relu is not available")
     utils.check_relu(kernels.get("relu", lang, version))
     assert capsys.readouterr().out.strip(), "the grader prints one line on success"
-
-
-def test_reference_versions_are_listed():
-    for lang in LANGS:
-        mod = kernels.module("relu", lang)
-        assert mod.REFERENCE in mod.VERSIONS
-        assert kernels.get("relu", lang) is mod.VERSIONS[mod.REFERENCE][1]
