@@ -8,6 +8,7 @@ the trick is undone and an honest kernel passes again, so no test leaks into the
 from __future__ import annotations
 
 import builtins
+import contextlib
 import sys
 import types
 
@@ -224,13 +225,19 @@ def test_the_le_trick_would_work_without_the_guard(monkeypatch):
     assert bool(mismatch_mask(torch.zeros(3), torch.ones(3), atol=0, rtol=0).all())
 
 
-def test_a_tracer_that_could_rewrite_the_graders_variables():
+@contextlib.contextmanager
+def tracing():
+    """A trace function, as a debugger sets one (or a tracer that could rewrite a grader's variables)."""
     sys.settrace(lambda *a: None)
     try:
-        with pytest.raises(utils.GradingError, match="sys.settrace"):
-            utils.check_relu(wrong)
+        yield
     finally:
         sys.settrace(None)
+
+
+def test_a_tracer_that_could_rewrite_the_graders_variables():
+    with tracing(), pytest.raises(utils.GradingError, match="sys.settrace"):
+        utils.check_relu(wrong)
     assert guard.tampering() == []
 
 
@@ -315,12 +322,8 @@ def test_the_guard_switched_off_is_put_back_before_a_check_cell(restore):
 
 
 def test_a_debugger_is_named(restore):
-    sys.settrace(lambda *a: None)
-    try:
-        with pytest.raises(utils.GradingError, match="Turn the debugger off"):
-            utils.check_relu(relu)
-    finally:
-        sys.settrace(None)
+    with tracing(), pytest.raises(utils.GradingError, match="Turn the debugger off"):
+        utils.check_relu(relu)
 
 
 def test_every_module_a_grader_relies_on_is_guarded():
