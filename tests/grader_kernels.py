@@ -84,10 +84,15 @@ def _relu_multi_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr, PER_PROGRAM: tl.con
 BLOCK = 256
 
 
-def relu_ok(x):
+def _elementwise(kernel, x, block=BLOCK, grid=None, **meta):
+    """``y = kernel(x)``: a new y, one program per ``block`` elements unless ``grid`` is given."""
     y = torch.empty_like(x)
-    _relu_kernel[(triton.cdiv(x.numel(), BLOCK),)](x, y, x.numel(), BLOCK=BLOCK)
+    kernel[(triton.cdiv(x.numel(), block) if grid is None else grid,)](x, y, x.numel(), BLOCK=block, **meta)
     return y
+
+
+def relu_ok(x):
+    return _elementwise(_relu_kernel, x)
 
 
 def relu_zeros_out_ok(x):
@@ -98,22 +103,16 @@ def relu_zeros_out_ok(x):
 
 
 def relu_nomask(x):
-    y = torch.empty_like(x)
-    _relu_nomask_kernel[(triton.cdiv(x.numel(), BLOCK),)](x, y, x.numel(), BLOCK=BLOCK)
-    return y
+    return _elementwise(_relu_nomask_kernel, x)
 
 
 def relu_first_block_only(x):
-    y = torch.empty_like(x)
-    _relu_first_block_kernel[(triton.cdiv(x.numel(), BLOCK),)](x, y, x.numel(), BLOCK=BLOCK)
-    return y
+    return _elementwise(_relu_first_block_kernel, x)
 
 
 def relu_no_pid_big_block(x):
     """Forgot pid * BLOCK, with a block of 1024: at n = 1025 only the last element is missing."""
-    y = torch.empty_like(x)
-    _relu_first_block_kernel[(triton.cdiv(x.numel(), 1024),)](x, y, x.numel(), BLOCK=1024)
-    return y
+    return _elementwise(_relu_first_block_kernel, x, block=1024)
 
 
 def relu_grid_rounded_down(x):
@@ -126,22 +125,16 @@ def relu_grid_rounded_down(x):
 
 
 def relu_off_by_one(x):
-    y = torch.empty_like(x)
-    _relu_off_by_one_kernel[(triton.cdiv(x.numel(), BLOCK),)](x, y, x.numel(), BLOCK=BLOCK)
-    return y
+    return _elementwise(_relu_off_by_one_kernel, x)
 
 
 def relu_grid_stride_ok(x):
-    y = torch.empty_like(x)
-    _relu_grid_stride_kernel[(2,)](x, y, x.numel(), BLOCK=128)
-    return y
+    return _elementwise(_relu_grid_stride_kernel, x, block=128, grid=2)
 
 
 def relu_multi_ok(x):
-    y = torch.empty_like(x)
     per = 4
-    _relu_multi_kernel[(triton.cdiv(x.numel(), 64 * per),)](x, y, x.numel(), BLOCK=64, PER_PROGRAM=per)
-    return y
+    return _elementwise(_relu_multi_kernel, x, block=64, grid=triton.cdiv(x.numel(), 64 * per), PER_PROGRAM=per)
 
 
 def relu_in_place(x):
@@ -287,9 +280,7 @@ def _gelu_kernel(x_ptr, y_ptr, n, FORM: tl.constexpr, BLOCK: tl.constexpr):
 
 def _gelu(form):
     def launch(x):
-        y = torch.empty_like(x)
-        _gelu_kernel[(triton.cdiv(x.numel(), BLOCK),)](x, y, x.numel(), FORM=form, BLOCK=BLOCK)
-        return y
+        return _elementwise(_gelu_kernel, x, FORM=form)
     return launch
 
 
@@ -315,9 +306,7 @@ def gelu_fast_exp_ok(x):
     """tanh-GELU in float32 with a fast, slightly inexact exp: exp through exp2 (what
     ``__expf`` does on a GPU) with an error of 4 ulp added on purpose, more than
     ``ex2.approx.f32`` makes."""
-    y = torch.empty_like(x)
-    _gelu_fast_exp_kernel[(triton.cdiv(x.numel(), BLOCK),)](x, y, x.numel(), BLOCK=BLOCK)
-    return y
+    return _elementwise(_gelu_fast_exp_kernel, x)
 
 
 # ======================================================================================
