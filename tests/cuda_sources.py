@@ -17,3 +17,15 @@ __device__ float block_tree_sum(const float* __restrict__ x, float* s, int n) {
     return s[0];
 }
 """
+
+#: One block reverses x through dynamic shared memory ``buf`` (``blockDim.x`` floats: the
+#: launch's third parameter, in bytes).
+REVERSE_DYNAMIC = r"""
+__global__ void reverse_kernel(const float* x_ptr, float* y_ptr) {
+    extern __shared__ float buf[];
+    int t = threadIdx.x;
+    buf[t] = x_ptr[t];
+    __syncthreads();
+    y_ptr[t] = buf[blockDim.x - 1 - t];
+}
+"""
