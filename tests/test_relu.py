@@ -45,20 +45,10 @@ def test_relu_keeps_shape_and_handles_strided_input(lang, version):
 
 
 @pytest.mark.parametrize("lang", LANGS)
-def test_relu_rejects_bad_input(lang):
-    relu = kernels.get("relu", lang)
+def test_relu_refuses_float64(lang):
+    """(int32, another device and a list are refused by every launcher: tests/test_bad_inputs.py.)"""
     with pytest.raises(TypeError, match="float32"):
-        relu(torch.zeros(8, dtype=torch.float64, device=utils.DEVICE))
-    with pytest.raises(TypeError, match="float32"):
-        relu(torch.zeros(8, dtype=torch.int32, device=utils.DEVICE))
-    with pytest.raises(TypeError, match="torch.Tensor"):
-        relu([1.0, -1.0])
-    if utils.SIMULATE:
-        other = torch.device("meta")
-    else:
-        other = torch.device("cpu")
-    with pytest.raises(ValueError, match="utils.DEVICE"):
-        relu(torch.zeros(8, device=other))
+        kernels.get("relu", lang)(torch.zeros(8, dtype=torch.float64, device=utils.DEVICE))
 
 
 @pytest.mark.parametrize("lang", LANGS)
