@@ -698,85 +698,72 @@ def _cu(name):
     return _cuda_cache[name]
 
 
-def cu_relu_float4_ok(x):
+def _cu_elementwise(kernel, x, blocks=None):
+    """``y = kernel(x, y, n)`` with 128 threads a block, one element each unless ``blocks`` is given."""
     y = torch.empty_like(x)
     n = x.numel()
-    threads = 128
-    blocks = max(1, (n // 4 + threads - 1) // threads)
-    _cu("relu_float4_kernel")[blocks, threads](x, y, n)
+    kernel[(n + 127) // 128 if blocks is None else blocks, 128](x, y, n)
     return y
+
+
+def _cu_sum(name, x, blocks, threads, shared=0):
+    out = torch.zeros(1, dtype=torch.float32, device=x.device)
+    _cu(name)[blocks, threads, shared](x, out, x.numel())
+    return out
+
+
+def _cu_row_max(name, x):
+    out = torch.empty(x.shape[0], dtype=torch.float32, device=x.device)
+    _cu(name)[x.shape[0], 128](x, out, x.shape[1])
+    return out
+
+
+def cu_relu_float4_ok(x):
+    return _cu_elementwise(_cu("relu_float4_kernel"), x, blocks=max(1, (x.numel() // 4 + 127) // 128))
 
 
 def cu_relu_float4_no_tail(x):
-    y = torch.empty_like(x)
-    n = x.numel()
-    _cu("relu_float4_no_tail_kernel")[max(1, (n // 4 + 127) // 128), 128](x, y, n)
-    return y
+    return _cu_elementwise(_cu("relu_float4_no_tail_kernel"), x, blocks=max(1, (x.numel() // 4 + 127) // 128))
 
 
 def cu_relu_nocheck(x):
-    y = torch.empty_like(x)
-    n = x.numel()
-    _cu("relu_nocheck_kernel")[(n + 127) // 128, 128](x, y, n)
-    return y
+    return _cu_elementwise(_cu("relu_nocheck_kernel"), x)
 
 
 def cu_sum_ok(x):
-    out = torch.zeros(1, dtype=torch.float32, device=x.device)
-    _cu("sum_kernel")[4, 256](x, out, x.numel())
-    return out
+    return _cu_sum("sum_kernel", x, 4, 256)
 
 
 def cu_sum_no_barrier(x):
-    out = torch.zeros(1, dtype=torch.float32, device=x.device)
-    _cu("sum_nobarrier_kernel")[4, 256](x, out, x.numel())
-    return out
+    return _cu_sum("sum_nobarrier_kernel", x, 4, 256)
 
 
 def cu_row_max_ok(x):
-    out = torch.empty(x.shape[0], dtype=torch.float32, device=x.device)
-    _cu("row_max_kernel")[x.shape[0], 128](x, out, x.shape[1])
-    return out
+    return _cu_row_max("row_max_kernel", x)
 
 
 def cu_row_max_no_barrier(x):
-    out = torch.empty(x.shape[0], dtype=torch.float32, device=x.device)
-    _cu("row_max_nobarrier_kernel")[x.shape[0], 128](x, out, x.shape[1])
-    return out
+    return _cu_row_max("row_max_nobarrier_kernel", x)
 
 
 def cu_sum_too_many_threads(x):
-    out = torch.zeros(1, dtype=torch.float32, device=x.device)
-    _cu("sum_kernel")[4, 512](x, out, x.numel())   # the kernel's shared array holds 256
-    return out
+    return _cu_sum("sum_kernel", x, 4, 512)   # the kernel's shared array holds 256
 
 
 def cu_sum_shared_bytes_in_elements(x):
-    out = torch.zeros(1, dtype=torch.float32, device=x.device)
-    blocks = (x.numel() + 255) // 256
-    _cu("sum_dynamic_kernel")[blocks, 256, 256](x, out, x.numel())   # 256 floats need 1024 bytes
-    return out
+    return _cu_sum("sum_dynamic_kernel", x, (x.numel() + 255) // 256, 256, shared=256)   # 256 floats need 1024 bytes
 
 
 def cu_sum_dynamic_ok(x):
-    out = torch.zeros(1, dtype=torch.float32, device=x.device)
-    blocks = (x.numel() + 255) // 256
-    _cu("sum_dynamic_kernel")[blocks, 256, 256 * 4](x, out, x.numel())
-    return out
+    return _cu_sum("sum_dynamic_kernel", x, (x.numel() + 255) // 256, 256, shared=256 * 4)
 
 
 def cu_relu_barrier_in_branch(x):
-    y = torch.empty_like(x)
-    n = x.numel()
-    _cu("relu_barrier_in_branch_kernel")[(n + 127) // 128, 128](x, y, n)
-    return y
+    return _cu_elementwise(_cu("relu_barrier_in_branch_kernel"), x)
 
 
 def cu_relu_stub(x):
-    y = torch.empty_like(x)
-    n = x.numel()
-    utils.cuda_kernel(CUDA_STUB_SOURCE, "relu_stub_kernel")[(n + 127) // 128, 128](x, y, n)
-    return y
+    return _cu_elementwise(utils.cuda_kernel(CUDA_STUB_SOURCE, "relu_stub_kernel"), x)
 
 
 @triton.jit
