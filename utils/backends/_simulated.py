@@ -11,6 +11,10 @@ class SimulatedBackend:
     #: the module whose ``RACECHECK`` says whether simulated launches are checked for races
     races = None
 
+    def owns(self, kernel) -> bool:
+        """A kernel of this backend: an object of the ``numba`` (or ``triton``) package."""
+        return (type(kernel).__module__ or "").startswith(self.name)
+
     @contextlib.contextmanager
     def race_detection(self, enabled: bool = True):
         """Check simulated launches for races inside the block, or not (a GPU has no checker)."""

@@ -60,9 +60,6 @@ class NumbaBackend(SimulatedBackend):
     title = "Numba (numba.cuda.jit)"
     races = races
 
-    def owns(self, kernel) -> bool:
-        return (type(kernel).__module__ or "").startswith("numba")
-
     def launch(self, kernel, grid, block, *args, shared: int = 0):
         return kernel[grid, block, 0, shared](*args)
 

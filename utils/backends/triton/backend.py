@@ -53,9 +53,6 @@ class TritonBackend(SimulatedBackend):
     title = "Triton (triton.jit)"
     races = interpreter
 
-    def owns(self, kernel) -> bool:
-        return (type(kernel).__module__ or "").startswith("triton")
-
     def launch(self, kernel, grid, *args, **meta):
         return kernel[grid](*args, **meta)
 
