@@ -454,29 +454,27 @@ def _gelu_grad(x):
 
 
 BF = torch.bfloat16
-for _name, _per in (("gelu_forward_kernel1", 1), ("gelu_forward_kernel2", 8)):
-    def _run(k, get, per=_per):
-        n = 4096 + (0 if per > 1 else 13)
-        x, y = randn(n, dtype=BF), poison(n, dtype=BF)
-        k[cdiv(n, 128 * per), 128](y, x, n)
-        bf16_close(y, _gelu(x.double()))
-    case(LLMC, "dev/cuda/gelu_forward.cu", _name)(_run)
 
-for _name, _per in (("gelu_backward1", 1), ("gelu_backward2", 8)):
-    def _run(k, get, per=_per):
-        n = 4096
-        x, dout, dx = randn(n, dtype=BF), randn(n, dtype=BF), poison(n, dtype=BF)
-        k[cdiv(n, 128 * per), 128](dx, x, dout, n)
-        bf16_close(dx, _gelu_grad(x.double()) * dout.double())
-    case(LLMC, "dev/cuda/gelu_backward.cu", _name)(_run)
 
-for _name, _per in (("residual_forward_kernel1", 1), ("residual_forward_kernel2", 8)):
-    def _run(k, get, per=_per):
-        n = 4096
-        a, b, y = randn(n, dtype=BF), randn(n, dtype=BF), poison(n, dtype=BF)
-        k[cdiv(n, 128 * per), 128](y, a, b, n)
-        bf16_close(y, a.double() + b.double())
-    case(LLMC, "dev/cuda/residual_forward.cu", _name)(_run)
+def _llmc_elementwise(path: str, names: tuple[str, str], ref, inputs: int, odd_n: bool = False):
+    """llm.c's bfloat16 elementwise kernels, ``kernel(out, *inputs, n)``: the first of ``names``
+    does one element a thread, the second 8 (one 128-bit load); ``ref`` gives ``out`` from the
+    inputs in float64. ``odd_n``: the first runs at an n that is not a multiple of 128 too."""
+    for name, per in zip(names, (1, 8)):
+        def run(k, get, per=per):
+            n = 4096 + (13 if odd_n and per == 1 else 0)
+            xs = [randn(n, dtype=BF) for _ in range(inputs)]
+            out = poison(n, dtype=BF)
+            k[cdiv(n, 128 * per), 128](out, *xs, n)
+            bf16_close(out, ref(*(x.double() for x in xs)))
+        case(LLMC, path, name)(run)
+
+
+_llmc_elementwise("dev/cuda/gelu_forward.cu", ("gelu_forward_kernel1", "gelu_forward_kernel2"), _gelu, 1, odd_n=True)
+_llmc_elementwise("dev/cuda/gelu_backward.cu", ("gelu_backward1", "gelu_backward2"),
+                  lambda x, dout: _gelu_grad(x) * dout, 2)
+_llmc_elementwise("dev/cuda/residual_forward.cu", ("residual_forward_kernel1", "residual_forward_kernel2"),
+                  lambda a, b: a + b, 2)
 
 for _name, _unit in (("encoder_forward_kernel1", "bt"), ("encoder_forward_kernel2", "btc"),
                      ("encoder_forward_kernel3", "btc8")):
