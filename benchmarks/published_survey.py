@@ -134,20 +134,13 @@ def _(k, get):
     close(c, a.double() + b.double())
 
 
-@case(SAMPLES, "Samples/0_Introduction/matrixMul/matrixMul.cu", "MatrixMulCUDA<32>")
-def _(k, get):
-    hA, wA, wB = 64, 96, 128
-    A, B, C = randn(hA, wA), randn(wA, wB), poison(hA, wB)
-    k[(wB // 32, hA // 32), (32, 32)](C, A, B, wA, wB)
-    close(C, A.double() @ B.double(), rtol=1e-4, atol=1e-4)
-
-
-@case(SAMPLES, "Samples/0_Introduction/matrixMul/matrixMul.cu", "MatrixMulCUDA<16>")
-def _(k, get):
-    hA, wA, wB = 48, 32, 80
-    A, B, C = randn(hA, wA), randn(wA, wB), poison(hA, wB)
-    k[(wB // 16, hA // 16), (16, 16)](C, A, B, wA, wB)
-    close(C, A.double() @ B.double(), rtol=1e-4, atol=1e-4)
+for _tile, _sizes in ((32, (64, 96, 128)), (16, (48, 32, 80))):
+    def _run(k, get, tile=_tile, sizes=_sizes):
+        hA, wA, wB = sizes
+        A, B, C = randn(hA, wA), randn(wA, wB), poison(hA, wB)
+        k[(wB // tile, hA // tile), (tile, tile)](C, A, B, wA, wB)
+        close(C, A.double() @ B.double(), rtol=1e-4, atol=1e-4)
+    case(SAMPLES, "Samples/0_Introduction/matrixMul/matrixMul.cu", f"MatrixMulCUDA<{_tile}>")(_run)
 
 
 REDUCTION = "Samples/2_Concepts_and_Techniques/reduction/reduction_kernel.cu"
