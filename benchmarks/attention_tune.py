@@ -40,6 +40,26 @@ def bench(fn):
     return triton.testing.do_bench(fn, warmup=10, rep=40, quantiles=[0.5, 0.2, 0.8])
 
 
+def measure(entry: dict, launch, max_err, tol: float, flops: int | None = None) -> dict:
+    """One config: ``launch()`` once, then ``max_err()`` (its error against the reference); a
+    config within ``tol`` is timed. ``entry`` gets max_err and ms (and tflops), or the error."""
+    try:
+        launch()
+        torch.cuda.synchronize()
+        err = max_err()
+        entry["max_err"] = err
+        if err > tol:
+            entry["error"] = "wrong result"
+        else:
+            t = bench(launch)
+            entry["ms"] = t[0]
+            if flops is not None:
+                entry["tflops"] = flops / t[0] / 1e9
+    except Exception as e:
+        entry["error"] = f"{type(e).__name__}: {str(e)[:200]}"
+    return entry
+
+
 def main(path):
     res = dict(commit=os.environ.get("COURSE_COMMIT"), gpu=torch.cuda.get_device_name(0), torch=torch.__version__,
                triton=triton.__version__, fwd=[], bwd_kv=[], bwd_q=[], sdpa=[], notes=[])
@@ -94,24 +114,14 @@ def main(path):
             lse = torch.empty(B, H, N, device="cuda", dtype=torch.float32)
             for cfg in FWD:
                 bm, bn, w, st = cfg
-                entry = dict(shape=shape, causal=causal, cfg=cfg)
-                try:
-                    def launch():
-                        A.attn_flash_fwd_kernel[(triton.cdiv(N, bm), B * H)](
-                            q, k, v, o, lse, H, N, N, D, fl, 0, *A._strides(q), *A._strides(k), *A._strides(v),
-                            *A._strides(o), N, CAUSAL=causal, IEEE=False, EVEN_D=True, ACC_DT=tl.float32,
-                            BLOCK_D=D, BLOCK_M=bm, BLOCK_N=bn, num_warps=w, num_stages=st)
-                    launch()
-                    torch.cuda.synchronize()
-                    err = float((o.float() - ref.float()).abs().max())
-                    entry["max_err"] = err
-                    if err > 2e-2:
-                        entry["error"] = "wrong result"
-                    else:
-                        t = bench(launch)
-                        entry.update(ms=t[0], tflops=flops / t[0] / 1e9)
-                except Exception as e:
-                    entry["error"] = f"{type(e).__name__}: {str(e)[:200]}"
+
+                def launch():
+                    A.attn_flash_fwd_kernel[(triton.cdiv(N, bm), B * H)](
+                        q, k, v, o, lse, H, N, N, D, fl, 0, *A._strides(q), *A._strides(k), *A._strides(v),
+                        *A._strides(o), N, CAUSAL=causal, IEEE=False, EVEN_D=True, ACC_DT=tl.float32,
+                        BLOCK_D=D, BLOCK_M=bm, BLOCK_N=bn, num_warps=w, num_stages=st)
+                entry = measure(dict(shape=shape, causal=causal, cfg=cfg), launch,
+                                lambda: float((o.float() - ref.float()).abs().max()), 2e-2, flops)
                 res["fwd"].append(entry)
                 print("fwd", entry, flush=True)
             save()
@@ -127,47 +137,27 @@ def main(path):
             dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
             for cfg in KV:
                 bm, bn, w, st = cfg
-                entry = dict(shape=shape, causal=causal, cfg=cfg)
-                try:
-                    def launch():
-                        A.attn_bwd_kv_kernel[(triton.cdiv(N, bn), B * H)](
-                            q, k, v, do, lse_ok, delta, dq, dk, dv, *common, *strides, 0, 0, 0, 0, N,
-                            CAUSAL=causal, ATOMIC_DQ=False, IEEE=False, ACC_DT=tl.float32, BLOCK_D=D,
-                            BLOCK_M=bm, BLOCK_N=bn, num_warps=w, num_stages=st)
-                    launch()
-                    torch.cuda.synchronize()
-                    err = max(float((dk.float() - kg.grad.float()).abs().max()),
-                              float((dv.float() - vg.grad.float()).abs().max()))
-                    entry["max_err"] = err
-                    if err > 5e-2:
-                        entry["error"] = "wrong result"
-                    else:
-                        t = bench(launch)
-                        entry.update(ms=t[0])
-                except Exception as e:
-                    entry["error"] = f"{type(e).__name__}: {str(e)[:200]}"
+
+                def launch():
+                    A.attn_bwd_kv_kernel[(triton.cdiv(N, bn), B * H)](
+                        q, k, v, do, lse_ok, delta, dq, dk, dv, *common, *strides, 0, 0, 0, 0, N,
+                        CAUSAL=causal, ATOMIC_DQ=False, IEEE=False, ACC_DT=tl.float32, BLOCK_D=D,
+                        BLOCK_M=bm, BLOCK_N=bn, num_warps=w, num_stages=st)
+                entry = measure(dict(shape=shape, causal=causal, cfg=cfg), launch,
+                                lambda: max(float((dk.float() - kg.grad.float()).abs().max()),
+                                            float((dv.float() - vg.grad.float()).abs().max())), 5e-2)
                 res["bwd_kv"].append(entry)
                 print("kv", entry, flush=True)
             for cfg in Q:
                 bm, bn, w, st = cfg
-                entry = dict(shape=shape, causal=causal, cfg=cfg)
-                try:
-                    def launch():
-                        A.attn_bwd_q_kernel[(triton.cdiv(N, bm), B * H)](
-                            q, k, v, do, lse_ok, delta, dq, *common, *strides, N,
-                            CAUSAL=causal, IEEE=False, ACC_DT=tl.float32, BLOCK_D=D,
-                            BLOCK_M=bm, BLOCK_N=bn, num_warps=w, num_stages=st)
-                    launch()
-                    torch.cuda.synchronize()
-                    err = float((dq.float() - qg.grad.float()).abs().max())
-                    entry["max_err"] = err
-                    if err > 5e-2:
-                        entry["error"] = "wrong result"
-                    else:
-                        t = bench(launch)
-                        entry.update(ms=t[0])
-                except Exception as e:
-                    entry["error"] = f"{type(e).__name__}: {str(e)[:200]}"
+
+                def launch():
+                    A.attn_bwd_q_kernel[(triton.cdiv(N, bm), B * H)](
+                        q, k, v, do, lse_ok, delta, dq, *common, *strides, N,
+                        CAUSAL=causal, IEEE=False, ACC_DT=tl.float32, BLOCK_D=D,
+                        BLOCK_M=bm, BLOCK_N=bn, num_warps=w, num_stages=st)
+                entry = measure(dict(shape=shape, causal=causal, cfg=cfg), launch,
+                                lambda: float((dq.float() - qg.grad.float()).abs().max()), 5e-2)
                 res["bwd_q"].append(entry)
                 print("q", entry, flush=True)
             save()

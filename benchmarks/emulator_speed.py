@@ -23,9 +23,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(1, str(ROOT / "tests"))
 os.environ.setdefault("COURSE_SIMULATE", "1")  # the emulator, even on a machine with a GPU
 
 import torch  # noqa: E402
+from cuda_sources import TREE_SUM  # noqa: E402  (tests/cuda_sources.py)
 
 import utils  # noqa: E402
 
@@ -35,18 +37,11 @@ __global__ void scale_kernel(const float* __restrict__ x, float* __restrict__ y,
     if (i < n) y[i] = a * x[i];
 }
 """
-REDUCTION = r"""
+REDUCTION = TREE_SUM + r"""
 __global__ void sum_kernel(const float* __restrict__ x, float* __restrict__ out, int n) {
     __shared__ float s[256];
-    int t = threadIdx.x;
-    int i = blockIdx.x * blockDim.x + t;
-    s[t] = i < n ? x[i] : 0.0f;
-    __syncthreads();
-    for (int stride = blockDim.x / 2; stride > 0; stride >>= 1) {
-        if (t < stride) s[t] += s[t + stride];
-        __syncthreads();
-    }
-    if (t == 0) atomicAdd(out, s[0]);
+    float total = block_tree_sum(x, s, n);
+    if (threadIdx.x == 0) atomicAdd(out, total);
 }
 """
 TARGETS = {"elementwise_2e20_s": 0.3, "reduction_2e20_s": 1.5, "compile_cold_s": 2.0, "compile_cached_s": 0.05}

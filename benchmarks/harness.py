@@ -331,6 +331,17 @@ def run_topic(topic: str, events: Events, sizes, *, skip=(), languages=None, swe
     def out_of_time(limit):
         return limit is not None and time.time() > limit
 
+    def check_and_time(v, fn, cases, shape):
+        """``(verdict, None)`` when ``fn`` fails a case, else ``(None, its timing at the last case)``."""
+        verdict = check(fn, cases)
+        if verdict is not None:
+            return verdict, None
+        try:
+            return None, utils.bench(fn, *cases[-1].inputs, nbytes=t.nbytes(shape), name=v.variant,
+                                     warmup=warmup, rep=rep)
+        except Exception as e:
+            return ("error", f"while timing: {type(e).__name__}: {_short(e)}"), None
+
     # --- main shapes -------------------------------------------------------------------
     shapes = main_shapes(topic, sizes)
     small = [CheckCase(topic, s, seed=1) for s in check_shapes(topic, utils.SIMULATE)]
@@ -365,13 +376,7 @@ def run_topic(topic: str, events: Events, sizes, *, skip=(), languages=None, swe
             # torch.compile is checked at the timed shapes only: each awkward size would be
             # one more compilation, and it compiles PyTorch's own ops.
             extra = small if (key == first_key and not v.compiled) else []
-            verdict = check(fn, extra + [case])
-            if verdict is None:
-                try:
-                    res = utils.bench(fn, *case.inputs, nbytes=t.nbytes(shape), name=v.variant,
-                                      warmup=warmup, rep=rep)
-                except Exception as e:
-                    verdict = ("error", f"while timing: {type(e).__name__}: {_short(e)}")
+            verdict, res = check_and_time(v, fn, extra + [case], shape)
             if verdict is not None:
                 status, reason = verdict
                 events.emit(event="failed", key=key, **v.meta(), shape=list(shape),
@@ -417,13 +422,7 @@ def run_topic(topic: str, events: Events, sizes, *, skip=(), languages=None, swe
             fn = fns[v.variant]
             key = f"sweep:{v.variant}@{shape_key(shape)}"
             events.emit(event="start", key=key)
-            verdict = check(fn, [case])
-            if verdict is None:
-                try:
-                    res = utils.bench(fn, *case.inputs, nbytes=t.nbytes(shape), name=v.variant,
-                                      warmup=warmup, rep=rep)
-                except Exception as e:
-                    verdict = ("error", f"while timing: {type(e).__name__}: {_short(e)}")
+            verdict, res = check_and_time(v, fn, [case], shape)
             if verdict is not None:
                 dead.add(v.variant)
                 events.emit(event="note", key=key, topic=topic,

@@ -35,21 +35,11 @@ EPS = 1e-5
 
 #: (pass, dtype, langs, kind, threshold, shapes or None for the main shapes): kind "copy" is a
 #: fraction of the copy roofline, "torch" a speed ratio to torch eager's row of the same pass.
-EXTRA_TARGETS = [
-    ("forward", "bfloat16", ("cuda", "triton"), "copy", 0.9, None),
-    ("backward", "float32", ("cuda", "triton"), "copy", 0.75, [EXTRA_SHAPE]),
-    ("backward", "float32", ("cuda", "triton"), "torch", 1.5, [EXTRA_SHAPE]),
-    ("backward", "bfloat16", ("cuda", "triton"), "copy", 0.75, [EXTRA_SHAPE]),
-    ("backward", "bfloat16", ("cuda", "triton"), "torch", 1.5, [EXTRA_SHAPE]),
-    ("rmsnorm forward", "float32", ("cuda", "triton"), "copy", 0.75, [EXTRA_SHAPE]),
-    ("rmsnorm forward", "float32", ("cuda", "triton"), "torch", 1.5, [EXTRA_SHAPE]),
-    ("rmsnorm forward", "bfloat16", ("cuda", "triton"), "copy", 0.75, [EXTRA_SHAPE]),
-    ("rmsnorm forward", "bfloat16", ("cuda", "triton"), "torch", 1.5, [EXTRA_SHAPE]),
-    ("rmsnorm backward", "float32", ("cuda", "triton"), "copy", 0.75, [EXTRA_SHAPE]),
-    ("rmsnorm backward", "float32", ("cuda", "triton"), "torch", 1.5, [EXTRA_SHAPE]),
-    ("rmsnorm backward", "bfloat16", ("cuda", "triton"), "copy", 0.75, [EXTRA_SHAPE]),
-    ("rmsnorm backward", "bfloat16", ("cuda", "triton"), "torch", 1.5, [EXTRA_SHAPE]),
-]
+EXTRA_TARGETS = [("forward", "bfloat16", ("cuda", "triton"), "copy", 0.9, None)] + [
+    (pass_, dtype, ("cuda", "triton"), kind, threshold, [EXTRA_SHAPE])
+    for pass_ in ("backward", "rmsnorm forward", "rmsnorm backward")
+    for dtype in ("float32", "bfloat16")
+    for kind, threshold in (("copy", 0.75), ("torch", 1.5))]
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 

@@ -79,6 +79,27 @@ def ok_backward(f, dtype):
     return None
 
 
+def fails(res, what, name, dtype, check, f) -> bool:
+    """Whether ``check(f, dtype)`` (ok_forward or ok_backward) finds ``f`` wrong; the failure
+    is recorded and printed."""
+    try:
+        bad = check(f, dtype)
+    except Exception as e:
+        bad = f"raised {type(e).__name__}: {e}"
+    if bad:
+        res["failures"].append(f"{what} {name} {dtype}: {bad}")
+        print("FAIL", name, dtype, bad)
+    return bool(bad)
+
+
+def timed_row(res, name, dtype, shape, timing, nbytes) -> dict:
+    """One result: ``timing`` is bench()'s (median, 20th, 80th percentile) in ms."""
+    ms, lo, hi = timing
+    gbps = nbytes / ms / 1e6
+    return dict(version=name, dtype=str(dtype).replace("torch.", ""), shape=list(shape), ms=ms, ms_p20=lo,
+                ms_p80=hi, gbps=gbps, copy_fraction=gbps / res["copy_gbps"])
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--out", required=True)
@@ -133,29 +154,18 @@ def run(res):
                     (torch.float32, torch.bfloat16)))
     for name, f, dtypes in fwd:
         for dtype in dtypes:
-            if name.startswith(("cuda", "triton", "numba")):
-                try:
-                    bad = ok_forward(f, dtype)
-                except Exception as e:
-                    bad = f"raised {type(e).__name__}: {e}"
-                if bad:
-                    res["failures"].append(f"forward {name} {dtype}: {bad}")
-                    print("FAIL", name, dtype, bad)
-                    continue
+            if name.startswith(("cuda", "triton", "numba")) and fails(res, "forward", name, dtype, ok_forward, f):
+                continue
             for shape in SHAPES:
                 x, w, bb = spec.layernorm_input(shape, seed=1, dtype=dtype)
                 try:
-                    ms, lo, hi = bench(lambda: f(x, w, bb))
+                    timing = bench(lambda: f(x, w, bb))
                 except Exception as e:
                     res["failures"].append(f"forward {name} {dtype} {shape}: {type(e).__name__}: {str(e)[:200]}")
                     continue
-                nbytes = 2 * x.numel() * x.element_size()
-                gbps = nbytes / ms / 1e6
-                row = dict(version=name, dtype=str(dtype).replace("torch.", ""), shape=list(shape), ms=ms, ms_p20=lo,
-                           ms_p80=hi, gbps=gbps, copy_fraction=gbps / res["copy_gbps"])
-                fwd_rows = res["forward"]
-                fwd_rows.append(row)
-                print("fwd", name, row["dtype"], shape, f"{gbps:.0f} GB/s {row['copy_fraction']:.0%}")
+                row = timed_row(res, name, dtype, shape, timing, 2 * x.numel() * x.element_size())
+                res["forward"].append(row)
+                print("fwd", name, row["dtype"], shape, f"{row['gbps']:.0f} GB/s {row['copy_fraction']:.0%}")
 
     # ---------------- backward
     bwd = []
@@ -170,31 +180,21 @@ def run(res):
     bwd.append(("torch eager", torch_bwd, (torch.float32, torch.bfloat16)))
     for name, f, dtypes in bwd:
         for dtype in dtypes:
-            if name != "torch eager":
-                try:
-                    bad = ok_backward(f, dtype)
-                except Exception as e:
-                    bad = f"raised {type(e).__name__}: {e}"
-                if bad:
-                    res["failures"].append(f"backward {name} {dtype}: {bad}")
-                    print("FAIL", name, dtype, bad)
-                    continue
+            if name != "torch eager" and fails(res, "backward", name, dtype, ok_backward, f):
+                continue
             for shape in SHAPES:
                 x, w, _ = spec.layernorm_input(shape, seed=1, dtype=dtype)
                 dy = torch.randn(shape, device="cuda").to(dtype)
                 mean = x.float().mean(dim=1)
                 rstd = torch.rsqrt(x.float().var(dim=1, unbiased=False) + 1e-5)
                 try:
-                    ms, lo, hi = bench(lambda: f(dy, x, w, mean, rstd))
+                    timing = bench(lambda: f(dy, x, w, mean, rstd))
                 except Exception as e:
                     res["failures"].append(f"backward {name} {dtype} {shape}: {type(e).__name__}: {str(e)[:200]}")
                     continue
-                nbytes = spec.layernorm_backward_bytes(shape, x.element_size())
-                gbps = nbytes / ms / 1e6
-                row = dict(version=name, dtype=str(dtype).replace("torch.", ""), shape=list(shape), ms=ms, ms_p20=lo,
-                           ms_p80=hi, gbps=gbps, copy_fraction=gbps / res["copy_gbps"])
+                row = timed_row(res, name, dtype, shape, timing, spec.layernorm_backward_bytes(shape, x.element_size()))
                 res["backward"].append(row)
-                print("bwd", name, row["dtype"], shape, f"{gbps:.0f} GB/s {row['copy_fraction']:.0%}")
+                print("bwd", name, row["dtype"], shape, f"{row['gbps']:.0f} GB/s {row['copy_fraction']:.0%}")
     if LigerLayerNormFunction is not None:
         for dtype in (torch.float32, torch.bfloat16):
             for shape in SHAPES:
@@ -202,12 +202,11 @@ def run(res):
                 x.requires_grad_(True), w.requires_grad_(True), bb.requires_grad_(True)
                 y = LigerLayerNormFunction.apply(x, w, bb, 1e-5)
                 dy = torch.randn_like(y)
-                ms, lo, hi = bench(lambda: torch.autograd.grad(y, (x, w, bb), dy, retain_graph=True))
-                gbps = spec.layernorm_backward_bytes(shape, x.element_size()) / ms / 1e6
-                res["backward"].append(dict(version="liger", dtype=str(dtype).replace("torch.", ""), shape=list(shape),
-                                            ms=ms, ms_p20=lo, ms_p80=hi, gbps=gbps,
-                                            copy_fraction=gbps / res["copy_gbps"]))
-                print("bwd liger", dtype, shape, f"{gbps:.0f}")
+                row = timed_row(res, "liger", dtype, shape,
+                                bench(lambda: torch.autograd.grad(y, (x, w, bb), dy, retain_graph=True)),
+                                spec.layernorm_backward_bytes(shape, x.element_size()))
+                res["backward"].append(row)
+                print("bwd liger", dtype, shape, f"{row['gbps']:.0f}")
 
     # ---------------- RMSNorm forward
     for lang in ("cuda", "triton", "numba"):
@@ -218,17 +217,13 @@ def run(res):
             if not torch.allclose(mod.rmsnorm(x, w).double(), spec.rmsnorm_ref64(x, w), atol=1e-4, rtol=1e-4):
                 res["failures"].append(f"rmsnorm {lang} wrong at {shape}")
                 continue
-            ms, lo, hi = bench(lambda: mod.rmsnorm(x, w, stats=True))
-            gbps = 2 * x.numel() * 4 / ms / 1e6
-            res["rmsnorm"].append(dict(version=f"{lang} rmsnorm", dtype="float32", shape=list(shape), ms=ms, gbps=gbps,
-                                       copy_fraction=gbps / res["copy_gbps"]))
+            res["rmsnorm"].append(timed_row(res, f"{lang} rmsnorm", torch.float32, shape,
+                                            bench(lambda: mod.rmsnorm(x, w, stats=True)), 2 * x.numel() * 4))
     for shape in SHAPES:
         x = torch.randn(shape, device="cuda")
         w = torch.randn(shape[1], device="cuda")
-        ms, lo, hi = bench(lambda: F.rms_norm(x, (shape[1],), w, 1e-5))
-        gbps = 2 * x.numel() * 4 / ms / 1e6
-        res["rmsnorm"].append(dict(version="torch F.rms_norm", dtype="float32", shape=list(shape), ms=ms, gbps=gbps,
-                                   copy_fraction=gbps / res["copy_gbps"]))
+        res["rmsnorm"].append(timed_row(res, "torch F.rms_norm", torch.float32, shape,
+                                        bench(lambda: F.rms_norm(x, (shape[1],), w, 1e-5)), 2 * x.numel() * 4))
     for r in res["rmsnorm"]:
         print("rms", r["version"], r["shape"], f"{r['gbps']:.0f}")
 

@@ -87,20 +87,27 @@ def copy_section(path):
     OUT["copy_gbps"] = ROWS[-1]["gbps"]
 
 
-def ce_section(path, dtype):
+def ce_problem(dtype):
+    """The cross-entropy problem: the logits x (rows x V), the targets t (every 7th row
+    ignored), the dtype's name, and torch's (loss, gradient) as a function of x."""
     rows, V = size(8192, 64), size(50304, 1000)
     name = "float32" if dtype == torch.float32 else "bfloat16"
     x = (2 * torch.randn(rows, V, device=DEV)).to(dtype)
     t = torch.randint(0, V, (rows,), device=DEV)
     t[::7] = -100
-    nbytes = 3 * x.element_size() * rows * V  # two reads and one write of the logits
 
     def torch_ce(x):
         xx = x.detach().requires_grad_(True)
         loss = torch.nn.functional.cross_entropy(xx, t)
         loss.backward()
         return loss, xx.grad
+    return x, t, name, torch_ce
 
+
+def ce_section(path, dtype):
+    x, t, name, torch_ce = ce_problem(dtype)
+    rows, V = x.shape
+    nbytes = 3 * x.element_size() * rows * V  # two reads and one write of the logits
     want_loss, want_grad = torch_ce(x)
     for lang in ("triton", "cuda"):
         for v in reversed(kernels.module("cross_entropy", lang).VERSIONS):  # the best first
@@ -299,17 +306,8 @@ def _targets():
 
 
 def ce_compile(path, dtype):
-    rows, V = size(8192, 64), size(50304, 1000)
-    name = "float32" if dtype == torch.float32 else "bfloat16"
-    x = (2 * torch.randn(rows, V, device=DEV)).to(dtype)
-    t = torch.randint(0, V, (rows,), device=DEV)
-    t[::7] = -100
-
-    def torch_ce(x):
-        xx = x.detach().requires_grad_(True)
-        loss = torch.nn.functional.cross_entropy(xx, t)
-        loss.backward()
-        return loss, xx.grad
+    x, t, name, torch_ce = ce_problem(dtype)
+    rows, V = x.shape
     c = torch.compile(torch_ce)
     c(x)
     ms = bench_ms(lambda: c(x))

@@ -134,20 +134,13 @@ def _(k, get):
     close(c, a.double() + b.double())
 
 
-@case(SAMPLES, "Samples/0_Introduction/matrixMul/matrixMul.cu", "MatrixMulCUDA<32>")
-def _(k, get):
-    hA, wA, wB = 64, 96, 128
-    A, B, C = randn(hA, wA), randn(wA, wB), poison(hA, wB)
-    k[(wB // 32, hA // 32), (32, 32)](C, A, B, wA, wB)
-    close(C, A.double() @ B.double(), rtol=1e-4, atol=1e-4)
-
-
-@case(SAMPLES, "Samples/0_Introduction/matrixMul/matrixMul.cu", "MatrixMulCUDA<16>")
-def _(k, get):
-    hA, wA, wB = 48, 32, 80
-    A, B, C = randn(hA, wA), randn(wA, wB), poison(hA, wB)
-    k[(wB // 16, hA // 16), (16, 16)](C, A, B, wA, wB)
-    close(C, A.double() @ B.double(), rtol=1e-4, atol=1e-4)
+for _tile, _sizes in ((32, (64, 96, 128)), (16, (48, 32, 80))):
+    def _run(k, get, tile=_tile, sizes=_sizes):
+        hA, wA, wB = sizes
+        A, B, C = randn(hA, wA), randn(wA, wB), poison(hA, wB)
+        k[(wB // tile, hA // tile), (tile, tile)](C, A, B, wA, wB)
+        close(C, A.double() @ B.double(), rtol=1e-4, atol=1e-4)
+    case(SAMPLES, "Samples/0_Introduction/matrixMul/matrixMul.cu", f"MatrixMulCUDA<{_tile}>")(_run)
 
 
 REDUCTION = "Samples/2_Concepts_and_Techniques/reduction/reduction_kernel.cu"
@@ -454,29 +447,27 @@ def _gelu_grad(x):
 
 
 BF = torch.bfloat16
-for _name, _per in (("gelu_forward_kernel1", 1), ("gelu_forward_kernel2", 8)):
-    def _run(k, get, per=_per):
-        n = 4096 + (0 if per > 1 else 13)
-        x, y = randn(n, dtype=BF), poison(n, dtype=BF)
-        k[cdiv(n, 128 * per), 128](y, x, n)
-        bf16_close(y, _gelu(x.double()))
-    case(LLMC, "dev/cuda/gelu_forward.cu", _name)(_run)
 
-for _name, _per in (("gelu_backward1", 1), ("gelu_backward2", 8)):
-    def _run(k, get, per=_per):
-        n = 4096
-        x, dout, dx = randn(n, dtype=BF), randn(n, dtype=BF), poison(n, dtype=BF)
-        k[cdiv(n, 128 * per), 128](dx, x, dout, n)
-        bf16_close(dx, _gelu_grad(x.double()) * dout.double())
-    case(LLMC, "dev/cuda/gelu_backward.cu", _name)(_run)
 
-for _name, _per in (("residual_forward_kernel1", 1), ("residual_forward_kernel2", 8)):
-    def _run(k, get, per=_per):
-        n = 4096
-        a, b, y = randn(n, dtype=BF), randn(n, dtype=BF), poison(n, dtype=BF)
-        k[cdiv(n, 128 * per), 128](y, a, b, n)
-        bf16_close(y, a.double() + b.double())
-    case(LLMC, "dev/cuda/residual_forward.cu", _name)(_run)
+def _llmc_elementwise(path: str, names: tuple[str, str], ref, inputs: int, odd_n: bool = False):
+    """llm.c's bfloat16 elementwise kernels, ``kernel(out, *inputs, n)``: the first of ``names``
+    does one element a thread, the second 8 (one 128-bit load); ``ref`` gives ``out`` from the
+    inputs in float64. ``odd_n``: the first runs at an n that is not a multiple of 128 too."""
+    for name, per in zip(names, (1, 8)):
+        def run(k, get, per=per):
+            n = 4096 + (13 if odd_n and per == 1 else 0)
+            xs = [randn(n, dtype=BF) for _ in range(inputs)]
+            out = poison(n, dtype=BF)
+            k[cdiv(n, 128 * per), 128](out, *xs, n)
+            bf16_close(out, ref(*(x.double() for x in xs)))
+        case(LLMC, path, name)(run)
+
+
+_llmc_elementwise("dev/cuda/gelu_forward.cu", ("gelu_forward_kernel1", "gelu_forward_kernel2"), _gelu, 1, odd_n=True)
+_llmc_elementwise("dev/cuda/gelu_backward.cu", ("gelu_backward1", "gelu_backward2"),
+                  lambda x, dout: _gelu_grad(x) * dout, 2)
+_llmc_elementwise("dev/cuda/residual_forward.cu", ("residual_forward_kernel1", "residual_forward_kernel2"),
+                  lambda a, b: a + b, 2)
 
 for _name, _unit in (("encoder_forward_kernel1", "bt"), ("encoder_forward_kernel2", "btc"),
                      ("encoder_forward_kernel3", "btc8")):
@@ -658,6 +649,8 @@ def _sgemm(k, grid, block, M=128, N=128, K=128):
     close(C, want, rtol=1e-4, atol=1e-3)
 
 
+#: Kernels 5 to 9 launch alike: a block of 256 threads for each 128 x 128 tile of C.
+_TILES_128 = (lambda M, N: (cdiv(N, 128), cdiv(M, 128)), 256, (128, 128, 64))
 for _file, _name, _grid, _block, _mnk in (
         ("1_naive", "sgemm_naive", lambda M, N: (cdiv(M, 32), cdiv(N, 32)), (32, 32), (100, 72, 64)),
         ("2_kernel_global_mem_coalesce", "sgemm_global_mem_coalesce<32>",
@@ -666,16 +659,11 @@ for _file, _name, _grid, _block, _mnk in (
          lambda M, N: (cdiv(M, 32), cdiv(N, 32)), 1024, (64, 96, 64)),
         ("4_kernel_1D_blocktiling", "sgemm1DBlocktiling<64, 64, 8, 8>",
          lambda M, N: (cdiv(N, 64), cdiv(M, 64)), 512, (128, 128, 64)),
-        ("5_kernel_2D_blocktiling", "sgemm2DBlocktiling<128, 128, 8, 8, 8>",
-         lambda M, N: (cdiv(N, 128), cdiv(M, 128)), 256, (128, 128, 64)),
-        ("6_kernel_vectorize", "sgemmVectorize<128, 128, 8, 8, 8>",
-         lambda M, N: (cdiv(N, 128), cdiv(M, 128)), 256, (128, 128, 64)),
-        ("7_kernel_resolve_bank_conflicts", "sgemmResolveBankConflicts<128, 128, 8, 8, 8>",
-         lambda M, N: (cdiv(N, 128), cdiv(M, 128)), 256, (128, 128, 64)),
-        ("8_kernel_bank_extra_col", "sgemmResolveBankExtraCol<128, 128, 8, 8, 8>",
-         lambda M, N: (cdiv(N, 128), cdiv(M, 128)), 256, (128, 128, 64)),
-        ("9_kernel_autotuned", "sgemmAutotuned<128, 128, 16, 8, 8>",
-         lambda M, N: (cdiv(N, 128), cdiv(M, 128)), 256, (128, 128, 64))):
+        ("5_kernel_2D_blocktiling", "sgemm2DBlocktiling<128, 128, 8, 8, 8>", *_TILES_128),
+        ("6_kernel_vectorize", "sgemmVectorize<128, 128, 8, 8, 8>", *_TILES_128),
+        ("7_kernel_resolve_bank_conflicts", "sgemmResolveBankConflicts<128, 128, 8, 8, 8>", *_TILES_128),
+        ("8_kernel_bank_extra_col", "sgemmResolveBankExtraCol<128, 128, 8, 8, 8>", *_TILES_128),
+        ("9_kernel_autotuned", "sgemmAutotuned<128, 128, 16, 8, 8>", *_TILES_128)):
     def _run(k, get, grid=_grid, block=_block, mnk=_mnk):
         _sgemm(k, grid, block, *mnk)
     case(SGEMM, f"src/kernels/{_file}.cuh", _name)(_run)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 
 import torch
+from cuda_sources import TREE_SUM
 
 import utils  # before numba/triton: picks the simulator or the GPU
 from utils import to_numba
@@ -83,10 +84,15 @@ def _relu_multi_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr, PER_PROGRAM: tl.con
 BLOCK = 256
 
 
-def relu_ok(x):
+def _elementwise(kernel, x, block=BLOCK, grid=None, **meta):
+    """``y = kernel(x)``: a new y, one program per ``block`` elements unless ``grid`` is given."""
     y = torch.empty_like(x)
-    _relu_kernel[(triton.cdiv(x.numel(), BLOCK),)](x, y, x.numel(), BLOCK=BLOCK)
+    kernel[(triton.cdiv(x.numel(), block) if grid is None else grid,)](x, y, x.numel(), BLOCK=block, **meta)
     return y
+
+
+def relu_ok(x):
+    return _elementwise(_relu_kernel, x)
 
 
 def relu_zeros_out_ok(x):
@@ -97,22 +103,16 @@ def relu_zeros_out_ok(x):
 
 
 def relu_nomask(x):
-    y = torch.empty_like(x)
-    _relu_nomask_kernel[(triton.cdiv(x.numel(), BLOCK),)](x, y, x.numel(), BLOCK=BLOCK)
-    return y
+    return _elementwise(_relu_nomask_kernel, x)
 
 
 def relu_first_block_only(x):
-    y = torch.empty_like(x)
-    _relu_first_block_kernel[(triton.cdiv(x.numel(), BLOCK),)](x, y, x.numel(), BLOCK=BLOCK)
-    return y
+    return _elementwise(_relu_first_block_kernel, x)
 
 
 def relu_no_pid_big_block(x):
     """Forgot pid * BLOCK, with a block of 1024: at n = 1025 only the last element is missing."""
-    y = torch.empty_like(x)
-    _relu_first_block_kernel[(triton.cdiv(x.numel(), 1024),)](x, y, x.numel(), BLOCK=1024)
-    return y
+    return _elementwise(_relu_first_block_kernel, x, block=1024)
 
 
 def relu_grid_rounded_down(x):
@@ -125,22 +125,16 @@ def relu_grid_rounded_down(x):
 
 
 def relu_off_by_one(x):
-    y = torch.empty_like(x)
-    _relu_off_by_one_kernel[(triton.cdiv(x.numel(), BLOCK),)](x, y, x.numel(), BLOCK=BLOCK)
-    return y
+    return _elementwise(_relu_off_by_one_kernel, x)
 
 
 def relu_grid_stride_ok(x):
-    y = torch.empty_like(x)
-    _relu_grid_stride_kernel[(2,)](x, y, x.numel(), BLOCK=128)
-    return y
+    return _elementwise(_relu_grid_stride_kernel, x, block=128, grid=2)
 
 
 def relu_multi_ok(x):
-    y = torch.empty_like(x)
     per = 4
-    _relu_multi_kernel[(triton.cdiv(x.numel(), 64 * per),)](x, y, x.numel(), BLOCK=64, PER_PROGRAM=per)
-    return y
+    return _elementwise(_relu_multi_kernel, x, block=64, grid=triton.cdiv(x.numel(), 64 * per), PER_PROGRAM=per)
 
 
 def relu_in_place(x):
@@ -286,9 +280,7 @@ def _gelu_kernel(x_ptr, y_ptr, n, FORM: tl.constexpr, BLOCK: tl.constexpr):
 
 def _gelu(form):
     def launch(x):
-        y = torch.empty_like(x)
-        _gelu_kernel[(triton.cdiv(x.numel(), BLOCK),)](x, y, x.numel(), FORM=form, BLOCK=BLOCK)
-        return y
+        return _elementwise(_gelu_kernel, x, FORM=form)
     return launch
 
 
@@ -314,9 +306,7 @@ def gelu_fast_exp_ok(x):
     """tanh-GELU in float32 with a fast, slightly inexact exp: exp through exp2 (what
     ``__expf`` does on a GPU) with an error of 4 ulp added on purpose, more than
     ``ex2.approx.f32`` makes."""
-    y = torch.empty_like(x)
-    _gelu_fast_exp_kernel[(triton.cdiv(x.numel(), BLOCK),)](x, y, x.numel(), BLOCK=BLOCK)
-    return y
+    return _elementwise(_gelu_fast_exp_kernel, x)
 
 
 # ======================================================================================
@@ -603,7 +593,7 @@ def nb_sum_no_barrier(x):
 # ======================================================================================
 # CUDA C++ through utils.cuda_kernel (the emulator without a GPU)
 # ======================================================================================
-CUDA_SOURCE = r"""
+CUDA_SOURCE = TREE_SUM + r"""
 __global__ void relu_float4_kernel(const float* __restrict__ x, float* __restrict__ y, int n) {
     // 16-byte loads for the bulk, one float at a time for the n % 4 tail
     int i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -657,15 +647,8 @@ __global__ void relu_barrier_in_branch_kernel(const float* x, float* y, int n) {
 
 __global__ void sum_dynamic_kernel(const float* x, float* out, int n) {
     extern __shared__ float dyn[];
-    int t = threadIdx.x;
-    int i = blockIdx.x * blockDim.x + t;
-    dyn[t] = i < n ? x[i] : 0.f;
-    __syncthreads();
-    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
-        if (t < s) dyn[t] += dyn[t + s];
-        __syncthreads();
-    }
-    if (t == 0) atomicAdd(out, dyn[0]);
+    float total = block_tree_sum(x, dyn, n);
+    if (threadIdx.x == 0) atomicAdd(out, total);
 }
 
 template <bool BARRIER>
@@ -715,85 +698,72 @@ def _cu(name):
     return _cuda_cache[name]
 
 
-def cu_relu_float4_ok(x):
+def _cu_elementwise(kernel, x, blocks=None):
+    """``y = kernel(x, y, n)`` with 128 threads a block, one element each unless ``blocks`` is given."""
     y = torch.empty_like(x)
     n = x.numel()
-    threads = 128
-    blocks = max(1, (n // 4 + threads - 1) // threads)
-    _cu("relu_float4_kernel")[blocks, threads](x, y, n)
+    kernel[(n + 127) // 128 if blocks is None else blocks, 128](x, y, n)
     return y
+
+
+def _cu_sum(name, x, blocks, threads, shared=0):
+    out = torch.zeros(1, dtype=torch.float32, device=x.device)
+    _cu(name)[blocks, threads, shared](x, out, x.numel())
+    return out
+
+
+def _cu_row_max(name, x):
+    out = torch.empty(x.shape[0], dtype=torch.float32, device=x.device)
+    _cu(name)[x.shape[0], 128](x, out, x.shape[1])
+    return out
+
+
+def cu_relu_float4_ok(x):
+    return _cu_elementwise(_cu("relu_float4_kernel"), x, blocks=max(1, (x.numel() // 4 + 127) // 128))
 
 
 def cu_relu_float4_no_tail(x):
-    y = torch.empty_like(x)
-    n = x.numel()
-    _cu("relu_float4_no_tail_kernel")[max(1, (n // 4 + 127) // 128), 128](x, y, n)
-    return y
+    return _cu_elementwise(_cu("relu_float4_no_tail_kernel"), x, blocks=max(1, (x.numel() // 4 + 127) // 128))
 
 
 def cu_relu_nocheck(x):
-    y = torch.empty_like(x)
-    n = x.numel()
-    _cu("relu_nocheck_kernel")[(n + 127) // 128, 128](x, y, n)
-    return y
+    return _cu_elementwise(_cu("relu_nocheck_kernel"), x)
 
 
 def cu_sum_ok(x):
-    out = torch.zeros(1, dtype=torch.float32, device=x.device)
-    _cu("sum_kernel")[4, 256](x, out, x.numel())
-    return out
+    return _cu_sum("sum_kernel", x, 4, 256)
 
 
 def cu_sum_no_barrier(x):
-    out = torch.zeros(1, dtype=torch.float32, device=x.device)
-    _cu("sum_nobarrier_kernel")[4, 256](x, out, x.numel())
-    return out
+    return _cu_sum("sum_nobarrier_kernel", x, 4, 256)
 
 
 def cu_row_max_ok(x):
-    out = torch.empty(x.shape[0], dtype=torch.float32, device=x.device)
-    _cu("row_max_kernel")[x.shape[0], 128](x, out, x.shape[1])
-    return out
+    return _cu_row_max("row_max_kernel", x)
 
 
 def cu_row_max_no_barrier(x):
-    out = torch.empty(x.shape[0], dtype=torch.float32, device=x.device)
-    _cu("row_max_nobarrier_kernel")[x.shape[0], 128](x, out, x.shape[1])
-    return out
+    return _cu_row_max("row_max_nobarrier_kernel", x)
 
 
 def cu_sum_too_many_threads(x):
-    out = torch.zeros(1, dtype=torch.float32, device=x.device)
-    _cu("sum_kernel")[4, 512](x, out, x.numel())   # the kernel's shared array holds 256
-    return out
+    return _cu_sum("sum_kernel", x, 4, 512)   # the kernel's shared array holds 256
 
 
 def cu_sum_shared_bytes_in_elements(x):
-    out = torch.zeros(1, dtype=torch.float32, device=x.device)
-    blocks = (x.numel() + 255) // 256
-    _cu("sum_dynamic_kernel")[blocks, 256, 256](x, out, x.numel())   # 256 floats need 1024 bytes
-    return out
+    return _cu_sum("sum_dynamic_kernel", x, (x.numel() + 255) // 256, 256, shared=256)   # 256 floats need 1024 bytes
 
 
 def cu_sum_dynamic_ok(x):
-    out = torch.zeros(1, dtype=torch.float32, device=x.device)
-    blocks = (x.numel() + 255) // 256
-    _cu("sum_dynamic_kernel")[blocks, 256, 256 * 4](x, out, x.numel())
-    return out
+    return _cu_sum("sum_dynamic_kernel", x, (x.numel() + 255) // 256, 256, shared=256 * 4)
 
 
 def cu_relu_barrier_in_branch(x):
-    y = torch.empty_like(x)
-    n = x.numel()
-    _cu("relu_barrier_in_branch_kernel")[(n + 127) // 128, 128](x, y, n)
-    return y
+    return _cu_elementwise(_cu("relu_barrier_in_branch_kernel"), x)
 
 
 def cu_relu_stub(x):
-    y = torch.empty_like(x)
-    n = x.numel()
-    utils.cuda_kernel(CUDA_STUB_SOURCE, "relu_stub_kernel")[(n + 127) // 128, 128](x, y, n)
-    return y
+    return _cu_elementwise(utils.cuda_kernel(CUDA_STUB_SOURCE, "relu_stub_kernel"), x)
 
 
 @triton.jit

@@ -4,6 +4,8 @@ Building it compiles torch's headers (tens of seconds): with one name and one so
 build cache (TORCH_EXTENSIONS_DIR) makes the second file load the first one's build, whichever
 worker runs it, instead of compiling again.
 """
+from cuda_sources import TREE_SUM
+
 import utils
 
 NAME = "course_test_inline_ops"
@@ -24,6 +26,7 @@ CUDA = r"""
 #include <cuda_runtime.h>
 #include <cstdio>
 #include "common.h"
+""" + TREE_SUM + r"""
 
 __global__ void relu_kernel(const float* __restrict__ x, float* __restrict__ y, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -32,15 +35,8 @@ __global__ void relu_kernel(const float* __restrict__ x, float* __restrict__ y, 
 
 __global__ void block_sum_kernel(const float* __restrict__ x, float* __restrict__ out, int n) {
     extern __shared__ float s[];
-    int t = threadIdx.x;
-    int i = blockIdx.x * blockDim.x + t;
-    s[t] = i < n ? x[i] : 0.0f;
-    __syncthreads();
-    for (int stride = blockDim.x / 2; stride > 0; stride >>= 1) {
-        if (t < stride) s[t] += s[t + stride];
-        __syncthreads();
-    }
-    if (t == 0) atomicAdd(out, s[0]);
+    float total = block_tree_sum(x, s, n);
+    if (threadIdx.x == 0) atomicAdd(out, total);
 }
 
 __global__ void hello_kernel(int tag) {

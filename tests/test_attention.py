@@ -231,6 +231,21 @@ def assert_forward(out, q, k, v, causal, dtype, lse=None):
         assert bool(((lgot - lref).abs()[fin] <= spec.lse_tolerance(qc, kc, causal, dtype)[fin]).all())
 
 
+def assert_backward(bwd, q, k, v, causal, dtype, seed, label):
+    """``bwd`` (a BACKWARDS launcher), given the float64 forward's o and L and a random dO,
+    gives dq, dk and dv within spec.backward_tolerances of float64."""
+    qc, kc, vc = (t.cpu() for t in (q, k, v))
+    o = spec.attention_ref64(qc, kc, vc, causal).to(dtype).to(utils.DEVICE)
+    lse = spec.attention_lse64(qc, kc, causal).float().to(utils.DEVICE)
+    do = torch.randn(o.shape, generator=torch.Generator().manual_seed(seed)).to(dtype).to(utils.DEVICE)
+    got = bwd(q, k, v, o, lse, do, causal)
+    refs = spec.attention_backward_ref64(qc, kc, vc, do.cpu(), causal)
+    tols = spec.backward_tolerances(qc, kc, vc, do.cpu(), causal, dtype)
+    for name, a, r, t in zip(("dq", "dk", "dv"), got, refs, tols):
+        err = (a.double().cpu() - r).abs()
+        assert bool((err <= t).all()), f"{label} {name}: max error {float(err.max()):.3g}"
+
+
 #: (B, H, Nq, Nk, d, causal): one query and one key; Nq < Nk, neither a multiple of any tile;
 #: Nq > Nk with the causal mask (the first 23 queries see no key).
 SHAPES = [(1, 1, 1, 1, 16, False), (1, 1, 1, 1, 16, True), (1, 2, 17, 70, 32, True), (2, 1, 40, 17, 64, True)]
@@ -275,16 +290,7 @@ def test_triton_backward_matches_float64(design):
     for dtype, (B, H, nq, nk, d, causal) in [(F16, (1, 2, 17, 70, 32, True)), (F32, (2, 1, 40, 17, 16, True)),
                                              (BF16, (1, 1, 33, 33, 64, False))]:
         q, k, v = inputs(B, H, nq, nk, d, dtype)
-        qc, kc, vc = (t.cpu() for t in (q, k, v))
-        o = spec.attention_ref64(qc, kc, vc, causal).to(dtype).to(utils.DEVICE)
-        lse = spec.attention_lse64(qc, kc, causal).float().to(utils.DEVICE)
-        do = torch.randn(o.shape, generator=torch.Generator().manual_seed(5)).to(dtype).to(utils.DEVICE)
-        got = bwd(q, k, v, o, lse, do, causal)
-        refs = spec.attention_backward_ref64(qc, kc, vc, do.cpu(), causal)
-        tols = spec.backward_tolerances(qc, kc, vc, do.cpu(), causal, dtype)
-        for name, a, r, t in zip(("dq", "dk", "dv"), got, refs, tols):
-            err = (a.double().cpu() - r).abs()
-            assert bool((err <= t).all()), f"{design} {dtype} {name}: max error {float(err.max()):.3g}"
+        assert_backward(bwd, q, k, v, causal, dtype, seed=5, label=f"{design} {dtype}")
 
 
 def test_triton_bad_input_is_refused_clearly():
@@ -352,16 +358,7 @@ def test_cuda_and_numba_backward_match_float64(lang, design):
     bwd = kernels.module("attention", lang).BACKWARDS[design][1]
     for B, H, nq, nk, d, causal in [(1, 1, 9, 20, 32, True), (1, 2, 12, 5, 16, True)]:
         q, k, v = inputs(B, H, nq, nk, d, F32)
-        qc, kc, vc = (t.cpu() for t in (q, k, v))
-        o = spec.attention_ref64(qc, kc, vc, causal).float().to(utils.DEVICE)
-        lse = spec.attention_lse64(qc, kc, causal).float().to(utils.DEVICE)
-        do = torch.randn(o.shape, generator=torch.Generator().manual_seed(7)).to(utils.DEVICE)
-        got = bwd(q, k, v, o, lse, do, causal)
-        refs = spec.attention_backward_ref64(qc, kc, vc, do.cpu(), causal)
-        tols = spec.backward_tolerances(qc, kc, vc, do.cpu(), causal, F32)
-        for name, a, r, t in zip(("dq", "dk", "dv"), got, refs, tols):
-            err = (a.double().cpu() - r).abs()
-            assert bool((err <= t).all()), f"{lang} {design} {name}: max error {float(err.max()):.3g}"
+        assert_backward(bwd, q, k, v, causal, F32, seed=7, label=f"{lang} {design}")
 
 
 def test_cuda_wmma_refuses_what_it_cannot_take():

@@ -12,6 +12,8 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from cuda_sources import TREE_SUM
+
 import utils
 
 DEV = utils.DEVICE
@@ -225,31 +227,17 @@ def test_compiled_code_is_cached():
 # ---------------------------------------------------------------------------------------
 # shared memory and barriers
 # ---------------------------------------------------------------------------------------
-REDUCE = r"""
+REDUCE = TREE_SUM + r"""
 #define BLOCK 256
 __global__ void block_sum(const float* x, float* partial, int n) {
     __shared__ float s[BLOCK];
-    int t = threadIdx.x;
-    int i = blockIdx.x * blockDim.x + t;
-    s[t] = i < n ? x[i] : 0.0f;
-    __syncthreads();
-    for (int stride = blockDim.x / 2; stride > 0; stride >>= 1) {
-        if (t < stride) s[t] += s[t + stride];
-        __syncthreads();  // every partial sum of this round is written before the next reads it
-    }
-    if (t == 0) partial[blockIdx.x] = s[0];
+    float total = block_tree_sum(x, s, n);
+    if (threadIdx.x == 0) partial[blockIdx.x] = total;
 }
 __global__ void block_sum_dyn(const float* x, float* partial, int n) {
     extern __shared__ float s[];
-    int t = threadIdx.x;
-    int i = blockIdx.x * blockDim.x + t;
-    s[t] = i < n ? x[i] : 0.0f;
-    __syncthreads();
-    for (int stride = blockDim.x / 2; stride > 0; stride >>= 1) {
-        if (t < stride) s[t] += s[t + stride];
-        __syncthreads();
-    }
-    if (t == 0) partial[blockIdx.x] = s[0];
+    float total = block_tree_sum(x, s, n);
+    if (threadIdx.x == 0) partial[blockIdx.x] = total;
 }
 """
 

@@ -11,6 +11,8 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from cuda_sources import REVERSE_DYNAMIC
+
 import utils
 
 pytestmark = pytest.mark.skipif(not utils.SIMULATE, reason="fault injection would corrupt a real GPU context")
@@ -375,17 +377,8 @@ def test_guarded_shared_arrays_behave_as_before():
 
 def test_dynamic_shared_memory_the_launch_did_not_ask_for():
     """The classic: extern __shared__ used, but the launch's third parameter forgotten."""
-    src = r"""
-__global__ void block_reverse(const float* x, float* y) {
-    extern __shared__ float buf[];
-    int t = threadIdx.x;
-    buf[t] = x[t];
-    __syncthreads();
-    y[t] = buf[blockDim.x - 1 - t];
-}
-"""
     x, y = torch.randn(64), torch.zeros(64)
-    kern = k(src, "block_reverse")
+    kern = k(REVERSE_DYNAMIC, "reverse_kernel")
     with pytest.raises(utils.KernelFault, match=r"wrote byte 0 of the dynamic \(extern __shared__\) shared memory, "
                                                 r"but the launch asked for 0 bytes.*third launch parameter"):
         kern[1, 64](x, y)

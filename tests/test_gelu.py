@@ -72,19 +72,12 @@ def test_gelu_strided_and_misaligned_input(lang, version):
 
 
 @pytest.mark.parametrize("lang", LANGS)
-def test_gelu_rejects_bad_input(lang):
+def test_gelu_refuses_other_float_dtypes(lang):
+    """(int32, another device and a list are refused by every launcher: tests/test_bad_inputs.py.)"""
     gelu = kernels.get("gelu", lang)
-    with pytest.raises(TypeError, match="float32"):
-        gelu(torch.zeros(8, dtype=torch.float64, device=utils.DEVICE))
-    with pytest.raises(TypeError, match="float32"):
-        gelu(torch.zeros(8, dtype=torch.float16, device=utils.DEVICE))
-    with pytest.raises(TypeError, match="float32"):
-        gelu(torch.zeros(8, dtype=torch.int32, device=utils.DEVICE))
-    with pytest.raises(TypeError, match="torch.Tensor"):
-        gelu([1.0, -1.0])
-    other = torch.device("meta") if utils.SIMULATE else torch.device("cpu")
-    with pytest.raises(ValueError, match="utils.DEVICE"):
-        gelu(torch.zeros(8, device=other))
+    for dtype in (torch.float64, torch.float16):
+        with pytest.raises(TypeError, match="float32"):
+            gelu(torch.zeros(8, dtype=dtype, device=utils.DEVICE))
 
 
 @pytest.mark.filterwarnings("ignore:invalid value:RuntimeWarning")  # inf * 0 in the simulators
@@ -155,16 +148,5 @@ def test_cuda_vectorized_kernel_uses_16_byte_accesses():
 
 @pytest.mark.parametrize("lang,version", ALL_VERSIONS)
 def test_gelu_passes_the_course_grader(lang, version, capsys):
-    if not hasattr(utils, "check_gelu"):
-        pytest.skip("utils.check_gelu is not available")
     utils.check_gelu(kernels.get("gelu", lang, version))
     assert capsys.readouterr().out.strip(), "the grader prints one line on success"
-
-
-def test_reference_versions_are_listed():
-    for lang in LANGS:
-        mod = kernels.module("gelu", lang)
-        assert mod.REFERENCE in mod.VERSIONS
-        assert kernels.get("gelu", lang) is mod.VERSIONS[mod.REFERENCE][1]
-        for name, (description, launcher) in mod.VERSIONS.items():
-            assert description and callable(launcher)

@@ -8,6 +8,7 @@ the trick is undone and an honest kernel passes again, so no test leaks into the
 from __future__ import annotations
 
 import builtins
+import contextlib
 import sys
 import types
 
@@ -18,17 +19,11 @@ import utils
 from utils import guard
 
 triton = pytest.importorskip("triton")
+from grader_kernels import relu_ok as relu  # noqa: E402  (the honest launcher)
+
 import triton.language as tl  # noqa: E402
 
 REPLACED = "in this notebook: this check earns no points"
-
-
-@triton.jit
-def _relu_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
-    x = tl.load(x_ptr + offs, mask=mask)
-    tl.store(out_ptr + offs, tl.maximum(x, 0.0), mask=mask)
 
 
 @triton.jit
@@ -36,13 +31,6 @@ def _copy_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
     tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask), mask=mask)
-
-
-def relu(x):
-    """The honest launcher."""
-    out = torch.empty_like(x)
-    _relu_kernel[(triton.cdiv(x.numel(), 1024),)](x, out, x.numel(), BLOCK=1024)
-    return out
 
 
 def wrong(x):
@@ -237,13 +225,19 @@ def test_the_le_trick_would_work_without_the_guard(monkeypatch):
     assert bool(mismatch_mask(torch.zeros(3), torch.ones(3), atol=0, rtol=0).all())
 
 
-def test_a_tracer_that_could_rewrite_the_graders_variables():
+@contextlib.contextmanager
+def tracing():
+    """A trace function, as a debugger sets one (or a tracer that could rewrite a grader's variables)."""
     sys.settrace(lambda *a: None)
     try:
-        with pytest.raises(utils.GradingError, match="sys.settrace"):
-            utils.check_relu(wrong)
+        yield
     finally:
         sys.settrace(None)
+
+
+def test_a_tracer_that_could_rewrite_the_graders_variables():
+    with tracing(), pytest.raises(utils.GradingError, match="sys.settrace"):
+        utils.check_relu(wrong)
     assert guard.tampering() == []
 
 
@@ -328,12 +322,8 @@ def test_the_guard_switched_off_is_put_back_before_a_check_cell(restore):
 
 
 def test_a_debugger_is_named(restore):
-    sys.settrace(lambda *a: None)
-    try:
-        with pytest.raises(utils.GradingError, match="Turn the debugger off"):
-            utils.check_relu(relu)
-    finally:
-        sys.settrace(None)
+    with tracing(), pytest.raises(utils.GradingError, match="Turn the debugger off"):
+        utils.check_relu(relu)
 
 
 def test_every_module_a_grader_relies_on_is_guarded():

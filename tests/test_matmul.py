@@ -362,21 +362,17 @@ def test_check_matmul_transposed_index_square_probe():
 
 
 @pytest.mark.skipif(not utils.SIMULATE, reason="the emulator's NaN-filled shared memory makes this deterministic")
-def test_check_matmul_missing_barrier_after_load():
-    fn = _launcher(GRADER_SRC, "tiled_no_load_barrier_kernel", "stride")
+@pytest.mark.parametrize("kernel,race,without_detection", [
+    ("tiled_no_load_barrier_kernel", r"data race on `as\[", r"between loading a tile and using it"),
+    ("tiled_no_overwrite_barrier_kernel", r"data race on `[ab]s\[", r"before the next tile overwrites")],
+    ids=["after_load", "before_overwrite"])
+def test_check_matmul_missing_barrier(kernel, race, without_detection):
+    fn = _launcher(GRADER_SRC, kernel, "stride")
     # The race detector names both lines and the barrier that is missing between them ...
-    _rejects(fn, r"data race on `as\[.*__syncthreads\(\) between line \d+ and line \d+")
+    _rejects(fn, race + r".*__syncthreads\(\) between line \d+ and line \d+")
     # ... and without it the grader still tells this mistake from the others.
     with utils.race_detection(False):
-        _rejects(fn, r"between loading a tile and using it")
-
-
-@pytest.mark.skipif(not utils.SIMULATE, reason="deterministic only under the emulator")
-def test_check_matmul_missing_barrier_before_overwrite():
-    fn = _launcher(GRADER_SRC, "tiled_no_overwrite_barrier_kernel", "stride")
-    _rejects(fn, r"data race on `[ab]s\[.*__syncthreads\(\) between line \d+ and line \d+")
-    with utils.race_detection(False):
-        _rejects(fn, r"before the next tile overwrites")
+        _rejects(fn, without_detection)
 
 
 def test_check_matmul_unmasked_tile_edges():

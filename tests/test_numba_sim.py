@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import utils
+from kernels.numba.reduction import block_sum
 
 from numba import cuda, float32
 
@@ -139,33 +140,15 @@ def test_votes():
 
 
 # ---------------------------------------------------------------------------------------
-# A warp-shuffle block reduction, the kernel lesson 04 teaches.
+# A warp-shuffle block reduction: lesson 04's block_sum.
 # ---------------------------------------------------------------------------------------
-@cuda.jit(device=True)
-def warp_sum(v):
-    offset = 16
-    while offset > 0:
-        v += cuda.shfl_down_sync(FULL, v, offset)
-        offset //= 2
-    return v
-
-
 @cuda.jit
 def block_sum_kernel(x, out):
-    partial = cuda.shared.array(32, float32)
+    scratch = cuda.shared.array(32, float32)
     i = cuda.grid(1)
-    lane = cuda.threadIdx.x % 32
-    warp = cuda.threadIdx.x // 32
-    v = x[i] if i < x.size else float32(0.0)
-    v = warp_sum(v)
-    if lane == 0:
-        partial[warp] = v
-    cuda.syncthreads()  # every warp's partial is written before warp 0 reads them
-    if warp == 0:
-        v = partial[lane] if lane < cuda.blockDim.x // 32 else float32(0.0)
-        v = warp_sum(v)
-        if lane == 0:
-            out[cuda.blockIdx.x] = v
+    v = block_sum(x[i] if i < x.size else float32(0.0), scratch)  # warp shuffles, then warp 0
+    if cuda.threadIdx.x == 0:
+        out[cuda.blockIdx.x] = v
 
 
 def test_warp_shuffle_block_reduction():

@@ -5,6 +5,7 @@ import time
 
 import pytest
 import torch
+from cuda_sources import REVERSE_DYNAMIC
 
 import utils
 
@@ -511,20 +512,9 @@ def test_a_2_16_elementwise_launch_profiles_within_2_s(copy):
     assert took < 4.0  # 2 s on an idle 2-core machine (docs/cuda-emulator.md); headroom for a loaded one
 
 
-DYNAMIC = r"""
-__global__ void reverse_kernel(const float* x_ptr, float* y_ptr) {
-    extern __shared__ float buf[];
-    int t = threadIdx.x;
-    buf[t] = x_ptr[t];
-    __syncthreads();
-    y_ptr[t] = buf[blockDim.x - 1 - t];
-}
-"""
-
-
 @sim
 def test_dynamic_shared_memory_is_named_and_counted():
-    k = utils.cuda_kernel(DYNAMIC, "reverse_kernel")
+    k = utils.cuda_kernel(REVERSE_DYNAMIC, "reverse_kernel")
     x, y = torch.randn(64), torch.zeros(64)
     p = utils.profile(k, 1, 64, x, y, shared=64 * 4)
     assert torch.equal(y, x.flip(0))

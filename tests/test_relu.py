@@ -45,20 +45,10 @@ def test_relu_keeps_shape_and_handles_strided_input(lang, version):
 
 
 @pytest.mark.parametrize("lang", LANGS)
-def test_relu_rejects_bad_input(lang):
-    relu = kernels.get("relu", lang)
+def test_relu_refuses_float64(lang):
+    """(int32, another device and a list are refused by every launcher: tests/test_bad_inputs.py.)"""
     with pytest.raises(TypeError, match="float32"):
-        relu(torch.zeros(8, dtype=torch.float64, device=utils.DEVICE))
-    with pytest.raises(TypeError, match="float32"):
-        relu(torch.zeros(8, dtype=torch.int32, device=utils.DEVICE))
-    with pytest.raises(TypeError, match="torch.Tensor"):
-        relu([1.0, -1.0])
-    if utils.SIMULATE:
-        other = torch.device("meta")
-    else:
-        other = torch.device("cpu")
-    with pytest.raises(ValueError, match="utils.DEVICE"):
-        relu(torch.zeros(8, device=other))
+        kernels.get("relu", lang)(torch.zeros(8, dtype=torch.float64, device=utils.DEVICE))
 
 
 @pytest.mark.parametrize("lang", LANGS)
@@ -80,14 +70,5 @@ def test_relu_backward(lang, shape):
 
 @pytest.mark.parametrize("lang,version", ALL_VERSIONS)
 def test_relu_passes_the_course_grader(lang, version, capsys):
-    if not hasattr(utils, "check_relu"):
-        pytest.skip("utils.check_relu is not available")
     utils.check_relu(kernels.get("relu", lang, version))
     assert capsys.readouterr().out.strip(), "the grader prints one line on success"
-
-
-def test_reference_versions_are_listed():
-    for lang in LANGS:
-        mod = kernels.module("relu", lang)
-        assert mod.REFERENCE in mod.VERSIONS
-        assert kernels.get("relu", lang) is mod.VERSIONS[mod.REFERENCE][1]

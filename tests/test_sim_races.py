@@ -25,32 +25,27 @@ THREADS = 64
 # ---------------------------------------------------------------------------------------
 # Numba kernels: each racy one next to its race-free twin.
 # ---------------------------------------------------------------------------------------
-@cuda.jit
-def block_sum_plain_kernel(x, out):
-    s = cuda.shared.array(THREADS, float32)
-    t = cuda.threadIdx.x
-    i = cuda.grid(1)
-    s[t] = x[i] if i < x.size else float32(0.0)
-    cuda.syncthreads()
-    if t == 0:
-        acc = float32(0.0)
-        for k in range(THREADS):
-            acc += s[k]
-        out[0] += acc  # every block's thread 0: a read-modify-write racing between blocks
+def _block_sum_kernel(atomic):
+    @cuda.jit
+    def block_sum_kernel(x, out):
+        s = cuda.shared.array(THREADS, float32)
+        t = cuda.threadIdx.x
+        i = cuda.grid(1)
+        s[t] = x[i] if i < x.size else float32(0.0)
+        cuda.syncthreads()
+        if t == 0:
+            acc = float32(0.0)
+            for k in range(THREADS):
+                acc += s[k]
+            if atomic:
+                cuda.atomic.add(out, 0, acc)
+            else:
+                out[0] += acc  # every block's thread 0: a read-modify-write racing between blocks
+    return block_sum_kernel
 
 
-@cuda.jit
-def block_sum_atomic_kernel(x, out):
-    s = cuda.shared.array(THREADS, float32)
-    t = cuda.threadIdx.x
-    i = cuda.grid(1)
-    s[t] = x[i] if i < x.size else float32(0.0)
-    cuda.syncthreads()
-    if t == 0:
-        acc = float32(0.0)
-        for k in range(THREADS):
-            acc += s[k]
-        cuda.atomic.add(out, 0, acc)
+block_sum_plain_kernel = _block_sum_kernel(False)
+block_sum_atomic_kernel = _block_sum_kernel(True)
 
 
 def _tree_kernel(with_barrier):
@@ -115,7 +110,7 @@ def _race(fn):
 def test_numba_race_between_blocks():
     x, out = _arrays(4 * THREADS)
     msg = _race(lambda: block_sum_plain_kernel[4, THREADS](x, out))
-    assert "block_sum_plain_kernel" in msg and "out[0]" in msg and "global memory" in msg
+    assert "block_sum_kernel" in msg and "out[0]" in msg and "global memory" in msg
     assert "thread 0 (warp 0, lane 0) of block (0, 0, 0)" in msg
     assert "thread 0 (warp 0, lane 0) of block (1, 0, 0)" in msg
     assert msg.count("`out[0] += acc") == 2  # both source lines

@@ -29,6 +29,7 @@ def test_spec_is_complete(name):
     for lang in kernels.LANGUAGES:
         mod = kernels.module(name, lang)
         assert mod.REFERENCE in mod.VERSIONS
+        assert all(description and callable(launcher) for description, launcher in mod.VERSIONS.values())
     for target in spec.targets:
         assert target.lang in kernels.LANGUAGES and target.kind in ("copy", "torch", "gbps")
         assert target.threshold > 0

@@ -265,6 +265,20 @@ def _copy_submission(src: Path, dest: Path, *, who: str = "the submission") -> l
     return files
 
 
+def _why_not_a_folder(path: Path, where: str, *, say_absent: bool, say_not_folder: bool) -> str | None:
+    """None when ``path`` is a folder of its own (not a symbolic link); otherwise why not, or ""
+    where it is skipped without a word (absent, or not a folder, and not to be said)."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return f"there is no {where}" if say_absent else ""
+    if stat.S_ISLNK(st.st_mode):
+        return f"{where} is a symbolic link, not the student's own folder"
+    if not stat.S_ISDIR(st.st_mode):
+        return f"{where} is not a folder" if say_not_folder else ""
+    return None
+
+
 def find_submissions(course: Path, assignment: str, students=None) -> tuple[list[str], dict[str, str]]:
     """``(students to grade, {student: why not})``. Each entry of ``submitted/`` is looked at
     without following a link: a name that is not a student id, a student or assignment folder
@@ -285,36 +299,16 @@ def find_submissions(course: Path, assignment: str, students=None) -> tuple[list
                              "(letters, digits and _ . @ + - only, at most 100, starting with a letter or digit)")
             continue
         where = f"submitted/{name}"
-        try:
-            st = os.lstat(sub_root / name)
-        except OSError:
-            if explicit:
-                refused[name] = f"{name}: not graded: there is no {where}"
-            continue
-        if stat.S_ISLNK(st.st_mode):
-            refused[name] = f"{name}: not graded: {where} is a symbolic link, not the student's own folder"
-            continue
-        if not stat.S_ISDIR(st.st_mode):
-            if explicit:
-                refused[name] = f"{name}: not graded: {where} is not a folder"
-            continue
-        where = f"{where}/{assignment}"
-        try:
-            st = os.lstat(sub_root / name / assignment)
-        except OSError:
-            if explicit:
-                refused[name] = f"{name}: not graded: there is no {where}"
-            continue
-        if stat.S_ISLNK(st.st_mode):
-            refused[name] = f"{name}: not graded: {where} is a symbolic link, not the student's own folder"
-            continue
-        if not stat.S_ISDIR(st.st_mode):
-            refused[name] = f"{name}: not graded: {where} is not a folder"
-            continue
-        if os.path.realpath(sub_root / name / assignment) != os.path.join(real_root, name, assignment):
-            refused[name] = f"{name}: not graded: {where} resolves outside submitted/{name}/"
-            continue
-        ok.append(name)
+        why = _why_not_a_folder(sub_root / name, where, say_absent=explicit, say_not_folder=explicit)
+        if why is None:
+            where = f"{where}/{assignment}"
+            why = _why_not_a_folder(sub_root / name / assignment, where, say_absent=explicit, say_not_folder=True)
+        if why is None and os.path.realpath(sub_root / name / assignment) != os.path.join(real_root, name, assignment):
+            why = f"{where} resolves outside submitted/{name}/"
+        if why is None:
+            ok.append(name)
+        elif why:
+            refused[name] = f"{name}: not graded: {why}"
     return ok, refused
 
 

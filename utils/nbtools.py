@@ -176,6 +176,14 @@ def _todo_message(todo_line: str | None) -> str:
     return msg
 
 
+def _todo_above(out: list[str], comment: str, marker: str, where: str) -> str:
+    """The line above a solution marker, which must be its TODO line (a ``comment`` line)."""
+    previous = out[-1] if out else ""
+    if not _TODO_RE.match(previous) or not previous.strip().startswith(comment):
+        raise NotebookError(f"{where}: put a '{comment} TODO (about N lines): ...' line just above {marker}")
+    return previous
+
+
 def clear_solutions(source: str, cell_type: str = "code", where: str = "") -> tuple[str, bool]:
     """Replace every solution region of one cell's source by its stub.
 
@@ -201,20 +209,12 @@ def clear_solutions(source: str, cell_type: str = "code", where: str = "") -> tu
                 out.append(indent + TEXT_STUB)
             elif stripped.startswith(BEGIN_PY):
                 kind = "py"
-                previous = out[-1] if out else ""
-                if not _TODO_RE.match(previous) or not previous.strip().startswith("#"):
-                    raise NotebookError(
-                        f"{where}: line {lineno}: put a '# TODO (about N lines): ...' line "
-                        f"just above {BEGIN_PY}")
-                message = json.dumps(_todo_message(previous), ensure_ascii=False)
+                message = json.dumps(_todo_message(_todo_above(out, "#", BEGIN_PY, f"{where}: line {lineno}")),
+                                     ensure_ascii=False)
                 out.append(f"{indent}raise NotImplementedError({message})")
             elif stripped.startswith(BEGIN_CPP):
                 kind = "cpp"
-                previous = out[-1] if out else ""
-                if not _TODO_RE.match(previous) or not previous.strip().startswith("//"):
-                    raise NotebookError(
-                        f"{where}: line {lineno}: put a '// TODO (about N lines): ...' line "
-                        f"just above {BEGIN_CPP}")
+                _todo_above(out, "//", BEGIN_CPP, f"{where}: line {lineno}")
                 out.append(indent + CPP_STUB)
             else:
                 raise NotebookError(

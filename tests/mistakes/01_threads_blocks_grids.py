@@ -1,4 +1,6 @@
 """Exercise 01, threads, blocks and grids: typical mistakes as mutations (see __init__.py)."""
+from mistakes import no_bounds_check, no_mask
+
 CU = "def add_cuda("
 NB = "def add_kernel_numba("
 TR = "def add_kernel_triton("
@@ -7,18 +9,17 @@ NB2 = "def add_2d_kernel_numba("
 TR2 = "def add_2d_kernel_triton("
 
 MISTAKES = [
-    Mistake("cuda_no_bounds_check", CU, "    if (idx < n) {\n        out_ptr[idx] = x_ptr[idx] + y_ptr[idx];\n    }",
-            "    out_ptr[idx] = x_ptr[idx] + y_ptr[idx];", cause=r"past the end|idx < n|bounds"),
+    no_bounds_check("cuda", CU, "    if (idx < n) {\n        out_ptr[idx] = x_ptr[idx] + y_ptr[idx];\n    }",
+                    "    out_ptr[idx] = x_ptr[idx] + y_ptr[idx];"),
     Mistake("cuda_grid_rounded_down", CU, "grid = (n + block - 1) // block", "grid = n // block",
             cause=r"never written|grid|round"),
     Mistake("cuda_thread_index_only", CU, "int idx = blockIdx.x * blockDim.x + threadIdx.x;",
             "int idx = threadIdx.x;", cause=r"blockIdx|never written|block"),
-    Mistake("numba_no_bounds_check", NB, "    if idx < n:\n        out[idx] = x[idx] + y[idx]",
-            "    out[idx] = x[idx] + y[idx]", cause=r"past the end|idx < n|bounds|index"),
+    no_bounds_check("numba", NB, "    if idx < n:\n        out[idx] = x[idx] + y[idx]",
+                    "    out[idx] = x[idx] + y[idx]"),
     Mistake("numba_grid_rounded_down", NB, "blocks = (n + threads - 1) // threads", "blocks = n // threads",
             cause=r"never written|grid|round"),
-    Mistake("triton_no_mask", TR, "tl.store(out_ptr + offsets, x + y, mask=mask)",
-            "tl.store(out_ptr + offsets, x + y)", cause=r"mask|past the end"),
+    no_mask(TR, "tl.store(out_ptr + offsets, x + y, mask=mask)"),
     Mistake("triton_no_program_id", TR, "offsets = pid * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)",
             "offsets = tl.arange(0, BLOCK_SIZE)", cause=r"program_id|never written|pid"),
     Mistake("cuda_2d_axes_swapped", CU2,

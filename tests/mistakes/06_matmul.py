@@ -1,19 +1,18 @@
 """Exercise 06, matmul: typical mistakes as mutations of the solution (see __init__.py)."""
+from mistakes import OTHER_UNDEFINED, race
+
 CU = "matmul_tiled_kernel(const float*"
 NB = "def matmul_numba_kernel"
 TR = "def matmul_triton_kernel"
 
 MISTAKES = [
-    Mistake("cuda_no_barrier_end_of_tile_loop", CU,
-            "acc += a_tile[ty][k] * b_tile[k][tx];\n        __syncthreads();\n",
-            "acc += a_tile[ty][k] * b_tile[k][tx];\n",
-            cause=r"end of the (k0 |tile )?loop|second __syncthreads|before the next tile",
-            sim_only="a race: a GPU may or may not overwrite a tile before every warp has read it"),
-    Mistake("cuda_no_first_barrier", CU,
-            "b_ptr[(k0 + ty) * N + col] : 0.0f;\n        __syncthreads();\n",
-            "b_ptr[(k0 + ty) * N + col] : 0.0f;\n",
-            cause=r"race|__syncthreads",
-            sim_only="a race: a GPU may or may not read a tile before it is written"),
+    race("cuda_no_barrier_end_of_tile_loop", CU,
+         "acc += a_tile[ty][k] * b_tile[k][tx];\n        __syncthreads();\n", "acc += a_tile[ty][k] * b_tile[k][tx];\n",
+         cause=r"end of the (k0 |tile )?loop|second __syncthreads|before the next tile",
+         gpu="a GPU may or may not overwrite a tile before every warp has read it"),
+    race("cuda_no_first_barrier", CU, "b_ptr[(k0 + ty) * N + col] : 0.0f;\n        __syncthreads();\n",
+         "b_ptr[(k0 + ty) * N + col] : 0.0f;\n", cause=r"race|__syncthreads",
+         gpu="a GPU may or may not read a tile before it is written"),
     Mistake("cuda_no_edge_zero", CU,
             "(row < M && k0 + tx < K) ? a_ptr[row * K + k0 + tx] : 0.0f",
             "a_ptr[row * K + k0 + tx]",
@@ -33,11 +32,8 @@ MISTAKES = [
             "matmul_triton_kernel[(cdiv(M, 32), cdiv(N, 32))]",
             "matmul_triton_kernel[(cdiv(N, 32), cdiv(M, 32))]",
             cause=r"swap"),
-    Mistake("triton_no_other", TR,
-            "(rk[None, :] + k0 < K), other=0.0)", "(rk[None, :] + k0 < K))",
-            cause=r"other=",
-            sim_only="undefined behaviour: masked-off lanes are undefined; a GPU often loads 0 there, "
-                     "simulation loads NaN so the missing other= shows"),
+    Mistake("triton_no_other", TR, "(rk[None, :] + k0 < K), other=0.0)", "(rk[None, :] + k0 < K))",
+            cause=r"other=", sim_only=OTHER_UNDEFINED),
     Mistake("triton_pointers_not_advanced", TR,
             "        a_ptrs += BLOCK_K * stride_ak\n        b_ptrs += BLOCK_K * stride_bk\n", "",
             cause=r"advance|pointer", not_words=("__syncthreads",)),

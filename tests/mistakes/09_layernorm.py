@@ -1,4 +1,6 @@
 """Exercise 09, LayerNorm: typical mistakes as mutations of the solution (see __init__.py)."""
+from mistakes import TRITON_TRAFFIC, race
+
 TR = "def layernorm_fwd_kernel("
 CU = "bwd_src = r'''"
 NB = "def partials_kernel("
@@ -20,10 +22,10 @@ MISTAKES = [
     Mistake("triton_rsqrt_ok", TR, "rstd = 1.0 / tl.sqrt(tl.sum(d * d, axis=0) / cols + eps)",
             "rstd = tl.rsqrt(tl.sum(d * d, axis=0) / cols + eps)", verdict="accepted"),
     # the CUDA backward (dx)
-    Mistake("cuda_no_barrier_between_reductions", CU,
-            "    __syncthreads();                      // the previous call's readers are done\n", "",
-            cause=r"race|__syncthreads|barrier",
-            sim_only="a race: on a GPU the second reduction may happen not to overwrite scratch before it is read"),
+    race("cuda_no_barrier_between_reductions", CU,
+         "    __syncthreads();                      // the previous call's readers are done\n", "",
+         cause=r"race|__syncthreads|barrier",
+         gpu="on a GPU the second reduction may happen not to overwrite scratch before it is read"),
     Mistake("cuda_c1_not_divided", CU, "float c1 = block_sum(s1, scratch) / cols;",
             "float c1 = block_sum(s1, scratch);", cause=r"dy\*w\*xhat is not divided by N",
             not_words=("two row sums",)),
@@ -57,8 +59,7 @@ MISTAKES += [
             more=((TR, "    w = tl.load(w_ptr + offs, mask=mask)\n", _LOAD_X + "    d = tl.where(mask, x - mean, 0.0)\n"
                    "    w = tl.load(w_ptr + offs, mask=mask)\n"),),
             cause=r"reads the same data more than once", not_words=("neighbouring threads",),
-            sim_only="efficiency: the traffic check counts the bytes a Triton kernel moves in simulation only; "
-                     "on a GPU the exercise grades the results and says the traffic is graded in simulation"),
+            sim_only=TRITON_TRAFFIC),
     Mistake("triton_torch_does_the_work", TR, "    return y, mean, rstd",
             "    y = torch.nn.functional.layer_norm(x, (cols,), w, b, eps)\n"
             "    return y, x.mean(dim=1), torch.rsqrt(x.var(dim=1, unbiased=False) + eps)",

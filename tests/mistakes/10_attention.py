@@ -1,4 +1,6 @@
 """Exercise 10, attention: typical mistakes as mutations of the solution (see __init__.py)."""
+from mistakes import TRITON_TRAFFIC
+
 TR = "def flash_fwd_kernel("
 CA = "def flash_causal_kernel("
 DE = "def delta_kernel("
@@ -47,8 +49,7 @@ MISTAKES += [
             cause=r"not carried from one tile to the next"),
     Mistake("causal_no_tile_skipping", CA, "hi = tl.minimum(Nk, tl.maximum((pid + 1) * BLOCK_M + Nk - Nq, 0))",
             "hi = Nk", cause=r"tiles of keys above the diagonal.*hi = \(pid \+ 1\) \* BLOCK_M \+ Nk - Nq",
-            sim_only="efficiency: the traffic check counts the bytes a Triton kernel moves in simulation only; "
-                     "on a GPU the exercise grades the results and says the traffic is graded in simulation"),
+            sim_only=TRITON_TRAFFIC),
     Mistake("causal_hi_one_tile_short", CA, "hi = tl.minimum(Nk, tl.maximum((pid + 1) * BLOCK_M + Nk - Nq, 0))",
             "hi = tl.minimum(Nk, tl.maximum(pid * BLOCK_M + Nk - Nq, 0))",
             cause=r"ends one tile early", not_words=("Nk // BLOCK_N", "runs zero times")),

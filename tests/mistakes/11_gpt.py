@@ -1,15 +1,17 @@
 """Exercise 11, your kernels in a GPT: typical mistakes as mutations of the solution (see __init__.py)."""
+from mistakes import race
+
 EB = "def embedding_backward_kernel("
 CE = "def cross_entropy_kernel("
 GB = "def gelu_backward_kernel("
 
 MISTAKES = [
     # exercise 1: the embedding's backward
-    Mistake("embedding_plain_add", EB, "    tl.atomic_add(dweight_ptr + row * dim + cols, g, mask=mask)\n",
-            "    old = tl.load(dweight_ptr + row * dim + cols, mask=mask, other=0.0)\n"
-            "    tl.store(dweight_ptr + row * dim + cols, old + g, mask=mask)\n",
-            cause=r"race.*(atomic|sort)",
-            sim_only="a race: two programs must update one row at the same time to lose one, which a GPU may not do"),
+    race("embedding_plain_add", EB, "    tl.atomic_add(dweight_ptr + row * dim + cols, g, mask=mask)\n",
+         "    old = tl.load(dweight_ptr + row * dim + cols, mask=mask, other=0.0)\n"
+         "    tl.store(dweight_ptr + row * dim + cols, old + g, mask=mask)\n",
+         cause=r"race.*(atomic|sort)",
+         gpu="two programs must update one row at the same time to lose one, which a GPU may not do"),
     Mistake("embedding_overwrites", EB, "    tl.atomic_add(dweight_ptr + row * dim + cols, g, mask=mask)\n",
             "    tl.atomic_xchg(dweight_ptr + row * dim + cols, g, mask=mask)\n",
             cause=r"add|overwr|lost", not_words=("NaN marker",)),

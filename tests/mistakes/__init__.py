@@ -11,6 +11,9 @@ Right kernels written an unusual way are entries too, with ``verdict="accepted"`
 A module may also define ``prepare(source, tag) -> source``, applied to every cell before it
 runs, for notebooks that register global names (exercise 07's ``torch.library`` operators).
 
+The entries that recur across exercises (an index without its guard, a store without its
+mask, a race) are made by the functions below, which a catalog imports.
+
 ``tests/test_mistakes.py`` grades every entry in simulation; ``benchmarks/sim_vs_gpu.py``
 grades them in the current mode and records the GPU side.
 """
@@ -54,6 +57,41 @@ class Mistake:
     sim_only: str | None = None
     #: more replacements (cell, old, new) for a mistake that spans two cells
     more: tuple = ()
+
+
+# ---------------------------------------------------------------------------------------
+# Entries that recur across exercises, with their cause and note written once. A catalog
+# imports the ones it uses: ``from mistakes import no_mask, race``.
+# ---------------------------------------------------------------------------------------
+def no_bounds_check(lang: str, cell: str, guarded: str, unguarded: str, index: str = "idx") -> Mistake:
+    """``<lang>_no_bounds_check``: the ``index < n`` guard of a CUDA C++ or Numba kernel removed."""
+    cause = rf"past the end|{index} < n|bounds" + ("|index" if lang == "numba" else "")
+    return Mistake(f"{lang}_no_bounds_check", cell, guarded, unguarded, cause=cause)
+
+
+def no_mask(cell: str, store: str) -> Mistake:
+    """``triton_no_mask``: ``store``, a ``tl.store(..., mask=mask)``, without its mask."""
+    return Mistake("triton_no_mask", cell, store, store.replace(", mask=mask)", ")"), cause=r"mask|past the end")
+
+
+def no_tail(cell: str, tail: str) -> Mistake:
+    """``vec4_no_tail``: a vectorized kernel without the code for the last n % 4 elements."""
+    return Mistake("vec4_no_tail", cell, tail, "", cause=r"tail|never written|last")
+
+
+#: Why a missing ``other=`` may pass on a GPU.
+OTHER_UNDEFINED = ("undefined behaviour: masked-off lanes are undefined; a GPU often loads 0 there, "
+                   "simulation loads NaN so the missing other= shows")
+
+#: Why a kernel that moves too many bytes is caught in simulation only.
+TRITON_TRAFFIC = ("efficiency: the traffic check counts the bytes a Triton kernel moves in simulation only; "
+                  "on a GPU the exercise grades the results and says the traffic is graded in simulation")
+
+
+def race(name: str, cell: str, old: str, new: str, cause: str, gpu: str) -> Mistake:
+    """A missing barrier or atomic. Simulation always catches the race; ``gpu`` says why a
+    GPU may not show it."""
+    return Mistake(name, cell, old, new, cause=cause, sim_only=f"a race: {gpu}")
 
 
 @dataclass

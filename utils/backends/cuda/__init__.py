@@ -280,9 +280,6 @@ class CudaKernel:
                 if a is None:
                     out.append(_gpu.pointer(0))
                     continue
-                if not isinstance(a, torch.Tensor):
-                    raise TypeError(f"{self.name}: argument `{p.name}` is `{emu.describe_code(code)}`: pass a torch "
-                                    f"tensor, got {type(a).__name__}")
                 emu.check_tensor(self.name, p, code, a, dev)
                 out.append(_gpu.pointer(a.data_ptr()))
             else:

@@ -595,6 +595,11 @@ def convert_scalar(kname: str, p: Param, code: str, value):
 
 
 def check_tensor(kname: str, p: Param, code: str, t: torch.Tensor, device: torch.device):
+    """The argument of pointer parameter ``p``: a contiguous torch tensor on ``device``, of the
+    pointee's dtype."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{kname}: argument `{p.name}` is `{describe_code(code)}`: pass a torch tensor, "
+                        f"got {type(t).__name__}")
     if t.device.type != device.type:
         raise TypeError(f"{kname}: argument `{p.name}` is on {t.device}, but kernels run on {device} here "
                         f"(use tensors on utils.DEVICE)")
@@ -683,9 +688,6 @@ def launch(lib: EmuLibrary, kname: str, params: list[Param], grid, block, shared
             if a is None:
                 holders.append(ctypes.c_void_p(0))
                 continue
-            if not isinstance(a, torch.Tensor):
-                raise TypeError(f"{kname}: argument `{p.name}` is `{describe_code(code)}`: pass a torch tensor, "
-                                f"got {type(a).__name__}")
             check_tensor(kname, p, code, a, cpu)
             tensors.append((k, a, code.startswith("pc")))
             holders.append(None)

@@ -475,15 +475,6 @@ _KEPT_DIRECTIVES = re.compile(r"^\s*#\s*(define|undef|if|ifdef|ifndef|elif|else|
 _DEVICE_HINT = re.compile(r"\b(__global__|__device__|__constant__)\b")
 
 
-def _skip_literal(code: str, i: int) -> int:
-    """The offset just past the string or character literal that starts at ``i``."""
-    q, n = code[i], len(code)
-    i += 1
-    while i < n and code[i] != q and code[i] != "\n":
-        i += 2 if code[i] == "\\" else 1
-    return i + 1
-
-
 def device_part(text: str) -> str | None:
     """The device code of a source that mixes host code (torch, pybind) with kernels, for
     NVRTC, which cannot compile host code: top-level ``__global__``/``__device__``
@@ -504,6 +495,7 @@ _FUNCTION_NAME = re.compile(r"[^=(]*?\b(\w+)\s*\(", re.S)
 def _device_part(text: str) -> tuple[str, set[int]] | None:
     """``device_part`` and the lines of the host helpers it kept (as a kernel calls them)."""
     from ._source import strip_comments
+    from .nvrtc_compat import scan_declaration
     code = strip_comments(text)
     if not _DEVICE_HINT.search(code):
         return None
@@ -535,40 +527,14 @@ def _device_part(text: str) -> tuple[str, set[int]] | None:
             i += 1
             continue
         # One top-level declaration: up to `;` or to the `}` that closes its body.
-        start, depth, head_end, j = i, 0, None, i
-        while j < n:
-            ch = code[j]
-            if ch in "\"'":
-                j = _skip_literal(code, j)
-                continue
-            if ch == "#" and depth > 0 and not code[code.rfind("\n", 0, j) + 1:j].strip():
-                e = code.find("\n", j)  # a directive inside a body (#pragma unroll) is part of it
-                j = n if e < 0 else e
-                continue
-            if ch == "{":
-                if depth == 0 and head_end is None:
-                    head_end = j
-                    if re.match(r'\s*(inline\s+)?(namespace\b[^{;]*|extern\s*"C"\s*)$', code[start:j]):
-                        break  # its contents are top-level declarations too
-                depth += 1
-            elif ch == "}":
-                depth -= 1
-                if depth == 0:
-                    k = j + 1
-                    while k < n and code[k] in " \t\n":
-                        k += 1
-                    if k < n and code[k] == ";":  # struct S {...}; or an initializer
-                        j = k
-                    break
-            elif ch == ";" and depth == 0:
-                break
-            j += 1
+        start = i
+        j, head_end, opens = scan_declaration(code, start)
         if j >= n:
             break
         end = j + 1
         head = code[start:head_end if head_end is not None else end]
         body = code[start:end]
-        if head_end is not None and code[head_end] == "{" and depth == 0 and end == head_end + 1:
+        if opens:
             keep[start:end] = b"\1" * (end - start)  # namespace X { : kept open
         elif _DEVICE_MARK.search(head):
             keep[start:end] = b"\1" * (end - start)

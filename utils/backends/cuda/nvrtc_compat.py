@@ -46,11 +46,53 @@ _PRAGMA_ONCE = re.compile(r"^[ \t]*#[ \t]*pragma[ \t]+once\b[^\n]*$", re.M)
 
 
 def _skip_literal(code: str, i: int) -> int:
+    """The offset just past the string or character literal that starts at ``i``."""
     q, n = code[i], len(code)
     i += 1
     while i < n and code[i] != q and code[i] != "\n":
         i += 2 if code[i] == "\\" else 1
     return i + 1
+
+
+_OPENS_SCOPE = re.compile(r'\s*(inline\s+)?(namespace\b[^{;]*|extern\s*"C(\+\+)?"\s*)$')
+
+
+def scan_declaration(code: str, start: int) -> tuple[int, int | None, bool]:
+    """The top-level declaration that starts at ``start`` of ``code`` (comments blanked):
+    ``(j, head_end, opens)``. ``j`` is the offset of its last character, the ``;`` or the ``}``
+    that closes its body (or the ``;`` just after that ``}``), at least ``len(code)`` when it
+    never ends; ``head_end`` is the offset of its body's ``{`` (None without a body); ``opens``
+    says it is a namespace or an ``extern "C"`` block, whose contents are top-level
+    declarations too (``j`` is then its ``{``)."""
+    n, depth, head_end, j = len(code), 0, None, start
+    while j < n:
+        ch = code[j]
+        if ch in "\"'":
+            j = _skip_literal(code, j)
+            continue
+        if ch == "#" and not code[code.rfind("\n", 0, j) + 1:j].strip():
+            e = code.find("\n", j)  # a directive inside a declaration (#pragma unroll) is part of it
+            j = n if e < 0 else e
+            continue
+        if ch == "{":
+            if depth == 0 and head_end is None:
+                head_end = j
+                if _OPENS_SCOPE.match(code[start:j]):
+                    return j, head_end, True
+            depth += 1
+        elif ch == "}":
+            depth -= 1
+            if depth == 0:
+                k = j + 1
+                while k < n and code[k] in " \t\n":
+                    k += 1
+                if k < n and code[k] == ";":  # struct S {...}; or an initializer
+                    j = k
+                break
+        elif ch == ";" and depth == 0:
+            break
+        j += 1
+    return j, head_end, False
 
 
 def _declarations(code: str):
@@ -73,36 +115,9 @@ def _declarations(code: str):
                 i = e + 1
             i = e
             continue
-        start, depth, head_end, j, entered = i, 0, None, i, False
-        while j < n:
-            ch = code[j]
-            if ch in "\"'":
-                j = _skip_literal(code, j)
-                continue
-            if ch == "#" and not code[code.rfind("\n", 0, j) + 1:j].strip():
-                e = code.find("\n", j)  # a directive inside a body (#pragma unroll) is part of it
-                j = n if e < 0 else e
-                continue
-            if ch == "{":
-                if depth == 0 and head_end is None:
-                    head_end = j
-                    if re.match(r'\s*(inline\s+)?(namespace\b[^{;]*|extern\s*"C(\+\+)?"\s*)$', code[start:j]):
-                        entered = True
-                        break
-                depth += 1
-            elif ch == "}":
-                depth -= 1
-                if depth == 0:
-                    k = j + 1
-                    while k < n and code[k] in " \t\n":
-                        k += 1
-                    if k < n and code[k] == ";":
-                        j = k
-                    break
-            elif ch == ";" and depth == 0:
-                break
-            j += 1
-        if entered:
+        start = i
+        j, head_end, opens = scan_declaration(code, start)
+        if opens:
             i = j + 1
             continue
         end = min(j + 1, n)

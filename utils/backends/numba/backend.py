@@ -4,11 +4,11 @@ Numba's CUDA simulator with the course's scheduler (``simulator.py``) and race d
 by ``profile.py``."""
 from __future__ import annotations
 
-import contextlib
 import sys
 
 from ...config import SIMULATE
 from .. import launches
+from .._simulated import SimulatedBackend
 from . import races, simulator
 
 __all__ = ["BACKEND", "NumbaBackend"]
@@ -55,33 +55,21 @@ _hooked = False
 launches.install_hooks_on_record(_hook_launches)
 
 
-class NumbaBackend:
+class NumbaBackend(SimulatedBackend):
     name = "numba"
     title = "Numba (numba.cuda.jit)"
-
-    def owns(self, kernel) -> bool:
-        return (type(kernel).__module__ or "").startswith("numba")
+    races = races
 
     def launch(self, kernel, grid, block, *args, shared: int = 0):
         return kernel[grid, block, 0, shared](*args)
 
-    @contextlib.contextmanager
-    def race_detection(self, enabled: bool = True):
-        """Check simulated launches for races inside the block, or not (a GPU has no checker)."""
-        was = races.RACECHECK
-        races.RACECHECK = bool(enabled)
-        try:
-            yield
-        finally:
-            races.RACECHECK = was
+    def _profile_module(self):
+        from . import profile
+        return profile
 
     def profile(self, kernel, grid, *args, shared: int = 0, **kwargs):
         from ..profile_report import from_counts
-        try:
-            from . import profile as counters
-        except ImportError:
-            raise NotImplementedError("profiling Numba kernels is not available in this version of the course "
-                                      "(utils/backends/numba/profile.py is missing)") from None
+        counters = self.counters()
         if not args:
             raise TypeError("profile(numba_kernel, grid, block, *args): the block size is missing")
         return from_counts(counters.profile_numba(kernel, grid, args[0], *args[1:], shared=shared, **kwargs),

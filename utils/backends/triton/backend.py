@@ -4,11 +4,11 @@ driver) in simulation and by Triton on a GPU; ``compat.py`` holds what works in 
 (``tanh``, ``do_bench``, ``autotune``)."""
 from __future__ import annotations
 
-import contextlib
 import sys
 
 from ...config import SIMULATE
 from .. import launches
+from .._simulated import SimulatedBackend
 from . import interpreter
 
 __all__ = ["BACKEND", "TritonBackend"]
@@ -48,33 +48,21 @@ _hooked = False
 launches.install_hooks_on_record(_hook_launches)
 
 
-class TritonBackend:
+class TritonBackend(SimulatedBackend):
     name = "triton"
     title = "Triton (triton.jit)"
-
-    def owns(self, kernel) -> bool:
-        return (type(kernel).__module__ or "").startswith("triton")
+    races = interpreter
 
     def launch(self, kernel, grid, *args, **meta):
         return kernel[grid](*args, **meta)
 
-    @contextlib.contextmanager
-    def race_detection(self, enabled: bool = True):
-        """Check interpreted launches for races inside the block, or not (a GPU has no checker)."""
-        was = interpreter.RACECHECK
-        interpreter.RACECHECK = bool(enabled)
-        try:
-            yield
-        finally:
-            interpreter.RACECHECK = was
+    def _profile_module(self):
+        from . import profile
+        return profile
 
     def profile(self, kernel, grid, *args, shared: int = 0, **kwargs):
         from ..profile_report import from_counts
-        try:
-            from . import profile as counters
-        except ImportError:
-            raise NotImplementedError("profiling Triton kernels is not available in this version of the course "
-                                      "(utils/backends/triton/profile.py is missing)") from None
+        counters = self.counters()
         return from_counts(counters.profile_triton(kernel, grid, *args, **kwargs), kernel, "triton")
 
 

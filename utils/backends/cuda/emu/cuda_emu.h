@@ -1379,14 +1379,29 @@ EMU_NOTSAN inline int describe_block(char* buf, int pos, int cap) {
     siglongjmp(S.jmp, 1);
 }
 
-[[noreturn]] EMU_NOTSAN inline void fault_trap(const char* fmt, ...) {
+// Records a fault of `kind` in the current block, with its message; the caller ends the launch.
+EMU_NOTSAN inline emu_fault_info& record_fault(int kind, const char* fmt, va_list ap) {
     emu_fault_info& f = S.fault;
-    f.kind = 5;
-    f.thread[0] = (int)threadIdx.x; f.thread[1] = (int)threadIdx.y; f.thread[2] = (int)threadIdx.z;
+    f.kind = kind;
     f.block[0] = (int)blockIdx.x; f.block[1] = (int)blockIdx.y; f.block[2] = (int)blockIdx.z;
+    vsnprintf(f.msg, sizeof f.msg, fmt, ap);
+    return f;
+}
+
+[[noreturn]] EMU_NOTSAN inline void fault_trap(const char* fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(f.msg, sizeof f.msg, fmt, ap);
+    emu_fault_info& f = record_fault(5, fmt, ap);
+    va_end(ap);
+    f.thread[0] = (int)threadIdx.x; f.thread[1] = (int)threadIdx.y; f.thread[2] = (int)threadIdx.z;
+    siglongjmp(S.jmp, 1);
+}
+
+// A fault that the whole block made (no one thread): the launch ends with the message.
+[[noreturn]] EMU_NOTSAN __attribute__((format(printf, 2, 3))) inline void fault_in_block(int kind, const char* fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    record_fault(kind, fmt, ap);
     va_end(ap);
     siglongjmp(S.jmp, 1);
 }
@@ -1534,17 +1549,13 @@ EMU_NOTSAN inline void check_shared_guards(const char* when) {
         // The first changed byte may be the second of an element whose first byte happened to
         // match the guard pattern: name the element's first byte.
         unsigned long long byte = (dyn_shared_bytes + k) / dyn_elem * dyn_elem;
-        emu_fault_info& f = S.fault;
-        f.kind = 7;
-        f.block[0] = (int)blockIdx.x; f.block[1] = (int)blockIdx.y; f.block[2] = (int)blockIdx.z;
-        snprintf(f.msg, sizeof f.msg,
+        fault_in_block(7,
                  "a thread of block (%u,%u,%u) wrote byte %llu of the dynamic (extern __shared__) shared memory, "
                  "but the launch asked for %llu byte%s, %s. The size is the third launch parameter: "
                  "k[grid, block, shared_bytes](...) (<<<grid, block, shared_bytes>>> in C++); is it missing, "
                  "or counted in elements instead of bytes?",
                  blockIdx.x, blockIdx.y, blockIdx.z, byte,
                  (unsigned long long)dyn_shared_bytes, dyn_shared_bytes == 1 ? "" : "s", when);
-        siglongjmp(S.jmp, 1);
     }
     int i; bool past; long long idx;
     if (!find_shared_overrun(&i, &past, &idx)) {
@@ -1553,30 +1564,22 @@ EMU_NOTSAN inline void check_shared_guards(const char* when) {
         if (arena_rw > arena_used && !memcmp(arena_base + arena_used, want, arena_rw - arena_used)) return;
         for (size_t k = arena_used; k < arena_rw; ++k) {
             if ((unsigned char)arena_base[k] == want[k - arena_used]) continue;
-            emu_fault_info& f = S.fault;
-            f.kind = 7;
-            f.block[0] = (int)blockIdx.x; f.block[1] = (int)blockIdx.y; f.block[2] = (int)blockIdx.z;
-            snprintf(f.msg, sizeof f.msg,
+            fault_in_block(7,
                      "a thread of block (%u,%u,%u) wrote shared memory %llu bytes past the end of the last __shared__ "
                      "variable, %s: an index far out of range of a __shared__ array. Check every index into your "
                      "__shared__ arrays.", blockIdx.x, blockIdx.y, blockIdx.z, (unsigned long long)(k - arena_used + 1), when);
-            siglongjmp(S.jmp, 1);
         }
         return;
     }
     SharedRegion& r = shared_regions[i];
     long long count = (long long)(r.n / r.elem);
-    emu_fault_info& f = S.fault;
-    f.kind = 7;
-    f.block[0] = (int)blockIdx.x; f.block[1] = (int)blockIdx.y; f.block[2] = (int)blockIdx.z;
-    snprintf(f.msg, sizeof f.msg,
+    fault_in_block(7,
              "a thread of block (%u,%u,%u) wrote %s[%lld], %s of the __shared__ array `%s` (%lld element%s, "
              "valid indices 0..%lld), %s. On a GPU such a write silently changes other shared variables "
              "(or, past the block's shared memory, fails the launch). Check every index into `%s` (a thread index, or t + stride in a tree, must stay "
              "below the array's size).",
              blockIdx.x, blockIdx.y, blockIdx.z, r.name, idx, past ? "past the end" : "before the start",
              r.name, count, count == 1 ? "" : "s", count - 1, when, r.name);
-    siglongjmp(S.jmp, 1);
 }
 
 EMU_NOTSAN inline void run_block() {

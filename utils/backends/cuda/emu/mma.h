@@ -123,6 +123,22 @@ template <class T> inline void check_pointer(int op, int line, const T* p, unsig
                           row_major_mem ? "row" : "column", row_major_mem ? "row" : "column");
 }
 template <class L> constexpr bool is_row_major() { return std::is_same<L, row_major>::value; }
+
+// What every lane's load_matrix_sync does: the warp loads fragment type F from p, whose rows
+// (rm) or columns lie ldm elements apart.
+template <class F, class T>
+inline void load(F& f, const T* p, unsigned ldm, bool rm, int line) {
+    check_pointer(OP_LOAD, line, p, ldm, rm ? F::cols : F::rows, rm);
+    collective({OP_LOAD, line, p, ldm, rm, &f, nullptr, nullptr, nullptr}, [&](int base) {
+        for (int l = 0; l < 32; ++l) {
+            F& g = *static_cast<F*>(slots[base + l].d);
+            for (int i = 0; i < F::num_elements; ++i) {
+                int e = i * 32 + l, r = e / F::cols, c = e % F::cols;
+                g.x[i] = rm ? p[(size_t)r * ldm + c] : p[(size_t)c * ldm + r];
+            }
+        }
+    });
+}
 }  // namespace detail
 
 template <class Use, int M, int N, int K, class T, class L, class V>
@@ -133,36 +149,14 @@ inline void fill_fragment(fragment<Use, M, N, K, T, L>& f, const V& v) {
 // matrix_a / matrix_b: the layout is part of the fragment's type.
 template <class Use, int M, int N, int K, class T, class L>
 inline void load_matrix_sync(fragment<Use, M, N, K, T, L>& f, const T* p, unsigned ldm, int line = __builtin_LINE()) {
-    typedef fragment<Use, M, N, K, T, L> F;
-    constexpr bool rm = detail::is_row_major<L>();
-    detail::check_pointer(detail::OP_LOAD, line, p, ldm, rm ? F::cols : F::rows, rm);
-    detail::collective({detail::OP_LOAD, line, p, ldm, rm, &f, nullptr, nullptr, nullptr}, [&](int base) {
-        for (int l = 0; l < 32; ++l) {
-            F& g = *static_cast<F*>(detail::slots[base + l].d);
-            for (int i = 0; i < F::num_elements; ++i) {
-                int e = i * 32 + l, r = e / F::cols, c = e % F::cols;
-                g.x[i] = rm ? p[(size_t)r * ldm + c] : p[(size_t)c * ldm + r];
-            }
-        }
-    });
+    detail::load(f, p, ldm, detail::is_row_major<L>(), line);
 }
 
 // accumulator: the memory layout is an argument.
 template <int M, int N, int K, class T>
 inline void load_matrix_sync(fragment<accumulator, M, N, K, T>& f, const T* p, unsigned ldm, layout_t layout,
                              int line = __builtin_LINE()) {
-    typedef fragment<accumulator, M, N, K, T> F;
-    bool rm = layout == mem_row_major;
-    detail::check_pointer(detail::OP_LOAD, line, p, ldm, rm ? F::cols : F::rows, rm);
-    detail::collective({detail::OP_LOAD, line, p, ldm, rm, &f, nullptr, nullptr, nullptr}, [&](int base) {
-        for (int l = 0; l < 32; ++l) {
-            F& g = *static_cast<F*>(detail::slots[base + l].d);
-            for (int i = 0; i < F::num_elements; ++i) {
-                int e = i * 32 + l, r = e / F::cols, c = e % F::cols;
-                g.x[i] = rm ? p[(size_t)r * ldm + c] : p[(size_t)c * ldm + r];
-            }
-        }
-    });
+    detail::load(f, p, ldm, layout == mem_row_major, line);
 }
 
 template <int M, int N, int K, class T>
