@@ -4,6 +4,8 @@
     cdiv(a, b)            blocks of ``b`` threads that cover ``a`` elements
     sm_count()            streaming multiprocessors of the GPU (4 in simulation)
     cuda_source(name, path)  one kernel or helper of a ``.cu`` file, with its comment block
+    version_index(index, v1=launcher, ...)   a topic's ``VERSIONS``, the descriptions read
+                          from its version index (the ``.cu`` header or the module docstring)
 
 The CUDA C++, Numba and Triton modules import them from here; ``kernels/cuda/<topic>.py``
 re-exports ``cdiv`` and ``sm_count`` so a lesson can write ``red_cuda.cdiv(n, 256)``.
@@ -11,6 +13,7 @@ re-exports ``cdiv`` and ``sm_count`` so a lesson can write ``red_cuda.cdiv(n, 25
 from __future__ import annotations
 
 import re
+from collections import OrderedDict
 from pathlib import Path
 
 import torch
@@ -67,3 +70,60 @@ def cuda_source(name: str, path) -> str:
         if opened and depth == 0:
             break
     return "\n".join(lines[first:end + 1])
+
+
+# ---------------------------------------------------------------------------------------
+# The version index: one list of a topic's versions per language, written once, as the
+# header comment of llm.c's dev/cuda files is. An entry is one line,
+#
+#     <name>  <one-line description>  [<what implements it>]
+#
+# the fields apart by two or more spaces; lines indented deeper below it give details. The
+# index is the header comment of kernels/cuda/<topic>.cu (CUDA C++) or the module docstring
+# (Numba, Triton), and VERSIONS takes its descriptions from there.
+_ENTRY = re.compile(r"^[ \t]+(?P<name>\w+) {2,}(?P<rest>\S.*?)[ \t]*$", re.M)
+
+
+def cuda_header(path) -> str:
+    """The first comment block of a ``.cu`` file, without the ``//``: its version index."""
+    lines = []
+    for line in Path(path).read_text().splitlines():
+        if not line.startswith("//"):
+            break
+        lines.append(line[2:])
+    return "\n".join(lines)
+
+
+def index_entries(index: str) -> dict[str, list[str]]:
+    """Every entry line of a version index: ``name -> [description, ...]`` (one, if the
+    index is sound; a name written twice has two)."""
+    entries: dict[str, list[str]] = {}
+    for m in _ENTRY.finditer(index):
+        entries.setdefault(m["name"], []).append(re.split(r"\s{2,}", m["rest"])[0])
+    return entries
+
+
+def version_index(index, **launchers) -> OrderedDict:
+    """A topic's ``VERSIONS`` (``name -> (description, launcher)``, in the order given), each
+    description read from the version index, so that it is written in one place:
+
+        VERSIONS = version_index(__doc__, v1=relu_v1, v2=relu_grid_stride)      # Numba, Triton
+        VERSIONS = version_index(SOURCE, v1=relu_v1, v2=relu_vec4)              # the .cu header
+
+    ``index`` is the index text, or the path of a ``.cu`` file whose header comment is the
+    index. A version the index does not list, or lists twice, is an error at import.
+    """
+    where = "the header comment of " + Path(index).name if isinstance(index, Path) else "the module docstring"
+    if isinstance(index, Path):
+        index = cuda_header(index)
+    if not index:
+        raise ValueError(f"no version index in {where} (was Python run with -OO, which drops docstrings?)")
+    entries = index_entries(index)
+    versions = OrderedDict()
+    for name, launcher in launchers.items():
+        found = entries.get(name, [])
+        if len(found) != 1:
+            raise ValueError(f"{name} is {'not' if not found else 'more than once'} in the version index "
+                             f"({where}): write it there once, as `{name}  <one-line description>`")
+        versions[name] = (found[0], launcher)
+    return versions

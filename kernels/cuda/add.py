@@ -11,12 +11,11 @@ cached, so every launcher is self-contained: sizes come from its inputs, nothing
 from __future__ import annotations
 
 import functools
-from collections import OrderedDict
 
 import torch
 
 import utils
-from kernels._launch import cdiv
+from kernels._launch import cdiv, version_index
 from utils.inputs import check_same_shape, check_tensor
 
 SOURCE = utils.KERNELS_DIR / "cuda" / "add.cu"
@@ -118,10 +117,7 @@ def _span(m: torch.Tensor) -> torch.Tensor:
     return m.as_strided(((rows - 1) * m.stride(0) + cols,), (1,))
 
 
-VERSIONS = OrderedDict(
-    v1=("one thread per element, 256 threads per block", add_v1),
-    v2=("grid-stride loop over a capped grid", add_grid_stride),
-)
+VERSIONS = version_index(SOURCE, v1=add_v1, v2=add_grid_stride)
 REFERENCE = "v2"
 add = VERSIONS[REFERENCE][1]
 

@@ -17,8 +17,7 @@
 //       attn_row_kernel: the online softmax of lesson 05 over the keys: running max m, sum l
 //       and output row, rescaled by exp(m_old - m_new) whenever a chunk of keys raises the
 //       max. No N² tensor.
-//   v3  FlashAttention-2 on tensor cores (wmma): 64 queries per block, 64-key tiles in
-//       shared memory, fp16/bf16 in, fp32 accumulation
+//   v3  FlashAttention-2 on tensor cores (wmma): 64 queries per block, 64-key tiles in shared memory, fp16/bf16 in, fp32 accumulation
 //       attn_wmma_kernel<T, D>, T = __half or __nv_bfloat16, D = 16 .. 128: 16 queries per
 //       warp, S = Q Kᵀ and O += P V through nvcuda::wmma
 //   backward, float32 SIMT:               attn_bwd_delta_kernel, attn_bwd_kv_kernel, attn_bwd_q_kernel

@@ -12,7 +12,7 @@ import math
 import torch
 
 import utils
-from kernels._launch import cdiv, cuda_source
+from kernels._launch import cdiv, cuda_source, version_index
 from utils.inputs import check_tensor, dtype_name
 
 INT32_MAX = 2**31 - 1
@@ -278,12 +278,7 @@ def attention_backward(q, k, v, o, lse, do, causal=False, dq_mode="separate"):
     return tuple(t.squeeze(1) for t in out) if squeeze else out
 
 
-VERSIONS = OrderedDict(
-    v1=("naive: three kernels (scores, row softmax, P V), the N x N scores through memory", attention_naive),
-    v2=("one query row per block, online softmax over chunks of keys (float32)", attention_rowwise),
-    v3=("FlashAttention-2 on tensor cores (wmma): 64 queries per block, 64-key tiles in shared memory, "
-        "fp16/bf16 in, fp32 accumulation", attention_flash),
-)
+VERSIONS = version_index(SOURCE, v1=attention_naive, v2=attention_rowwise, v3=attention_flash)
 REFERENCE = "v3"
 attention = VERSIONS[REFERENCE][1]
 FORWARDS = OrderedDict(v1=attention_naive_forward, v2=attention_rowwise_forward, v3=attention_flash_forward)

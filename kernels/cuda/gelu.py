@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 
 import utils
-from kernels._launch import cdiv
+from kernels._launch import cdiv, version_index
 from utils.inputs import INT32_MAX, check_input  # the shared input rules
 
 SOURCE = Path(__file__).with_name("gelu.cu")
@@ -79,10 +79,7 @@ def gelu_v2(x: torch.Tensor) -> torch.Tensor:
 
 gelu = gelu_v2
 
-VERSIONS = {
-    "v1": ("one thread per element", gelu_v1),
-    "v2": ("16-byte float4 loads and stores, 4 elements per thread, scalar tail", gelu_v2),
-}
+VERSIONS = version_index(SOURCE, v1=gelu_v1, v2=gelu_v2)
 REFERENCE = "v2"
 
 

@@ -16,12 +16,11 @@ Non-contiguous inputs (a transposed view, a slice) are copied to contiguous ones
 from __future__ import annotations
 
 import functools
-from collections import OrderedDict
 
 import torch
 
 import utils
-from kernels._launch import cdiv, cuda_source
+from kernels._launch import cdiv, cuda_source, version_index
 from utils.inputs import check_tensor
 
 SOURCE = utils.KERNELS_DIR / "cuda" / "matmul.cu"
@@ -140,13 +139,7 @@ def matmul_wmma(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return c
 
 
-VERSIONS = OrderedDict(
-    v1=("naive: one thread per output, A and B read from global memory for every FMA", matmul_naive),
-    v2=("shared-memory tiles: 32 x 32 tiles of A and B, each loaded once per block", matmul_tiled),
-    v3=("register blocking: 128 x 128 tiles, 8 x 8 outputs per thread", matmul_regtile),
-    v4=("float4 loads, A transposed and padded in shared memory, 128 x 64 tiles (v3 if K or N % 4 != 0)",
-        matmul_vec4),
-)
+VERSIONS = version_index(SOURCE, v1=matmul_naive, v2=matmul_tiled, v3=matmul_regtile, v4=matmul_vec4)
 REFERENCE = "v4"
 matmul = VERSIONS[REFERENCE][1]
 #: v5 (tensor cores, float16/bfloat16 inputs) is the topic matmul_fp16: kernels/cuda/matmul_fp16.py.

@@ -11,12 +11,11 @@ empty tensor is 0, as with ``torch.sum``.
 from __future__ import annotations
 
 import functools
-from collections import OrderedDict
 
 import torch
 
 import utils
-from kernels._launch import cdiv, cuda_source, sm_count
+from kernels._launch import cdiv, cuda_source, sm_count, version_index
 from utils.inputs import INT32_MAX, check_input  # noqa: F401  (the shared input rules)
 
 SOURCE = utils.KERNELS_DIR / "cuda" / "reduction.cu"
@@ -146,15 +145,8 @@ def row_max(x: torch.Tensor) -> torch.Tensor:
 
 #: name -> (one line, launcher), naive to best. ``python -m benchmarks`` measures each one
 #: except v0, which is wrong on purpose (its description says "demo only").
-VERSIONS = OrderedDict(
-    v0=("every thread does out[0] += x[i]: a data race, wrong on purpose (demo only; non-deterministic)",
-        sum_racy),
-    v1=("atomicAdd per element (non-deterministic)", sum_atomic),
-    v2=("shared-memory tree, interleaved addressing, atomic per block (non-deterministic)", sum_interleaved),
-    v3=("shared-memory tree, sequential addressing, atomic per block (non-deterministic)", sum_sequential),
-    v4=("warp-shuffle block reduction, atomic per block (non-deterministic)", sum_warp),
-    v5=("grid-stride float4 + warp shuffles, two passes (deterministic)", sum_two_pass),
-)
+VERSIONS = version_index(
+    SOURCE, v0=sum_racy, v1=sum_atomic, v2=sum_interleaved, v3=sum_sequential, v4=sum_warp, v5=sum_two_pass)
 REFERENCE = "v5"
 sum = VERSIONS[REFERENCE][1]  # the topic's launcher is called sum
 

@@ -10,12 +10,11 @@ cached, so a launcher is self-contained: sizes come from its input, nothing else
 from __future__ import annotations
 
 import functools
-from collections import OrderedDict
 
 import torch
 
 import utils
-from kernels._launch import cdiv
+from kernels._launch import cdiv, version_index
 from utils.inputs import INT32_MAX, check_input, check_same_shape  # noqa: F401  (the shared input rules)
 
 SOURCE = utils.KERNELS_DIR / "cuda" / "relu.cu"
@@ -87,10 +86,7 @@ def relu_backward(grad_out: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     return grad_in
 
 
-VERSIONS = OrderedDict(
-    v1=("one thread per element, 256 threads per block", relu_v1),
-    v2=("float4 loads and stores, scalar tail, one float4 per thread", relu_vec4),
-)
+VERSIONS = version_index(SOURCE, v1=relu_v1, v2=relu_vec4)
 REFERENCE = "v2"
 relu = VERSIONS[REFERENCE][1]
 

@@ -9,11 +9,11 @@
 from __future__ import annotations
 
 import functools
-from collections import OrderedDict
 
 import torch
 
 import utils
+from kernels._launch import version_index
 from kernels.cuda.layernorm import EPS, check_norm_inputs
 from utils.inputs import check_input  # noqa: F401
 
@@ -70,10 +70,7 @@ def residual_layernorm_fused(x, r, w, b, eps=EPS, stats=False):
     return out + (mean, rstd) if stats else out
 
 
-VERSIONS = OrderedDict(
-    v1=("unfused: an add kernel writes h, then lesson 09's LayerNorm reads it back", residual_layernorm_unfused),
-    v2=("fused: one block per row, x and r read once, h and y written once", residual_layernorm_fused),
-)
+VERSIONS = version_index(SOURCE, v1=residual_layernorm_unfused, v2=residual_layernorm_fused)
 REFERENCE = "v2"
 residual_layernorm = VERSIONS[REFERENCE][1]
 

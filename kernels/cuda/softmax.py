@@ -10,12 +10,11 @@ header lists the versions.
 from __future__ import annotations
 
 import functools
-from collections import OrderedDict
 
 import torch
 
 import utils
-from kernels._launch import cdiv, cuda_source, sm_count
+from kernels._launch import cdiv, cuda_source, sm_count, version_index
 from utils.inputs import INT32_MAX, check_input  # the shared input rules
 
 SOURCE = utils.KERNELS_DIR / "cuda" / "softmax.cu"
@@ -175,14 +174,9 @@ def softmax_auto_onchip(x: torch.Tensor) -> torch.Tensor:
     return softmax_onchip(x)
 
 
-VERSIONS = OrderedDict(
-    v1=("naive: three kernels (max, exp-sum, normalize), x read 3 times", softmax_naive),
-    v2=("fused: one row per block in registers, warp-shuffle reductions (rows <= 16384)", softmax_fused),
-    v3=("online: running max + rescaled sum, then the output pass (any row length)", softmax_online),
-    v4=("v2 for rows up to 8192 columns, v3 beyond", softmax_auto),
-    v5=("the row on chip: registers + shared memory, x read once (rows <= 90624 on an H100)", softmax_onchip),
-    v6=("v5 while the row fits on chip, v3 beyond (any row length)", softmax_auto_onchip),
-)
+VERSIONS = version_index(
+    SOURCE, v1=softmax_naive, v2=softmax_fused, v3=softmax_online, v4=softmax_auto, v5=softmax_onchip,
+    v6=softmax_auto_onchip)
 REFERENCE = "v6"
 softmax = VERSIONS[REFERENCE][1]
 

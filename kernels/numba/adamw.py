@@ -10,11 +10,11 @@ Versions (``VERSIONS``, naive to best):
 from __future__ import annotations
 
 import math
-from collections import OrderedDict
 
 import torch
 
 import utils
+from kernels._launch import version_index
 from kernels.cuda.adamw import (  # noqa: F401  (input rules and references, defined once)
     MAX_BLOCKS,
     NORM_BLOCKS,
@@ -132,10 +132,7 @@ def adamw_fused(params, grads, exp_avg, exp_avg_sq, *, step, lr=1e-3, beta1=0.9,
     return params
 
 
-VERSIONS = OrderedDict(
-    v1=("unfused: decay, moments, update as three kernels (p, m, v read twice)", adamw_unfused),
-    v2=("fused: the whole step in one kernel, 28 bytes per parameter", adamw_fused),
-)
+VERSIONS = version_index(__doc__, v1=adamw_unfused, v2=adamw_fused)
 REFERENCE = "v2"
 adamw = VERSIONS[REFERENCE][1]
 

@@ -13,11 +13,10 @@ no copy), so a kernel's writes land in the torch tensor.
 """
 from __future__ import annotations
 
-from collections import OrderedDict
-
 import torch
 
 import utils  # (before numba: it picks the simulator or the GPU)
+from kernels._launch import version_index
 from kernels.cuda.add import check_pair  # the shared input rules
 
 from numba import cuda
@@ -112,9 +111,6 @@ def add_2d(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return out
 
 
-VERSIONS = OrderedDict(
-    v1=("one thread per element, 256 threads per block", add_v1),
-    v2=("grid-stride loop over a capped grid", add_grid_stride),
-)
+VERSIONS = version_index(__doc__, v1=add_v1, v2=add_grid_stride)
 REFERENCE = "v2"
 add = VERSIONS[REFERENCE][1]

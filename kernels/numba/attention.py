@@ -24,7 +24,7 @@ from collections import OrderedDict
 import torch
 
 import utils  # must come before numba: it picks the simulator or the GPU
-from kernels._launch import cdiv
+from kernels._launch import cdiv, version_index
 from kernels.cuda.attention import attention_ref, check_backward_inputs, check_qkv, empty_result, finish  # noqa: F401  (the shared input rules and reference)
 
 # lesson 05's block reductions, which every thread gets the result of (blockDim.x a multiple of 32)
@@ -451,11 +451,7 @@ def attention_backward(q, k, v, o, lse, do, causal=False, dq_mode="separate"):
     return tuple(t.squeeze(1) for t in out) if squeeze else out
 
 
-VERSIONS = OrderedDict(
-    v1=("naive: three kernels (scores, row softmax, P V), the N x N scores through memory", attention_naive),
-    v2=("one query row per block, online softmax over chunks of keys", attention_rowwise),
-    v3=("FlashAttention-2: 16 x 16 tiles of queries and keys in shared memory (float32 SIMT)", attention_flash),
-)
+VERSIONS = version_index(__doc__, v1=attention_naive, v2=attention_rowwise, v3=attention_flash)
 REFERENCE = "v3"
 attention = VERSIONS[REFERENCE][1]
 FORWARDS = OrderedDict(v1=attention_naive_forward, v2=attention_rowwise_forward, v3=attention_flash_forward)

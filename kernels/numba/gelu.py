@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 import utils  # must come before numba: it picks the GPU or the simulator
+from kernels._launch import version_index
 from kernels.cuda.gelu import BASELINES, INT32_MAX, check_input, gelu_compiled, gelu_ref, gelu_torch, gelu_unfused_torch  # noqa: F401  (the shared input rules and baselines)
 
 from numba import cuda
@@ -102,8 +103,5 @@ def gelu_v2(x):
 
 gelu = gelu_v2
 
-VERSIONS = {
-    "v1": ("one thread per element", gelu_v1),
-    "v2": ("4 elements per thread (coalesced, 4 loads in flight)", gelu_v2),
-}
+VERSIONS = version_index(__doc__, v1=gelu_v1, v2=gelu_v2)
 REFERENCE = "v2"

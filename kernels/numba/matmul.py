@@ -11,12 +11,10 @@ In simulation every CUDA thread is a Python thread: keep the matrices small ther
 """
 from __future__ import annotations
 
-from collections import OrderedDict
-
 import torch
 
 import utils  # must come before numba: it picks the simulator or the GPU
-from kernels._launch import cdiv
+from kernels._launch import cdiv, version_index
 from kernels.cuda.matmul import check_operands, matmul_ref  # noqa: F401  (the shared input rules and reference)
 
 from numba import cuda, float32
@@ -85,9 +83,6 @@ def matmul_tiled(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return c
 
 
-VERSIONS = OrderedDict(
-    v1=("naive: one thread per output", matmul_naive),
-    v2=("shared-memory tiles: 16 x 16 tiles of A and B, each loaded once per block", matmul_tiled),
-)
+VERSIONS = version_index(__doc__, v1=matmul_naive, v2=matmul_tiled)
 REFERENCE = "v2"
 matmul = VERSIONS[REFERENCE][1]

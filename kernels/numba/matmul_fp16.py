@@ -8,11 +8,10 @@ Numba has no tensor-core API: this is the naive kernel of kernels/numba/matmul.p
 """
 from __future__ import annotations
 
-from collections import OrderedDict
-
 import torch
 
 import utils  # must come before numba: it picks the simulator or the GPU
+from kernels._launch import version_index
 from kernels.cuda.matmul import HALF, check_operands, matmul_ref
 
 from numba import cuda, float32
@@ -42,8 +41,6 @@ def matmul_fp16(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return c
 
 
-VERSIONS = OrderedDict(
-    v1=("naive: one thread per output, float16 inputs, float32 accumulation (no tensor cores)", matmul_fp16),
-)
+VERSIONS = version_index(__doc__, v1=matmul_fp16)
 REFERENCE = "v1"
 matmul_fp16_ref = matmul_ref

@@ -22,12 +22,11 @@ threads) and the grid-stride version launches only a few blocks.
 from __future__ import annotations
 
 import math
-from collections import OrderedDict
 
 import torch
 
 import utils  # must come before numba: it picks the simulator or the GPU
-from kernels._launch import cdiv, sm_count
+from kernels._launch import cdiv, sm_count, version_index
 from kernels.cuda.reduction import row_max_input, row_max_ref, sum_ref  # noqa: F401  (the references, defined once)
 from utils.inputs import INT32_MAX, check_input  # noqa: F401  (the shared input rules)
 
@@ -288,12 +287,6 @@ def row_max(x: torch.Tensor) -> torch.Tensor:
     return out
 
 
-VERSIONS = OrderedDict(
-    v1=("cuda.atomic.add per element (non-deterministic)", sum_atomic),
-    v2=("shared-memory tree, interleaved addressing, atomic per block (non-deterministic)", sum_interleaved),
-    v3=("shared-memory tree, sequential addressing, atomic per block (non-deterministic)", sum_sequential),
-    v4=("warp-shuffle block reduction, atomic per block (non-deterministic)", sum_warp),
-    v5=("grid-stride + warp shuffles, two passes (deterministic)", sum_two_pass),
-)
+VERSIONS = version_index(__doc__, v1=sum_atomic, v2=sum_interleaved, v3=sum_sequential, v4=sum_warp, v5=sum_two_pass)
 REFERENCE = "v5"
 sum = VERSIONS[REFERENCE][1]  # the topic's launcher is called sum

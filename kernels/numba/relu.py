@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import functools
 import math
-from collections import OrderedDict
 
 import numpy as np
 import torch
 
 import utils  # before numba: it picks the simulator or the GPU
+from kernels._launch import version_index
 from kernels.cuda.relu import relu_backward_input
 from utils.inputs import INT32_MAX, check_input, check_same_shape  # noqa: F401  (the shared input rules)
 
@@ -145,10 +145,6 @@ def relu_backward(grad_out: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     return grad_in
 
 
-VERSIONS = OrderedDict(
-    v1=("one thread per element, 256 threads per block", relu_v1),
-    v2=("grid-stride loop over a capped grid", relu_grid_stride),
-    v3=("four elements per thread, loads before stores (more memory requests in flight)", relu_items),
-)
+VERSIONS = version_index(__doc__, v1=relu_v1, v2=relu_grid_stride, v3=relu_items)
 REFERENCE = "v3"
 relu = VERSIONS[REFERENCE][1]

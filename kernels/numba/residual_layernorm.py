@@ -9,11 +9,11 @@ Versions (``VERSIONS``, naive to best):
 from __future__ import annotations
 
 import math
-from collections import OrderedDict
 
 import torch
 
 import utils
+from kernels._launch import version_index
 from kernels.cuda.residual_layernorm import (  # noqa: F401  (input rules and references, defined once)
     EPS,
     MAX_BLOCKS,
@@ -85,9 +85,6 @@ def residual_layernorm_fused(x, r, w, b, eps=EPS, stats=False):
     return out + (mean, rstd) if stats else out
 
 
-VERSIONS = OrderedDict(
-    v1=("unfused: an add kernel writes h, then lesson 09's LayerNorm reads it back", residual_layernorm_unfused),
-    v2=("fused: one block per row, x and r read once, h and y written once", residual_layernorm_fused),
-)
+VERSIONS = version_index(__doc__, v1=residual_layernorm_unfused, v2=residual_layernorm_fused)
 REFERENCE = "v2"
 residual_layernorm = VERSIONS[REFERENCE][1]

@@ -11,12 +11,11 @@ Versions (``VERSIONS``, naive to best):
 from __future__ import annotations
 
 import math
-from collections import OrderedDict
 
 import torch
 
 import utils  # must come before numba: it picks the simulator or the GPU
-from kernels._launch import cdiv
+from kernels._launch import cdiv, version_index
 from kernels.cuda.softmax import softmax_input, softmax_ref  # noqa: F401  (the reference, defined once)
 from kernels.numba.reduction import block_max_all, block_sum_all, warp_sum_all  # noqa: F401  (attention uses warp_sum_all)
 
@@ -181,11 +180,6 @@ def softmax_auto(x: torch.Tensor) -> torch.Tensor:
     return softmax_fused(x)
 
 
-VERSIONS = OrderedDict(
-    v1=("naive: three kernels (max, exp-sum, normalize), x read 3 times", softmax_naive),
-    v2=("fused: one row per block in a local array, warp-shuffle reductions (rows <= 16384)", softmax_fused),
-    v3=("online: running max + rescaled sum, then the output pass (any row length)", softmax_online),
-    v4=("v2 for rows up to 16384 columns, v3 beyond", softmax_auto),
-)
+VERSIONS = version_index(__doc__, v1=softmax_naive, v2=softmax_fused, v3=softmax_online, v4=softmax_auto)
 REFERENCE = "v4"
 softmax = VERSIONS[REFERENCE][1]

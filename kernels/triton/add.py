@@ -13,11 +13,10 @@ Triton itself spreads the block over the threads of the program (``num_warps`` w
 """
 from __future__ import annotations
 
-from collections import OrderedDict
-
 import torch
 
 import utils  # (before triton: it switches on the interpreter in simulation)
+from kernels._launch import version_index
 from kernels.cuda.add import check_pair  # the shared input rules
 
 import triton
@@ -96,9 +95,6 @@ def add_2d(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return out
 
 
-VERSIONS = OrderedDict(
-    v1=("1024 elements per program, 4 warps", add_v1),
-    v2=("4096 elements per program, 8 warps", add_v2),
-)
+VERSIONS = version_index(__doc__, v1=add_v1, v2=add_v2)
 REFERENCE = "v1"
 add = VERSIONS[REFERENCE][1]

@@ -37,6 +37,7 @@ from collections import OrderedDict
 import torch
 
 import utils  # configures the interpreter before triton loads
+from kernels._launch import version_index
 from kernels.cuda.attention import attention_ref, check_backward_inputs, check_qkv, empty_result, finish  # noqa: F401  (the shared input rules and reference)
 from utils.triton_compat import autotune
 
@@ -803,12 +804,7 @@ def attention_op(q, k, v, causal=False):
     return torch.ops.course.attention(q, k, v, bool(causal))[0]
 
 
-VERSIONS = OrderedDict(
-    v1=("naive: three kernels (scores, row softmax, P V), the N x N scores through memory", attention_naive),
-    v2=("one query row per program, K and V streamed through the online softmax", attention_rowwise),
-    v3=("FlashAttention-2: query tiles, tl.dot on tensor cores, exp2, causal tiles skipped, L saved, autotuned",
-        attention_flash),
-)
+VERSIONS = version_index(__doc__, v1=attention_naive, v2=attention_rowwise, v3=attention_flash)
 REFERENCE = "v3"
 attention = VERSIONS[REFERENCE][1]
 #: (o, L) of each version, for tests and the lesson.

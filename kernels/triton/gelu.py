@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 import utils  # noqa: F401  (must come before triton: it picks the GPU or the interpreter)
+from kernels._launch import version_index
 from kernels.cuda.gelu import BASELINES, INT32_MAX, check_input, gelu_compiled, gelu_ref, gelu_torch, gelu_unfused_torch  # noqa: F401  (the shared input rules and baselines)
 
 import triton
@@ -56,7 +57,5 @@ def gelu_v1(x: torch.Tensor) -> torch.Tensor:
 
 gelu = gelu_v1
 
-VERSIONS = {
-    "v1": (f"one program per {BLOCK_SIZE} elements, masked tail", gelu_v1),
-}
+VERSIONS = version_index(__doc__, v1=gelu_v1)
 REFERENCE = "v1"

@@ -14,12 +14,10 @@ and ``row_max(x)``: the max of each row of a 2-D tensor, one program per row.
 """
 from __future__ import annotations
 
-from collections import OrderedDict
-
 import torch
 
 import utils  # noqa: F401  (configures the interpreter before triton loads)
-from kernels._launch import sm_count
+from kernels._launch import sm_count, version_index
 from kernels.cuda.reduction import row_max_input, row_max_ref, sum_ref  # noqa: F401  (the references, defined once)
 from utils.inputs import INT32_MAX, check_input  # noqa: F401  (the shared input rules)
 
@@ -147,10 +145,6 @@ def row_max(x: torch.Tensor) -> torch.Tensor:
     return out
 
 
-VERSIONS = OrderedDict(
-    v1=("tl.sum per program + tl.atomic_add (non-deterministic)", sum_atomic),
-    v2=("tl.sum per program, then a second pass over the partials (deterministic)", sum_two_pass),
-    v3=("persistent grid-stride loop, vector accumulator, two passes (deterministic)", sum_persistent),
-)
+VERSIONS = version_index(__doc__, v1=sum_atomic, v2=sum_two_pass, v3=sum_persistent)
 REFERENCE = "v3"
 sum = VERSIONS[REFERENCE][1]  # the topic's launcher is called sum

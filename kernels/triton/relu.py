@@ -13,11 +13,10 @@ the vector width of loads and stores itself (16-byte accesses when it can prove 
 """
 from __future__ import annotations
 
-from collections import OrderedDict
-
 import torch
 
 import utils  # noqa: F401  (before triton: it switches on the interpreter in simulation)
+from kernels._launch import version_index
 from kernels.cuda.relu import relu_backward_input
 from utils.inputs import INT32_MAX, check_input, check_same_shape  # noqa: F401  (the shared input rules)
 
@@ -77,9 +76,6 @@ def relu_backward(grad_out: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     return grad_in
 
 
-VERSIONS = OrderedDict(
-    v1=("1024 elements per program, 4 warps", relu_v1),
-    v2=("4096 elements per program, 8 warps", relu_v2),
-)
+VERSIONS = version_index(__doc__, v1=relu_v1, v2=relu_v2)
 REFERENCE = "v1"
 relu = VERSIONS[REFERENCE][1]

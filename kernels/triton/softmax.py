@@ -14,12 +14,10 @@ Only ``tl.exp`` and friends are used: ``triton.language`` alone, no libdevice.
 """
 from __future__ import annotations
 
-from collections import OrderedDict
-
 import torch
 
 import utils  # noqa: F401  (configures the interpreter before triton loads)
-from kernels._launch import sm_count
+from kernels._launch import sm_count, version_index
 from kernels.cuda.softmax import softmax_input, softmax_ref  # noqa: F401  (the reference, defined once)
 
 import triton
@@ -238,13 +236,6 @@ def softmax_auto(x: torch.Tensor) -> torch.Tensor:
     return softmax_fused(x)
 
 
-VERSIONS = OrderedDict(
-    v1=("naive: three kernels (max, exp-sum, normalize), x read 3 times", softmax_naive),
-    v2=("fused: one program per row, the row in one block (rows <= 16384)", softmax_fused),
-    v3=("online: per-lane running max + rescaled sum, then the output pass (any row length)", softmax_online),
-    v4=("L2-resident online: one program per SM, evict_last then evict_first loads (any row length)",
-        softmax_l2),
-    v5=("v2 for rows up to 16384 columns, v4 beyond", softmax_auto),
-)
+VERSIONS = version_index(__doc__, v1=softmax_naive, v2=softmax_fused, v3=softmax_online, v4=softmax_l2, v5=softmax_auto)
 REFERENCE = "v5"
 softmax = VERSIONS[REFERENCE][1]
