@@ -3,6 +3,8 @@
 
     cdiv(a, b)            blocks of ``b`` threads that cover ``a`` elements
     sm_count()            streaming multiprocessors of the GPU (4 in simulation)
+    capped_grid(n, block_size[, blocks_per_sm])   the grid of a grid-stride loop
+    elementwise_io(x[, y, ...], op=...)           checked inputs and a new output, one shape
     cuda_source(name, path)  one kernel or helper of a ``.cu`` file, with its comment block
     version_index(index, v1=launcher, ...)   a topic's ``VERSIONS``, the descriptions read
                           from its version index (the ``.cu`` header or the module docstring)
@@ -19,6 +21,7 @@ from pathlib import Path
 import torch
 
 import utils
+from utils.inputs import check_input, check_same_shape
 
 #: The stand-in for the number of SMs in simulation: the emulator and the simulators run one
 #: block after another, so a small persistent grid keeps a grid-stride loop honest (several
@@ -36,6 +39,38 @@ def sm_count() -> int:
     if utils.SIMULATE:
         return SIM_SM_COUNT
     return torch.cuda.get_device_properties(utils.DEVICE).multi_processor_count
+
+
+def capped_grid(n: int, block_size: int, blocks_per_sm: int | None = None) -> int:
+    """Blocks of ``block_size`` threads for a grid-stride loop over ``n`` elements: enough to
+    cover them (at least one), but at most ``blocks_per_sm`` on every SM (``None``: one full
+    wave, as many as an SM holds at once); each thread loops over the rest. In simulation
+    ``SIM_SM_COUNT`` blocks at most."""
+    if utils.SIMULATE:
+        cap = SIM_SM_COUNT
+    else:
+        props = torch.cuda.get_device_properties(utils.DEVICE)
+        if blocks_per_sm is None:
+            blocks_per_sm = max(getattr(props, "max_threads_per_multi_processor", 2048) // block_size, 1)
+        cap = props.multi_processor_count * blocks_per_sm
+    return max(1, min(cdiv(n, block_size), cap))
+
+
+def elementwise_io(*tensors, op: str, names=("x", "y"), hint: str = "", max_numel: int | None = None):
+    """The input rules of an elementwise launcher, in every language, and its output:
+    ``(*tensors, out)``, each tensor a contiguous float32 tensor on the course's device
+    (``utils.inputs.check_input``: a clear error otherwise), all of one shape (no
+    broadcasting; ``hint`` ends the message), and ``out`` a new tensor of that shape.
+
+        x, y = elementwise_io(x, op="relu")
+        if x.numel():   # an empty grid is not a launch
+            kernel[cdiv(x.numel(), 256), 256](x, y, x.numel())
+        return y
+    """
+    checked = [check_input(t, name, op=op, max_numel=max_numel) for t, name in zip(tensors, names)]
+    for t, name in zip(checked[1:], names[1:]):
+        check_same_shape(checked[0], t, (names[0], name), op=op, hint=hint)
+    return (*checked, torch.empty_like(checked[0]))
 
 
 def cuda_source(name: str, path) -> str:

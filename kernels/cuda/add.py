@@ -15,14 +15,15 @@ import functools
 import torch
 
 import utils
-from kernels._launch import cdiv, version_index
-from utils.inputs import check_same_shape, check_tensor
+from kernels._launch import capped_grid, cdiv, elementwise_io, version_index
+from utils.inputs import INT32_MAX, check_same_shape, check_tensor
 
 SOURCE = utils.KERNELS_DIR / "cuda" / "add.cu"
 BLOCK_SIZE = 256
 #: 2-D blocks: 32 threads along a row (one warp: a coalesced access), 8 rows.
 BLOCK_2D = (32, 8)
-INT_MAX = 2**31 - 1
+#: How a shape error ends: the kernels take x and y of one shape, they do not broadcast.
+NO_BROADCAST = "these kernels add tensors of the same shape (no broadcasting)"
 MAX_GRID_Y = utils.config.MAX_GRID[1]  # CUDA's limit on gridDim.y (and z); gridDim.x may reach 2^31 - 1
 
 
@@ -37,41 +38,26 @@ def check_pair(x, y, op: str = "add") -> tuple[torch.Tensor, torch.Tensor]:
     float32 tensors on the course's device, of the same shape. Returns them as they are."""
     check_tensor(x, "x", op=op)
     check_tensor(y, "y", op=op)
-    check_same_shape(x, y, op=op, hint="these kernels add tensors of the same shape (no broadcasting)")
+    check_same_shape(x, y, op=op, hint=NO_BROADCAST)
     return x, y
 
 
 def add_v1(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """One thread per element, 256 threads per block, the grid rounded up to whole blocks."""
-    x, y = check_pair(x, y)
-    # The kernel reads x_ptr[idx]: elements must sit one after the other in memory.
-    x, y = x.contiguous(), y.contiguous()
-    out = torch.empty_like(x)
+    # The kernel reads x_ptr[idx] (an int): elements one after the other in memory, at most 2^31 - 1.
+    x, y, out = elementwise_io(x, y, op="add", hint=NO_BROADCAST, max_numel=INT32_MAX)
     n = x.numel()
-    if n == 0:
-        return out
-    if n > INT_MAX:
-        raise ValueError(f"add_kernel indexes with int: at most {INT_MAX} elements, got {n}")
-    kernel("add_kernel")[cdiv(n, BLOCK_SIZE), BLOCK_SIZE](x, y, out, n)
+    if n:  # a grid of zero blocks is not a launch
+        kernel("add_kernel")[cdiv(n, BLOCK_SIZE), BLOCK_SIZE](x, y, out, n)
     return out
-
-
-def _max_blocks() -> int:
-    if utils.SIMULATE:
-        return 4  # the emulator has no SMs; a small grid keeps the loop honest
-    return torch.cuda.get_device_properties(utils.DEVICE).multi_processor_count * 16
 
 
 def add_grid_stride(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """A grid of at most 16 blocks per SM; each thread loops over the data."""
-    x, y = check_pair(x, y)
-    x, y = x.contiguous(), y.contiguous()
-    out = torch.empty_like(x)
+    x, y, out = elementwise_io(x, y, op="add", hint=NO_BROADCAST)
     n = x.numel()
-    if n == 0:
-        return out
-    blocks = max(1, min(cdiv(n, BLOCK_SIZE), _max_blocks()))
-    kernel("add_grid_stride_kernel")[blocks, BLOCK_SIZE](x, y, out, n)
+    if n:
+        kernel("add_grid_stride_kernel")[capped_grid(n, BLOCK_SIZE, 16), BLOCK_SIZE](x, y, out, n)
     return out
 
 
@@ -97,7 +83,7 @@ def add_2d(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     if grid[1] > MAX_GRID_Y:
         raise ValueError(f"{rows} rows need {grid[1]} blocks along y, more than CUDA's "
                          f"{MAX_GRID_Y}: use add() on the flattened tensors instead")
-    if max(rows, cols, x.stride(0), y.stride(0)) > INT_MAX:
+    if max(rows, cols, x.stride(0), y.stride(0)) > INT32_MAX:
         raise ValueError("add_2d_kernel takes int sizes and strides: the matrix is too large")
     kernel("add_2d_kernel")[grid, BLOCK_2D](_span(x), _span(y), out, rows, cols,
                                             x.stride(0), y.stride(0), out.stride(0))

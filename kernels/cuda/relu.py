@@ -14,12 +14,11 @@ import functools
 import torch
 
 import utils
-from kernels._launch import cdiv, version_index
-from utils.inputs import INT32_MAX, check_input, check_same_shape  # noqa: F401  (the shared input rules)
+from kernels._launch import cdiv, elementwise_io, version_index
+from utils.inputs import INT32_MAX
 
 SOURCE = utils.KERNELS_DIR / "cuda" / "relu.cu"
 BLOCK_SIZE = 256
-INT_MAX = 2**31 - 1
 
 
 @functools.lru_cache(maxsize=None)
@@ -30,28 +29,23 @@ def kernel(name: str):
 
 def relu_v1(x: torch.Tensor) -> torch.Tensor:
     """One thread per element, 256 threads per block, the grid rounded up."""
-    x = check_input(x, op="relu")
-    y = torch.empty_like(x)
+    x, y = elementwise_io(x, op="relu", max_numel=INT32_MAX)  # relu_kernel indexes with int
     n = x.numel()
-    if n == 0:
-        return y
-    if n > INT_MAX:
-        raise ValueError(f"relu_kernel indexes with int: at most {INT_MAX} elements, got {n}")
-    kernel("relu_kernel")[cdiv(n, BLOCK_SIZE), BLOCK_SIZE](x, y, n)
+    if n:
+        kernel("relu_kernel")[cdiv(n, BLOCK_SIZE), BLOCK_SIZE](x, y, n)
     return y
 
 
 def relu_vec4(x: torch.Tensor) -> torch.Tensor:
     """float4 loads/stores with a scalar tail, one float4 per thread."""
-    x = check_input(x, op="relu")
-    y = torch.empty_like(x)
+    x, y = elementwise_io(x, op="relu")
     n = x.numel()
     if n == 0:
         return y
     # float4 accesses need 16-byte aligned addresses. Fresh allocations always are, but a
     # view that starts mid-storage (x[1:]) may not be: then the scalar kernel is correct.
     if x.data_ptr() % 16 or y.data_ptr() % 16:
-        if n > INT_MAX:
+        if n > INT32_MAX:
             raise ValueError(f"misaligned input of {n} elements: make it aligned with x.clone()")
         kernel("relu_kernel")[cdiv(n, BLOCK_SIZE), BLOCK_SIZE](x, y, n)
         return y
@@ -64,25 +58,19 @@ def relu_vec4(x: torch.Tensor) -> torch.Tensor:
     return y
 
 
-def relu_backward_input(grad_out, x) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def relu_backward_input(grad_out, x, max_numel=None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The input rules of every relu_backward, in all three languages: grad_out and x
     contiguous float32 tensors of one shape (or a clear error), and a new grad_in."""
-    grad_out = check_input(grad_out, "grad_out", op="relu_backward")
-    x = check_input(x, op="relu_backward")
-    check_same_shape(grad_out, x, ("grad_out", "x"), op="relu_backward",
-                     hint="grad_out is the gradient of relu(x), of x's shape")
-    return grad_out, x, torch.empty_like(x)
+    return elementwise_io(grad_out, x, op="relu_backward", names=("grad_out", "x"), max_numel=max_numel,
+                          hint="grad_out is the gradient of relu(x), of x's shape")
 
 
 def relu_backward(grad_out: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """dL/dx of ReLU: grad_out where x > 0, else 0 (new tensor, shape of x)."""
-    grad_out, x, grad_in = relu_backward_input(grad_out, x)
+    grad_out, x, grad_in = relu_backward_input(grad_out, x, max_numel=INT32_MAX)  # the kernel indexes with int
     n = x.numel()
-    if n == 0:
-        return grad_in
-    if n > INT_MAX:
-        raise ValueError(f"relu_backward_kernel indexes with int: at most {INT_MAX} elements, got {n}")
-    kernel("relu_backward_kernel")[cdiv(n, BLOCK_SIZE), BLOCK_SIZE](grad_out, x, grad_in, n)
+    if n:
+        kernel("relu_backward_kernel")[cdiv(n, BLOCK_SIZE), BLOCK_SIZE](grad_out, x, grad_in, n)
     return grad_in
 
 

@@ -16,8 +16,8 @@ from __future__ import annotations
 import torch
 
 import utils  # (before numba: it picks the simulator or the GPU)
-from kernels._launch import version_index
-from kernels.cuda.add import check_pair  # the shared input rules
+from kernels._launch import capped_grid, cdiv, elementwise_io, version_index
+from kernels.cuda.add import NO_BROADCAST, check_pair  # the shared input rules
 
 from numba import cuda
 
@@ -55,36 +55,24 @@ def add_2d_kernel(x, y, out):
 
 
 def _flat(t: torch.Tensor):
-    return utils.to_numba(t.contiguous().view(-1))
-
-
-def _max_blocks() -> int:
-    if utils.SIMULATE:
-        return 4  # the simulator runs every thread in Python: fewer threads, same work
-    return torch.cuda.get_device_properties(utils.DEVICE).multi_processor_count * 16
+    return utils.to_numba(t.view(-1))
 
 
 def add_v1(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """One thread per element, 256 threads per block, the grid rounded up to whole blocks."""
-    x, y = check_pair(x, y)
-    out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    x, y, out = elementwise_io(x, y, op="add", hint=NO_BROADCAST)
     n = out.numel()
-    if n == 0:
-        return out
-    blocks = (n + BLOCK_SIZE - 1) // BLOCK_SIZE
-    add_kernel[blocks, BLOCK_SIZE](_flat(x), _flat(y), _flat(out), n)
+    if n:  # a grid of zero blocks is not a launch
+        add_kernel[cdiv(n, BLOCK_SIZE), BLOCK_SIZE](_flat(x), _flat(y), _flat(out), n)
     return out
 
 
 def add_grid_stride(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """A grid of at most 16 blocks per SM; each thread loops over the data."""
-    x, y = check_pair(x, y)
-    out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    x, y, out = elementwise_io(x, y, op="add", hint=NO_BROADCAST)
     n = out.numel()
-    if n == 0:
-        return out
-    blocks = max(1, min((n + BLOCK_SIZE - 1) // BLOCK_SIZE, _max_blocks()))
-    add_grid_stride_kernel[blocks, BLOCK_SIZE](_flat(x), _flat(y), _flat(out), n)
+    if n:
+        add_grid_stride_kernel[capped_grid(n, BLOCK_SIZE, 16), BLOCK_SIZE](_flat(x), _flat(y), _flat(out), n)
     return out
 
 
@@ -102,7 +90,7 @@ def add_2d(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     if out.numel() == 0:
         return out
     bx, by = BLOCK_2D
-    grid = ((cols + bx - 1) // bx, (rows + by - 1) // by)
+    grid = (cdiv(cols, bx), cdiv(rows, by))
     if grid[1] > MAX_GRID_Y:
         raise ValueError(f"{rows} rows need {grid[1]} blocks along y, more than CUDA's "
                          f"{MAX_GRID_Y}: use add() on the flattened tensors instead")

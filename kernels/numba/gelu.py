@@ -17,11 +17,10 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import torch
 
 import utils  # must come before numba: it picks the GPU or the simulator
-from kernels._launch import version_index
-from kernels.cuda.gelu import BASELINES, INT32_MAX, check_input, gelu_compiled, gelu_ref, gelu_torch, gelu_unfused_torch  # noqa: F401  (the shared input rules and baselines)
+from kernels._launch import cdiv, elementwise_io, version_index
+from kernels.cuda.gelu import BASELINES, INT32_MAX, gelu_compiled, gelu_ref, gelu_torch, gelu_unfused_torch  # noqa: F401  (the baselines)
 
 from numba import cuda
 
@@ -79,15 +78,12 @@ def gelu_items_kernel(x, y, n):
 
 
 def _launch(kernel, x, items_per_thread, who):
-    x = check_input(x, op=who, max_numel=INT32_MAX)
-    y = torch.empty_like(x)
+    x, y = elementwise_io(x, op=who, max_numel=INT32_MAX)
     n = x.numel()
-    if n == 0:
-        return y  # a launch with zero blocks is an error
-    per_block = THREADS_PER_BLOCK * items_per_thread
-    blocks = (n + per_block - 1) // per_block
-    # Flat views: the kernels index a 1-D array (same memory as x and y).
-    kernel[blocks, THREADS_PER_BLOCK](utils.to_numba(x.view(-1)), utils.to_numba(y.view(-1)), n)
+    if n:  # a launch with zero blocks is an error
+        blocks = cdiv(n, THREADS_PER_BLOCK * items_per_thread)
+        # Flat views: the kernels index a 1-D array (same memory as x and y).
+        kernel[blocks, THREADS_PER_BLOCK](utils.to_numba(x.view(-1)), utils.to_numba(y.view(-1)), n)
     return y
 
 

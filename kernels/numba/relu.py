@@ -14,16 +14,12 @@ no copy), so a kernel's writes land in the torch tensor.
 """
 from __future__ import annotations
 
-import functools
-import math
-
 import numpy as np
 import torch
 
 import utils  # before numba: it picks the simulator or the GPU
-from kernels._launch import version_index
+from kernels._launch import capped_grid, cdiv, elementwise_io, version_index
 from kernels.cuda.relu import relu_backward_input
-from utils.inputs import INT32_MAX, check_input, check_same_shape  # noqa: F401  (the shared input rules)
 
 from numba import cuda
 
@@ -86,50 +82,35 @@ def relu_backward_kernel(grad_out_ptr, x_ptr, grad_in_ptr, n):
         grad_in_ptr[idx] = grad_out_ptr[idx] if x_ptr[idx] > ZERO else ZERO
 
 
-
-@functools.lru_cache(maxsize=None)
-def _max_blocks() -> int:
-    """One full wave: as many BLOCK_SIZE-thread blocks as the GPU holds at once."""
-    if utils.SIMULATE:
-        return 4  # the simulator runs every thread in Python: fewer threads, same work
-    props = torch.cuda.get_device_properties(utils.DEVICE)
-    per_sm = getattr(props, "max_threads_per_multi_processor", 2048) // BLOCK_SIZE
-    return props.multi_processor_count * max(per_sm, 1)
+def _flat(t: torch.Tensor):
+    """The tensor as a 1-D Numba array (same memory, no copy): the kernels index it flat."""
+    return utils.to_numba(t.view(-1))
 
 
 def relu_v1(x: torch.Tensor) -> torch.Tensor:
     """One thread per element, 256 threads per block, the grid rounded up."""
-    x = check_input(x, op="relu")
-    y = torch.empty_like(x)
+    x, y = elementwise_io(x, op="relu")
     n = x.numel()
-    if n == 0:
-        return y
-    blocks = math.ceil(n / BLOCK_SIZE)
-    relu_kernel[blocks, BLOCK_SIZE](utils.to_numba(x.view(-1)), utils.to_numba(y.view(-1)), n)
+    if n:  # a grid of zero blocks is not a launch
+        relu_kernel[cdiv(n, BLOCK_SIZE), BLOCK_SIZE](_flat(x), _flat(y), n)
     return y
 
 
 def relu_grid_stride(x: torch.Tensor) -> torch.Tensor:
-    """A grid of at most a few blocks per SM; each thread loops over the data."""
-    x = check_input(x, op="relu")
-    y = torch.empty_like(x)
+    """A grid of at most one full wave of blocks; each thread loops over the data."""
+    x, y = elementwise_io(x, op="relu")
     n = x.numel()
-    if n == 0:
-        return y
-    blocks = max(1, min(math.ceil(n / BLOCK_SIZE), _max_blocks()))
-    relu_grid_stride_kernel[blocks, BLOCK_SIZE](utils.to_numba(x.view(-1)), utils.to_numba(y.view(-1)), n)
+    if n:
+        relu_grid_stride_kernel[capped_grid(n, BLOCK_SIZE), BLOCK_SIZE](_flat(x), _flat(y), n)
     return y
 
 
 def relu_items(x: torch.Tensor) -> torch.Tensor:
     """Four elements per thread, all four loads issued before the stores."""
-    x = check_input(x, op="relu")
-    y = torch.empty_like(x)
+    x, y = elementwise_io(x, op="relu")
     n = x.numel()
-    if n == 0:
-        return y
-    blocks = math.ceil(n / (4 * BLOCK_SIZE))
-    relu_items_kernel[blocks, BLOCK_SIZE](utils.to_numba(x.view(-1)), utils.to_numba(y.view(-1)), n)
+    if n:
+        relu_items_kernel[cdiv(n, 4 * BLOCK_SIZE), BLOCK_SIZE](_flat(x), _flat(y), n)
     return y
 
 
@@ -137,11 +118,8 @@ def relu_backward(grad_out: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """dL/dx of ReLU: grad_out where x > 0, else 0 (new tensor, shape of x)."""
     grad_out, x, grad_in = relu_backward_input(grad_out, x)
     n = x.numel()
-    if n == 0:
-        return grad_in
-    blocks = math.ceil(n / BLOCK_SIZE)
-    relu_backward_kernel[blocks, BLOCK_SIZE](utils.to_numba(grad_out.view(-1)), utils.to_numba(x.view(-1)),
-                                             utils.to_numba(grad_in.view(-1)), n)
+    if n:
+        relu_backward_kernel[cdiv(n, BLOCK_SIZE), BLOCK_SIZE](_flat(grad_out), _flat(x), _flat(grad_in), n)
     return grad_in
 
 

@@ -16,8 +16,8 @@ from __future__ import annotations
 import torch
 
 import utils  # (before triton: it switches on the interpreter in simulation)
-from kernels._launch import version_index
-from kernels.cuda.add import check_pair  # the shared input rules
+from kernels._launch import elementwise_io, version_index
+from kernels.cuda.add import NO_BROADCAST, check_pair  # the shared input rules
 
 import triton
 import triton.language as tl
@@ -53,15 +53,11 @@ def add_2d_kernel(x_ptr, y_ptr, out_ptr, rows, cols,
 
 
 def _launch(x: torch.Tensor, y: torch.Tensor, block_size: int, num_warps: int) -> torch.Tensor:
-    x, y = check_pair(x, y)
-    # offsets index memory directly: the elements must sit one after the other
-    x, y = x.contiguous(), y.contiguous()
-    out = torch.empty_like(x)
+    # offsets index memory directly: elementwise_io makes the elements sit one after the other
+    x, y, out = elementwise_io(x, y, op="add", hint=NO_BROADCAST)
     n = out.numel()
-    if n == 0:
-        return out
-    grid = (triton.cdiv(n, block_size),)
-    add_kernel[grid](x, y, out, n, BLOCK_SIZE=block_size, num_warps=num_warps)
+    if n:  # an empty grid is not a launch
+        add_kernel[(triton.cdiv(n, block_size),)](x, y, out, n, BLOCK_SIZE=block_size, num_warps=num_warps)
     return out
 
 
