@@ -16,12 +16,11 @@ import torch
 
 import utils
 from kernels._launch import cdiv, cuda_source, sm_count, version_index
-from utils.inputs import INT32_MAX, check_input  # noqa: F401  (the shared input rules)
+from utils.inputs import INT32_MAX, check_input  # the shared input rules
 
 SOURCE = utils.KERNELS_DIR / "cuda" / "reduction.cu"
 BLOCK_SIZE = 256        # threads per block; a power of two (the shared-memory trees need it)
 FINAL_BLOCK = 1024      # the one block of the second pass
-INT_MAX = 2**31 - 1
 
 
 @functools.lru_cache(maxsize=None)
@@ -37,15 +36,21 @@ def source(name: str, path=SOURCE) -> str:
 
 
 def _check_int_range(n: int, what: str) -> None:
-    if n > INT_MAX:
-        raise ValueError(f"{what} indexes with int: at most {INT_MAX} elements, got {n}")
+    if n > INT32_MAX:
+        raise ValueError(f"{what} indexes with int: at most {INT32_MAX} elements, got {n}")
+
+
+def sum_input(x) -> tuple[torch.Tensor, torch.Tensor]:
+    """The input rules of every sum, in all three languages: x as a flat contiguous float32
+    tensor (or a clear error), and the output, a 0-d 0 (the sum of no elements, as torch.sum)."""
+    x = check_input(x, op="sum").reshape(-1)
+    return x, torch.zeros((), dtype=torch.float32, device=x.device)
 
 
 def _one_thread_per_element(x: torch.Tensor, name: str, shared_bytes: int = 0) -> torch.Tensor:
     """Launch a kernel with one thread per element that accumulates into out[0]."""
-    x = check_input(x, op="sum").reshape(-1)
+    x, out = sum_input(x)
     n = x.numel()
-    out = torch.zeros((), dtype=torch.float32, device=x.device)
     if n == 0:
         return out
     _check_int_range(n, name)
@@ -106,9 +111,8 @@ def num_blocks_grid_stride(n: int, block: int = BLOCK_SIZE, per_thread: int = 16
 
 def sum_two_pass(x: torch.Tensor) -> torch.Tensor:
     """v5: grid-stride + float4 + warp shuffles, one partial per block, then one block sums them."""
-    x = check_input(x, op="sum").reshape(-1)
+    x, out = sum_input(x)
     n = x.numel()
-    out = torch.zeros((), dtype=torch.float32, device=x.device)
     if n == 0:
         return out
     if x.data_ptr() % 16:

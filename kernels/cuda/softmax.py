@@ -18,7 +18,6 @@ from kernels._launch import cdiv, cuda_source, sm_count, version_index
 from utils.inputs import INT32_MAX, check_input  # the shared input rules
 
 SOURCE = utils.KERNELS_DIR / "cuda" / "softmax.cu"
-INT_MAX = 2**31 - 1
 #: Elements per thread the fused kernel can hold in registers (one kernel each).
 FUSED_ITEMS = (1, 2, 4, 8, 16)
 MAX_THREADS = 1024
@@ -42,6 +41,15 @@ def softmax_input(x) -> tuple[torch.Tensor, torch.Tensor]:
     2-D float32 tensor that int32 indexes reach (or a clear error), and a new y of its shape."""
     x = check_input(x, ndim=2, max_numel=INT32_MAX, op="softmax")
     return x, torch.empty_like(x)
+
+
+def check_fused_cols(cols: int, items: int, threads: int = MAX_THREADS) -> None:
+    """v2's limit, in CUDA C++ and Numba: a row must fit in one block's registers, ``items``
+    per thread x ``threads`` threads (a clear error otherwise)."""
+    if cols > items * threads:
+        raise ValueError(f"rows of {cols} columns do not fit in one block's registers (at most "
+                         f"{items * threads} = {items} per thread x {threads} threads): "
+                         "use the online softmax (v3) for long rows")
 
 
 def round_up(a: int, b: int) -> int:
@@ -82,11 +90,7 @@ def softmax_fused(x: torch.Tensor) -> torch.Tensor:
     if x.numel() == 0:
         return y
     rows, cols = x.shape
-    if cols > FUSED_MAX_COLS:
-        raise ValueError(
-            f"rows of {cols} columns do not fit in one block's registers (at most "
-            f"{FUSED_MAX_COLS} = {FUSED_ITEMS[-1]} per thread x {MAX_THREADS} threads): "
-            "use the online softmax (v3) for long rows")
+    check_fused_cols(cols, FUSED_ITEMS[-1])
     items, threads = fused_config(cols)
     kernel(f"softmax_fused{items}_kernel")[rows, threads](x, y, cols)
     return y

@@ -27,8 +27,7 @@ import torch
 
 import utils  # must come before numba: it picks the simulator or the GPU
 from kernels._launch import cdiv, sm_count, version_index
-from kernels.cuda.reduction import row_max_input, row_max_ref, sum_ref  # noqa: F401  (the references, defined once)
-from utils.inputs import INT32_MAX, check_input  # noqa: F401  (the shared input rules)
+from kernels.cuda.reduction import row_max_input, row_max_ref, sum_input, sum_ref  # noqa: F401  (the references, defined once)
 
 from numba import cuda, float32
 
@@ -234,11 +233,10 @@ def row_max_kernel(x, out):
 
 # ---------------------------------------------------------------------------------------
 def _launch_per_element(kernel, x: torch.Tensor) -> torch.Tensor:
-    x = check_input(x, op="sum").reshape(-1)
-    out = torch.zeros(1, dtype=torch.float32, device=x.device)
+    x, out = sum_input(x)
     if x.numel() > 0:
-        kernel[cdiv(x.numel(), BLOCK_SIZE), BLOCK_SIZE](utils.to_numba(x), utils.to_numba(out))
-    return out.reshape(())
+        kernel[cdiv(x.numel(), BLOCK_SIZE), BLOCK_SIZE](utils.to_numba(x), utils.to_numba(out.view(1)))
+    return out
 
 
 def sum_atomic(x: torch.Tensor) -> torch.Tensor:
@@ -263,17 +261,16 @@ def sum_warp(x: torch.Tensor) -> torch.Tensor:
 
 def sum_two_pass(x: torch.Tensor) -> torch.Tensor:
     """v5: grid-stride + warp shuffles, partials, then one block (deterministic)."""
-    x = check_input(x, op="sum").reshape(-1)
+    x, out = sum_input(x)
     n = x.numel()
-    out = torch.zeros(1, dtype=torch.float32, device=x.device)
     if n == 0:
-        return out.reshape(())
+        return out
     # A few blocks per SM, each thread summing many elements; no more blocks than needed.
     blocks = max(1, min(cdiv(n, BLOCK_SIZE * 8), sm_count() * 4))
     partials = torch.empty(blocks, dtype=torch.float32, device=x.device)
     sum_partials_kernel[blocks, BLOCK_SIZE](utils.to_numba(x), utils.to_numba(partials))
-    sum_final_kernel[1, BLOCK_SIZE](utils.to_numba(partials), utils.to_numba(out))
-    return out.reshape(())
+    sum_final_kernel[1, BLOCK_SIZE](utils.to_numba(partials), utils.to_numba(out.view(1)))
+    return out
 
 
 def row_max(x: torch.Tensor) -> torch.Tensor:

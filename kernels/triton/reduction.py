@@ -18,8 +18,7 @@ import torch
 
 import utils  # noqa: F401  (configures the interpreter before triton loads)
 from kernels._launch import sm_count, version_index
-from kernels.cuda.reduction import row_max_input, row_max_ref, sum_ref  # noqa: F401  (the references, defined once)
-from utils.inputs import INT32_MAX, check_input  # noqa: F401  (the shared input rules)
+from kernels.cuda.reduction import row_max_input, row_max_ref, sum_input, sum_ref  # noqa: F401  (the references, defined once)
 
 import triton
 import triton.language as tl
@@ -88,15 +87,10 @@ def row_max_kernel(x_ptr, out_ptr, cols, stride_row, BLOCK_SIZE: tl.constexpr):
     tl.store(out_ptr + row, tl.max(acc, axis=0))
 
 
-def _flat(x: torch.Tensor) -> torch.Tensor:
-    return check_input(x, op="sum").reshape(-1)
-
-
 def sum_atomic(x: torch.Tensor) -> torch.Tensor:
     """v1: tl.sum per program, then tl.atomic_add into out[0]."""
-    x = _flat(x)
+    x, out = sum_input(x)
     n = x.numel()
-    out = torch.zeros((), dtype=torch.float32, device=x.device)
     if n == 0:
         return out
     sum_atomic_kernel[(triton.cdiv(n, BLOCK_SIZE),)](x, out, n, BLOCK_SIZE=BLOCK_SIZE)
@@ -110,9 +104,8 @@ def _final(partials: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
 
 def sum_two_pass(x: torch.Tensor) -> torch.Tensor:
     """v2: one partial per program, then one program sums the partials (deterministic)."""
-    x = _flat(x)
+    x, out = sum_input(x)
     n = x.numel()
-    out = torch.zeros((), dtype=torch.float32, device=x.device)
     if n == 0:
         return out
     blocks = triton.cdiv(n, BLOCK_SIZE)
@@ -123,9 +116,8 @@ def sum_two_pass(x: torch.Tensor) -> torch.Tensor:
 
 def sum_persistent(x: torch.Tensor) -> torch.Tensor:
     """v3: a grid of a few programs per SM looping over the data, then the second pass."""
-    x = _flat(x)
+    x, out = sum_input(x)
     n = x.numel()
-    out = torch.zeros((), dtype=torch.float32, device=x.device)
     if n == 0:
         return out
     programs = max(1, min(triton.cdiv(n, PERSISTENT_BLOCK), sm_count() * 4))
