@@ -22,7 +22,10 @@
 //       warp, S = Q Kᵀ and O += P V through nvcuda::wmma
 //   backward, float32 SIMT:               attn_bwd_delta_kernel, attn_bwd_kv_kernel, attn_bwd_q_kernel
 //      P recomputed from L, D = rowsum(dO ∘ O); dK and dV per tile of keys, dQ either added
-//      atomically by those blocks or computed per tile of queries in a second kernel.
+//      atomically by those blocks or computed per tile of queries in a second kernel, the
+//      two designs of BACKWARDS in attention.py:
+//   separate  dK/dV per key tile, then dQ per query tile (float32 SIMT, no atomics)
+//   atomic  dK/dV per key tile, dQ added with atomicAdd (float32 SIMT)
 #include "reduce.h"  // warp_sum, warp_max, block_sum, block_max: every thread gets the result
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>

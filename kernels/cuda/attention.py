@@ -13,9 +13,8 @@ import torch
 
 import utils
 from kernels._launch import cdiv, cuda_source, version_index
-from utils.inputs import check_tensor, dtype_name
+from utils.inputs import INT32_MAX, check_tensor, dtype_name
 
-INT32_MAX = 2**31 - 1
 HALF = (torch.float16, torch.bfloat16)
 ALL = (torch.float32, torch.float16, torch.bfloat16)
 FLOATS = ALL + (torch.float64,)
@@ -282,9 +281,5 @@ VERSIONS = version_index(SOURCE, v1=attention_naive, v2=attention_rowwise, v3=at
 REFERENCE = "v3"
 attention = VERSIONS[REFERENCE][1]
 FORWARDS = OrderedDict(v1=attention_naive_forward, v2=attention_rowwise_forward, v3=attention_flash_forward)
-BACKWARDS = OrderedDict(
-    separate=("dK/dV per key tile, then dQ per query tile (float32 SIMT, no atomics)",
-              lambda q, k, v, o, lse, do, causal=False: attention_backward(q, k, v, o, lse, do, causal, "separate")),
-    atomic=("dK/dV per key tile, dQ added with atomicAdd (float32 SIMT)",
-            lambda q, k, v, o, lse, do, causal=False: attention_backward(q, k, v, o, lse, do, causal, "atomic")),
-)
+BACKWARDS = version_index(SOURCE, separate=functools.partial(attention_backward, dq_mode="separate"),
+                          atomic=functools.partial(attention_backward, dq_mode="atomic"))

@@ -9,7 +9,11 @@ Versions (``VERSIONS``, naive to best; ``attention(q, k, v, causal=False)`` is t
     v3  FlashAttention-2: 16 x 16 tiles of queries and keys in shared memory (float32 SIMT)
         attention_flash(q, k, v, causal)
 
-and the backward, ``attention_backward(q, k, v, o, L, do, causal, dq_mode="separate" | "atomic")``.
+and the backward, ``attention_backward(q, k, v, o, L, do, causal, dq_mode="separate" | "atomic")``,
+whose two designs are ``BACKWARDS``:
+
+    separate  dK/dV per key tile, then dQ per query tile: no atomics
+    atomic  dK/dV per key tile, dQ added with cuda.atomic.add
 
 q (B, H, Nq, d), k and v (B, H, Nk, d), d <= 128; float32, float16 or bfloat16 in (computed in
 float32, o returned in the inputs' dtype). The causal mask is aligned to the bottom right
@@ -18,6 +22,7 @@ In simulation every CUDA thread is a Python thread: keep the shapes small there.
 """
 from __future__ import annotations
 
+import functools
 import math
 from collections import OrderedDict
 
@@ -387,15 +392,20 @@ def attention_naive(q, k, v, causal=False):
     return attention_naive_forward(q, k, v, causal)[0]
 
 
-def attention_rowwise_forward(q, k, v, causal=False):
-    """v2 returning (o, L): one query row per block."""
-    q, k, v, squeeze, B, H, nq, nk, d, (qf, kf, vf) = _prepare(q, k, v, "attention_rowwise (Numba)")
+def _forward_one_kernel(kernel, queries_per_block, threads, q, k, v, causal, op):
+    """(o, L) of v2 and v3, one kernel each: a block per ``queries_per_block`` queries of a head."""
+    q, k, v, squeeze, B, H, nq, nk, d, (qf, kf, vf) = _prepare(q, k, v, op)
     if nq == 0 or nk == 0 or d == 0 or B * H == 0:
         return empty_result(q, k, v, squeeze)
     o, lse = _outputs(B, H, nq, d, q.device)
     args = [utils.to_numba(t) for t in (qf, kf, vf, o, lse)]
-    attn_row_kernel[(nq, B * H), ROW_THREADS](*args, 1.0 / math.sqrt(d), nk - nq, bool(causal))
+    kernel[(cdiv(nq, queries_per_block), B * H), threads](*args, 1.0 / math.sqrt(d), nk - nq, bool(causal))
     return _finish(q, o, lse, B, H, nq, d, squeeze)
+
+
+def attention_rowwise_forward(q, k, v, causal=False):
+    """v2 returning (o, L): one query row per block."""
+    return _forward_one_kernel(attn_row_kernel, 1, ROW_THREADS, q, k, v, causal, "attention_rowwise (Numba)")
 
 
 def attention_rowwise(q, k, v, causal=False):
@@ -404,14 +414,8 @@ def attention_rowwise(q, k, v, causal=False):
 
 
 def attention_flash_forward(q, k, v, causal=False):
-    """v3 returning (o, L): FlashAttention-2 with shared-memory tiles (float32)."""
-    q, k, v, squeeze, B, H, nq, nk, d, (qf, kf, vf) = _prepare(q, k, v, "attention_flash (Numba)")
-    if nq == 0 or nk == 0 or d == 0 or B * H == 0:
-        return empty_result(q, k, v, squeeze)
-    o, lse = _outputs(B, H, nq, d, q.device)
-    args = [utils.to_numba(t) for t in (qf, kf, vf, o, lse)]
-    attn_flash_kernel[(cdiv(nq, T), B * H), (T, T)](*args, 1.0 / math.sqrt(d), nk - nq, bool(causal))
-    return _finish(q, o, lse, B, H, nq, d, squeeze)
+    """v3 returning (o, L): FlashAttention-2 with shared-memory tiles (float32), T queries a block."""
+    return _forward_one_kernel(attn_flash_kernel, T, (T, T), q, k, v, causal, "attention_flash (Numba)")
 
 
 def attention_flash(q, k, v, causal=False):
@@ -455,9 +459,5 @@ VERSIONS = version_index(__doc__, v1=attention_naive, v2=attention_rowwise, v3=a
 REFERENCE = "v3"
 attention = VERSIONS[REFERENCE][1]
 FORWARDS = OrderedDict(v1=attention_naive_forward, v2=attention_rowwise_forward, v3=attention_flash_forward)
-BACKWARDS = OrderedDict(
-    separate=("dK/dV per key tile, then dQ per query tile: no atomics",
-              lambda q, k, v, o, lse, do, causal=False: attention_backward(q, k, v, o, lse, do, causal, "separate")),
-    atomic=("dK/dV per key tile, dQ added with cuda.atomic.add",
-            lambda q, k, v, o, lse, do, causal=False: attention_backward(q, k, v, o, lse, do, causal, "atomic")),
-)
+BACKWARDS = version_index(__doc__, separate=functools.partial(attention_backward, dq_mode="separate"),
+                          atomic=functools.partial(attention_backward, dq_mode="atomic"))

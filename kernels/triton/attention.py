@@ -17,6 +17,11 @@ Versions (``VERSIONS``, naive to best):
     AttentionFunction.apply(q, k, v, causal)  the autograd.Function (forward v3, backward above)
     attention_op(q, k, v, causal)             the same as a torch.library op (course::attention)
 
+The two designs of the backward (``BACKWARDS``, the ``dq_mode`` of attention_backward):
+
+    separate  dK/dV per key tile, then dQ per query tile: two kernels, no atomics
+    atomic  dK/dV per key tile, dQ added with tl.atomic_add by every key tile: one kernel
+
 q is (B, H, Nq, d), k and v (B, H, Nk, d), float32, float16 or bfloat16 (3-D (B, N, d) is one
 head); strides are passed, so the forwards take transposed views without a copy (the backward
 copies non-contiguous q, k and v). o has q's dtype. The causal mask is aligned to the bottom
@@ -31,6 +36,7 @@ first config runs: 16 x 16 tiles, the smallest ``tl.dot`` takes, so that the int
 """
 from __future__ import annotations
 
+import functools
 import math
 from collections import OrderedDict
 
@@ -810,9 +816,5 @@ attention = VERSIONS[REFERENCE][1]
 #: (o, L) of each version, for tests and the lesson.
 FORWARDS = OrderedDict(v1=attention_naive_forward, v2=attention_rowwise_forward, v3=attention_forward)
 #: The two designs of the backward: name -> (description, fn(q, k, v, o, L, do, causal)).
-BACKWARDS = OrderedDict(
-    separate=("dK/dV per key tile, then dQ per query tile: two kernels, no atomics",
-              lambda q, k, v, o, lse, do, causal=False: attention_backward(q, k, v, o, lse, do, causal, "separate")),
-    atomic=("dK/dV per key tile, dQ added with tl.atomic_add by every key tile: one kernel",
-            lambda q, k, v, o, lse, do, causal=False: attention_backward(q, k, v, o, lse, do, causal, "atomic")),
-)
+BACKWARDS = version_index(__doc__, separate=functools.partial(attention_backward, dq_mode="separate"),
+                          atomic=functools.partial(attention_backward, dq_mode="atomic"))
