@@ -33,13 +33,23 @@ def kernel(name: str):
     return utils.cuda_kernel(SOURCE, name)
 
 
-def check_pair(x, y, op: str = "add") -> tuple[torch.Tensor, torch.Tensor]:
-    """Clear errors for what the kernels cannot take (the shared input rules, ``utils.inputs``):
-    float32 tensors on the course's device, of the same shape. Returns them as they are."""
-    check_tensor(x, "x", op=op)
-    check_tensor(y, "y", op=op)
-    check_same_shape(x, y, op=op, hint=NO_BROADCAST)
-    return x, y
+def add_2d_input(x, y) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The input rules of every add_2d, in all three languages: x and y float32 matrices of
+    one shape on the course's device (a clear error otherwise), returned as they are (strided
+    views too), and a new output of their shape."""
+    check_tensor(x, "x", op="add_2d")
+    check_tensor(y, "y", op="add_2d")
+    check_same_shape(x, y, op="add_2d", hint=NO_BROADCAST)
+    if x.dim() != 2:
+        raise ValueError(f"add_2d adds matrices: expected 2-D tensors, got shape {tuple(x.shape)}")
+    return x, y, torch.empty(x.shape, dtype=x.dtype, device=x.device)
+
+
+def check_grid_rows(rows: int, blocks_y: int) -> None:
+    """A clear error when a 2-D grid needs more blocks along y than CUDA allows."""
+    if blocks_y > MAX_GRID_Y:
+        raise ValueError(f"{rows} rows need {blocks_y} blocks along y, more than CUDA's "
+                         f"{MAX_GRID_Y}: use add() on the flattened tensors instead")
 
 
 def add_v1(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -67,11 +77,8 @@ def add_2d(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     Views whose columns are adjacent (``m[:, 2:5]``, ``m[1::2]``) are read in place through
     their row stride; any other layout (a transpose) is copied to a contiguous one first.
     """
-    x, y = check_pair(x, y, op="add_2d")
-    if x.dim() != 2:
-        raise ValueError(f"add_2d adds matrices: expected 2-D tensors, got shape {tuple(x.shape)}")
+    x, y, out = add_2d_input(x, y)
     rows, cols = x.shape
-    out = torch.empty((rows, cols), dtype=x.dtype, device=x.device)
     if x.numel() == 0:
         return out
     # The kernel assumes neighbouring columns are neighbouring floats (stride 1); a row
@@ -80,9 +87,7 @@ def add_2d(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     y = y if y.stride(1) == 1 and y.stride(0) >= cols else y.contiguous()
     bx, by = BLOCK_2D
     grid = (cdiv(cols, bx), cdiv(rows, by))
-    if grid[1] > MAX_GRID_Y:
-        raise ValueError(f"{rows} rows need {grid[1]} blocks along y, more than CUDA's "
-                         f"{MAX_GRID_Y}: use add() on the flattened tensors instead")
+    check_grid_rows(rows, grid[1])
     if max(rows, cols, x.stride(0), y.stride(0)) > INT32_MAX:
         raise ValueError("add_2d_kernel takes int sizes and strides: the matrix is too large")
     kernel("add_2d_kernel")[grid, BLOCK_2D](_span(x), _span(y), out, rows, cols,

@@ -17,13 +17,12 @@ import torch
 
 import utils  # (before numba: it picks the simulator or the GPU)
 from kernels._launch import capped_grid, cdiv, elementwise_io, version_index
-from kernels.cuda.add import NO_BROADCAST, check_pair  # the shared input rules
+from kernels.cuda.add import NO_BROADCAST, add_2d_input, check_grid_rows  # the shared input rules
 
 from numba import cuda
 
 BLOCK_SIZE = 256
 BLOCK_2D = (32, 8)  # 32 threads along a row (a warp: coalesced), 8 rows
-MAX_GRID_Y = utils.config.MAX_GRID[1]  # CUDA's limit on the grid's y dimension
 
 
 @cuda.jit
@@ -82,18 +81,13 @@ def add_2d(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     Strided views are copied to contiguous matrices first: Numba's simulator moves whole
     buffers, and one code path for both modes keeps the results the same.
     """
-    x, y = check_pair(x, y, op="add_2d")
-    if x.dim() != 2:
-        raise ValueError(f"add_2d adds matrices: expected 2-D tensors, got shape {tuple(x.shape)}")
+    x, y, out = add_2d_input(x, y)
     rows, cols = x.shape
-    out = torch.empty((rows, cols), dtype=x.dtype, device=x.device)
     if out.numel() == 0:
         return out
     bx, by = BLOCK_2D
     grid = (cdiv(cols, bx), cdiv(rows, by))
-    if grid[1] > MAX_GRID_Y:
-        raise ValueError(f"{rows} rows need {grid[1]} blocks along y, more than CUDA's "
-                         f"{MAX_GRID_Y}: use add() on the flattened tensors instead")
+    check_grid_rows(rows, grid[1])
     add_2d_kernel[grid, BLOCK_2D](utils.to_numba(x.contiguous()), utils.to_numba(y.contiguous()),
                                   utils.to_numba(out))
     return out

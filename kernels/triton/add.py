@@ -17,7 +17,7 @@ import torch
 
 import utils  # (before triton: it switches on the interpreter in simulation)
 from kernels._launch import elementwise_io, version_index
-from kernels.cuda.add import NO_BROADCAST, check_pair  # the shared input rules
+from kernels.cuda.add import NO_BROADCAST, add_2d_input  # the shared input rules
 
 import triton
 import triton.language as tl
@@ -73,11 +73,8 @@ def add_v2(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
 def add_2d(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """Matrix addition: a 2-D grid of programs, each one 16 x 128 tile; any strides."""
-    x, y = check_pair(x, y, op="add_2d")
-    if x.dim() != 2:
-        raise ValueError(f"add_2d adds matrices: expected 2-D tensors, got shape {tuple(x.shape)}")
+    x, y, out = add_2d_input(x, y)
     rows, cols = x.shape
-    out = torch.empty((rows, cols), dtype=x.dtype, device=x.device)
     if out.numel() == 0:
         return out
     block_r, block_c = 16, 128
