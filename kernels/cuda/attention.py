@@ -91,6 +91,34 @@ def finish(o, lse, squeeze):
     return o, lse
 
 
+def zero_grads(q, k, v, squeeze):
+    """(dq, dk, dv) for inputs with no work for a kernel (Nq, Nk, d or B * H is 0): zeros."""
+    grads = (torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v))
+    return tuple(t.squeeze(1) for t in grads) if squeeze else grads
+
+
+#: The two designs of every language's attention_backward: where dQ is summed.
+DQ_MODES = ("separate", "atomic")
+
+
+def check_dq_mode(dq_mode) -> None:
+    if dq_mode not in DQ_MODES:
+        raise ValueError(f"attention_backward: dq_mode must be one of {DQ_MODES}, got {dq_mode!r}")
+
+
+def backward_designs(backward) -> dict:
+    """``{dq_mode: fn(q, k, v, o, L, do, causal=False)}``: a language's
+    ``backward(q, k, v, o, L, do, causal, dq_mode)`` with each dq_mode bound, the launchers of
+    its ``BACKWARDS`` (named ``attention_backward_separate``, ...)."""
+    def design(dq_mode):
+        def fn(q, k, v, o, lse, do, causal=False):
+            return backward(q, k, v, o, lse, do, causal, dq_mode)
+        fn.__name__ = fn.__qualname__ = f"{backward.__name__}_{dq_mode}"
+        fn.__module__, fn.__doc__ = backward.__module__, f"{backward.__name__} with dq_mode={dq_mode!r}."
+        return fn
+    return {dq_mode: design(dq_mode) for dq_mode in DQ_MODES}
+
+
 def causal_mask(nq: int, nk: int, device=None) -> torch.Tensor:
     """(nq, nk) bool, True where key j is visible to query i (bottom-right aligned)."""
     i = torch.arange(nq, device=device).unsqueeze(1)
@@ -237,22 +265,17 @@ def bwd_smem_bytes(d: int) -> int:
     return 4 * (4 * BWD_TILE * d + 2 * BWD_TILE * (BWD_TILE + 1) + 2 * BWD_TILE)
 
 
-DQ_MODES = ("separate", "atomic")
-
-
 def attention_backward(q, k, v, o, lse, do, causal=False, dq_mode="separate"):
     """(dq, dk, dv) in float32 SIMT (any float dtype in, gradients in the inputs' dtype), from
     the forward's o and L. ``dq_mode``: "separate" (a second kernel per tile of queries) or
     "atomic" (the key-tile blocks add into dq with atomicAdd)."""
-    if dq_mode not in DQ_MODES:
-        raise ValueError(f"attention_backward: dq_mode must be one of {DQ_MODES}, got {dq_mode!r}")
+    check_dq_mode(dq_mode)
     q, k, v, squeeze = check_qkv(q, k, v, op="attention_backward (CUDA)", max_d=MAX_D_SIMT)
     o, lse, do = check_backward_inputs(q, o, lse, do, squeeze, op="attention_backward (CUDA)")
     B, H, nq, nk, d = _shapes(q, k)
     dt = q.dtype
     if nq == 0 or nk == 0 or d == 0 or B * H == 0:
-        z = (torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v))
-        return tuple(t.squeeze(1) for t in z) if squeeze else z
+        return zero_grads(q, k, v, squeeze)
     qf, kf, vf = _as_f32(q, k, v)
     of, dof = o.float().contiguous(), do.float().contiguous()
     lsef = lse.float().contiguous()
@@ -281,5 +304,4 @@ VERSIONS = version_index(SOURCE, v1=attention_naive, v2=attention_rowwise, v3=at
 REFERENCE = "v3"
 attention = VERSIONS[REFERENCE][1]
 FORWARDS = OrderedDict(v1=attention_naive_forward, v2=attention_rowwise_forward, v3=attention_flash_forward)
-BACKWARDS = version_index(SOURCE, separate=functools.partial(attention_backward, dq_mode="separate"),
-                          atomic=functools.partial(attention_backward, dq_mode="atomic"))
+BACKWARDS = version_index(SOURCE, **backward_designs(attention_backward))

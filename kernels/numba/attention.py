@@ -22,7 +22,6 @@ In simulation every CUDA thread is a Python thread: keep the shapes small there.
 """
 from __future__ import annotations
 
-import functools
 import math
 from collections import OrderedDict
 
@@ -30,7 +29,16 @@ import torch
 
 import utils  # must come before numba: it picks the simulator or the GPU
 from kernels._launch import cdiv, version_index
-from kernels.cuda.attention import attention_ref, check_backward_inputs, check_qkv, empty_result, finish  # noqa: F401  (the shared input rules and reference)
+from kernels.cuda.attention import (  # the shared input rules
+    attention_ref,  # noqa: F401  (the reference, defined once)
+    backward_designs,
+    check_backward_inputs,
+    check_dq_mode,
+    check_qkv,
+    empty_result,
+    finish,
+    zero_grads,
+)
 
 # lesson 05's block reductions, which every thread gets the result of (blockDim.x a multiple of 32)
 from kernels.numba.reduction import block_max_all, block_sum_all, warp_max_all, warp_sum_all  # noqa: F401
@@ -143,6 +151,31 @@ def attn_row_kernel(q, k, v, o, lse, scale, diag, causal):
 
 
 # ---------------------------------------------------------------------------------------
+# Tiles of T keys or T queries to shared memory (v3 and the backward), T x T threads a block.
+@cuda.jit(device=True)
+def _load_keys(k, v, k_s, v_s, bh, j0, nk, d):
+    # Thread (r, c) loads key j0 + r, columns c, c + T, ... of K and V (0 past the end).
+    c, r = cuda.threadIdx.x, cuda.threadIdx.y
+    for cc in range(c, d, T):
+        k_s[r, cc] = k[bh, j0 + r, cc] if j0 + r < nk else float32(0.0)
+        v_s[r, cc] = v[bh, j0 + r, cc] if j0 + r < nk else float32(0.0)
+
+
+@cuda.jit(device=True)
+def _load_queries(q, do, lse, delta, q_s, do_s, lse_s, delta_s, bh, i0, nq, d):
+    # Thread (r, c) loads query i0 + r, columns c, c + T, ... of Q and dO, and column 0 its L
+    # and D (past the end: zeros and L = +inf, so that P = 0).
+    c, r = cuda.threadIdx.x, cuda.threadIdx.y
+    i = i0 + r
+    for cc in range(c, d, T):
+        q_s[r, cc] = q[bh, i, cc] if i < nq else float32(0.0)
+        do_s[r, cc] = do[bh, i, cc] if i < nq else float32(0.0)
+    if c == 0:
+        lse_s[r] = lse[bh, i] if i < nq else float32(INF)
+        delta_s[r] = delta[bh, i] if i < nq else float32(0.0)
+
+
+# ---------------------------------------------------------------------------------------
 # v3, FlashAttention-2 with shared-memory tiles: a block of T x T threads owns T queries;
 # thread (r, c) = (threadIdx.y, threadIdx.x) scores key j0 + c for query r, then owns the
 # output columns c, c + T, ... of query r. Per tile of T keys: K and V tiles to shared memory,
@@ -170,9 +203,7 @@ def attn_flash_kernel(q, k, v, o, lse, scale, diag, causal):
     hi = min(nk, max(i0 + T + diag, 0)) if causal else nk    # tiles past hi: hidden from every row
     for j0 in range(0, hi, T):
         cuda.syncthreads()                         # the previous tiles are no longer read (and q_s is complete)
-        for cc in range(c, d, T):
-            k_s[r, cc] = k[bh, j0 + r, cc] if j0 + r < nk else float32(0.0)
-            v_s[r, cc] = v[bh, j0 + r, cc] if j0 + r < nk else float32(0.0)
+        _load_keys(k, v, k_s, v_s, bh, j0, nk, d)
         cuda.syncthreads()                         # K and V tiles complete
         j = j0 + c
         s = float32(0.0)
@@ -257,9 +288,7 @@ def attn_bwd_kv_kernel(q, k, v, do, lse, delta, dq, dk, dv, scale, diag, causal,
     j0 = cuda.blockIdx.x * T
     nq, d = q.shape[1], q.shape[2]
     nk = k.shape[1]
-    for cc in range(c, d, T):
-        k_s[r, cc] = k[bh, j0 + r, cc] if j0 + r < nk else float32(0.0)
-        v_s[r, cc] = v[bh, j0 + r, cc] if j0 + r < nk else float32(0.0)
+    _load_keys(k, v, k_s, v_s, bh, j0, nk, d)
     dk_acc = cuda.local.array(COLS, float32)
     dv_acc = cuda.local.array(COLS, float32)
     for u in range(COLS):
@@ -269,12 +298,7 @@ def attn_bwd_kv_kernel(q, k, v, do, lse, delta, dq, dk, dv, scale, diag, causal,
     for i0 in range(first, nq, T):
         cuda.syncthreads()                         # the previous tiles are no longer read
         i = i0 + r
-        for cc in range(c, d, T):
-            q_s[r, cc] = q[bh, i, cc] if i < nq else float32(0.0)
-            do_s[r, cc] = do[bh, i, cc] if i < nq else float32(0.0)
-        if c == 0:
-            lse_s[r] = lse[bh, i] if i < nq else float32(INF)
-            delta_s[r] = delta[bh, i] if i < nq else float32(0.0)
+        _load_queries(q, do, lse, delta, q_s, do_s, lse_s, delta_s, bh, i0, nq, d)
         cuda.syncthreads()
         _p_and_ds(q_s, k_s, v_s, do_s, lse_s, delta_s, p_s, ds_s, i0, j0, nq, nk, d, scale, diag, causal)
         cuda.syncthreads()                         # P and dS complete
@@ -321,21 +345,14 @@ def attn_bwd_q_kernel(q, k, v, do, lse, delta, dq, scale, diag, causal):
     i = i0 + r
     nq, d = q.shape[1], q.shape[2]
     nk = k.shape[1]
-    for cc in range(c, d, T):
-        q_s[r, cc] = q[bh, i, cc] if i < nq else float32(0.0)
-        do_s[r, cc] = do[bh, i, cc] if i < nq else float32(0.0)
-    if c == 0:
-        lse_s[r] = lse[bh, i] if i < nq else float32(INF)
-        delta_s[r] = delta[bh, i] if i < nq else float32(0.0)
+    _load_queries(q, do, lse, delta, q_s, do_s, lse_s, delta_s, bh, i0, nq, d)
     dq_acc = cuda.local.array(COLS, float32)
     for u in range(COLS):
         dq_acc[u] = float32(0.0)
     hi = min(nk, max(i0 + T + diag, 0)) if causal else nk
     for j0 in range(0, hi, T):
         cuda.syncthreads()
-        for cc in range(c, d, T):
-            k_s[r, cc] = k[bh, j0 + r, cc] if j0 + r < nk else float32(0.0)
-            v_s[r, cc] = v[bh, j0 + r, cc] if j0 + r < nk else float32(0.0)
+        _load_keys(k, v, k_s, v_s, bh, j0, nk, d)
         cuda.syncthreads()
         _p_and_ds(q_s, k_s, v_s, do_s, lse_s, delta_s, p_s, ds_s, i0, j0, nq, nk, d, scale, diag, causal)
         cuda.syncthreads()
@@ -423,19 +440,14 @@ def attention_flash(q, k, v, causal=False):
     return attention_flash_forward(q, k, v, causal)[0]
 
 
-DQ_MODES = ("separate", "atomic")
-
-
 def attention_backward(q, k, v, o, lse, do, causal=False, dq_mode="separate"):
     """(dq, dk, dv): ``dq_mode`` "separate" (a second kernel per tile of queries) or "atomic"
     (the key-tile blocks add into dq with cuda.atomic.add)."""
-    if dq_mode not in DQ_MODES:
-        raise ValueError(f"attention_backward: dq_mode must be one of {DQ_MODES}, got {dq_mode!r}")
+    check_dq_mode(dq_mode)
     q, k, v, squeeze, B, H, nq, nk, d, (qf, kf, vf) = _prepare(q, k, v, "attention_backward (Numba)")
     o, lse, do = check_backward_inputs(q, o, lse, do, squeeze, op="attention_backward (Numba)")
     if nq == 0 or nk == 0 or d == 0 or B * H == 0:
-        z = (torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v))
-        return tuple(t.squeeze(1) for t in z) if squeeze else z
+        return zero_grads(q, k, v, squeeze)
     of = o.float().reshape(B * H, nq, d).contiguous()
     dof = do.float().reshape(B * H, nq, d).contiguous()
     lsef = lse.float().reshape(B * H, nq).contiguous()
@@ -459,5 +471,4 @@ VERSIONS = version_index(__doc__, v1=attention_naive, v2=attention_rowwise, v3=a
 REFERENCE = "v3"
 attention = VERSIONS[REFERENCE][1]
 FORWARDS = OrderedDict(v1=attention_naive_forward, v2=attention_rowwise_forward, v3=attention_flash_forward)
-BACKWARDS = version_index(__doc__, separate=functools.partial(attention_backward, dq_mode="separate"),
-                          atomic=functools.partial(attention_backward, dq_mode="atomic"))
+BACKWARDS = version_index(__doc__, **backward_designs(attention_backward))

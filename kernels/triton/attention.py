@@ -36,7 +36,6 @@ first config runs: 16 x 16 tiles, the smallest ``tl.dot`` takes, so that the int
 """
 from __future__ import annotations
 
-import functools
 import math
 from collections import OrderedDict
 
@@ -44,7 +43,15 @@ import torch
 
 import utils  # configures the interpreter before triton loads
 from kernels._launch import version_index
-from kernels.cuda.attention import attention_ref, check_backward_inputs, check_qkv, empty_result, finish  # noqa: F401  (the shared input rules and reference)
+from kernels.cuda.attention import (  # the shared input rules
+    attention_ref,  # noqa: F401  (the reference, defined once)
+    backward_designs,
+    check_backward_inputs,
+    check_dq_mode,
+    check_qkv,
+    empty_result,
+    finish,
+)
 from utils.triton_compat import autotune
 
 import triton
@@ -676,15 +683,11 @@ def _bwd_main(q, k, v, do, lse, delta, dq, dk, dv, causal, use_tuned, tile):
             (q, k, v, do, lse, delta, dq, *common, *strides, key), meta, use_tuned, tile)
 
 
-DQ_MODES = ("separate", "atomic")
-
-
 def attention_backward(q, k, v, o, lse, do, causal=False, dq_mode="separate"):
     """(dq, dk, dv) of ``o = attention(q, k, v)`` for the upstream gradient ``do``, from the
     forward's o and L. ``dq_mode``: "separate" (a second kernel owns tiles of queries: no
     atomics, deterministic) or "atomic" (every key-tile program adds into dq atomically)."""
-    if dq_mode not in DQ_MODES:
-        raise ValueError(f"attention_backward: dq_mode must be one of {DQ_MODES}, got {dq_mode!r}")
+    check_dq_mode(dq_mode)
     # Contiguous q, k and v: the kernels write dq with q's strides and dk, dv with k's (o and
     # do may have any strides: theirs are passed).
     q, k, v, squeeze = check_qkv(q, k, v, op="attention_backward", dtypes=WITH_F64, max_d=MAX_D)
@@ -816,5 +819,4 @@ attention = VERSIONS[REFERENCE][1]
 #: (o, L) of each version, for tests and the lesson.
 FORWARDS = OrderedDict(v1=attention_naive_forward, v2=attention_rowwise_forward, v3=attention_forward)
 #: The two designs of the backward: name -> (description, fn(q, k, v, o, L, do, causal)).
-BACKWARDS = version_index(__doc__, separate=functools.partial(attention_backward, dq_mode="separate"),
-                          atomic=functools.partial(attention_backward, dq_mode="atomic"))
+BACKWARDS = version_index(__doc__, **backward_designs(attention_backward))
