@@ -4,6 +4,7 @@
     cdiv(a, b)            blocks of ``b`` threads that cover ``a`` elements
     sm_count()            streaming multiprocessors of the GPU (4 in simulation)
     capped_grid(n, block_size[, blocks_per_sm])   the grid of a grid-stride loop
+    whole_warps(threads[, most])                  a block of whole warps, at most 1024 threads
     elementwise_io(x[, y, ...], op=...)           checked inputs and a new output, one shape
     cuda_source(name, path)  one kernel or helper of a ``.cu`` file, with its comment block
     version_index(index, v1=launcher, ...)   a topic's ``VERSIONS``, the descriptions read
@@ -39,6 +40,12 @@ def sm_count() -> int:
     if utils.SIMULATE:
         return SIM_SM_COUNT
     return torch.cuda.get_device_properties(utils.DEVICE).multi_processor_count
+
+
+def whole_warps(threads: int, most: int = 1024) -> int:
+    """Threads per block: ``threads`` rounded up to whole warps of 32, at least one warp and at
+    most ``most`` (``whole_warps(100) == 128``)."""
+    return min(most, max(32, cdiv(threads, 32) * 32))
 
 
 def capped_grid(n: int, block_size: int, blocks_per_sm: int | None = None) -> int:

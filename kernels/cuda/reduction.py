@@ -15,7 +15,7 @@ import functools
 import torch
 
 import utils
-from kernels._launch import cdiv, cuda_source, sm_count, version_index
+from kernels._launch import cdiv, cuda_source, sm_count, version_index, whole_warps
 from utils.inputs import INT32_MAX, check_input  # the shared input rules
 
 SOURCE = utils.KERNELS_DIR / "cuda" / "reduction.cu"
@@ -142,7 +142,7 @@ def row_max(x: torch.Tensor) -> torch.Tensor:
         return out
     rows, cols = x.shape
     _check_int_range(x.numel(), "row_max_kernel")
-    threads = min(1024, max(32, cdiv(cols, 32 * 4) * 32))  # about 4 columns per thread
+    threads = whole_warps(cdiv(cols, 4))  # about 4 columns per thread
     kernel("row_max_kernel")[rows, threads](x, out, cols)
     return out
 

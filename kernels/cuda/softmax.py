@@ -14,7 +14,7 @@ import functools
 import torch
 
 import utils
-from kernels._launch import cdiv, cuda_source, sm_count, version_index
+from kernels._launch import cdiv, cuda_source, sm_count, version_index, whole_warps
 from utils.inputs import INT32_MAX, check_input  # the shared input rules
 
 SOURCE = utils.KERNELS_DIR / "cuda" / "softmax.cu"
@@ -52,14 +52,9 @@ def check_fused_cols(cols: int, items: int, threads: int = MAX_THREADS) -> None:
                          "use the online softmax (v3) for long rows")
 
 
-def round_up(a: int, b: int) -> int:
-    return cdiv(a, b) * b
-
-
-
 def threads_for(cols: int, per_thread: int) -> int:
     """Whole warps, enough for ``per_thread`` columns each, at most 1024."""
-    return min(MAX_THREADS, max(32, round_up(cdiv(cols, per_thread), 32)))
+    return whole_warps(cdiv(cols, per_thread), MAX_THREADS)
 
 
 def softmax_naive(x: torch.Tensor) -> torch.Tensor:
@@ -139,7 +134,7 @@ def onchip_config(cols: int, vec4: bool) -> tuple[int, int] | None:
     """(threads, stash bytes) for v5, or None when the row does not fit on chip."""
     width = 4 if vec4 else 1
     n = cdiv(cols, width)
-    threads = min(MAX_THREADS, max(32, round_up(cdiv(n, ONCHIP_REG), 32)))
+    threads = threads_for(n, ONCHIP_REG)
     stash = max(0, n - ONCHIP_REG * threads) * width * 4
     return (threads, stash) if stash <= onchip_stash_bytes() else None
 

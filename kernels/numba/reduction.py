@@ -26,7 +26,7 @@ import math
 import torch
 
 import utils  # must come before numba: it picks the simulator or the GPU
-from kernels._launch import cdiv, sm_count, version_index
+from kernels._launch import cdiv, sm_count, version_index, whole_warps
 from kernels.cuda.reduction import row_max_input, row_max_ref, sum_input, sum_ref  # noqa: F401  (the references, defined once)
 
 from numba import cuda, float32
@@ -279,7 +279,7 @@ def row_max(x: torch.Tensor) -> torch.Tensor:
     if x.numel() == 0:
         return out
     rows, cols = x.shape
-    threads = min(BLOCK_SIZE, max(32, cdiv(cols, 32) * 32))
+    threads = whole_warps(cols, BLOCK_SIZE)
     row_max_kernel[rows, threads](utils.to_numba(x), utils.to_numba(out))
     return out
 

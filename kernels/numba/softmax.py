@@ -15,7 +15,7 @@ import math
 import torch
 
 import utils  # must come before numba: it picks the simulator or the GPU
-from kernels._launch import cdiv, version_index
+from kernels._launch import cdiv, version_index, whole_warps
 from kernels.cuda.softmax import check_fused_cols, softmax_input, softmax_ref  # noqa: F401  (the reference, defined once)
 from kernels.numba.reduction import block_max_all, block_sum_all, row_max_kernel, warp_sum_all  # noqa: F401  (attention uses warp_sum_all)
 
@@ -114,11 +114,6 @@ def softmax_online_kernel(x, y):
 
 
 # ---------------------------------------------------------------------------------------
-def _warps(n: int) -> int:
-    """At least one warp, whole warps, at most 1024 threads."""
-    return min(MAX_THREADS, max(32, cdiv(n, 32) * 32))
-
-
 def softmax_naive(x: torch.Tensor) -> torch.Tensor:
     """v1: three kernels."""
     x, y = softmax_input(x)
@@ -128,7 +123,7 @@ def softmax_naive(x: torch.Tensor) -> torch.Tensor:
     row_max = torch.empty(rows, dtype=torch.float32, device=x.device)
     row_sum = torch.empty(rows, dtype=torch.float32, device=x.device)
     xa, ya, ma, sa = (utils.to_numba(t) for t in (x, y, row_max, row_sum))
-    threads = min(ROW_THREADS, _warps(cols))
+    threads = whole_warps(cols, ROW_THREADS)
     row_max_kernel[rows, threads](xa, ma)
     softmax_expsum_kernel[rows, threads](xa, ma, sa)
     softmax_normalize_kernel[cdiv(rows * cols, threads), threads](xa, ma, sa, ya)
@@ -142,7 +137,7 @@ def softmax_fused(x: torch.Tensor) -> torch.Tensor:
         return y
     rows, cols = x.shape
     check_fused_cols(cols, ITEMS, MAX_THREADS)
-    softmax_fused_kernel[rows, _warps(cdiv(cols, ITEMS))](utils.to_numba(x), utils.to_numba(y))
+    softmax_fused_kernel[rows, whole_warps(cdiv(cols, ITEMS))](utils.to_numba(x), utils.to_numba(y))
     return y
 
 
@@ -152,7 +147,7 @@ def softmax_online(x: torch.Tensor) -> torch.Tensor:
     if x.numel() == 0:
         return y
     rows, cols = x.shape
-    threads = _warps(cdiv(cols, 8)) if not utils.SIMULATE else min(ROW_THREADS, _warps(cols))
+    threads = whole_warps(cdiv(cols, 8)) if not utils.SIMULATE else whole_warps(cols, ROW_THREADS)
     softmax_online_kernel[rows, threads](utils.to_numba(x), utils.to_numba(y))
     return y
 
