@@ -1,5 +1,6 @@
 """What every launcher of the course needs, written once (as Liger Kernel keeps its
-``calculate_settings`` in ``ops/utils.py``): the grid arithmetic and the source reader.
+``calculate_settings`` in ``ops/utils.py``): the grid arithmetic, the elementwise input rule,
+the source reader and the version index.
 
     cdiv(a, b)            blocks of ``b`` threads that cover ``a`` elements
     sm_count()            streaming multiprocessors of the GPU (4 in simulation)
@@ -74,6 +75,8 @@ def elementwise_io(*tensors, op: str, names=("x", "y"), hint: str = "", max_nume
             kernel[cdiv(x.numel(), 256), 256](x, y, x.numel())
         return y
     """
+    if len(tensors) > len(names):
+        raise TypeError(f"elementwise_io: {len(tensors)} tensors but only the names {names}")
     checked = [check_input(t, name, op=op, max_numel=max_numel) for t, name in zip(tensors, names)]
     for t, name in zip(checked[1:], names[1:]):
         check_same_shape(checked[0], t, (names[0], name), op=op, hint=hint)
