@@ -2,14 +2,14 @@
 ``calculate_settings`` in ``ops/utils.py``): the grid arithmetic, the elementwise input rule,
 the source reader and the version index.
 
-    cdiv(a, b)            blocks of ``b`` threads that cover ``a`` elements
-    sm_count()            streaming multiprocessors of the GPU (4 in simulation)
-    capped_grid(n, block_size[, blocks_per_sm])   the grid of a grid-stride loop
-    whole_warps(threads[, most])                  a block of whole warps, at most 1024 threads
-    elementwise_io(x[, y, ...], op=...)           checked inputs and a new output, one shape
-    cuda_source(name, path)  one kernel or helper of a ``.cu`` file, with its comment block
-    version_index(index, v1=launcher, ...)   a topic's ``VERSIONS``, the descriptions read
-                          from its version index (the ``.cu`` header or the module docstring)
+    cdiv(a, b)                                   blocks of ``b`` threads that cover ``a`` elements
+    sm_count()                                   streaming multiprocessors of the GPU (4 in simulation)
+    capped_grid(n, block_size[, blocks_per_sm])  the grid of a grid-stride loop
+    whole_warps(threads[, most])                 a block of whole warps, at most 1024 threads
+    inputs_and_output(x[, y, ...], op=...)       checked inputs and a new output of their shape
+    cuda_source(name, path)                      one kernel or helper of a ``.cu`` file, with its comment block
+    version_index(index, v1=launcher, ...)       a topic's ``VERSIONS``, each description read from
+                                                 its version index (the ``.cu`` header or the module docstring)
 
 The CUDA C++, Numba and Triton modules import them from here; ``kernels/cuda/<topic>.py``
 re-exports ``cdiv`` and ``sm_count`` so a lesson can write ``red_cuda.cdiv(n, 256)``.
@@ -29,6 +29,8 @@ from utils.inputs import check_input, check_same_shape
 #: block after another, so a small persistent grid keeps a grid-stride loop honest (several
 #: blocks, each looping) without simulating thousands of threads.
 SIM_SM_COUNT = 4
+#: How the shape error of an elementwise launcher ends.
+ONE_SHAPE = "the kernels take tensors of one shape (no broadcasting)"
 
 
 def cdiv(a: int, b: int) -> int:
@@ -64,19 +66,19 @@ def capped_grid(n: int, block_size: int, blocks_per_sm: int | None = None) -> in
     return max(1, min(cdiv(n, block_size), cap))
 
 
-def elementwise_io(*tensors, op: str, names=("x", "y"), hint: str = "", max_numel: int | None = None):
+def inputs_and_output(*tensors, op: str, names=("x", "y"), hint: str = ONE_SHAPE, max_numel: int | None = None):
     """The input rules of an elementwise launcher, in every language, and its output:
     ``(*tensors, out)``, each tensor a contiguous float32 tensor on the course's device
     (``utils.inputs.check_input``: a clear error otherwise), all of one shape (no
     broadcasting; ``hint`` ends the message), and ``out`` a new tensor of that shape.
 
-        x, y = elementwise_io(x, op="relu")
+        x, y = inputs_and_output(x, op="relu")
         if x.numel():   # an empty grid is not a launch
             kernel[cdiv(x.numel(), 256), 256](x, y, x.numel())
         return y
     """
     if len(tensors) > len(names):
-        raise TypeError(f"elementwise_io: {len(tensors)} tensors but only the names {names}")
+        raise TypeError(f"inputs_and_output: {len(tensors)} tensors but only the names {names}")
     checked = [check_input(t, name, op=op, max_numel=max_numel) for t, name in zip(tensors, names)]
     for t, name in zip(checked[1:], names[1:]):
         check_same_shape(checked[0], t, (names[0], name), op=op, hint=hint)

@@ -15,7 +15,7 @@ import functools
 import torch
 
 import utils
-from kernels._launch import capped_grid, cdiv, elementwise_io, version_index
+from kernels._launch import capped_grid, cdiv, inputs_and_output, version_index
 from utils.inputs import INT32_MAX, check_same_shape, check_tensor
 
 SOURCE = utils.KERNELS_DIR / "cuda" / "add.cu"
@@ -55,7 +55,7 @@ def check_grid_rows(rows: int, blocks_y: int) -> None:
 def add_v1(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """One thread per element, 256 threads per block, the grid rounded up to whole blocks."""
     # The kernel reads x_ptr[idx] (an int): elements one after the other in memory, at most 2^31 - 1.
-    x, y, out = elementwise_io(x, y, op="add", hint=NO_BROADCAST, max_numel=INT32_MAX)
+    x, y, out = inputs_and_output(x, y, op="add", max_numel=INT32_MAX)
     n = x.numel()
     if n:  # a grid of zero blocks is not a launch
         kernel("add_kernel")[cdiv(n, BLOCK_SIZE), BLOCK_SIZE](x, y, out, n)
@@ -64,7 +64,7 @@ def add_v1(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
 def add_grid_stride(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """A grid of at most 16 blocks per SM; each thread loops over the data."""
-    x, y, out = elementwise_io(x, y, op="add", hint=NO_BROADCAST)
+    x, y, out = inputs_and_output(x, y, op="add")
     n = x.numel()
     if n:
         kernel("add_grid_stride_kernel")[capped_grid(n, BLOCK_SIZE, 16), BLOCK_SIZE](x, y, out, n)

@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 
 import utils
-from kernels._launch import cdiv, elementwise_io, version_index
+from kernels._launch import cdiv, inputs_and_output, version_index
 from utils.inputs import INT32_MAX
 
 SOURCE = Path(__file__).with_name("gelu.cu")
@@ -48,7 +48,7 @@ def _kernel(name: str):
 # ----------------------------------------------------------------------------------------
 def gelu_v1(x: torch.Tensor) -> torch.Tensor:
     """v1: one thread per element."""
-    x, y = elementwise_io(x, op="gelu_v1", max_numel=INT32_MAX)
+    x, y = inputs_and_output(x, op="gelu_v1", max_numel=INT32_MAX)
     n = x.numel()
     if n:  # a launch with zero blocks is an error in CUDA
         grid = cdiv(n, BLOCK_SIZE)  # enough blocks to cover n; the last one may be partial
@@ -58,7 +58,7 @@ def gelu_v1(x: torch.Tensor) -> torch.Tensor:
 
 def gelu_v2(x: torch.Tensor) -> torch.Tensor:
     """v2: float4 loads and stores (4 elements per thread) and a scalar tail for n % 4."""
-    x, y = elementwise_io(x, op="gelu_v2", max_numel=INT32_MAX)
+    x, y = inputs_and_output(x, op="gelu_v2", max_numel=INT32_MAX)
     n = x.numel()
     if n == 0:
         return y

@@ -14,7 +14,7 @@ import functools
 import torch
 
 import utils
-from kernels._launch import cdiv, elementwise_io, version_index
+from kernels._launch import cdiv, inputs_and_output, version_index
 from utils.inputs import INT32_MAX
 
 SOURCE = utils.KERNELS_DIR / "cuda" / "relu.cu"
@@ -29,7 +29,7 @@ def kernel(name: str):
 
 def relu_v1(x: torch.Tensor) -> torch.Tensor:
     """One thread per element, 256 threads per block, the grid rounded up."""
-    x, y = elementwise_io(x, op="relu", max_numel=INT32_MAX)  # relu_kernel indexes with int
+    x, y = inputs_and_output(x, op="relu", max_numel=INT32_MAX)  # relu_kernel indexes with int
     n = x.numel()
     if n:
         kernel("relu_kernel")[cdiv(n, BLOCK_SIZE), BLOCK_SIZE](x, y, n)
@@ -38,7 +38,7 @@ def relu_v1(x: torch.Tensor) -> torch.Tensor:
 
 def relu_vec4(x: torch.Tensor) -> torch.Tensor:
     """float4 loads/stores with a scalar tail, one float4 per thread."""
-    x, y = elementwise_io(x, op="relu")
+    x, y = inputs_and_output(x, op="relu")
     n = x.numel()
     if n == 0:
         return y
@@ -61,7 +61,7 @@ def relu_vec4(x: torch.Tensor) -> torch.Tensor:
 def relu_backward_input(grad_out, x, max_numel=None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The input rules of every relu_backward, in all three languages: grad_out and x
     contiguous float32 tensors of one shape (or a clear error), and a new grad_in."""
-    return elementwise_io(grad_out, x, op="relu_backward", names=("grad_out", "x"), max_numel=max_numel,
+    return inputs_and_output(grad_out, x, op="relu_backward", names=("grad_out", "x"), max_numel=max_numel,
                           hint="grad_out is the gradient of relu(x), of x's shape")
 
 

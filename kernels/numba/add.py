@@ -16,8 +16,8 @@ from __future__ import annotations
 import torch
 
 import utils  # (before numba: it picks the simulator or the GPU)
-from kernels._launch import capped_grid, cdiv, elementwise_io, version_index
-from kernels.cuda.add import NO_BROADCAST, add_2d_input, check_grid_rows  # the shared input rules
+from kernels._launch import capped_grid, cdiv, inputs_and_output, version_index
+from kernels.cuda.add import add_2d_input, check_grid_rows  # the shared input rules
 
 from numba import cuda
 
@@ -59,7 +59,7 @@ def _flat(t: torch.Tensor):
 
 def add_v1(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """One thread per element, 256 threads per block, the grid rounded up to whole blocks."""
-    x, y, out = elementwise_io(x, y, op="add", hint=NO_BROADCAST)
+    x, y, out = inputs_and_output(x, y, op="add")
     n = out.numel()
     if n:  # a grid of zero blocks is not a launch
         add_kernel[cdiv(n, BLOCK_SIZE), BLOCK_SIZE](_flat(x), _flat(y), _flat(out), n)
@@ -68,7 +68,7 @@ def add_v1(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
 def add_grid_stride(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """A grid of at most 16 blocks per SM; each thread loops over the data."""
-    x, y, out = elementwise_io(x, y, op="add", hint=NO_BROADCAST)
+    x, y, out = inputs_and_output(x, y, op="add")
     n = out.numel()
     if n:
         add_grid_stride_kernel[capped_grid(n, BLOCK_SIZE, 16), BLOCK_SIZE](_flat(x), _flat(y), _flat(out), n)

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 import utils  # before numba: it picks the simulator or the GPU
-from kernels._launch import capped_grid, cdiv, elementwise_io, version_index
+from kernels._launch import capped_grid, cdiv, inputs_and_output, version_index
 from kernels.cuda.relu import relu_backward_input
 
 from numba import cuda
@@ -101,7 +101,7 @@ def _flat(t: torch.Tensor):
 def launch_map(kernel, x: torch.Tensor, op: str, items_per_thread: int = 1, max_numel=None) -> torch.Tensor:
     """y = kernel(x) for a kernel ``(x_ptr, y_ptr, n)`` that maps ``items_per_thread`` elements
     per thread, BLOCK_SIZE threads per block, the grid rounded up (relu's and gelu's)."""
-    x, y = elementwise_io(x, op=op, max_numel=max_numel)
+    x, y = inputs_and_output(x, op=op, max_numel=max_numel)
     n = x.numel()
     if n:  # a grid of zero blocks is not a launch
         kernel[cdiv(n, items_per_thread * BLOCK_SIZE), BLOCK_SIZE](_flat(x), _flat(y), n)
@@ -115,7 +115,7 @@ def relu_v1(x: torch.Tensor) -> torch.Tensor:
 
 def relu_grid_stride(x: torch.Tensor) -> torch.Tensor:
     """A grid of at most one full wave of blocks; each thread loops over the data."""
-    x, y = elementwise_io(x, op="relu")
+    x, y = inputs_and_output(x, op="relu")
     n = x.numel()
     if n:
         relu_grid_stride_kernel[capped_grid(n, BLOCK_SIZE), BLOCK_SIZE](_flat(x), _flat(y), n)

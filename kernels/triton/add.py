@@ -16,8 +16,8 @@ from __future__ import annotations
 import torch
 
 import utils  # (before triton: it switches on the interpreter in simulation)
-from kernels._launch import elementwise_io, version_index
-from kernels.cuda.add import NO_BROADCAST, add_2d_input  # the shared input rules
+from kernels._launch import inputs_and_output, version_index
+from kernels.cuda.add import add_2d_input  # the shared input rules
 
 import triton
 import triton.language as tl
@@ -53,8 +53,8 @@ def add_2d_kernel(x_ptr, y_ptr, out_ptr, rows, cols,
 
 
 def _launch(x: torch.Tensor, y: torch.Tensor, block_size: int, num_warps: int) -> torch.Tensor:
-    # offsets index memory directly: elementwise_io makes the elements sit one after the other
-    x, y, out = elementwise_io(x, y, op="add", hint=NO_BROADCAST)
+    # offsets index memory directly: inputs_and_output gives contiguous x and y
+    x, y, out = inputs_and_output(x, y, op="add")
     n = out.numel()
     if n:  # an empty grid is not a launch
         add_kernel[(triton.cdiv(n, block_size),)](x, y, out, n, BLOCK_SIZE=block_size, num_warps=num_warps)

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 import utils  # noqa: F401  (must come before triton: it picks the GPU or the interpreter)
-from kernels._launch import elementwise_io, version_index
+from kernels._launch import inputs_and_output, version_index
 from kernels.cuda.gelu import BASELINES, INT32_MAX, gelu_compiled, gelu_ref, gelu_torch, gelu_unfused_torch  # noqa: F401  (the baselines)
 
 import triton
@@ -42,7 +42,7 @@ def gelu_kernel(x_ptr, y_ptr, n, BLOCK_SIZE: tl.constexpr):
 
 def gelu_v1(x: torch.Tensor) -> torch.Tensor:
     """One program per BLOCK_SIZE elements, masked tail."""
-    x, y = elementwise_io(x, op="gelu_v1", max_numel=INT32_MAX)
+    x, y = inputs_and_output(x, op="gelu_v1", max_numel=INT32_MAX)
     n = x.numel()
     if n == 0:
         return y  # an empty grid is not a valid launch

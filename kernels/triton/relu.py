@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 
 import utils  # noqa: F401  (before triton: it switches on the interpreter in simulation)
-from kernels._launch import elementwise_io, version_index
+from kernels._launch import inputs_and_output, version_index
 from kernels.cuda.relu import relu_backward_input
 
 import triton
@@ -44,7 +44,7 @@ def relu_backward_kernel(grad_out_ptr, x_ptr, grad_in_ptr, n, BLOCK_SIZE: tl.con
 
 
 def _launch(x: torch.Tensor, block_size: int, num_warps: int) -> torch.Tensor:
-    x, y = elementwise_io(x, op="relu")
+    x, y = inputs_and_output(x, op="relu")
     n = x.numel()
     if n:  # an empty grid is not a launch
         relu_kernel[(triton.cdiv(n, block_size),)](x, y, n, BLOCK_SIZE=block_size, num_warps=num_warps)
