@@ -26,8 +26,8 @@ import math
 import torch
 
 import utils  # must come before numba: it picks the simulator or the GPU
-from kernels._launch import cdiv, sm_count, version_index, whole_warps
-from kernels.cuda.reduction import row_max_input, row_max_ref, sum_input, sum_ref  # noqa: F401  (the references, defined once)
+from kernels._launch import cdiv, version_index, whole_warps
+from kernels.cuda.reduction import num_blocks_grid_stride, row_max_input, row_max_ref, sum_input, sum_ref  # noqa: F401  (the references, defined once)
 
 from numba import cuda, float32
 
@@ -266,7 +266,7 @@ def sum_two_pass(x: torch.Tensor) -> torch.Tensor:
     if n == 0:
         return out
     # A few blocks per SM, each thread summing many elements; no more blocks than needed.
-    blocks = max(1, min(cdiv(n, BLOCK_SIZE * 8), sm_count() * 4))
+    blocks = num_blocks_grid_stride(n, BLOCK_SIZE, per_thread=8)
     partials = torch.empty(blocks, dtype=torch.float32, device=x.device)
     sum_partials_kernel[blocks, BLOCK_SIZE](utils.to_numba(x), utils.to_numba(partials))
     sum_final_kernel[1, BLOCK_SIZE](utils.to_numba(partials), utils.to_numba(out.view(1)))

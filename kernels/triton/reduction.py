@@ -17,8 +17,8 @@ from __future__ import annotations
 import torch
 
 import utils  # noqa: F401  (configures the interpreter before triton loads)
-from kernels._launch import sm_count, version_index
-from kernels.cuda.reduction import row_max_input, row_max_ref, sum_input, sum_ref  # noqa: F401  (the references, defined once)
+from kernels._launch import version_index
+from kernels.cuda.reduction import num_blocks_grid_stride, row_max_input, row_max_ref, sum_input, sum_ref  # noqa: F401  (the references, defined once)
 
 import triton
 import triton.language as tl
@@ -120,7 +120,7 @@ def sum_persistent(x: torch.Tensor) -> torch.Tensor:
     n = x.numel()
     if n == 0:
         return out
-    programs = max(1, min(triton.cdiv(n, PERSISTENT_BLOCK), sm_count() * 4))
+    programs = num_blocks_grid_stride(n, PERSISTENT_BLOCK, per_thread=1)  # a few per SM, as CUDA C++'s v5
     partials = torch.empty(programs, dtype=torch.float32, device=x.device)
     sum_persistent_kernel[(programs,)](x, partials, n, BLOCK_SIZE=PERSISTENT_BLOCK, num_warps=8)
     return _final(partials, out)
