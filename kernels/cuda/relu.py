@@ -62,7 +62,7 @@ def relu_backward_input(grad_out, x, max_numel=None) -> tuple[torch.Tensor, torc
     """The input rules of every relu_backward, in all three languages: grad_out and x
     contiguous float32 tensors of one shape (or a clear error), and a new grad_in."""
     return inputs_and_output(grad_out, x, op="relu_backward", names=("grad_out", "x"), max_numel=max_numel,
-                          hint="grad_out is the gradient of relu(x), of x's shape")
+                             hint="grad_out is the gradient of relu(x), of x's shape")
 
 
 def relu_backward(grad_out: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
