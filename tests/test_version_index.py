@@ -1,9 +1,10 @@
 """One version index per topic and language, as llm.c's dev/cuda headers are: the header
 comment of the ``.cu`` file (CUDA C++) or the module docstring (Numba, Triton) lists the
-versions, and every entry of the module's ``VERSIONS`` (and ``BACKWARD_VERSIONS``) appears
-there as ``<name>  <description>``, word for word. Lessons, benchmarks and
-``kernels.versions`` show the descriptions of ``VERSIONS``; a reader of the source sees the
-same words at the top of the file."""
+versions, one line each, ``<name>  <description>``. ``VERSIONS`` (and ``BACKWARD_VERSIONS``)
+are built from it by ``kernels._launch.version_index``, so a description is written once:
+lessons, benchmarks and ``kernels.versions`` show the words a reader sees at the top of the
+file. These tests check that every version the index lists has a launcher, that every table
+was read from its index, and that a broken index is an error at import."""
 import re
 import sys
 from pathlib import Path
@@ -11,35 +12,27 @@ from pathlib import Path
 import pytest
 
 import kernels
+from kernels._launch import cuda_header, index_entries, version_index
 from utils.topics import TOPICS
 
 
-def _cuda_header(mod) -> str:
-    """The first comment block of the .cu file whose kernels the module launches."""
-    source = getattr(mod, "SOURCE", None)
-    if source is None:  # a topic that reuses another's kernels (matmul_fp16: matmul.cu)
-        launcher = next(iter(mod.VERSIONS.values()))[1]
-        source = sys.modules[launcher.__module__].SOURCE
-    lines = []
-    for line in Path(source).read_text().splitlines():
-        if not line.startswith("//"):
-            break
-        lines.append(line[2:])
-    return "\n".join(lines)
-
-
-def index_of(topic: str, lang: str) -> str:
-    mod = kernels.module(topic, lang)
-    return _cuda_header(mod) if lang == "cuda" else (mod.__doc__ or "")
-
-
-def _words(text: str) -> str:
-    return " ".join(text.split())
+def index_of(table) -> tuple[str, str]:
+    """(where, text): the index a version table reads, the one of the module that defines
+    its launchers (matmul_fp16 reads matmul's: its kernels live there)."""
+    mod = sys.modules[next(iter(table.values()))[1].__module__]
+    lang = mod.__name__.split(".")[1]
+    if lang == "cuda":
+        return f"the header of {Path(mod.SOURCE).name}", cuda_header(mod.SOURCE)
+    return f"the docstring of {mod.__name__}", mod.__doc__ or ""
 
 
 #: Every topic module of every language (a topic may have none, as the model of lesson 11).
 MODULES = [(topic, lang) for topic in sorted(TOPICS) for lang in kernels.LANGUAGES
            if (Path(kernels.__file__).parent / lang / f"{topic}.py").is_file()]
+
+
+def _tables(mod):
+    return {name: getattr(mod, name) for name in dir(mod) if name.endswith("VERSIONS")}
 
 
 def test_the_classic_topics_have_modules_in_every_language():
@@ -48,14 +41,46 @@ def test_the_classic_topics_have_modules_in_every_language():
 
 
 @pytest.mark.parametrize("topic,lang", MODULES)
-def test_every_version_is_in_the_index_with_its_description(topic, lang):
+def test_every_version_is_read_from_the_index(topic, lang):
     mod = kernels.module(topic, lang)
-    index = _words(index_of(topic, lang))
-    tables = {name: getattr(mod, name) for name in dir(mod) if name.endswith("VERSIONS")}
-    assert "VERSIONS" in tables
-    where = f"the header of {Path(mod.SOURCE).name}" if lang == "cuda" and hasattr(mod, "SOURCE") else \
-        f"the docstring of kernels/{lang}/{topic}.py" if lang != "cuda" else "the .cu header"
-    missing = [f"{table}[{name!r}]: {name}  {desc}" for table, versions in tables.items()
-               for name, (desc, _) in versions.items()
-               if not re.search(rf"(^| ){re.escape(name)} {re.escape(_words(desc))}( |$)", index)]
-    assert not missing, f"{lang} {topic}: not in {where} word for word:\n  " + "\n  ".join(missing)
+    tables = _tables(mod)
+    assert "VERSIONS" in tables and mod.REFERENCE in mod.VERSIONS
+    for table, versions in tables.items():
+        where, index = index_of(versions)
+        entries = index_entries(index)
+        for name, (desc, launcher) in versions.items():
+            assert callable(launcher), f"{lang} {topic} {table}[{name!r}]"
+            assert entries.get(name) == [desc], \
+                f"{lang} {topic} {table}[{name!r}]: {desc!r}, but {where} says {entries.get(name)}"
+
+
+def test_every_version_of_an_index_has_a_launcher():
+    """The other way round: a vN line of an index names a version that exists (a version
+    removed from ``VERSIONS`` but left in the index would tell the reader of a kernel that
+    is not there). An index may serve several topics (matmul.cu: matmul and matmul_fp16)."""
+    launched: dict[tuple[str, str], set] = {}
+    for topic, lang in MODULES:
+        for versions in _tables(kernels.module(topic, lang)).values():
+            launched.setdefault(index_of(versions), set()).update(versions)
+    assert len(launched) >= 3 * 8
+    for (where, index), names in launched.items():
+        listed = {name for name in index_entries(index) if re.fullmatch(r"v\d+", name)}
+        assert listed <= names, f"{where} lists {sorted(listed - names)}, which no VERSIONS launches"
+
+
+def test_a_broken_index_is_an_error():
+    index = """Doc.
+
+    v1  one thread per element           f_kernel
+        details, indented deeper
+    v2  a grid-stride loop
+"""
+    f, g = object(), object()
+    assert version_index(index, v1=f, v2=g) == {"v1": ("one thread per element", f),
+                                                 "v2": ("a grid-stride loop", g)}
+    with pytest.raises(ValueError, match="v3 is not in the version index"):
+        version_index(index, v1=f, v3=g)
+    with pytest.raises(ValueError, match="v2 is more than once"):
+        version_index(index + "    v2  again\n", v2=g)
+    with pytest.raises(ValueError, match="no version index"):
+        version_index(None, v1=f)

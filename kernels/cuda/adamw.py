@@ -15,12 +15,11 @@ from __future__ import annotations
 import functools
 import itertools
 import math
-from collections import OrderedDict
 
 import torch
 
 import utils
-from kernels._launch import cdiv
+from kernels._launch import cdiv, version_index
 from utils.inputs import check_input, check_tensor
 
 SOURCE = utils.KERNELS_DIR / "cuda" / "adamw.cu"
@@ -118,10 +117,7 @@ def adamw_fused(params, grads, exp_avg, exp_avg_sq, *, step, lr=1e-3, beta1=0.9,
     return params
 
 
-VERSIONS = OrderedDict(
-    v1=("unfused: decay, moments, update as three kernels (p, m, v read twice)", adamw_unfused),
-    v2=("fused: the whole step in one kernel, 28 bytes per parameter", adamw_fused),
-)
+VERSIONS = version_index(SOURCE, v1=adamw_unfused, v2=adamw_fused)
 REFERENCE = "v2"
 adamw = VERSIONS[REFERENCE][1]
 

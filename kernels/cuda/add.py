@@ -11,19 +11,19 @@ cached, so every launcher is self-contained: sizes come from its inputs, nothing
 from __future__ import annotations
 
 import functools
-from collections import OrderedDict
 
 import torch
 
 import utils
-from kernels._launch import cdiv
-from utils.inputs import check_same_shape, check_tensor
+from kernels._launch import capped_grid, cdiv, inputs_and_output, version_index
+from utils.inputs import INT32_MAX, check_same_shape, check_tensor
 
 SOURCE = utils.KERNELS_DIR / "cuda" / "add.cu"
 BLOCK_SIZE = 256
 #: 2-D blocks: 32 threads along a row (one warp: a coalesced access), 8 rows.
 BLOCK_2D = (32, 8)
-INT_MAX = 2**31 - 1
+#: How a shape error ends: the kernels take x and y of one shape, they do not broadcast.
+NO_BROADCAST = "these kernels add tensors of the same shape (no broadcasting)"
 MAX_GRID_Y = utils.config.MAX_GRID[1]  # CUDA's limit on gridDim.y (and z); gridDim.x may reach 2^31 - 1
 
 
@@ -33,46 +33,41 @@ def kernel(name: str):
     return utils.cuda_kernel(SOURCE, name)
 
 
-def check_pair(x, y, op: str = "add") -> tuple[torch.Tensor, torch.Tensor]:
-    """Clear errors for what the kernels cannot take (the shared input rules, ``utils.inputs``):
-    float32 tensors on the course's device, of the same shape. Returns them as they are."""
-    check_tensor(x, "x", op=op)
-    check_tensor(y, "y", op=op)
-    check_same_shape(x, y, op=op, hint="these kernels add tensors of the same shape (no broadcasting)")
-    return x, y
+def add_2d_input(x, y) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The input rules of every add_2d, in all three languages: x and y float32 matrices of
+    one shape on the course's device (a clear error otherwise), returned as they are (strided
+    views too), and a new output of their shape."""
+    check_tensor(x, "x", op="add_2d")
+    check_tensor(y, "y", op="add_2d")
+    check_same_shape(x, y, op="add_2d", hint=NO_BROADCAST)
+    if x.dim() != 2:
+        raise ValueError(f"add_2d adds matrices: expected 2-D tensors, got shape {tuple(x.shape)}")
+    return x, y, torch.empty(x.shape, dtype=x.dtype, device=x.device)
+
+
+def check_grid_rows(rows: int, blocks_y: int) -> None:
+    """A clear error when a 2-D grid needs more blocks along y than CUDA allows."""
+    if blocks_y > MAX_GRID_Y:
+        raise ValueError(f"{rows} rows need {blocks_y} blocks along y, more than CUDA's "
+                         f"{MAX_GRID_Y}: use add() on the flattened tensors instead")
 
 
 def add_v1(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """One thread per element, 256 threads per block, the grid rounded up to whole blocks."""
-    x, y = check_pair(x, y)
-    # The kernel reads x_ptr[idx]: elements must sit one after the other in memory.
-    x, y = x.contiguous(), y.contiguous()
-    out = torch.empty_like(x)
+    # The kernel reads x_ptr[idx] (an int): elements one after the other in memory, at most 2^31 - 1.
+    x, y, out = inputs_and_output(x, y, op="add", max_numel=INT32_MAX)
     n = x.numel()
-    if n == 0:
-        return out
-    if n > INT_MAX:
-        raise ValueError(f"add_kernel indexes with int: at most {INT_MAX} elements, got {n}")
-    kernel("add_kernel")[cdiv(n, BLOCK_SIZE), BLOCK_SIZE](x, y, out, n)
+    if n:  # a grid of zero blocks is not a launch
+        kernel("add_kernel")[cdiv(n, BLOCK_SIZE), BLOCK_SIZE](x, y, out, n)
     return out
-
-
-def _max_blocks() -> int:
-    if utils.SIMULATE:
-        return 4  # the emulator has no SMs; a small grid keeps the loop honest
-    return torch.cuda.get_device_properties(utils.DEVICE).multi_processor_count * 16
 
 
 def add_grid_stride(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """A grid of at most 16 blocks per SM; each thread loops over the data."""
-    x, y = check_pair(x, y)
-    x, y = x.contiguous(), y.contiguous()
-    out = torch.empty_like(x)
+    x, y, out = inputs_and_output(x, y, op="add")
     n = x.numel()
-    if n == 0:
-        return out
-    blocks = max(1, min(cdiv(n, BLOCK_SIZE), _max_blocks()))
-    kernel("add_grid_stride_kernel")[blocks, BLOCK_SIZE](x, y, out, n)
+    if n:
+        kernel("add_grid_stride_kernel")[capped_grid(n, BLOCK_SIZE, 16), BLOCK_SIZE](x, y, out, n)
     return out
 
 
@@ -82,11 +77,8 @@ def add_2d(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     Views whose columns are adjacent (``m[:, 2:5]``, ``m[1::2]``) are read in place through
     their row stride; any other layout (a transpose) is copied to a contiguous one first.
     """
-    x, y = check_pair(x, y, op="add_2d")
-    if x.dim() != 2:
-        raise ValueError(f"add_2d adds matrices: expected 2-D tensors, got shape {tuple(x.shape)}")
+    x, y, out = add_2d_input(x, y)
     rows, cols = x.shape
-    out = torch.empty((rows, cols), dtype=x.dtype, device=x.device)
     if x.numel() == 0:
         return out
     # The kernel assumes neighbouring columns are neighbouring floats (stride 1); a row
@@ -95,10 +87,8 @@ def add_2d(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     y = y if y.stride(1) == 1 and y.stride(0) >= cols else y.contiguous()
     bx, by = BLOCK_2D
     grid = (cdiv(cols, bx), cdiv(rows, by))
-    if grid[1] > MAX_GRID_Y:
-        raise ValueError(f"{rows} rows need {grid[1]} blocks along y, more than CUDA's "
-                         f"{MAX_GRID_Y}: use add() on the flattened tensors instead")
-    if max(rows, cols, x.stride(0), y.stride(0)) > INT_MAX:
+    check_grid_rows(rows, grid[1])
+    if max(rows, cols, x.stride(0), y.stride(0)) > INT32_MAX:
         raise ValueError("add_2d_kernel takes int sizes and strides: the matrix is too large")
     kernel("add_2d_kernel")[grid, BLOCK_2D](_span(x), _span(y), out, rows, cols,
                                             x.stride(0), y.stride(0), out.stride(0))
@@ -118,10 +108,7 @@ def _span(m: torch.Tensor) -> torch.Tensor:
     return m.as_strided(((rows - 1) * m.stride(0) + cols,), (1,))
 
 
-VERSIONS = OrderedDict(
-    v1=("one thread per element, 256 threads per block", add_v1),
-    v2=("grid-stride loop over a capped grid", add_grid_stride),
-)
+VERSIONS = version_index(SOURCE, v1=add_v1, v2=add_grid_stride)
 REFERENCE = "v2"
 add = VERSIONS[REFERENCE][1]
 

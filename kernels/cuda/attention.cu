@@ -17,13 +17,15 @@
 //       attn_row_kernel: the online softmax of lesson 05 over the keys: running max m, sum l
 //       and output row, rescaled by exp(m_old - m_new) whenever a chunk of keys raises the
 //       max. No N² tensor.
-//   v3  FlashAttention-2 on tensor cores (wmma): 64 queries per block, 64-key tiles in
-//       shared memory, fp16/bf16 in, fp32 accumulation
+//   v3  FlashAttention-2 on tensor cores (wmma): 64 queries per block, 64-key tiles in shared memory, fp16/bf16 in, fp32 accumulation
 //       attn_wmma_kernel<T, D>, T = __half or __nv_bfloat16, D = 16 .. 128: 16 queries per
 //       warp, S = Q Kᵀ and O += P V through nvcuda::wmma
 //   backward, float32 SIMT:               attn_bwd_delta_kernel, attn_bwd_kv_kernel, attn_bwd_q_kernel
 //      P recomputed from L, D = rowsum(dO ∘ O); dK and dV per tile of keys, dQ either added
-//      atomically by those blocks or computed per tile of queries in a second kernel.
+//      atomically by those blocks or computed per tile of queries in a second kernel, the
+//      two designs of BACKWARDS in attention.py:
+//   separate  dK/dV per key tile, then dQ per query tile (float32 SIMT, no atomics)
+//   atomic  dK/dV per key tile, dQ added with atomicAdd (float32 SIMT)
 #include "reduce.h"  // warp_sum, warp_max, block_sum, block_max: every thread gets the result
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>

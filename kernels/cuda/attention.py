@@ -12,10 +12,9 @@ import math
 import torch
 
 import utils
-from kernels._launch import cdiv, cuda_source
-from utils.inputs import check_tensor, dtype_name
+from kernels._launch import cdiv, cuda_source, version_index
+from utils.inputs import INT32_MAX, check_tensor, dtype_name
 
-INT32_MAX = 2**31 - 1
 HALF = (torch.float16, torch.bfloat16)
 ALL = (torch.float32, torch.float16, torch.bfloat16)
 FLOATS = ALL + (torch.float64,)
@@ -90,6 +89,34 @@ def finish(o, lse, squeeze):
     if squeeze:
         return o.squeeze(1), lse.squeeze(1)
     return o, lse
+
+
+def zero_grads(q, k, v, squeeze):
+    """(dq, dk, dv) for inputs with no work for a kernel (Nq, Nk, d or B * H is 0): zeros."""
+    grads = (torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v))
+    return tuple(t.squeeze(1) for t in grads) if squeeze else grads
+
+
+#: The two designs of every language's attention_backward: where dQ is summed.
+DQ_MODES = ("separate", "atomic")
+
+
+def check_dq_mode(dq_mode) -> None:
+    if dq_mode not in DQ_MODES:
+        raise ValueError(f"attention_backward: dq_mode must be one of {DQ_MODES}, got {dq_mode!r}")
+
+
+def backward_designs(backward) -> dict:
+    """``{dq_mode: fn(q, k, v, o, L, do, causal=False)}``: a language's
+    ``backward(q, k, v, o, L, do, causal, dq_mode)`` with each dq_mode bound, the launchers of
+    its ``BACKWARDS`` (named ``attention_backward_separate``, ...)."""
+    def design(dq_mode):
+        def fn(q, k, v, o, lse, do, causal=False):
+            return backward(q, k, v, o, lse, do, causal, dq_mode)
+        fn.__name__ = fn.__qualname__ = f"{backward.__name__}_{dq_mode}"
+        fn.__module__, fn.__doc__ = backward.__module__, f"{backward.__name__} with dq_mode={dq_mode!r}."
+        return fn
+    return {dq_mode: design(dq_mode) for dq_mode in DQ_MODES}
 
 
 def causal_mask(nq: int, nk: int, device=None) -> torch.Tensor:
@@ -238,22 +265,17 @@ def bwd_smem_bytes(d: int) -> int:
     return 4 * (4 * BWD_TILE * d + 2 * BWD_TILE * (BWD_TILE + 1) + 2 * BWD_TILE)
 
 
-DQ_MODES = ("separate", "atomic")
-
-
 def attention_backward(q, k, v, o, lse, do, causal=False, dq_mode="separate"):
     """(dq, dk, dv) in float32 SIMT (any float dtype in, gradients in the inputs' dtype), from
     the forward's o and L. ``dq_mode``: "separate" (a second kernel per tile of queries) or
     "atomic" (the key-tile blocks add into dq with atomicAdd)."""
-    if dq_mode not in DQ_MODES:
-        raise ValueError(f"attention_backward: dq_mode must be one of {DQ_MODES}, got {dq_mode!r}")
+    check_dq_mode(dq_mode)
     q, k, v, squeeze = check_qkv(q, k, v, op="attention_backward (CUDA)", max_d=MAX_D_SIMT)
     o, lse, do = check_backward_inputs(q, o, lse, do, squeeze, op="attention_backward (CUDA)")
     B, H, nq, nk, d = _shapes(q, k)
     dt = q.dtype
     if nq == 0 or nk == 0 or d == 0 or B * H == 0:
-        z = (torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v))
-        return tuple(t.squeeze(1) for t in z) if squeeze else z
+        return zero_grads(q, k, v, squeeze)
     qf, kf, vf = _as_f32(q, k, v)
     of, dof = o.float().contiguous(), do.float().contiguous()
     lsef = lse.float().contiguous()
@@ -278,18 +300,8 @@ def attention_backward(q, k, v, o, lse, do, causal=False, dq_mode="separate"):
     return tuple(t.squeeze(1) for t in out) if squeeze else out
 
 
-VERSIONS = OrderedDict(
-    v1=("naive: three kernels (scores, row softmax, P V), the N x N scores through memory", attention_naive),
-    v2=("one query row per block, online softmax over chunks of keys (float32)", attention_rowwise),
-    v3=("FlashAttention-2 on tensor cores (wmma): 64 queries per block, 64-key tiles in shared memory, "
-        "fp16/bf16 in, fp32 accumulation", attention_flash),
-)
+VERSIONS = version_index(SOURCE, v1=attention_naive, v2=attention_rowwise, v3=attention_flash)
 REFERENCE = "v3"
 attention = VERSIONS[REFERENCE][1]
 FORWARDS = OrderedDict(v1=attention_naive_forward, v2=attention_rowwise_forward, v3=attention_flash_forward)
-BACKWARDS = OrderedDict(
-    separate=("dK/dV per key tile, then dQ per query tile (float32 SIMT, no atomics)",
-              lambda q, k, v, o, lse, do, causal=False: attention_backward(q, k, v, o, lse, do, causal, "separate")),
-    atomic=("dK/dV per key tile, dQ added with atomicAdd (float32 SIMT)",
-            lambda q, k, v, o, lse, do, causal=False: attention_backward(q, k, v, o, lse, do, causal, "atomic")),
-)
+BACKWARDS = version_index(SOURCE, **backward_designs(attention_backward))

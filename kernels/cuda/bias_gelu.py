@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import functools
 import math
-from collections import OrderedDict
 
 import torch
 
 import utils
+from kernels._launch import version_index
 from utils.inputs import INT32_MAX, check_input, check_tensor  # noqa: F401  (the shared input rules)
 
 SOURCE = utils.KERNELS_DIR / "cuda" / "bias_gelu.cu"
@@ -76,11 +76,7 @@ def bias_gelu_backward(dy, x, b):
     return dx
 
 
-VERSIONS = OrderedDict(
-    v1=("unfused: a bias-add kernel, then lesson 03's GELU (x + b makes a round trip through memory)",
-        bias_gelu_unfused),
-    v2=("fused: gelu(x + b) in one kernel, x read once and y written once", bias_gelu_fused),
-)
+VERSIONS = version_index(SOURCE, v1=bias_gelu_unfused, v2=bias_gelu_fused)
 REFERENCE = "v2"
 bias_gelu = VERSIONS[REFERENCE][1]
 

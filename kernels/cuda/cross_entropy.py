@@ -15,11 +15,11 @@ not needed after the backward): no second (rows, V) buffer.
 from __future__ import annotations
 
 import functools
-from collections import OrderedDict
 
 import torch
 
 import utils
+from kernels._launch import version_index
 from utils.inputs import INT32_MAX, check_indices, check_input
 
 SOURCE = utils.KERNELS_DIR / "cuda" / "cross_entropy.cu"
@@ -158,13 +158,7 @@ def cross_entropy_fused4(logits, targets, ignore_index=IGNORE_INDEX, inplace=Fal
     return _fused(logits, targets, ignore_index, inplace, vec4=True)
 
 
-VERSIONS = OrderedDict(
-    v1=("unfused: forward (max pass + sum pass), mean, backward: logits read 3 times", cross_entropy_unfused),
-    v2=("fused: online logsumexp + gradient in one kernel, logits read twice, written once (in place optional)",
-        cross_entropy_fused),
-    v3=("v2 with 4 values per load and store (16-byte float4 in float32), when V % 4 == 0; v2 otherwise",
-        cross_entropy_fused4),
-)
+VERSIONS = version_index(SOURCE, v1=cross_entropy_unfused, v2=cross_entropy_fused, v3=cross_entropy_fused4)
 REFERENCE = "v3"
 cross_entropy = VERSIONS[REFERENCE][1]
 

@@ -15,12 +15,11 @@ shares the embedding's table) both gradients must end up in the same tensor.
 from __future__ import annotations
 
 import functools
-from collections import OrderedDict
 
 import torch
 
 import utils
-from kernels._launch import cdiv
+from kernels._launch import cdiv, version_index
 from utils.inputs import INT32_MAX, check_indices, check_input, check_tensor
 
 SOURCE = utils.KERNELS_DIR / "cuda" / "embedding.cu"
@@ -150,15 +149,9 @@ def embedding_backward_chunked(ids, dout, dweight):
     return backward_frame(ids, dout, dweight, launch, sort=True)
 
 
-VERSIONS = OrderedDict(
-    v1=("plain += into dweight: repeated ids race (lost updates on a GPU, reported in simulation)",
-        embedding_backward_plain),
-    v2=("atomicAdd into dweight: right, but the sums' order (and last bits) change between runs",
-        embedding_backward_atomic),
-    v3=("ids sorted, one owner per row sums its tokens in order: deterministic, no atomics",
-        embedding_backward_sorted),
-    v4=("v3 with long runs cut into chunks and joined in order: deterministic, balanced", embedding_backward_chunked),
-)
+VERSIONS = version_index(
+    SOURCE, v1=embedding_backward_plain, v2=embedding_backward_atomic, v3=embedding_backward_sorted,
+    v4=embedding_backward_chunked)
 REFERENCE = "v4"
 embedding_backward = VERSIONS[REFERENCE][1]
 

@@ -23,8 +23,8 @@ import torch
 import torch.nn.functional as F
 
 import utils
-from kernels._launch import cdiv
-from utils.inputs import INT32_MAX, check_input  # the shared input rules
+from kernels._launch import cdiv, inputs_and_output, version_index
+from utils.inputs import INT32_MAX
 
 SOURCE = Path(__file__).with_name("gelu.cu")
 #: Threads per block. Any multiple of 32 works; 256 keeps many blocks resident per SM.
@@ -48,20 +48,17 @@ def _kernel(name: str):
 # ----------------------------------------------------------------------------------------
 def gelu_v1(x: torch.Tensor) -> torch.Tensor:
     """v1: one thread per element."""
-    x = check_input(x, op="gelu_v1", max_numel=INT32_MAX)
-    y = torch.empty_like(x)
+    x, y = inputs_and_output(x, op="gelu_v1", max_numel=INT32_MAX)
     n = x.numel()
-    if n == 0:
-        return y  # a launch with zero blocks is an error in CUDA
-    grid = cdiv(n, BLOCK_SIZE)  # enough blocks to cover n; the last one may be partial
-    _kernel("gelu_kernel")[grid, BLOCK_SIZE](x, y, n)
+    if n:  # a launch with zero blocks is an error in CUDA
+        grid = cdiv(n, BLOCK_SIZE)  # enough blocks to cover n; the last one may be partial
+        _kernel("gelu_kernel")[grid, BLOCK_SIZE](x, y, n)
     return y
 
 
 def gelu_v2(x: torch.Tensor) -> torch.Tensor:
     """v2: float4 loads and stores (4 elements per thread) and a scalar tail for n % 4."""
-    x = check_input(x, op="gelu_v2", max_numel=INT32_MAX)
-    y = torch.empty_like(x)
+    x, y = inputs_and_output(x, op="gelu_v2", max_numel=INT32_MAX)
     n = x.numel()
     if n == 0:
         return y
@@ -79,10 +76,7 @@ def gelu_v2(x: torch.Tensor) -> torch.Tensor:
 
 gelu = gelu_v2
 
-VERSIONS = {
-    "v1": ("one thread per element", gelu_v1),
-    "v2": ("16-byte float4 loads and stores, 4 elements per thread, scalar tail", gelu_v2),
-}
+VERSIONS = version_index(SOURCE, v1=gelu_v1, v2=gelu_v2)
 REFERENCE = "v2"
 
 

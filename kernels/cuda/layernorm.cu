@@ -8,15 +8,13 @@
 //   v2  a warp per row, reductions by shuffles only (short rows)        layernorm_warp_kernel
 //   v3  a block per row held in registers: x read once                  layernorm_reg{1,2,4,8,16}_kernel
 //   v4  v2 up to 256 columns, v3 up to 16384, v1 beyond
-//   v5  the reference, float32 or bfloat16: 16-byte vectors, the row in registers, a warp per row
-//       (several rows a block) for short rows
+//   v5  the reference, float32 or bfloat16: 16-byte vectors, the row in registers, a warp per row (several rows a block) for short rows
 //       layernorm_vec_kernel<T, VEC, ITEMS, ROWS, RMS>, LayerNorm's and RMSNorm's forward
 //   backward
 //   atomic  dx per row, dw/db by atomicAdd                               layernorm_bwd_atomic_kernel
 //   partials  fused: dx and per-block dw/db partials, then a column-sum kernel
 //             layernorm_bwd_partials_kernel, then column_sum_kernel
-//   vec  the reference, float32 or bfloat16: partials with 16-byte vectors, x and dy read once,
-//        dw/db shares in registers
+//   vec  the reference, float32 or bfloat16: partials with 16-byte vectors, x and dy read once, dw/db shares in registers
 //        layernorm_bwd_vec_kernel, then column_sum_vec_kernel
 //   rmsnorm  rmsnorm_kernel, rmsnorm_bwd_partials_kernel (and v5's kernels with RMS = true)
 //

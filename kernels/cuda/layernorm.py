@@ -16,13 +16,12 @@ may be None: no bias, as in ``torch.nn.functional.layer_norm``.
 from __future__ import annotations
 
 import functools
-from collections import OrderedDict
 
 import torch
 
 import utils
 import utils.topics.layernorm as layernorm_spec
-from kernels._launch import cdiv, cuda_source, sm_count
+from kernels._launch import cdiv, cuda_source, sm_count, version_index
 from utils.inputs import check_tensor
 
 SOURCE = utils.KERNELS_DIR / "cuda" / "layernorm.cu"
@@ -446,20 +445,9 @@ def rmsnorm_backward(dy, x, w, rstd, config=None):
 layernorm_backward = layernorm_backward_vec
 
 
-VERSIONS = OrderedDict(
-    v1=("a block per row, three passes over the row from memory", layernorm_block),
-    v2=("a warp per row, reductions by shuffles only (short rows)", layernorm_warp),
-    v3=("a block per row held in registers: x read once", layernorm_reg),
-    v4=("v2 up to 256 columns, v3 up to 16384, v1 beyond", layernorm_v4),
-    v5=("the reference, float32 or bfloat16: 16-byte vectors, the row in registers, a warp per row "
-        "(several rows a block) for short rows", layernorm),
-)
+VERSIONS = version_index(SOURCE, v1=layernorm_block, v2=layernorm_warp, v3=layernorm_reg, v4=layernorm_v4, v5=layernorm)
 REFERENCE = "v5"
 
-BACKWARD_VERSIONS = OrderedDict(
-    atomic=("dx per row, dw/db by atomicAdd", layernorm_backward_atomic),
-    partials=("fused: dx and per-block dw/db partials, then a column-sum kernel", layernorm_backward_partials),
-    vec=("the reference, float32 or bfloat16: partials with 16-byte vectors, x and dy read once, "
-         "dw/db shares in registers", layernorm_backward_vec),
-)
+BACKWARD_VERSIONS = version_index(
+    SOURCE, atomic=layernorm_backward_atomic, partials=layernorm_backward_partials, vec=layernorm_backward_vec)
 BACKWARD_REFERENCE = "vec"

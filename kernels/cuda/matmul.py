@@ -16,16 +16,14 @@ Non-contiguous inputs (a transposed view, a slice) are copied to contiguous ones
 from __future__ import annotations
 
 import functools
-from collections import OrderedDict
 
 import torch
 
 import utils
-from kernels._launch import cdiv, cuda_source
-from utils.inputs import check_tensor
+from kernels._launch import cdiv, cuda_source, version_index
+from utils.inputs import INT32_MAX, check_tensor
 
 SOURCE = utils.KERNELS_DIR / "cuda" / "matmul.cu"
-INT_MAX = 2**31 - 1
 FP32 = (torch.float32,)
 HALF = (torch.float16, torch.bfloat16)
 
@@ -52,13 +50,15 @@ def check_operands(a, b, *, op: str, dtypes=FP32) -> tuple[torch.Tensor, torch.T
                          f"(a has {a.shape[1]} columns, b has {b.shape[0]} rows)")
     if a.dtype != b.dtype:
         raise TypeError(f"{op}: a is {a.dtype} but b is {b.dtype}: give both the same dtype")
-    if max(a.numel(), b.numel(), a.shape[0] * b.shape[1]) > INT_MAX:
-        raise ValueError(f"{op}: a matrix of more than {INT_MAX} elements: split the product")
+    if max(a.numel(), b.numel(), a.shape[0] * b.shape[1]) > INT32_MAX:
+        raise ValueError(f"{op}: a matrix of more than {INT32_MAX} elements: split the product")
     return a.contiguous(), b.contiguous()
 
 
-def _prepare(a, b, op, dtypes=FP32):
-    """Checked operands and a zeroed output (zero is the right answer when K == 0)."""
+def prepare_operands(a, b, op, dtypes=FP32):
+    """``(a, b, c, M, N, K)``: the checked operands (``check_operands``) and a new float32 C
+    (M, N), zeroed when K == 0 (zero is the right answer; for K > 0 the kernels write every
+    element). The CUDA C++ and Numba launchers start with it."""
     a, b = check_operands(a, b, op=op, dtypes=dtypes)
     M, K = a.shape
     N = b.shape[1]
@@ -68,7 +68,7 @@ def _prepare(a, b, op, dtypes=FP32):
 
 def matmul_naive(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """v1: one thread per element of C, blocks of 32 x 8 threads."""
-    a, b, c, M, N, K = _prepare(a, b, "matmul_naive")
+    a, b, c, M, N, K = prepare_operands(a, b, "matmul_naive")
     if c.numel() and K:
         kernel("matmul_naive_kernel")[(cdiv(N, 32), cdiv(M, 8)), (32, 8)](a, b, c, M, N, K)
     return c
@@ -79,7 +79,7 @@ TILE = 32
 
 def matmul_tiled(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """v2: TILE x TILE threads per block, tiles of A and B staged in shared memory."""
-    a, b, c, M, N, K = _prepare(a, b, "matmul_tiled")
+    a, b, c, M, N, K = prepare_operands(a, b, "matmul_tiled")
     if c.numel() and K:
         kernel("matmul_tiled_kernel")[(cdiv(N, TILE), cdiv(M, TILE)), (TILE, TILE)](a, b, c, M, N, K)
     return c
@@ -87,7 +87,7 @@ def matmul_tiled(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 def matmul_regtile(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """v3: 128 x 128 tiles of C, 256 threads computing 8 x 8 outputs each."""
-    a, b, c, M, N, K = _prepare(a, b, "matmul_regtile")
+    a, b, c, M, N, K = prepare_operands(a, b, "matmul_regtile")
     if c.numel() and K:
         kernel("matmul_regtile_kernel")[(cdiv(N, 128), cdiv(M, 128)), 256](a, b, c, M, N, K)
     return c
@@ -113,7 +113,7 @@ def vec4_ok(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> bool:
 def matmul_vec4(a: torch.Tensor, b: torch.Tensor, config: str | None = None) -> torch.Tensor:
     """v4: float4 loads, A transposed in shared memory. Shapes with K or N not a multiple
     of 4 cannot use float4 rows: they run v3 instead."""
-    a, b, c, M, N, K = _prepare(a, b, "matmul_vec4")
+    a, b, c, M, N, K = prepare_operands(a, b, "matmul_vec4")
     if not (c.numel() and K):
         return c
     if not vec4_ok(a, b, c):
@@ -131,7 +131,7 @@ WMMA_TILE = 64
 def matmul_wmma(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """v5: tensor cores through nvcuda::wmma. A and B in float16 or bfloat16, C in float32
     (fp32 accumulation). 64 x 64 tiles of C, 4 warps per block."""
-    a, b, c, M, N, K = _prepare(a, b, "matmul_wmma", HALF)
+    a, b, c, M, N, K = prepare_operands(a, b, "matmul_wmma", HALF)
     if not (c.numel() and K):
         return c
     vec8 = int(K % 8 == 0 and N % 8 == 0 and a.data_ptr() % 16 == 0 and b.data_ptr() % 16 == 0)
@@ -140,13 +140,7 @@ def matmul_wmma(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return c
 
 
-VERSIONS = OrderedDict(
-    v1=("naive: one thread per output, A and B read from global memory for every FMA", matmul_naive),
-    v2=("shared-memory tiles: 32 x 32 tiles of A and B, each loaded once per block", matmul_tiled),
-    v3=("register blocking: 128 x 128 tiles, 8 x 8 outputs per thread", matmul_regtile),
-    v4=("float4 loads, A transposed and padded in shared memory, 128 x 64 tiles (v3 if K or N % 4 != 0)",
-        matmul_vec4),
-)
+VERSIONS = version_index(SOURCE, v1=matmul_naive, v2=matmul_tiled, v3=matmul_regtile, v4=matmul_vec4)
 REFERENCE = "v4"
 matmul = VERSIONS[REFERENCE][1]
 #: v5 (tensor cores, float16/bfloat16 inputs) is the topic matmul_fp16: kernels/cuda/matmul_fp16.py.

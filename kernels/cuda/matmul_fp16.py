@@ -6,13 +6,10 @@ The kernel lives in ``matmul.cu`` beside v1-v4 (see kernels/cuda/matmul.py).
 """
 from __future__ import annotations
 
-from collections import OrderedDict
+from kernels._launch import version_index
+from kernels.cuda.matmul import SOURCE, matmul_ref, matmul_wmma
 
-from kernels.cuda.matmul import matmul_ref, matmul_wmma
-
-VERSIONS = OrderedDict(
-    v5=("tensor cores (wmma): fp16/bf16 inputs, fp32 accumulation, 64 x 64 tiles, fp32 C", matmul_wmma),
-)
+VERSIONS = version_index(SOURCE, v5=matmul_wmma)  # v5 of matmul.cu's index
 REFERENCE = "v5"
 matmul_fp16 = VERSIONS[REFERENCE][1]
 matmul_fp16_ref = matmul_ref

@@ -11,18 +11,16 @@ empty tensor is 0, as with ``torch.sum``.
 from __future__ import annotations
 
 import functools
-from collections import OrderedDict
 
 import torch
 
 import utils
-from kernels._launch import cdiv, cuda_source, sm_count
-from utils.inputs import INT32_MAX, check_input  # noqa: F401  (the shared input rules)
+from kernels._launch import cdiv, cuda_source, sm_count, version_index, whole_warps
+from utils.inputs import INT32_MAX, check_input  # the shared input rules
 
 SOURCE = utils.KERNELS_DIR / "cuda" / "reduction.cu"
 BLOCK_SIZE = 256        # threads per block; a power of two (the shared-memory trees need it)
 FINAL_BLOCK = 1024      # the one block of the second pass
-INT_MAX = 2**31 - 1
 
 
 @functools.lru_cache(maxsize=None)
@@ -38,15 +36,21 @@ def source(name: str, path=SOURCE) -> str:
 
 
 def _check_int_range(n: int, what: str) -> None:
-    if n > INT_MAX:
-        raise ValueError(f"{what} indexes with int: at most {INT_MAX} elements, got {n}")
+    if n > INT32_MAX:
+        raise ValueError(f"{what} indexes with int: at most {INT32_MAX} elements, got {n}")
+
+
+def sum_input(x) -> tuple[torch.Tensor, torch.Tensor]:
+    """The input rules of every sum, in all three languages: x as a flat contiguous float32
+    tensor (or a clear error), and the output, a 0-d 0 (the sum of no elements, as torch.sum)."""
+    x = check_input(x, op="sum").reshape(-1)
+    return x, torch.zeros((), dtype=torch.float32, device=x.device)
 
 
 def _one_thread_per_element(x: torch.Tensor, name: str, shared_bytes: int = 0) -> torch.Tensor:
     """Launch a kernel with one thread per element that accumulates into out[0]."""
-    x = check_input(x, op="sum").reshape(-1)
+    x, out = sum_input(x)
     n = x.numel()
-    out = torch.zeros((), dtype=torch.float32, device=x.device)
     if n == 0:
         return out
     _check_int_range(n, name)
@@ -107,9 +111,8 @@ def num_blocks_grid_stride(n: int, block: int = BLOCK_SIZE, per_thread: int = 16
 
 def sum_two_pass(x: torch.Tensor) -> torch.Tensor:
     """v5: grid-stride + float4 + warp shuffles, one partial per block, then one block sums them."""
-    x = check_input(x, op="sum").reshape(-1)
+    x, out = sum_input(x)
     n = x.numel()
-    out = torch.zeros((), dtype=torch.float32, device=x.device)
     if n == 0:
         return out
     if x.data_ptr() % 16:
@@ -139,22 +142,15 @@ def row_max(x: torch.Tensor) -> torch.Tensor:
         return out
     rows, cols = x.shape
     _check_int_range(x.numel(), "row_max_kernel")
-    threads = min(1024, max(32, cdiv(cols, 32 * 4) * 32))  # about 4 columns per thread
+    threads = whole_warps(cdiv(cols, 4))  # about 4 columns per thread
     kernel("row_max_kernel")[rows, threads](x, out, cols)
     return out
 
 
 #: name -> (one line, launcher), naive to best. ``python -m benchmarks`` measures each one
 #: except v0, which is wrong on purpose (its description says "demo only").
-VERSIONS = OrderedDict(
-    v0=("every thread does out[0] += x[i]: a data race, wrong on purpose (demo only; non-deterministic)",
-        sum_racy),
-    v1=("atomicAdd per element (non-deterministic)", sum_atomic),
-    v2=("shared-memory tree, interleaved addressing, atomic per block (non-deterministic)", sum_interleaved),
-    v3=("shared-memory tree, sequential addressing, atomic per block (non-deterministic)", sum_sequential),
-    v4=("warp-shuffle block reduction, atomic per block (non-deterministic)", sum_warp),
-    v5=("grid-stride float4 + warp shuffles, two passes (deterministic)", sum_two_pass),
-)
+VERSIONS = version_index(
+    SOURCE, v0=sum_racy, v1=sum_atomic, v2=sum_interleaved, v3=sum_sequential, v4=sum_warp, v5=sum_two_pass)
 REFERENCE = "v5"
 sum = VERSIONS[REFERENCE][1]  # the topic's launcher is called sum
 

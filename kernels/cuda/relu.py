@@ -10,17 +10,15 @@ cached, so a launcher is self-contained: sizes come from its input, nothing else
 from __future__ import annotations
 
 import functools
-from collections import OrderedDict
 
 import torch
 
 import utils
-from kernels._launch import cdiv
-from utils.inputs import INT32_MAX, check_input, check_same_shape  # noqa: F401  (the shared input rules)
+from kernels._launch import cdiv, inputs_and_output, version_index
+from utils.inputs import INT32_MAX
 
 SOURCE = utils.KERNELS_DIR / "cuda" / "relu.cu"
 BLOCK_SIZE = 256
-INT_MAX = 2**31 - 1
 
 
 @functools.lru_cache(maxsize=None)
@@ -31,28 +29,23 @@ def kernel(name: str):
 
 def relu_v1(x: torch.Tensor) -> torch.Tensor:
     """One thread per element, 256 threads per block, the grid rounded up."""
-    x = check_input(x, op="relu")
-    y = torch.empty_like(x)
+    x, y = inputs_and_output(x, op="relu", max_numel=INT32_MAX)  # relu_kernel indexes with int
     n = x.numel()
-    if n == 0:
-        return y
-    if n > INT_MAX:
-        raise ValueError(f"relu_kernel indexes with int: at most {INT_MAX} elements, got {n}")
-    kernel("relu_kernel")[cdiv(n, BLOCK_SIZE), BLOCK_SIZE](x, y, n)
+    if n:
+        kernel("relu_kernel")[cdiv(n, BLOCK_SIZE), BLOCK_SIZE](x, y, n)
     return y
 
 
 def relu_vec4(x: torch.Tensor) -> torch.Tensor:
     """float4 loads/stores with a scalar tail, one float4 per thread."""
-    x = check_input(x, op="relu")
-    y = torch.empty_like(x)
+    x, y = inputs_and_output(x, op="relu")
     n = x.numel()
     if n == 0:
         return y
     # float4 accesses need 16-byte aligned addresses. Fresh allocations always are, but a
     # view that starts mid-storage (x[1:]) may not be: then the scalar kernel is correct.
     if x.data_ptr() % 16 or y.data_ptr() % 16:
-        if n > INT_MAX:
+        if n > INT32_MAX:
             raise ValueError(f"misaligned input of {n} elements: make it aligned with x.clone()")
         kernel("relu_kernel")[cdiv(n, BLOCK_SIZE), BLOCK_SIZE](x, y, n)
         return y
@@ -65,32 +58,23 @@ def relu_vec4(x: torch.Tensor) -> torch.Tensor:
     return y
 
 
-def relu_backward_input(grad_out, x) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def relu_backward_input(grad_out, x, max_numel=None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The input rules of every relu_backward, in all three languages: grad_out and x
     contiguous float32 tensors of one shape (or a clear error), and a new grad_in."""
-    grad_out = check_input(grad_out, "grad_out", op="relu_backward")
-    x = check_input(x, op="relu_backward")
-    check_same_shape(grad_out, x, ("grad_out", "x"), op="relu_backward",
-                     hint="grad_out is the gradient of relu(x), of x's shape")
-    return grad_out, x, torch.empty_like(x)
+    return inputs_and_output(grad_out, x, op="relu_backward", names=("grad_out", "x"), max_numel=max_numel,
+                             hint="grad_out is the gradient of relu(x), of x's shape")
 
 
 def relu_backward(grad_out: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """dL/dx of ReLU: grad_out where x > 0, else 0 (new tensor, shape of x)."""
-    grad_out, x, grad_in = relu_backward_input(grad_out, x)
+    grad_out, x, grad_in = relu_backward_input(grad_out, x, max_numel=INT32_MAX)  # the kernel indexes with int
     n = x.numel()
-    if n == 0:
-        return grad_in
-    if n > INT_MAX:
-        raise ValueError(f"relu_backward_kernel indexes with int: at most {INT_MAX} elements, got {n}")
-    kernel("relu_backward_kernel")[cdiv(n, BLOCK_SIZE), BLOCK_SIZE](grad_out, x, grad_in, n)
+    if n:
+        kernel("relu_backward_kernel")[cdiv(n, BLOCK_SIZE), BLOCK_SIZE](grad_out, x, grad_in, n)
     return grad_in
 
 
-VERSIONS = OrderedDict(
-    v1=("one thread per element, 256 threads per block", relu_v1),
-    v2=("float4 loads and stores, scalar tail, one float4 per thread", relu_vec4),
-)
+VERSIONS = version_index(SOURCE, v1=relu_v1, v2=relu_vec4)
 REFERENCE = "v2"
 relu = VERSIONS[REFERENCE][1]
 

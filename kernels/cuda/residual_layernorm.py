@@ -9,12 +9,11 @@
 from __future__ import annotations
 
 import functools
-from collections import OrderedDict
 
 import torch
 
 import utils
-from kernels._launch import cdiv
+from kernels._launch import cdiv, version_index
 from kernels.cuda.layernorm import EPS, check_norm_inputs, layernorm, row_stats
 
 SOURCE = utils.KERNELS_DIR / "cuda" / "residual_layernorm.cu"
@@ -90,10 +89,7 @@ def residual_layernorm_fused(x, r, w, b, eps=EPS, stats=False):
     return fused_frame(x, r, w, b, eps, stats, launch)
 
 
-VERSIONS = OrderedDict(
-    v1=("unfused: an add kernel writes h, then lesson 09's LayerNorm reads it back", residual_layernorm_unfused),
-    v2=("fused: one block per row, x and r read once, h and y written once", residual_layernorm_fused),
-)
+VERSIONS = version_index(SOURCE, v1=residual_layernorm_unfused, v2=residual_layernorm_fused)
 REFERENCE = "v2"
 residual_layernorm = VERSIONS[REFERENCE][1]
 

@@ -10,16 +10,14 @@ header lists the versions.
 from __future__ import annotations
 
 import functools
-from collections import OrderedDict
 
 import torch
 
 import utils
-from kernels._launch import cdiv, cuda_source, sm_count
+from kernels._launch import cdiv, cuda_source, sm_count, version_index, whole_warps
 from utils.inputs import INT32_MAX, check_input  # the shared input rules
 
 SOURCE = utils.KERNELS_DIR / "cuda" / "softmax.cu"
-INT_MAX = 2**31 - 1
 #: Elements per thread the fused kernel can hold in registers (one kernel each).
 FUSED_ITEMS = (1, 2, 4, 8, 16)
 MAX_THREADS = 1024
@@ -45,14 +43,18 @@ def softmax_input(x) -> tuple[torch.Tensor, torch.Tensor]:
     return x, torch.empty_like(x)
 
 
-def round_up(a: int, b: int) -> int:
-    return cdiv(a, b) * b
-
+def check_fused_cols(cols: int, items: int, threads: int = MAX_THREADS) -> None:
+    """v2's limit, in CUDA C++ and Numba: a row must fit in one block's registers, ``items``
+    per thread x ``threads`` threads (a clear error otherwise)."""
+    if cols > items * threads:
+        raise ValueError(f"rows of {cols} columns do not fit in one block's registers (at most "
+                         f"{items * threads} = {items} per thread x {threads} threads): "
+                         "use the online softmax (v3) for long rows")
 
 
 def threads_for(cols: int, per_thread: int) -> int:
     """Whole warps, enough for ``per_thread`` columns each, at most 1024."""
-    return min(MAX_THREADS, max(32, round_up(cdiv(cols, per_thread), 32)))
+    return whole_warps(cdiv(cols, per_thread), MAX_THREADS)
 
 
 def softmax_naive(x: torch.Tensor) -> torch.Tensor:
@@ -83,11 +85,7 @@ def softmax_fused(x: torch.Tensor) -> torch.Tensor:
     if x.numel() == 0:
         return y
     rows, cols = x.shape
-    if cols > FUSED_MAX_COLS:
-        raise ValueError(
-            f"rows of {cols} columns do not fit in one block's registers (at most "
-            f"{FUSED_MAX_COLS} = {FUSED_ITEMS[-1]} per thread x {MAX_THREADS} threads): "
-            "use the online softmax (v3) for long rows")
+    check_fused_cols(cols, FUSED_ITEMS[-1])
     items, threads = fused_config(cols)
     kernel(f"softmax_fused{items}_kernel")[rows, threads](x, y, cols)
     return y
@@ -136,7 +134,7 @@ def onchip_config(cols: int, vec4: bool) -> tuple[int, int] | None:
     """(threads, stash bytes) for v5, or None when the row does not fit on chip."""
     width = 4 if vec4 else 1
     n = cdiv(cols, width)
-    threads = min(MAX_THREADS, max(32, round_up(cdiv(n, ONCHIP_REG), 32)))
+    threads = threads_for(n, ONCHIP_REG)
     stash = max(0, n - ONCHIP_REG * threads) * width * 4
     return (threads, stash) if stash <= onchip_stash_bytes() else None
 
@@ -175,14 +173,9 @@ def softmax_auto_onchip(x: torch.Tensor) -> torch.Tensor:
     return softmax_onchip(x)
 
 
-VERSIONS = OrderedDict(
-    v1=("naive: three kernels (max, exp-sum, normalize), x read 3 times", softmax_naive),
-    v2=("fused: one row per block in registers, warp-shuffle reductions (rows <= 16384)", softmax_fused),
-    v3=("online: running max + rescaled sum, then the output pass (any row length)", softmax_online),
-    v4=("v2 for rows up to 8192 columns, v3 beyond", softmax_auto),
-    v5=("the row on chip: registers + shared memory, x read once (rows <= 90624 on an H100)", softmax_onchip),
-    v6=("v5 while the row fits on chip, v3 beyond (any row length)", softmax_auto_onchip),
-)
+VERSIONS = version_index(
+    SOURCE, v1=softmax_naive, v2=softmax_fused, v3=softmax_online, v4=softmax_auto, v5=softmax_onchip,
+    v6=softmax_auto_onchip)
 REFERENCE = "v6"
 softmax = VERSIONS[REFERENCE][1]
 

@@ -10,10 +10,9 @@ Versions (``VERSIONS``, naive to best):
 from __future__ import annotations
 
 import math
-from collections import OrderedDict
 
 import utils
-from kernels._launch import cdiv
+from kernels._launch import cdiv, version_index
 from kernels.cuda.adamw import MAX_BLOCKS, NORM_BLOCKS, adamw_tensors, check_hyper, prepare_grad_norm
 
 from numba import cuda, float32
@@ -119,10 +118,7 @@ def adamw_fused(params, grads, exp_avg, exp_avg_sq, *, step, lr=1e-3, beta1=0.9,
     return params
 
 
-VERSIONS = OrderedDict(
-    v1=("unfused: decay, moments, update as three kernels (p, m, v read twice)", adamw_unfused),
-    v2=("fused: the whole step in one kernel, 28 bytes per parameter", adamw_fused),
-)
+VERSIONS = version_index(__doc__, v1=adamw_unfused, v2=adamw_fused)
 REFERENCE = "v2"
 adamw = VERSIONS[REFERENCE][1]
 

@@ -13,18 +13,16 @@ no copy), so a kernel's writes land in the torch tensor.
 """
 from __future__ import annotations
 
-from collections import OrderedDict
-
 import torch
 
 import utils  # (before numba: it picks the simulator or the GPU)
-from kernels.cuda.add import check_pair  # the shared input rules
+from kernels._launch import capped_grid, cdiv, inputs_and_output, version_index
+from kernels.cuda.add import add_2d_input, check_grid_rows  # the shared input rules
 
 from numba import cuda
 
 BLOCK_SIZE = 256
 BLOCK_2D = (32, 8)  # 32 threads along a row (a warp: coalesced), 8 rows
-MAX_GRID_Y = utils.config.MAX_GRID[1]  # CUDA's limit on the grid's y dimension
 
 
 @cuda.jit
@@ -56,36 +54,24 @@ def add_2d_kernel(x, y, out):
 
 
 def _flat(t: torch.Tensor):
-    return utils.to_numba(t.contiguous().view(-1))
-
-
-def _max_blocks() -> int:
-    if utils.SIMULATE:
-        return 4  # the simulator runs every thread in Python: fewer threads, same work
-    return torch.cuda.get_device_properties(utils.DEVICE).multi_processor_count * 16
+    return utils.to_numba(t.view(-1))
 
 
 def add_v1(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """One thread per element, 256 threads per block, the grid rounded up to whole blocks."""
-    x, y = check_pair(x, y)
-    out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    x, y, out = inputs_and_output(x, y, op="add")
     n = out.numel()
-    if n == 0:
-        return out
-    blocks = (n + BLOCK_SIZE - 1) // BLOCK_SIZE
-    add_kernel[blocks, BLOCK_SIZE](_flat(x), _flat(y), _flat(out), n)
+    if n:  # a grid of zero blocks is not a launch
+        add_kernel[cdiv(n, BLOCK_SIZE), BLOCK_SIZE](_flat(x), _flat(y), _flat(out), n)
     return out
 
 
 def add_grid_stride(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """A grid of at most 16 blocks per SM; each thread loops over the data."""
-    x, y = check_pair(x, y)
-    out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    x, y, out = inputs_and_output(x, y, op="add")
     n = out.numel()
-    if n == 0:
-        return out
-    blocks = max(1, min((n + BLOCK_SIZE - 1) // BLOCK_SIZE, _max_blocks()))
-    add_grid_stride_kernel[blocks, BLOCK_SIZE](_flat(x), _flat(y), _flat(out), n)
+    if n:
+        add_grid_stride_kernel[capped_grid(n, BLOCK_SIZE, 16), BLOCK_SIZE](_flat(x), _flat(y), _flat(out), n)
     return out
 
 
@@ -95,26 +81,18 @@ def add_2d(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     Strided views are copied to contiguous matrices first: Numba's simulator moves whole
     buffers, and one code path for both modes keeps the results the same.
     """
-    x, y = check_pair(x, y, op="add_2d")
-    if x.dim() != 2:
-        raise ValueError(f"add_2d adds matrices: expected 2-D tensors, got shape {tuple(x.shape)}")
+    x, y, out = add_2d_input(x, y)
     rows, cols = x.shape
-    out = torch.empty((rows, cols), dtype=x.dtype, device=x.device)
     if out.numel() == 0:
         return out
     bx, by = BLOCK_2D
-    grid = ((cols + bx - 1) // bx, (rows + by - 1) // by)
-    if grid[1] > MAX_GRID_Y:
-        raise ValueError(f"{rows} rows need {grid[1]} blocks along y, more than CUDA's "
-                         f"{MAX_GRID_Y}: use add() on the flattened tensors instead")
+    grid = (cdiv(cols, bx), cdiv(rows, by))
+    check_grid_rows(rows, grid[1])
     add_2d_kernel[grid, BLOCK_2D](utils.to_numba(x.contiguous()), utils.to_numba(y.contiguous()),
                                   utils.to_numba(out))
     return out
 
 
-VERSIONS = OrderedDict(
-    v1=("one thread per element, 256 threads per block", add_v1),
-    v2=("grid-stride loop over a capped grid", add_grid_stride),
-)
+VERSIONS = version_index(__doc__, v1=add_v1, v2=add_grid_stride)
 REFERENCE = "v2"
 add = VERSIONS[REFERENCE][1]

@@ -9,7 +9,11 @@ Versions (``VERSIONS``, naive to best; ``attention(q, k, v, causal=False)`` is t
     v3  FlashAttention-2: 16 x 16 tiles of queries and keys in shared memory (float32 SIMT)
         attention_flash(q, k, v, causal)
 
-and the backward, ``attention_backward(q, k, v, o, L, do, causal, dq_mode="separate" | "atomic")``.
+and the backward, ``attention_backward(q, k, v, o, L, do, causal, dq_mode="separate" | "atomic")``,
+whose two designs are ``BACKWARDS``:
+
+    separate  dK/dV per key tile, then dQ per query tile: no atomics
+    atomic  dK/dV per key tile, dQ added with cuda.atomic.add
 
 q (B, H, Nq, d), k and v (B, H, Nk, d), d <= 128; float32, float16 or bfloat16 in (computed in
 float32, o returned in the inputs' dtype). The causal mask is aligned to the bottom right
@@ -24,8 +28,17 @@ from collections import OrderedDict
 import torch
 
 import utils  # must come before numba: it picks the simulator or the GPU
-from kernels._launch import cdiv
-from kernels.cuda.attention import attention_ref, check_backward_inputs, check_qkv, empty_result, finish  # noqa: F401  (the shared input rules and reference)
+from kernels._launch import cdiv, version_index
+from kernels.cuda.attention import (  # the shared input rules
+    attention_ref,  # noqa: F401  (the reference, defined once)
+    backward_designs,
+    check_backward_inputs,
+    check_dq_mode,
+    check_qkv,
+    empty_result,
+    finish,
+    zero_grads,
+)
 
 # lesson 05's block reductions, which every thread gets the result of (blockDim.x a multiple of 32)
 from kernels.numba.reduction import block_max_all, block_sum_all, warp_max_all, warp_sum_all  # noqa: F401
@@ -138,6 +151,31 @@ def attn_row_kernel(q, k, v, o, lse, scale, diag, causal):
 
 
 # ---------------------------------------------------------------------------------------
+# Tiles of T keys or T queries to shared memory (v3 and the backward), T x T threads a block.
+@cuda.jit(device=True)
+def _load_keys(k, v, k_s, v_s, bh, j0, nk, d):
+    # Thread (r, c) loads key j0 + r, columns c, c + T, ... of K and V (0 past the end).
+    c, r = cuda.threadIdx.x, cuda.threadIdx.y
+    for cc in range(c, d, T):
+        k_s[r, cc] = k[bh, j0 + r, cc] if j0 + r < nk else float32(0.0)
+        v_s[r, cc] = v[bh, j0 + r, cc] if j0 + r < nk else float32(0.0)
+
+
+@cuda.jit(device=True)
+def _load_queries(q, do, lse, delta, q_s, do_s, lse_s, delta_s, bh, i0, nq, d):
+    # Thread (r, c) loads query i0 + r, columns c, c + T, ... of Q and dO, and column 0 its L
+    # and D (past the end: zeros and L = +inf, so that P = 0).
+    c, r = cuda.threadIdx.x, cuda.threadIdx.y
+    i = i0 + r
+    for cc in range(c, d, T):
+        q_s[r, cc] = q[bh, i, cc] if i < nq else float32(0.0)
+        do_s[r, cc] = do[bh, i, cc] if i < nq else float32(0.0)
+    if c == 0:
+        lse_s[r] = lse[bh, i] if i < nq else float32(INF)
+        delta_s[r] = delta[bh, i] if i < nq else float32(0.0)
+
+
+# ---------------------------------------------------------------------------------------
 # v3, FlashAttention-2 with shared-memory tiles: a block of T x T threads owns T queries;
 # thread (r, c) = (threadIdx.y, threadIdx.x) scores key j0 + c for query r, then owns the
 # output columns c, c + T, ... of query r. Per tile of T keys: K and V tiles to shared memory,
@@ -165,9 +203,7 @@ def attn_flash_kernel(q, k, v, o, lse, scale, diag, causal):
     hi = min(nk, max(i0 + T + diag, 0)) if causal else nk    # tiles past hi: hidden from every row
     for j0 in range(0, hi, T):
         cuda.syncthreads()                         # the previous tiles are no longer read (and q_s is complete)
-        for cc in range(c, d, T):
-            k_s[r, cc] = k[bh, j0 + r, cc] if j0 + r < nk else float32(0.0)
-            v_s[r, cc] = v[bh, j0 + r, cc] if j0 + r < nk else float32(0.0)
+        _load_keys(k, v, k_s, v_s, bh, j0, nk, d)
         cuda.syncthreads()                         # K and V tiles complete
         j = j0 + c
         s = float32(0.0)
@@ -252,9 +288,7 @@ def attn_bwd_kv_kernel(q, k, v, do, lse, delta, dq, dk, dv, scale, diag, causal,
     j0 = cuda.blockIdx.x * T
     nq, d = q.shape[1], q.shape[2]
     nk = k.shape[1]
-    for cc in range(c, d, T):
-        k_s[r, cc] = k[bh, j0 + r, cc] if j0 + r < nk else float32(0.0)
-        v_s[r, cc] = v[bh, j0 + r, cc] if j0 + r < nk else float32(0.0)
+    _load_keys(k, v, k_s, v_s, bh, j0, nk, d)
     dk_acc = cuda.local.array(COLS, float32)
     dv_acc = cuda.local.array(COLS, float32)
     for u in range(COLS):
@@ -264,12 +298,7 @@ def attn_bwd_kv_kernel(q, k, v, do, lse, delta, dq, dk, dv, scale, diag, causal,
     for i0 in range(first, nq, T):
         cuda.syncthreads()                         # the previous tiles are no longer read
         i = i0 + r
-        for cc in range(c, d, T):
-            q_s[r, cc] = q[bh, i, cc] if i < nq else float32(0.0)
-            do_s[r, cc] = do[bh, i, cc] if i < nq else float32(0.0)
-        if c == 0:
-            lse_s[r] = lse[bh, i] if i < nq else float32(INF)
-            delta_s[r] = delta[bh, i] if i < nq else float32(0.0)
+        _load_queries(q, do, lse, delta, q_s, do_s, lse_s, delta_s, bh, i0, nq, d)
         cuda.syncthreads()
         _p_and_ds(q_s, k_s, v_s, do_s, lse_s, delta_s, p_s, ds_s, i0, j0, nq, nk, d, scale, diag, causal)
         cuda.syncthreads()                         # P and dS complete
@@ -316,21 +345,14 @@ def attn_bwd_q_kernel(q, k, v, do, lse, delta, dq, scale, diag, causal):
     i = i0 + r
     nq, d = q.shape[1], q.shape[2]
     nk = k.shape[1]
-    for cc in range(c, d, T):
-        q_s[r, cc] = q[bh, i, cc] if i < nq else float32(0.0)
-        do_s[r, cc] = do[bh, i, cc] if i < nq else float32(0.0)
-    if c == 0:
-        lse_s[r] = lse[bh, i] if i < nq else float32(INF)
-        delta_s[r] = delta[bh, i] if i < nq else float32(0.0)
+    _load_queries(q, do, lse, delta, q_s, do_s, lse_s, delta_s, bh, i0, nq, d)
     dq_acc = cuda.local.array(COLS, float32)
     for u in range(COLS):
         dq_acc[u] = float32(0.0)
     hi = min(nk, max(i0 + T + diag, 0)) if causal else nk
     for j0 in range(0, hi, T):
         cuda.syncthreads()
-        for cc in range(c, d, T):
-            k_s[r, cc] = k[bh, j0 + r, cc] if j0 + r < nk else float32(0.0)
-            v_s[r, cc] = v[bh, j0 + r, cc] if j0 + r < nk else float32(0.0)
+        _load_keys(k, v, k_s, v_s, bh, j0, nk, d)
         cuda.syncthreads()
         _p_and_ds(q_s, k_s, v_s, do_s, lse_s, delta_s, p_s, ds_s, i0, j0, nq, nk, d, scale, diag, causal)
         cuda.syncthreads()
@@ -387,15 +409,20 @@ def attention_naive(q, k, v, causal=False):
     return attention_naive_forward(q, k, v, causal)[0]
 
 
-def attention_rowwise_forward(q, k, v, causal=False):
-    """v2 returning (o, L): one query row per block."""
-    q, k, v, squeeze, B, H, nq, nk, d, (qf, kf, vf) = _prepare(q, k, v, "attention_rowwise (Numba)")
+def _forward_one_kernel(kernel, queries_per_block, threads, q, k, v, causal, op):
+    """(o, L) of v2 and v3, one kernel each: a block per ``queries_per_block`` queries of a head."""
+    q, k, v, squeeze, B, H, nq, nk, d, (qf, kf, vf) = _prepare(q, k, v, op)
     if nq == 0 or nk == 0 or d == 0 or B * H == 0:
         return empty_result(q, k, v, squeeze)
     o, lse = _outputs(B, H, nq, d, q.device)
     args = [utils.to_numba(t) for t in (qf, kf, vf, o, lse)]
-    attn_row_kernel[(nq, B * H), ROW_THREADS](*args, 1.0 / math.sqrt(d), nk - nq, bool(causal))
+    kernel[(cdiv(nq, queries_per_block), B * H), threads](*args, 1.0 / math.sqrt(d), nk - nq, bool(causal))
     return _finish(q, o, lse, B, H, nq, d, squeeze)
+
+
+def attention_rowwise_forward(q, k, v, causal=False):
+    """v2 returning (o, L): one query row per block."""
+    return _forward_one_kernel(attn_row_kernel, 1, ROW_THREADS, q, k, v, causal, "attention_rowwise (Numba)")
 
 
 def attention_rowwise(q, k, v, causal=False):
@@ -404,14 +431,8 @@ def attention_rowwise(q, k, v, causal=False):
 
 
 def attention_flash_forward(q, k, v, causal=False):
-    """v3 returning (o, L): FlashAttention-2 with shared-memory tiles (float32)."""
-    q, k, v, squeeze, B, H, nq, nk, d, (qf, kf, vf) = _prepare(q, k, v, "attention_flash (Numba)")
-    if nq == 0 or nk == 0 or d == 0 or B * H == 0:
-        return empty_result(q, k, v, squeeze)
-    o, lse = _outputs(B, H, nq, d, q.device)
-    args = [utils.to_numba(t) for t in (qf, kf, vf, o, lse)]
-    attn_flash_kernel[(cdiv(nq, T), B * H), (T, T)](*args, 1.0 / math.sqrt(d), nk - nq, bool(causal))
-    return _finish(q, o, lse, B, H, nq, d, squeeze)
+    """v3 returning (o, L): FlashAttention-2 with shared-memory tiles (float32), T queries a block."""
+    return _forward_one_kernel(attn_flash_kernel, T, (T, T), q, k, v, causal, "attention_flash (Numba)")
 
 
 def attention_flash(q, k, v, causal=False):
@@ -419,19 +440,14 @@ def attention_flash(q, k, v, causal=False):
     return attention_flash_forward(q, k, v, causal)[0]
 
 
-DQ_MODES = ("separate", "atomic")
-
-
 def attention_backward(q, k, v, o, lse, do, causal=False, dq_mode="separate"):
     """(dq, dk, dv): ``dq_mode`` "separate" (a second kernel per tile of queries) or "atomic"
     (the key-tile blocks add into dq with cuda.atomic.add)."""
-    if dq_mode not in DQ_MODES:
-        raise ValueError(f"attention_backward: dq_mode must be one of {DQ_MODES}, got {dq_mode!r}")
+    check_dq_mode(dq_mode)
     q, k, v, squeeze, B, H, nq, nk, d, (qf, kf, vf) = _prepare(q, k, v, "attention_backward (Numba)")
     o, lse, do = check_backward_inputs(q, o, lse, do, squeeze, op="attention_backward (Numba)")
     if nq == 0 or nk == 0 or d == 0 or B * H == 0:
-        z = (torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v))
-        return tuple(t.squeeze(1) for t in z) if squeeze else z
+        return zero_grads(q, k, v, squeeze)
     of = o.float().reshape(B * H, nq, d).contiguous()
     dof = do.float().reshape(B * H, nq, d).contiguous()
     lsef = lse.float().reshape(B * H, nq).contiguous()
@@ -451,17 +467,8 @@ def attention_backward(q, k, v, o, lse, do, causal=False, dq_mode="separate"):
     return tuple(t.squeeze(1) for t in out) if squeeze else out
 
 
-VERSIONS = OrderedDict(
-    v1=("naive: three kernels (scores, row softmax, P V), the N x N scores through memory", attention_naive),
-    v2=("one query row per block, online softmax over chunks of keys", attention_rowwise),
-    v3=("FlashAttention-2: 16 x 16 tiles of queries and keys in shared memory (float32 SIMT)", attention_flash),
-)
+VERSIONS = version_index(__doc__, v1=attention_naive, v2=attention_rowwise, v3=attention_flash)
 REFERENCE = "v3"
 attention = VERSIONS[REFERENCE][1]
 FORWARDS = OrderedDict(v1=attention_naive_forward, v2=attention_rowwise_forward, v3=attention_flash_forward)
-BACKWARDS = OrderedDict(
-    separate=("dK/dV per key tile, then dQ per query tile: no atomics",
-              lambda q, k, v, o, lse, do, causal=False: attention_backward(q, k, v, o, lse, do, causal, "separate")),
-    atomic=("dK/dV per key tile, dQ added with cuda.atomic.add",
-            lambda q, k, v, o, lse, do, causal=False: attention_backward(q, k, v, o, lse, do, causal, "atomic")),
-)
+BACKWARDS = version_index(__doc__, **backward_designs(attention_backward))

@@ -9,11 +9,11 @@ Versions (``VERSIONS``, naive to best):
 from __future__ import annotations
 
 import math
-from collections import OrderedDict
 
 import torch
 
 import utils
+from kernels._launch import version_index
 from kernels.cuda.bias_gelu import THREADS, check_bias_backward_inputs, check_bias_inputs, grid_for
 
 from numba import cuda, float32
@@ -88,10 +88,6 @@ def bias_gelu_backward(dy, x, b):
     return dx
 
 
-VERSIONS = OrderedDict(
-    v1=("unfused: a bias-add kernel, then lesson 03's GELU (x + b makes a round trip through memory)",
-        bias_gelu_unfused),
-    v2=("fused: gelu(x + b) in one kernel, x read once and y written once", bias_gelu_fused),
-)
+VERSIONS = version_index(__doc__, v1=bias_gelu_unfused, v2=bias_gelu_fused)
 REFERENCE = "v2"
 bias_gelu = VERSIONS[REFERENCE][1]

@@ -15,11 +15,11 @@ Versions (``VERSIONS``, naive to best):
 from __future__ import annotations
 
 import math
-from collections import OrderedDict
 
 import torch
 
 import utils
+from kernels._launch import version_index
 from kernels.cuda.cross_entropy import IGNORE_INDEX, prepare_backward, prepare_forward, prepare_mean_loss
 from kernels.numba.reduction import block_max_all, block_sum_all
 
@@ -224,9 +224,6 @@ def cross_entropy_fused(logits, targets, ignore_index=IGNORE_INDEX, inplace=Fals
     return loss, grad
 
 
-VERSIONS = OrderedDict(
-    v1=("unfused: forward (max pass + sum pass), mean, backward: logits read 3 times", cross_entropy_unfused),
-    v2=("fused: online logsumexp + gradient in one kernel, logits read twice, written once", cross_entropy_fused),
-)
+VERSIONS = version_index(__doc__, v1=cross_entropy_unfused, v2=cross_entropy_fused)
 REFERENCE = "v2"
 cross_entropy = VERSIONS[REFERENCE][1]

@@ -12,10 +12,9 @@ Versions (``VERSIONS``, naive to best):
 from __future__ import annotations
 
 import math
-from collections import OrderedDict
 
 import utils
-from kernels._launch import cdiv
+from kernels._launch import cdiv, version_index
 from kernels.cuda.embedding import CHUNK, backward_frame, chunk_partials, forward_frame
 
 from numba import cuda
@@ -183,14 +182,8 @@ def embedding_backward_chunked(ids, dout, dweight):
     return backward_frame(ids, dout, dweight, launch, sort=True)
 
 
-VERSIONS = OrderedDict(
-    v1=("plain += into dweight: repeated ids race (lost updates on a GPU, reported in simulation)",
-        embedding_backward_plain),
-    v2=("atomic add into dweight: right, but the sums' order (and last bits) change between runs",
-        embedding_backward_atomic),
-    v3=("ids sorted, one owner per row sums its tokens in order: deterministic, no atomics",
-        embedding_backward_sorted),
-    v4=("v3 with long runs cut into chunks and joined in order: deterministic, balanced", embedding_backward_chunked),
-)
+VERSIONS = version_index(
+    __doc__, v1=embedding_backward_plain, v2=embedding_backward_atomic, v3=embedding_backward_sorted,
+    v4=embedding_backward_chunked)
 REFERENCE = "v4"
 embedding_backward = VERSIONS[REFERENCE][1]

@@ -17,15 +17,15 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import torch
 
-import utils  # must come before numba: it picks the GPU or the simulator
-from kernels.cuda.gelu import BASELINES, INT32_MAX, check_input, gelu_compiled, gelu_ref, gelu_torch, gelu_unfused_torch  # noqa: F401  (the shared input rules and baselines)
+import utils  # noqa: F401  (must come before numba: it picks the GPU or the simulator)
+from kernels._launch import version_index
+from kernels.cuda.gelu import BASELINES, INT32_MAX, gelu_compiled, gelu_ref, gelu_torch, gelu_unfused_torch  # noqa: F401  (the baselines)
+from kernels.numba.relu import items_kernel, launch_map  # 256 threads per block
 
 from numba import cuda
 
-THREADS_PER_BLOCK = 256
-#: Elements per thread in v2 (its kernel is written out for 4).
+#: Elements per thread in v2 (relu's items_kernel, written out for 4).
 ITEMS = 4
 
 # float32 constants: a plain Python float would make Numba compute in float64 (slower,
@@ -50,60 +50,21 @@ def gelu_kernel(x, y, n):
         y[i] = gelu_scalar(x[i])
 
 
-# v2: four elements per thread.
-@cuda.jit
-def gelu_items_kernel(x, y, n):
-    # Block b owns the tile [b * 4 * blockDim, (b + 1) * 4 * blockDim). Thread t takes
-    # elements t, t + blockDim, t + 2 blockDim, t + 3 blockDim of it: at each of the 4
-    # steps, a warp reads 32 neighbouring floats (coalesced).
-    stride = cuda.blockDim.x
-    base = cuda.blockIdx.x * (stride * 4) + cuda.threadIdx.x
-    if base + 3 * stride < n:
-        # Whole tile: all 4 loads first, then the math and the stores, so that the 4
-        # memory requests are in flight at the same time.
-        a = x[base]
-        b = x[base + stride]
-        c = x[base + 2 * stride]
-        d = x[base + 3 * stride]
-        y[base] = gelu_scalar(a)
-        y[base + stride] = gelu_scalar(b)
-        y[base + 2 * stride] = gelu_scalar(c)
-        y[base + 3 * stride] = gelu_scalar(d)
-    else:
-        # Last tile: check every element against n.
-        for k in range(4):
-            j = base + k * stride
-            if j < n:
-                y[j] = gelu_scalar(x[j])
-
-
-def _launch(kernel, x, items_per_thread, who):
-    x = check_input(x, op=who, max_numel=INT32_MAX)
-    y = torch.empty_like(x)
-    n = x.numel()
-    if n == 0:
-        return y  # a launch with zero blocks is an error
-    per_block = THREADS_PER_BLOCK * items_per_thread
-    blocks = (n + per_block - 1) // per_block
-    # Flat views: the kernels index a 1-D array (same memory as x and y).
-    kernel[blocks, THREADS_PER_BLOCK](utils.to_numba(x.view(-1)), utils.to_numba(y.view(-1)), n)
-    return y
+# v2: four elements per thread, loads before stores: relu's v3 with gelu_scalar.
+gelu_items_kernel = items_kernel(gelu_scalar)
 
 
 def gelu_v1(x):
     """v1: one thread per element."""
-    return _launch(gelu_kernel, x, 1, "gelu_v1")
+    return launch_map(gelu_kernel, x, "gelu_v1", max_numel=INT32_MAX)
 
 
 def gelu_v2(x):
     """v2: 4 elements per thread, loads issued before stores."""
-    return _launch(gelu_items_kernel, x, ITEMS, "gelu_v2")
+    return launch_map(gelu_items_kernel, x, "gelu_v2", ITEMS, max_numel=INT32_MAX)
 
 
 gelu = gelu_v2
 
-VERSIONS = {
-    "v1": ("one thread per element", gelu_v1),
-    "v2": ("4 elements per thread (coalesced, 4 loads in flight)", gelu_v2),
-}
+VERSIONS = version_index(__doc__, v1=gelu_v1, v2=gelu_v2)
 REFERENCE = "v2"

@@ -4,8 +4,7 @@ Forward (``VERSIONS``; ``f(x, w, b, eps=1e-5, stats=False)`` -> y, or (y, mean, 
 
     v1  a block per row, three passes over the row from memory                    layernorm_block
     v2  a block per row held in registers (a local array): x read once            layernorm_reg
-    v3  the reference: a warp per row up to 1024 columns, v2 up to 16384, v1 beyond; tensors passed
-        straight to the compiled kernel
+    v3  the reference: a warp per row up to 1024 columns, v2 up to 16384, v1 beyond; tensors passed straight in
         layernorm: a warp per row (8 rows a block); launched by ``utils.NumbaLauncher`` (tensors
         handed to the compiled kernel as pointer, shape and strides: no device-array wrapper,
         no argument typing per call)
@@ -19,13 +18,11 @@ Backward (``BACKWARD_VERSIONS``; ``f(dy, x, w, mean, rstd)`` -> (dx, dw, db)):
 """
 from __future__ import annotations
 
-from collections import OrderedDict
-
 import torch
 
 import utils  # must come before numba: it picks the simulator or the GPU
 import utils.topics.layernorm as layernorm_spec
-from kernels._launch import cdiv
+from kernels._launch import cdiv, version_index
 from kernels.cuda.layernorm import norm_backward, norm_forward
 from kernels.numba.reduction import block_sum_all, warp_sum_all
 
@@ -336,16 +333,8 @@ def rmsnorm_backward(dy, x, w, rstd):
     return norm_backward(dy, x, w, None, rstd, op="rmsnorm_backward", launch=launch, rms=True)
 
 
-VERSIONS = OrderedDict(
-    v1=("a block per row, three passes over the row from memory", layernorm_block),
-    v2=("a block per row held in registers (a local array): x read once", layernorm_reg),
-    v3=("the reference: a warp per row up to 1024 columns, v2 up to 16384, v1 beyond; tensors passed "
-        "straight to the compiled kernel", layernorm),
-)
+VERSIONS = version_index(__doc__, v1=layernorm_block, v2=layernorm_reg, v3=layernorm)
 REFERENCE = "v3"
 
-BACKWARD_VERSIONS = OrderedDict(
-    atomic=("dx per row, dw/db by cuda.atomic.add", layernorm_backward_atomic),
-    partials=("two stages: dx and per-block dw/db partials, then a column-sum kernel", layernorm_backward_partials),
-)
+BACKWARD_VERSIONS = version_index(__doc__, atomic=layernorm_backward_atomic, partials=layernorm_backward_partials)
 BACKWARD_REFERENCE = "partials"

@@ -11,13 +11,11 @@ In simulation every CUDA thread is a Python thread: keep the matrices small ther
 """
 from __future__ import annotations
 
-from collections import OrderedDict
-
 import torch
 
 import utils  # must come before numba: it picks the simulator or the GPU
-from kernels._launch import cdiv
-from kernels.cuda.matmul import check_operands, matmul_ref  # noqa: F401  (the shared input rules and reference)
+from kernels._launch import cdiv, version_index
+from kernels.cuda.matmul import matmul_ref, prepare_operands  # noqa: F401  (the shared input rules and reference)
 
 from numba import cuda, float32
 
@@ -59,17 +57,9 @@ def matmul_tiled_kernel(a, b, c):
         c[row, col] = acc
 
 
-def _prepare(a, b, op):
-    a, b = check_operands(a, b, op=op)
-    M, K = a.shape
-    N = b.shape[1]
-    c = torch.zeros((M, N), dtype=torch.float32, device=a.device)
-    return a, b, c, M, N, K
-
-
 def matmul_naive(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """v1: one thread per element of C, blocks of 16 x 16 threads."""
-    a, b, c, M, N, K = _prepare(a, b, "matmul_naive")
+    a, b, c, M, N, K = prepare_operands(a, b, "matmul_naive")
     if c.numel() and K:
         matmul_naive_kernel[(cdiv(N, 16), cdiv(M, 16)), (16, 16)](
             utils.to_numba(a), utils.to_numba(b), utils.to_numba(c))
@@ -78,16 +68,13 @@ def matmul_naive(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 def matmul_tiled(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """v2: TILE x TILE threads per block, tiles of A and B staged in shared memory."""
-    a, b, c, M, N, K = _prepare(a, b, "matmul_tiled")
+    a, b, c, M, N, K = prepare_operands(a, b, "matmul_tiled")
     if c.numel() and K:
         matmul_tiled_kernel[(cdiv(N, TILE), cdiv(M, TILE)), (TILE, TILE)](
             utils.to_numba(a), utils.to_numba(b), utils.to_numba(c))
     return c
 
 
-VERSIONS = OrderedDict(
-    v1=("naive: one thread per output", matmul_naive),
-    v2=("shared-memory tiles: 16 x 16 tiles of A and B, each loaded once per block", matmul_tiled),
-)
+VERSIONS = version_index(__doc__, v1=matmul_naive, v2=matmul_tiled)
 REFERENCE = "v2"
 matmul = VERSIONS[REFERENCE][1]

@@ -8,12 +8,11 @@ Numba has no tensor-core API: this is the naive kernel of kernels/numba/matmul.p
 """
 from __future__ import annotations
 
-from collections import OrderedDict
-
 import torch
 
 import utils  # must come before numba: it picks the simulator or the GPU
-from kernels.cuda.matmul import HALF, check_operands, matmul_ref
+from kernels._launch import cdiv, version_index
+from kernels.cuda.matmul import HALF, matmul_ref, prepare_operands
 
 from numba import cuda, float32
 
@@ -30,20 +29,15 @@ def matmul_fp16_kernel(a, b, c):
 
 def matmul_fp16(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """v1: float16 A and B (bfloat16 is converted to float32 first: Numba has no bfloat16)."""
-    a, b = check_operands(a, b, op="matmul_fp16", dtypes=HALF)
+    a, b, c, M, N, K = prepare_operands(a, b, "matmul_fp16", dtypes=HALF)
     if a.dtype == torch.bfloat16:
         a, b = a.float(), b.float()  # exact: every bfloat16 value is a float32 value
-    M, K = a.shape
-    N = b.shape[1]
-    c = torch.zeros((M, N), dtype=torch.float32, device=a.device)
     if c.numel() and K:
-        matmul_fp16_kernel[((N + 15) // 16, (M + 15) // 16), (16, 16)](
+        matmul_fp16_kernel[(cdiv(N, 16), cdiv(M, 16)), (16, 16)](
             utils.to_numba(a), utils.to_numba(b), utils.to_numba(c))
     return c
 
 
-VERSIONS = OrderedDict(
-    v1=("naive: one thread per output, float16 inputs, float32 accumulation (no tensor cores)", matmul_fp16),
-)
+VERSIONS = version_index(__doc__, v1=matmul_fp16)
 REFERENCE = "v1"
 matmul_fp16_ref = matmul_ref

@@ -22,14 +22,12 @@ threads) and the grid-stride version launches only a few blocks.
 from __future__ import annotations
 
 import math
-from collections import OrderedDict
 
 import torch
 
 import utils  # must come before numba: it picks the simulator or the GPU
-from kernels._launch import cdiv, sm_count
-from kernels.cuda.reduction import row_max_input, row_max_ref, sum_ref  # noqa: F401  (the references, defined once)
-from utils.inputs import INT32_MAX, check_input  # noqa: F401  (the shared input rules)
+from kernels._launch import cdiv, version_index, whole_warps
+from kernels.cuda.reduction import num_blocks_grid_stride, row_max_input, row_max_ref, sum_input, sum_ref  # noqa: F401  (the references, defined once)
 
 from numba import cuda, float32
 
@@ -235,11 +233,10 @@ def row_max_kernel(x, out):
 
 # ---------------------------------------------------------------------------------------
 def _launch_per_element(kernel, x: torch.Tensor) -> torch.Tensor:
-    x = check_input(x, op="sum").reshape(-1)
-    out = torch.zeros(1, dtype=torch.float32, device=x.device)
+    x, out = sum_input(x)
     if x.numel() > 0:
-        kernel[cdiv(x.numel(), BLOCK_SIZE), BLOCK_SIZE](utils.to_numba(x), utils.to_numba(out))
-    return out.reshape(())
+        kernel[cdiv(x.numel(), BLOCK_SIZE), BLOCK_SIZE](utils.to_numba(x), utils.to_numba(out.view(1)))
+    return out
 
 
 def sum_atomic(x: torch.Tensor) -> torch.Tensor:
@@ -264,17 +261,16 @@ def sum_warp(x: torch.Tensor) -> torch.Tensor:
 
 def sum_two_pass(x: torch.Tensor) -> torch.Tensor:
     """v5: grid-stride + warp shuffles, partials, then one block (deterministic)."""
-    x = check_input(x, op="sum").reshape(-1)
+    x, out = sum_input(x)
     n = x.numel()
-    out = torch.zeros(1, dtype=torch.float32, device=x.device)
     if n == 0:
-        return out.reshape(())
+        return out
     # A few blocks per SM, each thread summing many elements; no more blocks than needed.
-    blocks = max(1, min(cdiv(n, BLOCK_SIZE * 8), sm_count() * 4))
+    blocks = num_blocks_grid_stride(n, BLOCK_SIZE, per_thread=8)
     partials = torch.empty(blocks, dtype=torch.float32, device=x.device)
     sum_partials_kernel[blocks, BLOCK_SIZE](utils.to_numba(x), utils.to_numba(partials))
-    sum_final_kernel[1, BLOCK_SIZE](utils.to_numba(partials), utils.to_numba(out))
-    return out.reshape(())
+    sum_final_kernel[1, BLOCK_SIZE](utils.to_numba(partials), utils.to_numba(out.view(1)))
+    return out
 
 
 def row_max(x: torch.Tensor) -> torch.Tensor:
@@ -283,17 +279,11 @@ def row_max(x: torch.Tensor) -> torch.Tensor:
     if x.numel() == 0:
         return out
     rows, cols = x.shape
-    threads = min(BLOCK_SIZE, max(32, cdiv(cols, 32) * 32))
+    threads = whole_warps(cols, BLOCK_SIZE)
     row_max_kernel[rows, threads](utils.to_numba(x), utils.to_numba(out))
     return out
 
 
-VERSIONS = OrderedDict(
-    v1=("cuda.atomic.add per element (non-deterministic)", sum_atomic),
-    v2=("shared-memory tree, interleaved addressing, atomic per block (non-deterministic)", sum_interleaved),
-    v3=("shared-memory tree, sequential addressing, atomic per block (non-deterministic)", sum_sequential),
-    v4=("warp-shuffle block reduction, atomic per block (non-deterministic)", sum_warp),
-    v5=("grid-stride + warp shuffles, two passes (deterministic)", sum_two_pass),
-)
+VERSIONS = version_index(__doc__, v1=sum_atomic, v2=sum_interleaved, v3=sum_sequential, v4=sum_warp, v5=sum_two_pass)
 REFERENCE = "v5"
 sum = VERSIONS[REFERENCE][1]  # the topic's launcher is called sum

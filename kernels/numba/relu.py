@@ -14,16 +14,12 @@ no copy), so a kernel's writes land in the torch tensor.
 """
 from __future__ import annotations
 
-import functools
-import math
-from collections import OrderedDict
-
 import numpy as np
 import torch
 
 import utils  # before numba: it picks the simulator or the GPU
+from kernels._launch import capped_grid, cdiv, inputs_and_output, version_index
 from kernels.cuda.relu import relu_backward_input
-from utils.inputs import INT32_MAX, check_input, check_same_shape  # noqa: F401  (the shared input rules)
 
 from numba import cuda
 
@@ -52,31 +48,42 @@ def relu_grid_stride_kernel(x_ptr, y_ptr, n):
         y_ptr[i] = v if v > ZERO else ZERO
 
 
-@cuda.jit
-def relu_items_kernel(x_ptr, y_ptr, n):
-    # Four elements per thread. Block b owns the tile [b * 4 * blockDim, (b + 1) * 4 * blockDim);
-    # thread t takes elements t, t + blockDim, t + 2 blockDim and t + 3 blockDim of it, so at
-    # each step a warp still reads 32 neighbouring floats (coalesced).
-    stride = cuda.blockDim.x
-    base = cuda.blockIdx.x * (stride * 4) + cuda.threadIdx.x
-    if base + 3 * stride < n:
-        # A whole tile: all four loads first, so four memory requests are in flight at once
-        # (one thread per element has only one, and waits for it before it can do anything).
-        a = x_ptr[base]
-        b = x_ptr[base + stride]
-        c = x_ptr[base + 2 * stride]
-        d = x_ptr[base + 3 * stride]
-        y_ptr[base] = a if a > ZERO else ZERO
-        y_ptr[base + stride] = b if b > ZERO else ZERO
-        y_ptr[base + 2 * stride] = c if c > ZERO else ZERO
-        y_ptr[base + 3 * stride] = d if d > ZERO else ZERO
-    else:
-        # The last tile: check every element against n.
-        for k in range(4):
-            j = base + k * stride
-            if j < n:
-                v = x_ptr[j]
-                y_ptr[j] = v if v > ZERO else ZERO
+def items_kernel(f):
+    """The kernel ``y[i] = f(x[i])`` with four elements per thread, all four loads issued
+    before the stores, for a device function ``f`` of one float32 (relu's v3, gelu's v2)."""
+    @cuda.jit
+    def kernel(x_ptr, y_ptr, n):
+        # Block b owns the tile [b * 4 * blockDim, (b + 1) * 4 * blockDim); thread t takes
+        # elements t, t + blockDim, t + 2 blockDim and t + 3 blockDim of it, so at each step a
+        # warp still reads 32 neighbouring floats (coalesced).
+        stride = cuda.blockDim.x
+        base = cuda.blockIdx.x * (stride * 4) + cuda.threadIdx.x
+        if base + 3 * stride < n:
+            # A whole tile: all four loads first, so four memory requests are in flight at once
+            # (one thread per element has only one, and waits for it before it can do anything).
+            a = x_ptr[base]
+            b = x_ptr[base + stride]
+            c = x_ptr[base + 2 * stride]
+            d = x_ptr[base + 3 * stride]
+            y_ptr[base] = f(a)
+            y_ptr[base + stride] = f(b)
+            y_ptr[base + 2 * stride] = f(c)
+            y_ptr[base + 3 * stride] = f(d)
+        else:
+            # The last tile: check every element against n.
+            for k in range(4):
+                j = base + k * stride
+                if j < n:
+                    y_ptr[j] = f(x_ptr[j])
+    return kernel
+
+
+@cuda.jit(device=True)
+def relu_scalar(v):
+    return v if v > ZERO else ZERO
+
+
+relu_items_kernel = items_kernel(relu_scalar)
 
 
 @cuda.jit
@@ -86,69 +93,49 @@ def relu_backward_kernel(grad_out_ptr, x_ptr, grad_in_ptr, n):
         grad_in_ptr[idx] = grad_out_ptr[idx] if x_ptr[idx] > ZERO else ZERO
 
 
+def _flat(t: torch.Tensor):
+    """The tensor as a 1-D Numba array (same memory, no copy): the kernels index it flat."""
+    return utils.to_numba(t.view(-1))
 
-@functools.lru_cache(maxsize=None)
-def _max_blocks() -> int:
-    """One full wave: as many BLOCK_SIZE-thread blocks as the GPU holds at once."""
-    if utils.SIMULATE:
-        return 4  # the simulator runs every thread in Python: fewer threads, same work
-    props = torch.cuda.get_device_properties(utils.DEVICE)
-    per_sm = getattr(props, "max_threads_per_multi_processor", 2048) // BLOCK_SIZE
-    return props.multi_processor_count * max(per_sm, 1)
+
+def launch_map(kernel, x: torch.Tensor, op: str, items_per_thread: int = 1, max_numel=None) -> torch.Tensor:
+    """y = kernel(x) for a kernel ``(x_ptr, y_ptr, n)`` that maps ``items_per_thread`` elements
+    per thread, BLOCK_SIZE threads per block, the grid rounded up (relu's and gelu's)."""
+    x, y = inputs_and_output(x, op=op, max_numel=max_numel)
+    n = x.numel()
+    if n:  # a grid of zero blocks is not a launch
+        kernel[cdiv(n, items_per_thread * BLOCK_SIZE), BLOCK_SIZE](_flat(x), _flat(y), n)
+    return y
 
 
 def relu_v1(x: torch.Tensor) -> torch.Tensor:
     """One thread per element, 256 threads per block, the grid rounded up."""
-    x = check_input(x, op="relu")
-    y = torch.empty_like(x)
-    n = x.numel()
-    if n == 0:
-        return y
-    blocks = math.ceil(n / BLOCK_SIZE)
-    relu_kernel[blocks, BLOCK_SIZE](utils.to_numba(x.view(-1)), utils.to_numba(y.view(-1)), n)
-    return y
+    return launch_map(relu_kernel, x, "relu")
 
 
 def relu_grid_stride(x: torch.Tensor) -> torch.Tensor:
-    """A grid of at most a few blocks per SM; each thread loops over the data."""
-    x = check_input(x, op="relu")
-    y = torch.empty_like(x)
+    """A grid of at most one full wave of blocks; each thread loops over the data."""
+    x, y = inputs_and_output(x, op="relu")
     n = x.numel()
-    if n == 0:
-        return y
-    blocks = max(1, min(math.ceil(n / BLOCK_SIZE), _max_blocks()))
-    relu_grid_stride_kernel[blocks, BLOCK_SIZE](utils.to_numba(x.view(-1)), utils.to_numba(y.view(-1)), n)
+    if n:
+        relu_grid_stride_kernel[capped_grid(n, BLOCK_SIZE), BLOCK_SIZE](_flat(x), _flat(y), n)
     return y
 
 
 def relu_items(x: torch.Tensor) -> torch.Tensor:
     """Four elements per thread, all four loads issued before the stores."""
-    x = check_input(x, op="relu")
-    y = torch.empty_like(x)
-    n = x.numel()
-    if n == 0:
-        return y
-    blocks = math.ceil(n / (4 * BLOCK_SIZE))
-    relu_items_kernel[blocks, BLOCK_SIZE](utils.to_numba(x.view(-1)), utils.to_numba(y.view(-1)), n)
-    return y
+    return launch_map(relu_items_kernel, x, "relu", 4)
 
 
 def relu_backward(grad_out: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """dL/dx of ReLU: grad_out where x > 0, else 0 (new tensor, shape of x)."""
     grad_out, x, grad_in = relu_backward_input(grad_out, x)
     n = x.numel()
-    if n == 0:
-        return grad_in
-    blocks = math.ceil(n / BLOCK_SIZE)
-    relu_backward_kernel[blocks, BLOCK_SIZE](utils.to_numba(grad_out.view(-1)), utils.to_numba(x.view(-1)),
-                                             utils.to_numba(grad_in.view(-1)), n)
+    if n:
+        relu_backward_kernel[cdiv(n, BLOCK_SIZE), BLOCK_SIZE](_flat(grad_out), _flat(x), _flat(grad_in), n)
     return grad_in
 
 
-VERSIONS = OrderedDict(
-    v1=("one thread per element, 256 threads per block", relu_v1),
-    v2=("grid-stride loop over a capped grid", relu_grid_stride),
-    v3=("four elements per thread, loads before stores (more memory requests in flight)", relu_items),
-)
+VERSIONS = version_index(__doc__, v1=relu_v1, v2=relu_grid_stride, v3=relu_items)
 REFERENCE = "v3"
 relu = VERSIONS[REFERENCE][1]

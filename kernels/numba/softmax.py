@@ -11,14 +11,13 @@ Versions (``VERSIONS``, naive to best):
 from __future__ import annotations
 
 import math
-from collections import OrderedDict
 
 import torch
 
 import utils  # must come before numba: it picks the simulator or the GPU
-from kernels._launch import cdiv
-from kernels.cuda.softmax import softmax_input, softmax_ref  # noqa: F401  (the reference, defined once)
-from kernels.numba.reduction import block_max_all, block_sum_all, warp_sum_all  # noqa: F401  (attention uses warp_sum_all)
+from kernels._launch import cdiv, version_index, whole_warps
+from kernels.cuda.softmax import check_fused_cols, softmax_input, softmax_ref  # noqa: F401  (the reference, defined once)
+from kernels.numba.reduction import block_max_all, block_sum_all, row_max_kernel, warp_sum_all  # noqa: F401  (attention uses warp_sum_all)
 
 from numba import cuda, float32
 
@@ -29,24 +28,11 @@ MAX_THREADS = 1024
 FUSED_MAX_COLS = ITEMS * MAX_THREADS
 #: Threads per block of the row-wise kernels (smaller in simulation: one Python thread each).
 ROW_THREADS = 64 if utils.SIMULATE else 256
-INT_MAX = 2**31 - 1
 
 
 
 # ---------------------------------------------------------------------------------------
-# v1, naive: three kernels.
-@cuda.jit
-def softmax_max_kernel(x, row_max):
-    scratch = cuda.shared.array(32, float32)
-    row = cuda.blockIdx.x
-    m = float32(-math.inf)
-    for c in range(cuda.threadIdx.x, x.shape[1], cuda.blockDim.x):
-        m = max(m, x[row, c])
-    m = block_max_all(m, scratch)
-    if cuda.threadIdx.x == 0:
-        row_max[row] = m
-
-
+# v1, naive: three kernels. The first is lesson 04's row_max_kernel (kernels/numba/reduction.py).
 @cuda.jit
 def softmax_expsum_kernel(x, row_max, row_sum):
     scratch = cuda.shared.array(32, float32)
@@ -128,11 +114,6 @@ def softmax_online_kernel(x, y):
 
 
 # ---------------------------------------------------------------------------------------
-def _warps(n: int) -> int:
-    """At least one warp, whole warps, at most 1024 threads."""
-    return min(MAX_THREADS, max(32, cdiv(n, 32) * 32))
-
-
 def softmax_naive(x: torch.Tensor) -> torch.Tensor:
     """v1: three kernels."""
     x, y = softmax_input(x)
@@ -142,8 +123,8 @@ def softmax_naive(x: torch.Tensor) -> torch.Tensor:
     row_max = torch.empty(rows, dtype=torch.float32, device=x.device)
     row_sum = torch.empty(rows, dtype=torch.float32, device=x.device)
     xa, ya, ma, sa = (utils.to_numba(t) for t in (x, y, row_max, row_sum))
-    threads = min(ROW_THREADS, _warps(cols))
-    softmax_max_kernel[rows, threads](xa, ma)
+    threads = whole_warps(cols, ROW_THREADS)
+    row_max_kernel[rows, threads](xa, ma)
     softmax_expsum_kernel[rows, threads](xa, ma, sa)
     softmax_normalize_kernel[cdiv(rows * cols, threads), threads](xa, ma, sa, ya)
     return y
@@ -155,11 +136,8 @@ def softmax_fused(x: torch.Tensor) -> torch.Tensor:
     if x.numel() == 0:
         return y
     rows, cols = x.shape
-    if cols > FUSED_MAX_COLS:
-        raise ValueError(
-            f"rows of {cols} columns do not fit in one block's registers (at most {FUSED_MAX_COLS} = "
-            f"{ITEMS} per thread x {MAX_THREADS} threads): use the online softmax (v3) for long rows")
-    softmax_fused_kernel[rows, _warps(cdiv(cols, ITEMS))](utils.to_numba(x), utils.to_numba(y))
+    check_fused_cols(cols, ITEMS, MAX_THREADS)
+    softmax_fused_kernel[rows, whole_warps(cdiv(cols, ITEMS))](utils.to_numba(x), utils.to_numba(y))
     return y
 
 
@@ -169,7 +147,7 @@ def softmax_online(x: torch.Tensor) -> torch.Tensor:
     if x.numel() == 0:
         return y
     rows, cols = x.shape
-    threads = _warps(cdiv(cols, 8)) if not utils.SIMULATE else min(ROW_THREADS, _warps(cols))
+    threads = whole_warps(cdiv(cols, 8)) if not utils.SIMULATE else whole_warps(cols, ROW_THREADS)
     softmax_online_kernel[rows, threads](utils.to_numba(x), utils.to_numba(y))
     return y
 
@@ -181,11 +159,6 @@ def softmax_auto(x: torch.Tensor) -> torch.Tensor:
     return softmax_fused(x)
 
 
-VERSIONS = OrderedDict(
-    v1=("naive: three kernels (max, exp-sum, normalize), x read 3 times", softmax_naive),
-    v2=("fused: one row per block in a local array, warp-shuffle reductions (rows <= 16384)", softmax_fused),
-    v3=("online: running max + rescaled sum, then the output pass (any row length)", softmax_online),
-    v4=("v2 for rows up to 16384 columns, v3 beyond", softmax_auto),
-)
+VERSIONS = version_index(__doc__, v1=softmax_naive, v2=softmax_fused, v3=softmax_online, v4=softmax_auto)
 REFERENCE = "v4"
 softmax = VERSIONS[REFERENCE][1]

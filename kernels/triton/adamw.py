@@ -9,9 +9,8 @@ Versions (``VERSIONS``, naive to best):
 """
 from __future__ import annotations
 
-from collections import OrderedDict
-
 import utils
+from kernels._launch import version_index
 from kernels.cuda.adamw import adamw_tensors, check_hyper, prepare_grad_norm
 
 import triton
@@ -102,10 +101,7 @@ def adamw_fused(params, grads, exp_avg, exp_avg_sq, *, step, lr=1e-3, beta1=0.9,
     return params
 
 
-VERSIONS = OrderedDict(
-    v1=("unfused: decay, moments, update as three kernels (p, m, v read twice)", adamw_unfused),
-    v2=("fused: the whole step in one kernel, 28 bytes per parameter", adamw_fused),
-)
+VERSIONS = version_index(__doc__, v1=adamw_unfused, v2=adamw_fused)
 REFERENCE = "v2"
 adamw = VERSIONS[REFERENCE][1]
 

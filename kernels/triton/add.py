@@ -13,12 +13,11 @@ Triton itself spreads the block over the threads of the program (``num_warps`` w
 """
 from __future__ import annotations
 
-from collections import OrderedDict
-
 import torch
 
 import utils  # (before triton: it switches on the interpreter in simulation)
-from kernels.cuda.add import check_pair  # the shared input rules
+from kernels._launch import inputs_and_output, version_index
+from kernels.cuda.add import add_2d_input  # the shared input rules
 
 import triton
 import triton.language as tl
@@ -54,15 +53,11 @@ def add_2d_kernel(x_ptr, y_ptr, out_ptr, rows, cols,
 
 
 def _launch(x: torch.Tensor, y: torch.Tensor, block_size: int, num_warps: int) -> torch.Tensor:
-    x, y = check_pair(x, y)
-    # offsets index memory directly: the elements must sit one after the other
-    x, y = x.contiguous(), y.contiguous()
-    out = torch.empty_like(x)
+    # offsets index memory directly: inputs_and_output gives contiguous x and y
+    x, y, out = inputs_and_output(x, y, op="add")
     n = out.numel()
-    if n == 0:
-        return out
-    grid = (triton.cdiv(n, block_size),)
-    add_kernel[grid](x, y, out, n, BLOCK_SIZE=block_size, num_warps=num_warps)
+    if n:  # an empty grid is not a launch
+        add_kernel[(triton.cdiv(n, block_size),)](x, y, out, n, BLOCK_SIZE=block_size, num_warps=num_warps)
     return out
 
 
@@ -78,11 +73,8 @@ def add_v2(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
 def add_2d(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """Matrix addition: a 2-D grid of programs, each one 16 x 128 tile; any strides."""
-    x, y = check_pair(x, y, op="add_2d")
-    if x.dim() != 2:
-        raise ValueError(f"add_2d adds matrices: expected 2-D tensors, got shape {tuple(x.shape)}")
+    x, y, out = add_2d_input(x, y)
     rows, cols = x.shape
-    out = torch.empty((rows, cols), dtype=x.dtype, device=x.device)
     if out.numel() == 0:
         return out
     block_r, block_c = 16, 128
@@ -96,9 +88,6 @@ def add_2d(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return out
 
 
-VERSIONS = OrderedDict(
-    v1=("1024 elements per program, 4 warps", add_v1),
-    v2=("4096 elements per program, 8 warps", add_v2),
-)
+VERSIONS = version_index(__doc__, v1=add_v1, v2=add_v2)
 REFERENCE = "v1"
 add = VERSIONS[REFERENCE][1]

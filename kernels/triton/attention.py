@@ -17,6 +17,11 @@ Versions (``VERSIONS``, naive to best):
     AttentionFunction.apply(q, k, v, causal)  the autograd.Function (forward v3, backward above)
     attention_op(q, k, v, causal)             the same as a torch.library op (course::attention)
 
+The two designs of the backward (``BACKWARDS``, the ``dq_mode`` of attention_backward):
+
+    separate  dK/dV per key tile, then dQ per query tile: two kernels, no atomics
+    atomic  dK/dV per key tile, dQ added with tl.atomic_add by every key tile: one kernel
+
 q is (B, H, Nq, d), k and v (B, H, Nk, d), float32, float16 or bfloat16 (3-D (B, N, d) is one
 head); strides are passed, so the forwards take transposed views without a copy (the backward
 copies non-contiguous q, k and v). o has q's dtype. The causal mask is aligned to the bottom
@@ -37,7 +42,16 @@ from collections import OrderedDict
 import torch
 
 import utils  # configures the interpreter before triton loads
-from kernels.cuda.attention import attention_ref, check_backward_inputs, check_qkv, empty_result, finish  # noqa: F401  (the shared input rules and reference)
+from kernels._launch import version_index
+from kernels.cuda.attention import (  # the shared input rules
+    attention_ref,  # noqa: F401  (the reference, defined once)
+    backward_designs,
+    check_backward_inputs,
+    check_dq_mode,
+    check_qkv,
+    empty_result,
+    finish,
+)
 from utils.triton_compat import autotune
 
 import triton
@@ -669,15 +683,11 @@ def _bwd_main(q, k, v, do, lse, delta, dq, dk, dv, causal, use_tuned, tile):
             (q, k, v, do, lse, delta, dq, *common, *strides, key), meta, use_tuned, tile)
 
 
-DQ_MODES = ("separate", "atomic")
-
-
 def attention_backward(q, k, v, o, lse, do, causal=False, dq_mode="separate"):
     """(dq, dk, dv) of ``o = attention(q, k, v)`` for the upstream gradient ``do``, from the
     forward's o and L. ``dq_mode``: "separate" (a second kernel owns tiles of queries: no
     atomics, deterministic) or "atomic" (every key-tile program adds into dq atomically)."""
-    if dq_mode not in DQ_MODES:
-        raise ValueError(f"attention_backward: dq_mode must be one of {DQ_MODES}, got {dq_mode!r}")
+    check_dq_mode(dq_mode)
     # Contiguous q, k and v: the kernels write dq with q's strides and dk, dv with k's (o and
     # do may have any strides: theirs are passed).
     q, k, v, squeeze = check_qkv(q, k, v, op="attention_backward", dtypes=WITH_F64, max_d=MAX_D)
@@ -803,20 +813,10 @@ def attention_op(q, k, v, causal=False):
     return torch.ops.course.attention(q, k, v, bool(causal))[0]
 
 
-VERSIONS = OrderedDict(
-    v1=("naive: three kernels (scores, row softmax, P V), the N x N scores through memory", attention_naive),
-    v2=("one query row per program, K and V streamed through the online softmax", attention_rowwise),
-    v3=("FlashAttention-2: query tiles, tl.dot on tensor cores, exp2, causal tiles skipped, L saved, autotuned",
-        attention_flash),
-)
+VERSIONS = version_index(__doc__, v1=attention_naive, v2=attention_rowwise, v3=attention_flash)
 REFERENCE = "v3"
 attention = VERSIONS[REFERENCE][1]
 #: (o, L) of each version, for tests and the lesson.
 FORWARDS = OrderedDict(v1=attention_naive_forward, v2=attention_rowwise_forward, v3=attention_forward)
 #: The two designs of the backward: name -> (description, fn(q, k, v, o, L, do, causal)).
-BACKWARDS = OrderedDict(
-    separate=("dK/dV per key tile, then dQ per query tile: two kernels, no atomics",
-              lambda q, k, v, o, lse, do, causal=False: attention_backward(q, k, v, o, lse, do, causal, "separate")),
-    atomic=("dK/dV per key tile, dQ added with tl.atomic_add by every key tile: one kernel",
-            lambda q, k, v, o, lse, do, causal=False: attention_backward(q, k, v, o, lse, do, causal, "atomic")),
-)
+BACKWARDS = version_index(__doc__, **backward_designs(attention_backward))

@@ -11,11 +11,10 @@ Versions (``VERSIONS``, naive to best):
 """
 from __future__ import annotations
 
-from collections import OrderedDict
-
 import torch
 
 import utils
+from kernels._launch import version_index
 from kernels.cuda.bias_gelu import check_bias_backward_inputs, check_bias_inputs
 
 import triton
@@ -84,10 +83,6 @@ def bias_gelu_backward(dy, x, b):
     return dx
 
 
-VERSIONS = OrderedDict(
-    v1=("unfused: a bias-add kernel, then lesson 03's GELU (x + b makes a round trip through memory)",
-        bias_gelu_unfused),
-    v2=("fused: gelu(x + b) in one kernel, x read once and y written once", bias_gelu_fused),
-)
+VERSIONS = version_index(__doc__, v1=bias_gelu_unfused, v2=bias_gelu_fused)
 REFERENCE = "v2"
 bias_gelu = VERSIONS[REFERENCE][1]

@@ -20,7 +20,8 @@ import numpy as np
 import torch
 
 import utils  # noqa: F401  (must come before triton: it picks the GPU or the interpreter)
-from kernels.cuda.gelu import BASELINES, INT32_MAX, check_input, gelu_compiled, gelu_ref, gelu_torch, gelu_unfused_torch  # noqa: F401  (the shared input rules and baselines)
+from kernels._launch import inputs_and_output, version_index
+from kernels.cuda.gelu import BASELINES, INT32_MAX, gelu_compiled, gelu_ref, gelu_torch, gelu_unfused_torch  # noqa: F401  (the baselines)
 
 import triton
 import triton.language as tl
@@ -41,22 +42,18 @@ def gelu_kernel(x_ptr, y_ptr, n, BLOCK_SIZE: tl.constexpr):
 
 def gelu_v1(x: torch.Tensor) -> torch.Tensor:
     """One program per BLOCK_SIZE elements, masked tail."""
-    x = check_input(x, op="gelu_v1", max_numel=INT32_MAX)
-    y = torch.empty_like(x)
+    x, y = inputs_and_output(x, op="gelu_v1", max_numel=INT32_MAX)
     n = x.numel()
     if n == 0:
         return y  # an empty grid is not a valid launch
-    grid = (triton.cdiv(n, BLOCK_SIZE),)
     # exp(-2u) overflowing to inf is expected (see above); the interpreter computes with
     # NumPy, which would warn about it.
     with np.errstate(over="ignore"):
-        gelu_kernel[grid](x, y, n, BLOCK_SIZE=BLOCK_SIZE)
+        gelu_kernel[(triton.cdiv(n, BLOCK_SIZE),)](x, y, n, BLOCK_SIZE=BLOCK_SIZE)
     return y
 
 
 gelu = gelu_v1
 
-VERSIONS = {
-    "v1": (f"one program per {BLOCK_SIZE} elements, masked tail", gelu_v1),
-}
+VERSIONS = version_index(__doc__, v1=gelu_v1)
 REFERENCE = "v1"

@@ -26,13 +26,12 @@ float64 (everything in float64: what gradcheck needs).
 from __future__ import annotations
 
 import functools
-from collections import OrderedDict
 
 import torch
 
 import utils  # configures the interpreter before triton loads
 import utils.topics.layernorm as layernorm_spec
-from kernels._launch import sm_count
+from kernels._launch import sm_count, version_index
 from kernels.cuda.layernorm import norm_backward, norm_forward, stats_dtype
 
 import triton
@@ -363,18 +362,10 @@ def rmsnorm_backward(dy, x, w, rstd):
     return _backward_frame(dy, x, w, None, rstd, "rmsnorm_backward", launch, rms=True)
 
 
-VERSIONS = OrderedDict(
-    v1=("a program per row, three passes over the row in chunks (x read 3 times)", layernorm_chunked),
-    v2=("a program per row, the row in registers: x read once, two-pass variance on chip", layernorm_row),
-    v3=("the reference: ROWS rows per program (a 2-D tile) in registers, v1 for rows longer than 32768",
-        layernorm),
-)
+VERSIONS = version_index(__doc__, v1=layernorm_chunked, v2=layernorm_row, v3=layernorm)
 REFERENCE = "v3"
 
-BACKWARD_VERSIONS = OrderedDict(
-    atomic=("dx per row, dw/db by atomic_add (one per column per row)", layernorm_backward_atomic),
-    partials=("fused: dx and per-program dw/db partials, then a column-sum kernel", layernorm_backward_partials),
-)
+BACKWARD_VERSIONS = version_index(__doc__, atomic=layernorm_backward_atomic, partials=layernorm_backward_partials)
 BACKWARD_REFERENCE = "partials"
 
 

@@ -22,11 +22,10 @@ Strides are passed, so transposed or sliced inputs work without a copy.
 """
 from __future__ import annotations
 
-from collections import OrderedDict
-
 import torch
 
 import utils  # configures the interpreter before triton loads
+from kernels._launch import version_index
 from kernels.cuda.matmul import HALF, check_operands, matmul_ref  # noqa: F401  (shared rules, reference)
 from utils.backends.triton.compat import autotune
 
@@ -244,9 +243,7 @@ def matmul_tma(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return c if c2 is c else c2.contiguous()
 
 
-VERSIONS = OrderedDict(
-    v1=("fp32: tl.dot with exact fp32 products, autotuned tiles, grouped ordering", matmul_fp32),
-)
+VERSIONS = version_index(__doc__, v1=matmul_fp32)
 REFERENCE = "v1"
 matmul = VERSIONS[REFERENCE][1]
 #: The fp16/bf16 version is the topic matmul_fp16: kernels/triton/matmul_fp16.py.

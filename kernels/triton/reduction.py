@@ -14,14 +14,11 @@ and ``row_max(x)``: the max of each row of a 2-D tensor, one program per row.
 """
 from __future__ import annotations
 
-from collections import OrderedDict
-
 import torch
 
 import utils  # noqa: F401  (configures the interpreter before triton loads)
-from kernels._launch import sm_count
-from kernels.cuda.reduction import row_max_input, row_max_ref, sum_ref  # noqa: F401  (the references, defined once)
-from utils.inputs import INT32_MAX, check_input  # noqa: F401  (the shared input rules)
+from kernels._launch import version_index
+from kernels.cuda.reduction import num_blocks_grid_stride, row_max_input, row_max_ref, sum_input, sum_ref  # noqa: F401  (the references, defined once)
 
 import triton
 import triton.language as tl
@@ -90,15 +87,10 @@ def row_max_kernel(x_ptr, out_ptr, cols, stride_row, BLOCK_SIZE: tl.constexpr):
     tl.store(out_ptr + row, tl.max(acc, axis=0))
 
 
-def _flat(x: torch.Tensor) -> torch.Tensor:
-    return check_input(x, op="sum").reshape(-1)
-
-
 def sum_atomic(x: torch.Tensor) -> torch.Tensor:
     """v1: tl.sum per program, then tl.atomic_add into out[0]."""
-    x = _flat(x)
+    x, out = sum_input(x)
     n = x.numel()
-    out = torch.zeros((), dtype=torch.float32, device=x.device)
     if n == 0:
         return out
     sum_atomic_kernel[(triton.cdiv(n, BLOCK_SIZE),)](x, out, n, BLOCK_SIZE=BLOCK_SIZE)
@@ -112,9 +104,8 @@ def _final(partials: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
 
 def sum_two_pass(x: torch.Tensor) -> torch.Tensor:
     """v2: one partial per program, then one program sums the partials (deterministic)."""
-    x = _flat(x)
+    x, out = sum_input(x)
     n = x.numel()
-    out = torch.zeros((), dtype=torch.float32, device=x.device)
     if n == 0:
         return out
     blocks = triton.cdiv(n, BLOCK_SIZE)
@@ -125,12 +116,11 @@ def sum_two_pass(x: torch.Tensor) -> torch.Tensor:
 
 def sum_persistent(x: torch.Tensor) -> torch.Tensor:
     """v3: a grid of a few programs per SM looping over the data, then the second pass."""
-    x = _flat(x)
+    x, out = sum_input(x)
     n = x.numel()
-    out = torch.zeros((), dtype=torch.float32, device=x.device)
     if n == 0:
         return out
-    programs = max(1, min(triton.cdiv(n, PERSISTENT_BLOCK), sm_count() * 4))
+    programs = num_blocks_grid_stride(n, PERSISTENT_BLOCK, per_thread=1)  # a few per SM, as CUDA C++'s v5
     partials = torch.empty(programs, dtype=torch.float32, device=x.device)
     sum_persistent_kernel[(programs,)](x, partials, n, BLOCK_SIZE=PERSISTENT_BLOCK, num_warps=8)
     return _final(partials, out)
@@ -147,10 +137,6 @@ def row_max(x: torch.Tensor) -> torch.Tensor:
     return out
 
 
-VERSIONS = OrderedDict(
-    v1=("tl.sum per program + tl.atomic_add (non-deterministic)", sum_atomic),
-    v2=("tl.sum per program, then a second pass over the partials (deterministic)", sum_two_pass),
-    v3=("persistent grid-stride loop, vector accumulator, two passes (deterministic)", sum_persistent),
-)
+VERSIONS = version_index(__doc__, v1=sum_atomic, v2=sum_two_pass, v3=sum_persistent)
 REFERENCE = "v3"
 sum = VERSIONS[REFERENCE][1]  # the topic's launcher is called sum

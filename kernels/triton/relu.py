@@ -13,13 +13,11 @@ the vector width of loads and stores itself (16-byte accesses when it can prove 
 """
 from __future__ import annotations
 
-from collections import OrderedDict
-
 import torch
 
 import utils  # noqa: F401  (before triton: it switches on the interpreter in simulation)
+from kernels._launch import inputs_and_output, version_index
 from kernels.cuda.relu import relu_backward_input
-from utils.inputs import INT32_MAX, check_input, check_same_shape  # noqa: F401  (the shared input rules)
 
 import triton
 import triton.language as tl
@@ -46,13 +44,10 @@ def relu_backward_kernel(grad_out_ptr, x_ptr, grad_in_ptr, n, BLOCK_SIZE: tl.con
 
 
 def _launch(x: torch.Tensor, block_size: int, num_warps: int) -> torch.Tensor:
-    x = check_input(x, op="relu")
-    y = torch.empty_like(x)
+    x, y = inputs_and_output(x, op="relu")
     n = x.numel()
-    if n == 0:
-        return y
-    grid = (triton.cdiv(n, block_size),)
-    relu_kernel[grid](x, y, n, BLOCK_SIZE=block_size, num_warps=num_warps)
+    if n:  # an empty grid is not a launch
+        relu_kernel[(triton.cdiv(n, block_size),)](x, y, n, BLOCK_SIZE=block_size, num_warps=num_warps)
     return y
 
 
@@ -70,16 +65,11 @@ def relu_backward(grad_out: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """dL/dx of ReLU: grad_out where x > 0, else 0 (new tensor, shape of x)."""
     grad_out, x, grad_in = relu_backward_input(grad_out, x)
     n = x.numel()
-    if n == 0:
-        return grad_in
-    block_size = 1024
-    relu_backward_kernel[(triton.cdiv(n, block_size),)](grad_out, x, grad_in, n, BLOCK_SIZE=block_size)
+    if n:
+        relu_backward_kernel[(triton.cdiv(n, 1024),)](grad_out, x, grad_in, n, BLOCK_SIZE=1024)
     return grad_in
 
 
-VERSIONS = OrderedDict(
-    v1=("1024 elements per program, 4 warps", relu_v1),
-    v2=("4096 elements per program, 8 warps", relu_v2),
-)
+VERSIONS = version_index(__doc__, v1=relu_v1, v2=relu_v2)
 REFERENCE = "v1"
 relu = VERSIONS[REFERENCE][1]

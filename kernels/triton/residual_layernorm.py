@@ -9,9 +9,8 @@ Versions (``VERSIONS``, naive to best):
 """
 from __future__ import annotations
 
-from collections import OrderedDict
-
 import utils
+from kernels._launch import version_index
 from kernels.cuda.residual_layernorm import EPS, fused_frame, unfused_frame
 from kernels.triton.layernorm import layernorm
 
@@ -62,9 +61,6 @@ def residual_layernorm_fused(x, r, w, b, eps=EPS, stats=False):
     return fused_frame(x, r, w, b, eps, stats, launch, max_cols=MAX_COLS)
 
 
-VERSIONS = OrderedDict(
-    v1=("unfused: an add kernel writes h, then lesson 09's LayerNorm reads it back", residual_layernorm_unfused),
-    v2=("fused: one program per row, x and r read once, h and y written once", residual_layernorm_fused),
-)
+VERSIONS = version_index(__doc__, v1=residual_layernorm_unfused, v2=residual_layernorm_fused)
 REFERENCE = "v2"
 residual_layernorm = VERSIONS[REFERENCE][1]

@@ -14,13 +14,12 @@ Only ``tl.exp`` and friends are used: ``triton.language`` alone, no libdevice.
 """
 from __future__ import annotations
 
-from collections import OrderedDict
-
 import torch
 
 import utils  # noqa: F401  (configures the interpreter before triton loads)
-from kernels._launch import sm_count
+from kernels._launch import sm_count, version_index
 from kernels.cuda.softmax import softmax_input, softmax_ref  # noqa: F401  (the reference, defined once)
+from kernels.triton.reduction import row_max_kernel
 
 import triton
 import triton.language as tl
@@ -35,22 +34,12 @@ ONLINE_BLOCK = 8192
 L2_BLOCK = 8192
 L2_NUM_WARPS = 32
 NAIVE_BLOCK = 1024
-INT_MAX = 2**31 - 1
 
 
 
 # ---------------------------------------------------------------------------------------
-# v1, naive: three kernels, x read three times.
-@triton.jit
-def softmax_max_kernel(x_ptr, max_ptr, cols, BLOCK_SIZE: tl.constexpr):
-    row = tl.program_id(axis=0).to(tl.int64)
-    acc = tl.full([BLOCK_SIZE], float("-inf"), dtype=tl.float32)
-    for start in range(0, cols, BLOCK_SIZE):
-        offsets = start + tl.arange(0, BLOCK_SIZE)
-        acc = tl.maximum(acc, tl.load(x_ptr + row * cols + offsets, mask=offsets < cols, other=float("-inf")))
-    tl.store(max_ptr + row, tl.max(acc, axis=0))
-
-
+# v1, naive: three kernels, x read three times. The first is lesson 04's row_max_kernel
+# (kernels/triton/reduction.py).
 @triton.jit
 def softmax_expsum_kernel(x_ptr, max_ptr, sum_ptr, cols, BLOCK_SIZE: tl.constexpr):
     row = tl.program_id(axis=0).to(tl.int64)
@@ -174,7 +163,7 @@ def softmax_naive(x: torch.Tensor) -> torch.Tensor:
     block = min(NAIVE_BLOCK, triton.next_power_of_2(cols))
     row_max = torch.empty(rows, dtype=torch.float32, device=x.device)
     row_sum = torch.empty(rows, dtype=torch.float32, device=x.device)
-    softmax_max_kernel[(rows,)](x, row_max, cols, BLOCK_SIZE=block)
+    row_max_kernel[(rows,)](x, row_max, cols, x.stride(0), BLOCK_SIZE=block)
     softmax_expsum_kernel[(rows,)](x, row_max, row_sum, cols, BLOCK_SIZE=block)
     softmax_normalize_kernel[(rows, triton.cdiv(cols, block))](x, row_max, row_sum, y, cols, BLOCK_SIZE=block)
     return y
@@ -238,13 +227,6 @@ def softmax_auto(x: torch.Tensor) -> torch.Tensor:
     return softmax_fused(x)
 
 
-VERSIONS = OrderedDict(
-    v1=("naive: three kernels (max, exp-sum, normalize), x read 3 times", softmax_naive),
-    v2=("fused: one program per row, the row in one block (rows <= 16384)", softmax_fused),
-    v3=("online: per-lane running max + rescaled sum, then the output pass (any row length)", softmax_online),
-    v4=("L2-resident online: one program per SM, evict_last then evict_first loads (any row length)",
-        softmax_l2),
-    v5=("v2 for rows up to 16384 columns, v4 beyond", softmax_auto),
-)
+VERSIONS = version_index(__doc__, v1=softmax_naive, v2=softmax_fused, v3=softmax_online, v4=softmax_l2, v5=softmax_auto)
 REFERENCE = "v5"
 softmax = VERSIONS[REFERENCE][1]

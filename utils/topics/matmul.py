@@ -304,10 +304,21 @@ def _is_triton(fn) -> bool:
     return any(type(glb.get(n)).__module__.startswith("triton") for n in names)
 
 
-SPEC = Spec(
-    name="matmul", title="Matmul fp32", lesson="06_matmul",
-    reference=matmul_ref64, result_shape=lambda shape: shape[:2], make_input=matmul_input,
-    nbytes=nbytes_of(FLOAT, FLOAT), flops=flops,
+def matmul_spec(**fields) -> Spec:
+    """The Spec of a topic of lesson 06 (matmul, matmul_fp16): the reference, the FLOPs and
+    the shapes are the same for both; ``fields`` give the rest."""
+    return Spec(
+        lesson="06_matmul", reference=matmul_ref64, result_shape=lambda shape: shape[:2], flops=flops,
+        main_shapes=lambda sizes: [tuple(s) for s in sizes.matmul_bench_shapes],
+        sweep_shapes=lambda sizes: [(n, n, n) for n in sizes.matmul_sweep],
+        sweep_label="M N K (square matrices, n = M = N = K)",
+        check_shapes=lambda sizes: [tuple(s) for s in sizes.matmul_bench_check_shapes],
+        **fields)
+
+
+SPEC = matmul_spec(
+    name="matmul", title="Matmul fp32", make_input=matmul_input,
+    nbytes=nbytes_of(FLOAT, FLOAT),
     tolerance=spec_tolerance(torch.float32),
     checks={"check_matmul": check_matmul},
     # cuBLAS float32 with TF32 off: the exact fp32 product the SIMT kernels compute.
@@ -315,10 +326,6 @@ SPEC = Spec(
                         lambda dynamic=False: _mm_fp32())],
     baseline_label="torch.mm fp32",
     targets=[Target("cuda", "torch", 0.7, shape=(4096, 4096, 4096))],
-    main_shapes=lambda sizes: [tuple(s) for s in sizes.matmul_bench_shapes],
-    sweep_shapes=lambda sizes: [(n, n, n) for n in sizes.matmul_sweep],
-    sweep_label="M N K (square matrices, n = M = N = K)",
-    check_shapes=lambda sizes: [tuple(s) for s in sizes.matmul_bench_check_shapes],
 )
 
 

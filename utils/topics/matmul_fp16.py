@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import torch
 
-from ._spec import Baseline, Spec, Target, eager
-from .matmul import check_matmul, flops, make_inputs, matmul_ref64, nbytes_of, spec_tolerance
+from ._spec import Baseline, Target, eager
+from .matmul import check_matmul, make_inputs, matmul_spec, nbytes_of, spec_tolerance
 
 HALF = 2  # bytes per float16
 
@@ -23,18 +23,13 @@ def matmul_fp16_input(shape, seed=0, device=None):
     return make_inputs(shape, seed, device, torch.float16)
 
 
-SPEC = Spec(
-    name="matmul_fp16", title="Matmul fp16 (tensor cores)", lesson="06_matmul",
-    reference=matmul_ref64, result_shape=lambda shape: shape[:2], make_input=matmul_fp16_input,
-    nbytes=nbytes_of(HALF, HALF), flops=flops,
+SPEC = matmul_spec(
+    name="matmul_fp16", title="Matmul fp16 (tensor cores)", make_input=matmul_fp16_input,
+    nbytes=nbytes_of(HALF, HALF),
     tolerance=spec_tolerance(torch.float16),
     out_dtypes=(torch.float32, torch.float16),
     checks={"check_matmul_fp16": check_matmul_fp16},
     baselines=[Baseline("torch", "mm", "torch.mm (cuBLAS), fp16 in and out, fp32 accumulation", eager(torch.mm))],
     baseline_label="torch.mm fp16",
     targets=[Target("triton", "torch", 0.9, shape=(4096, 4096, 4096))],
-    main_shapes=lambda sizes: [tuple(s) for s in sizes.matmul_bench_shapes],
-    sweep_shapes=lambda sizes: [(n, n, n) for n in sizes.matmul_sweep],
-    sweep_label="M N K (square matrices, n = M = N = K)",
-    check_shapes=lambda sizes: [tuple(s) for s in sizes.matmul_bench_check_shapes],
 )
