@@ -16,7 +16,9 @@ re-exports ``cdiv`` and ``sm_count`` so a lesson can write ``red_cuda.cdiv(n, 25
 """
 from __future__ import annotations
 
+import ast
 import re
+import sys
 from collections import OrderedDict
 from pathlib import Path
 
@@ -150,6 +152,14 @@ def index_entries(index: str) -> dict[str, list[str]]:
     return entries
 
 
+def module_docstring(path) -> str | None:
+    """The docstring of the Python file at ``path``, as ``__doc__`` has it (``None`` if there is
+    none, or no such file): read from the source, so that ``python -OO`` cannot drop it."""
+    if not path or not Path(path).is_file() or Path(path).suffix != ".py":
+        return None
+    return ast.get_docstring(ast.parse(Path(path).read_text()), clean=False)
+
+
 def version_index(index, **launchers) -> OrderedDict:
     """A topic's ``VERSIONS`` (``name -> (description, launcher)``, in the order given), each
     description read from the version index, so that it is written in one place:
@@ -158,13 +168,17 @@ def version_index(index, **launchers) -> OrderedDict:
         VERSIONS = version_index(SOURCE, v1=relu_v1, v2=relu_vec4)              # the .cu header
 
     ``index`` is the index text, or the path of a ``.cu`` file whose header comment is the
-    index. A version the index does not list, or lists twice, is an error at import.
+    index. ``None`` (``__doc__`` under ``python -OO``, which drops docstrings) reads the calling
+    module's docstring from its source file. A version the index does not list, or lists
+    twice, is an error at import.
     """
     where = "the header comment of " + Path(index).name if isinstance(index, Path) else "the module docstring"
     if isinstance(index, Path):
         index = cuda_header(index)
+    elif index is None:
+        index = module_docstring(sys._getframe(1).f_globals.get("__file__"))
     if not index:
-        raise ValueError(f"no version index in {where} (was Python run with -OO, which drops docstrings?)")
+        raise ValueError(f"no version index in {where}")
     entries = index_entries(index)
     versions = OrderedDict()
     for name, launcher in launchers.items():

@@ -5,7 +5,9 @@ are built from it by ``kernels._launch.version_index``, so a description is writ
 lessons, benchmarks and ``kernels.versions`` show the words a reader sees at the top of the
 file. These tests check that every version the index lists has a launcher, that every table
 was read from its index, and that a broken index is an error at import."""
+import os
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -14,6 +16,8 @@ import pytest
 import kernels
 from kernels._launch import cuda_header, index_entries, version_index
 from utils.topics import TOPICS
+
+ROOT = Path(kernels.__file__).resolve().parent.parent
 
 
 def index_of(table) -> tuple[str, str]:
@@ -83,4 +87,16 @@ def test_a_broken_index_is_an_error():
     with pytest.raises(ValueError, match="v2 is more than once"):
         version_index(index + "    v2  again\n", v2=g)
     with pytest.raises(ValueError, match="no version index"):
-        version_index(None, v1=f)
+        version_index("", v1=f)
+
+
+def test_the_index_survives_python_OO():
+    """``python -OO`` drops docstrings, so ``__doc__`` is None: a Numba or Triton module then
+    reads its index from its source file, and still imports."""
+    code = ("import kernels.numba.relu as n, kernels.triton.relu as t; assert n.__doc__ is None; "
+            "print(len(n.VERSIONS), len(t.VERSIONS))")
+    env = dict(os.environ, COURSE_NO_SYSTEM_CUDA="1")
+    done = subprocess.run([sys.executable, "-OO", "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == [str(len(kernels.module("relu", lang).VERSIONS)) for lang in ("numba", "triton")]
