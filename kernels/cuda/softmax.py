@@ -43,6 +43,16 @@ def softmax_input(x) -> tuple[torch.Tensor, torch.Tensor]:
     return x, torch.empty_like(x)
 
 
+def softmax_frame(x, launch) -> torch.Tensor:
+    """What every softmax launcher does around its kernels, in all three languages: check x
+    (``softmax_input``), make y, call ``launch(x, y, rows, cols)`` unless x is empty, and
+    return y."""
+    x, y = softmax_input(x)
+    if x.numel():
+        launch(x, y, *x.shape)
+    return y
+
+
 def check_fused_cols(cols: int, items: int, threads: int = MAX_THREADS) -> None:
     """v2's limit, in CUDA C++ and Numba: a row must fit in one block's registers, ``items``
     per thread x ``threads`` threads (a clear error otherwise)."""
@@ -59,18 +69,15 @@ def threads_for(cols: int, per_thread: int) -> int:
 
 def softmax_naive(x: torch.Tensor) -> torch.Tensor:
     """v1: row max, then row sum of exp(x - max), then normalize: three kernels."""
-    x, y = softmax_input(x)
-    if x.numel() == 0:
-        return y
-    rows, cols = x.shape
-    row_max = torch.empty(rows, dtype=torch.float32, device=x.device)
-    row_sum = torch.empty(rows, dtype=torch.float32, device=x.device)
-    threads = threads_for(cols, 4)
-    kernel("softmax_max_kernel")[rows, threads](x, row_max, cols)
-    kernel("softmax_expsum_kernel")[rows, threads](x, row_max, row_sum, cols)
-    n = x.numel()
-    kernel("softmax_normalize_kernel")[cdiv(n, 256), 256](x, row_max, row_sum, y, n, cols)
-    return y
+    def launch(x, y, rows, cols):   # x checked and not empty, y new (softmax_frame)
+        row_max = torch.empty(rows, dtype=torch.float32, device=x.device)
+        row_sum = torch.empty(rows, dtype=torch.float32, device=x.device)
+        threads = threads_for(cols, 4)
+        kernel("softmax_max_kernel")[rows, threads](x, row_max, cols)
+        kernel("softmax_expsum_kernel")[rows, threads](x, row_max, row_sum, cols)
+        n = x.numel()
+        kernel("softmax_normalize_kernel")[cdiv(n, 256), 256](x, row_max, row_sum, y, n, cols)
+    return softmax_frame(x, launch)
 
 
 def fused_config(cols: int) -> tuple[int, int]:
@@ -81,30 +88,24 @@ def fused_config(cols: int) -> tuple[int, int]:
 
 def softmax_fused(x: torch.Tensor) -> torch.Tensor:
     """v2: one block per row, the row in registers: one read of x, one write of y."""
-    x, y = softmax_input(x)
-    if x.numel() == 0:
-        return y
-    rows, cols = x.shape
-    check_fused_cols(cols, FUSED_ITEMS[-1])
-    items, threads = fused_config(cols)
-    kernel(f"softmax_fused{items}_kernel")[rows, threads](x, y, cols)
-    return y
+    def launch(x, y, rows, cols):
+        check_fused_cols(cols, FUSED_ITEMS[-1])
+        items, threads = fused_config(cols)
+        kernel(f"softmax_fused{items}_kernel")[rows, threads](x, y, cols)
+    return softmax_frame(x, launch)
 
 
 def softmax_online(x: torch.Tensor) -> torch.Tensor:
     """v3: online softmax, one block per row: running max and rescaled sum, then the output."""
-    x, y = softmax_input(x)
-    if x.numel() == 0:
-        return y
-    rows, cols = x.shape
-    # float4 needs every row to start on a 16-byte boundary: an aligned base and cols % 4 == 0.
-    vec4 = int(cols % 4 == 0 and x.data_ptr() % 16 == 0 and y.data_ptr() % 16 == 0)
-    threads = threads_for(cols, 16 if vec4 else 8)
-    # A persistent grid: about 1024 threads per SM (one block of 1024 for long rows), each
-    # block looping over rows, so that few rows are in flight and stay in L2 for pass 2.
-    blocks = min(rows, sm_count() * max(1, MAX_THREADS // threads))
-    kernel("softmax_online_kernel")[blocks, threads](x, y, rows, cols, vec4)
-    return y
+    def launch(x, y, rows, cols):
+        # float4 needs every row to start on a 16-byte boundary: an aligned base and cols % 4 == 0.
+        vec4 = int(cols % 4 == 0 and x.data_ptr() % 16 == 0 and y.data_ptr() % 16 == 0)
+        threads = threads_for(cols, 16 if vec4 else 8)
+        # A persistent grid: about 1024 threads per SM (one block of 1024 for long rows), each
+        # block looping over rows, so that few rows are in flight and stay in L2 for pass 2.
+        blocks = min(rows, sm_count() * max(1, MAX_THREADS // threads))
+        kernel("softmax_online_kernel")[blocks, threads](x, y, rows, cols, vec4)
+    return softmax_frame(x, launch)
 
 
 #: Rows longer than this go to the online kernel. v2 can take rows up to FUSED_MAX_COLS, but
@@ -148,19 +149,16 @@ def onchip_max_cols(vec4: bool = True) -> int:
 
 def softmax_onchip(x: torch.Tensor) -> torch.Tensor:
     """v5: one block per row, the row held in registers and shared memory: one read, one write."""
-    x, y = softmax_input(x)
-    if x.numel() == 0:
-        return y
-    rows, cols = x.shape
-    vec4 = cols % 4 == 0 and x.data_ptr() % 16 == 0 and y.data_ptr() % 16 == 0
-    cfg = onchip_config(cols, vec4)
-    if cfg is None:
-        raise ValueError(f"rows of {cols} columns do not fit on one SM (at most {onchip_max_cols(vec4)} "
-                         "columns in registers and shared memory): use the online softmax (v3)")
-    threads, stash = cfg
-    name = "softmax_onchip4_kernel" if vec4 else "softmax_onchip1_kernel"
-    kernel(name)[rows, threads, stash](x, y, cols)
-    return y
+    def launch(x, y, rows, cols):
+        vec4 = cols % 4 == 0 and x.data_ptr() % 16 == 0 and y.data_ptr() % 16 == 0
+        cfg = onchip_config(cols, vec4)
+        if cfg is None:
+            raise ValueError(f"rows of {cols} columns do not fit on one SM (at most {onchip_max_cols(vec4)} "
+                             "columns in registers and shared memory): use the online softmax (v3)")
+        threads, stash = cfg
+        name = "softmax_onchip4_kernel" if vec4 else "softmax_onchip1_kernel"
+        kernel(name)[rows, threads, stash](x, y, cols)
+    return softmax_frame(x, launch)
 
 
 def softmax_auto_onchip(x: torch.Tensor) -> torch.Tensor:

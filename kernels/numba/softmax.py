@@ -16,7 +16,7 @@ import torch
 
 import utils  # must come before numba: it picks the simulator or the GPU
 from kernels._launch import cdiv, version_index, whole_warps
-from kernels.cuda.softmax import check_fused_cols, softmax_input, softmax_ref  # noqa: F401  (the reference, defined once)
+from kernels.cuda.softmax import check_fused_cols, softmax_frame, softmax_ref  # noqa: F401  (the reference, defined once)
 from kernels.numba.reduction import block_max_all, block_sum_all, row_max_kernel, warp_sum_all  # noqa: F401  (attention uses warp_sum_all)
 
 from numba import cuda, float32
@@ -116,40 +116,31 @@ def softmax_online_kernel(x, y):
 # ---------------------------------------------------------------------------------------
 def softmax_naive(x: torch.Tensor) -> torch.Tensor:
     """v1: three kernels."""
-    x, y = softmax_input(x)
-    if x.numel() == 0:
-        return y
-    rows, cols = x.shape
-    row_max = torch.empty(rows, dtype=torch.float32, device=x.device)
-    row_sum = torch.empty(rows, dtype=torch.float32, device=x.device)
-    xa, ya, ma, sa = (utils.to_numba(t) for t in (x, y, row_max, row_sum))
-    threads = whole_warps(cols, ROW_THREADS)
-    row_max_kernel[rows, threads](xa, ma)
-    softmax_expsum_kernel[rows, threads](xa, ma, sa)
-    softmax_normalize_kernel[cdiv(rows * cols, threads), threads](xa, ma, sa, ya)
-    return y
+    def launch(x, y, rows, cols):
+        row_max = torch.empty(rows, dtype=torch.float32, device=x.device)
+        row_sum = torch.empty(rows, dtype=torch.float32, device=x.device)
+        xa, ya, ma, sa = (utils.to_numba(t) for t in (x, y, row_max, row_sum))
+        threads = whole_warps(cols, ROW_THREADS)
+        row_max_kernel[rows, threads](xa, ma)
+        softmax_expsum_kernel[rows, threads](xa, ma, sa)
+        softmax_normalize_kernel[cdiv(rows * cols, threads), threads](xa, ma, sa, ya)
+    return softmax_frame(x, launch)
 
 
 def softmax_fused(x: torch.Tensor) -> torch.Tensor:
     """v2: one block per row held in registers: one read of x, one write of y."""
-    x, y = softmax_input(x)
-    if x.numel() == 0:
-        return y
-    rows, cols = x.shape
-    check_fused_cols(cols, ITEMS, MAX_THREADS)
-    softmax_fused_kernel[rows, whole_warps(cdiv(cols, ITEMS))](utils.to_numba(x), utils.to_numba(y))
-    return y
+    def launch(x, y, rows, cols):
+        check_fused_cols(cols, ITEMS, MAX_THREADS)
+        softmax_fused_kernel[rows, whole_warps(cdiv(cols, ITEMS))](utils.to_numba(x), utils.to_numba(y))
+    return softmax_frame(x, launch)
 
 
 def softmax_online(x: torch.Tensor) -> torch.Tensor:
     """v3: online softmax, one block per row, any row length."""
-    x, y = softmax_input(x)
-    if x.numel() == 0:
-        return y
-    rows, cols = x.shape
-    threads = whole_warps(cdiv(cols, 8)) if not utils.SIMULATE else whole_warps(cols, ROW_THREADS)
-    softmax_online_kernel[rows, threads](utils.to_numba(x), utils.to_numba(y))
-    return y
+    def launch(x, y, rows, cols):
+        threads = whole_warps(cdiv(cols, 8)) if not utils.SIMULATE else whole_warps(cols, ROW_THREADS)
+        softmax_online_kernel[rows, threads](utils.to_numba(x), utils.to_numba(y))
+    return softmax_frame(x, launch)
 
 
 def softmax_auto(x: torch.Tensor) -> torch.Tensor:

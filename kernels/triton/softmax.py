@@ -18,7 +18,7 @@ import torch
 
 import utils  # noqa: F401  (configures the interpreter before triton loads)
 from kernels._launch import sm_count, version_index
-from kernels.cuda.softmax import softmax_input, softmax_ref  # noqa: F401  (the reference, defined once)
+from kernels.cuda.softmax import softmax_frame, softmax_ref  # noqa: F401  (the reference, defined once)
 from kernels.triton.reduction import row_max_kernel
 
 import triton
@@ -156,17 +156,14 @@ def softmax_l2_kernel(x_ptr, y_ptr, rows, cols, BLOCK_SIZE: tl.constexpr):
 # ---------------------------------------------------------------------------------------
 def softmax_naive(x: torch.Tensor) -> torch.Tensor:
     """v1: three kernels."""
-    x, y = softmax_input(x)
-    if x.numel() == 0:
-        return y
-    rows, cols = x.shape
-    block = min(NAIVE_BLOCK, triton.next_power_of_2(cols))
-    row_max = torch.empty(rows, dtype=torch.float32, device=x.device)
-    row_sum = torch.empty(rows, dtype=torch.float32, device=x.device)
-    row_max_kernel[(rows,)](x, row_max, cols, x.stride(0), BLOCK_SIZE=block)
-    softmax_expsum_kernel[(rows,)](x, row_max, row_sum, cols, BLOCK_SIZE=block)
-    softmax_normalize_kernel[(rows, triton.cdiv(cols, block))](x, row_max, row_sum, y, cols, BLOCK_SIZE=block)
-    return y
+    def launch(x, y, rows, cols):
+        block = min(NAIVE_BLOCK, triton.next_power_of_2(cols))
+        row_max = torch.empty(rows, dtype=torch.float32, device=x.device)
+        row_sum = torch.empty(rows, dtype=torch.float32, device=x.device)
+        row_max_kernel[(rows,)](x, row_max, cols, x.stride(0), BLOCK_SIZE=block)
+        softmax_expsum_kernel[(rows,)](x, row_max, row_sum, cols, BLOCK_SIZE=block)
+        softmax_normalize_kernel[(rows, triton.cdiv(cols, block))](x, row_max, row_sum, y, cols, BLOCK_SIZE=block)
+    return softmax_frame(x, launch)
 
 
 def fused_num_warps(block: int) -> int:
@@ -180,44 +177,35 @@ def fused_num_warps(block: int) -> int:
 
 def softmax_fused(x: torch.Tensor) -> torch.Tensor:
     """v2: one program per row, one read and one write."""
-    x, y = softmax_input(x)
-    if x.numel() == 0:
-        return y
-    rows, cols = x.shape
-    block = triton.next_power_of_2(cols)
-    if block > FUSED_MAX_COLS:
-        raise ValueError(
-            f"a row of {cols} columns needs a block of {block} > {FUSED_MAX_COLS}, more than one "
-            "program can hold: use the online softmax (v3) for long rows")
-    softmax_fused_kernel[(rows,)](x, y, cols, BLOCK_SIZE=block, num_warps=fused_num_warps(block))
-    return y
+    def launch(x, y, rows, cols):
+        block = triton.next_power_of_2(cols)
+        if block > FUSED_MAX_COLS:
+            raise ValueError(
+                f"a row of {cols} columns needs a block of {block} > {FUSED_MAX_COLS}, more than one "
+                "program can hold: use the online softmax (v3) for long rows")
+        softmax_fused_kernel[(rows,)](x, y, cols, BLOCK_SIZE=block, num_warps=fused_num_warps(block))
+    return softmax_frame(x, launch)
 
 
 def softmax_online(x: torch.Tensor) -> torch.Tensor:
     """v3: online softmax, any row length: the statistics pass, then the output pass."""
-    x, y = softmax_input(x)
-    if x.numel() == 0:
-        return y
-    rows, cols = x.shape
-    block = min(ONLINE_BLOCK, triton.next_power_of_2(cols))
-    num_warps = 16 if block >= 8192 else 8 if block >= 2048 else 4
-    # Persistent: about 512 threads per SM (one program of 16 warps for long rows).
-    programs = min(rows, sm_count() * max(1, 16 // num_warps))
-    softmax_online_kernel[(programs,)](x, y, rows, cols, BLOCK_SIZE=block, num_warps=num_warps)
-    return y
+    def launch(x, y, rows, cols):
+        block = min(ONLINE_BLOCK, triton.next_power_of_2(cols))
+        num_warps = 16 if block >= 8192 else 8 if block >= 2048 else 4
+        # Persistent: about 512 threads per SM (one program of 16 warps for long rows).
+        programs = min(rows, sm_count() * max(1, 16 // num_warps))
+        softmax_online_kernel[(programs,)](x, y, rows, cols, BLOCK_SIZE=block, num_warps=num_warps)
+    return softmax_frame(x, launch)
 
 
 def softmax_l2(x: torch.Tensor) -> torch.Tensor:
     """v4: online softmax whose second read of each row comes from L2 (one program per SM)."""
-    x, y = softmax_input(x)
-    if x.numel() == 0:
-        return y
-    rows, cols = x.shape
-    block = min(L2_BLOCK, triton.next_power_of_2(cols))
-    # One program per SM and no more: the rows in flight must fit in L2 (see the kernel).
-    softmax_l2_kernel[(min(rows, sm_count()),)](x, y, rows, cols, BLOCK_SIZE=block,
-                                                num_warps=L2_NUM_WARPS if block >= 8192 else 8)
-    return y
+    def launch(x, y, rows, cols):
+        block = min(L2_BLOCK, triton.next_power_of_2(cols))
+        # One program per SM and no more: the rows in flight must fit in L2 (see the kernel).
+        softmax_l2_kernel[(min(rows, sm_count()),)](x, y, rows, cols, BLOCK_SIZE=block,
+                                                    num_warps=L2_NUM_WARPS if block >= 8192 else 8)
+    return softmax_frame(x, launch)
 
 
 def softmax_auto(x: torch.Tensor) -> torch.Tensor:
