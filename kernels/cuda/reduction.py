@@ -47,19 +47,25 @@ def sum_input(x) -> tuple[torch.Tensor, torch.Tensor]:
     return x, torch.zeros((), dtype=torch.float32, device=x.device)
 
 
+def sum_frame(x, launch) -> torch.Tensor:
+    """What every sum launcher does around its kernels, in all three languages: check x
+    (``sum_input``), make out (0), call ``launch(x, out, n)`` unless x is empty, and return out."""
+    x, out = sum_input(x)
+    if x.numel():
+        launch(x, out, x.numel())
+    return out
+
+
 def _one_thread_per_element(x: torch.Tensor, name: str, shared_bytes: int = 0) -> torch.Tensor:
     """Launch a kernel with one thread per element that accumulates into out[0]."""
-    x, out = sum_input(x)
-    n = x.numel()
-    if n == 0:
-        return out
-    _check_int_range(n, name)
-    grid = cdiv(n, BLOCK_SIZE)
-    if shared_bytes:
-        kernel(name)[grid, BLOCK_SIZE, shared_bytes](x, out, n)
-    else:
-        kernel(name)[grid, BLOCK_SIZE](x, out, n)
-    return out
+    def launch(x, out, n):
+        _check_int_range(n, name)
+        grid = cdiv(n, BLOCK_SIZE)
+        if shared_bytes:
+            kernel(name)[grid, BLOCK_SIZE, shared_bytes](x, out, n)
+        else:
+            kernel(name)[grid, BLOCK_SIZE](x, out, n)
+    return sum_frame(x, launch)
 
 
 def sum_racy(x: torch.Tensor) -> torch.Tensor:
@@ -111,19 +117,16 @@ def num_blocks_grid_stride(n: int, block: int = BLOCK_SIZE, per_thread: int = 16
 
 def sum_two_pass(x: torch.Tensor) -> torch.Tensor:
     """v5: grid-stride + float4 + warp shuffles, one partial per block, then one block sums them."""
-    x, out = sum_input(x)
-    n = x.numel()
-    if n == 0:
-        return out
-    if x.data_ptr() % 16:
-        # float4 loads need 16-byte aligned addresses; a view that starts mid-storage
-        # (x[1:]) may not be. A fresh copy is aligned.
-        x = x.clone()
-    blocks = num_blocks_grid_stride(n)
-    partials = torch.empty(blocks, dtype=torch.float32, device=x.device)
-    kernel("sum_partials_kernel")[blocks, BLOCK_SIZE](x, partials, n)
-    kernel("sum_final_kernel")[1, FINAL_BLOCK](partials, out, blocks)
-    return out
+    def launch(x, out, n):
+        if x.data_ptr() % 16:
+            # float4 loads need 16-byte aligned addresses; a view that starts mid-storage
+            # (x[1:]) may not be. A fresh copy is aligned.
+            x = x.clone()
+        blocks = num_blocks_grid_stride(n)
+        partials = torch.empty(blocks, dtype=torch.float32, device=x.device)
+        kernel("sum_partials_kernel")[blocks, BLOCK_SIZE](x, partials, n)
+        kernel("sum_final_kernel")[1, FINAL_BLOCK](partials, out, blocks)
+    return sum_frame(x, launch)
 
 
 def row_max_input(x) -> tuple[torch.Tensor, torch.Tensor]:
@@ -135,16 +138,23 @@ def row_max_input(x) -> tuple[torch.Tensor, torch.Tensor]:
     return x, torch.full((x.shape[0],), float("-inf"), dtype=torch.float32, device=x.device)
 
 
+def row_max_frame(x, launch) -> torch.Tensor:
+    """What every row_max launcher does around its kernel, in all three languages: check x
+    (``row_max_input``), make out (-inf), call ``launch(x, out, rows, cols)`` unless x is
+    empty, and return out."""
+    x, out = row_max_input(x)
+    if x.numel():
+        launch(x, out, *x.shape)
+    return out
+
+
 def row_max(x: torch.Tensor) -> torch.Tensor:
     """The max of each row of a 2-D tensor: shape (rows,). -inf for rows of length 0."""
-    x, out = row_max_input(x)
-    if x.numel() == 0:
-        return out
-    rows, cols = x.shape
-    _check_int_range(x.numel(), "row_max_kernel")
-    threads = whole_warps(cdiv(cols, 4))  # about 4 columns per thread
-    kernel("row_max_kernel")[rows, threads](x, out, cols)
-    return out
+    def launch(x, out, rows, cols):
+        _check_int_range(x.numel(), "row_max_kernel")
+        threads = whole_warps(cdiv(cols, 4))  # about 4 columns per thread
+        kernel("row_max_kernel")[rows, threads](x, out, cols)
+    return row_max_frame(x, launch)
 
 
 #: name -> (one line, launcher), naive to best. ``python -m benchmarks`` measures each one

@@ -69,7 +69,7 @@ def threads_for(cols: int, per_thread: int) -> int:
 
 def softmax_naive(x: torch.Tensor) -> torch.Tensor:
     """v1: row max, then row sum of exp(x - max), then normalize: three kernels."""
-    def launch(x, y, rows, cols):   # x checked and not empty, y new (softmax_frame)
+    def launch(x, y, rows, cols):   # softmax_frame checked x, made y and skips an empty x
         row_max = torch.empty(rows, dtype=torch.float32, device=x.device)
         row_sum = torch.empty(rows, dtype=torch.float32, device=x.device)
         threads = threads_for(cols, 4)

@@ -27,7 +27,7 @@ import torch
 
 import utils  # must come before numba: it picks the simulator or the GPU
 from kernels._launch import cdiv, version_index, whole_warps
-from kernels.cuda.reduction import num_blocks_grid_stride, row_max_input, row_max_ref, sum_input, sum_ref  # noqa: F401  (the references, defined once)
+from kernels.cuda.reduction import num_blocks_grid_stride, row_max_frame, row_max_ref, sum_frame, sum_ref  # noqa: F401  (the references, defined once)
 
 from numba import cuda, float32
 
@@ -233,10 +233,9 @@ def row_max_kernel(x, out):
 
 # ---------------------------------------------------------------------------------------
 def _launch_per_element(kernel, x: torch.Tensor) -> torch.Tensor:
-    x, out = sum_input(x)
-    if x.numel() > 0:
-        kernel[cdiv(x.numel(), BLOCK_SIZE), BLOCK_SIZE](utils.to_numba(x), utils.to_numba(out.view(1)))
-    return out
+    def launch(x, out, n):
+        kernel[cdiv(n, BLOCK_SIZE), BLOCK_SIZE](utils.to_numba(x), utils.to_numba(out.view(1)))
+    return sum_frame(x, launch)
 
 
 def sum_atomic(x: torch.Tensor) -> torch.Tensor:
@@ -261,27 +260,20 @@ def sum_warp(x: torch.Tensor) -> torch.Tensor:
 
 def sum_two_pass(x: torch.Tensor) -> torch.Tensor:
     """v5: grid-stride + warp shuffles, partials, then one block (deterministic)."""
-    x, out = sum_input(x)
-    n = x.numel()
-    if n == 0:
-        return out
-    # A few blocks per SM, each thread summing many elements; no more blocks than needed.
-    blocks = num_blocks_grid_stride(n, BLOCK_SIZE, per_thread=8)
-    partials = torch.empty(blocks, dtype=torch.float32, device=x.device)
-    sum_partials_kernel[blocks, BLOCK_SIZE](utils.to_numba(x), utils.to_numba(partials))
-    sum_final_kernel[1, BLOCK_SIZE](utils.to_numba(partials), utils.to_numba(out.view(1)))
-    return out
+    def launch(x, out, n):
+        # A few blocks per SM, each thread summing many elements; no more blocks than needed.
+        blocks = num_blocks_grid_stride(n, BLOCK_SIZE, per_thread=8)
+        partials = torch.empty(blocks, dtype=torch.float32, device=x.device)
+        sum_partials_kernel[blocks, BLOCK_SIZE](utils.to_numba(x), utils.to_numba(partials))
+        sum_final_kernel[1, BLOCK_SIZE](utils.to_numba(partials), utils.to_numba(out.view(1)))
+    return sum_frame(x, launch)
 
 
 def row_max(x: torch.Tensor) -> torch.Tensor:
     """The max of each row of a 2-D tensor: shape (rows,). -inf for rows of length 0."""
-    x, out = row_max_input(x)
-    if x.numel() == 0:
-        return out
-    rows, cols = x.shape
-    threads = whole_warps(cols, BLOCK_SIZE)
-    row_max_kernel[rows, threads](utils.to_numba(x), utils.to_numba(out))
-    return out
+    def launch(x, out, rows, cols):
+        row_max_kernel[rows, whole_warps(cols, BLOCK_SIZE)](utils.to_numba(x), utils.to_numba(out))
+    return row_max_frame(x, launch)
 
 
 VERSIONS = version_index(__doc__, v1=sum_atomic, v2=sum_interleaved, v3=sum_sequential, v4=sum_warp, v5=sum_two_pass)

@@ -18,7 +18,7 @@ import torch
 
 import utils  # noqa: F401  (configures the interpreter before triton loads)
 from kernels._launch import version_index
-from kernels.cuda.reduction import num_blocks_grid_stride, row_max_input, row_max_ref, sum_input, sum_ref  # noqa: F401  (the references, defined once)
+from kernels.cuda.reduction import num_blocks_grid_stride, row_max_frame, row_max_ref, sum_frame, sum_ref  # noqa: F401  (the references, defined once)
 
 import triton
 import triton.language as tl
@@ -89,52 +89,41 @@ def row_max_kernel(x_ptr, out_ptr, cols, stride_row, BLOCK_SIZE: tl.constexpr):
 
 def sum_atomic(x: torch.Tensor) -> torch.Tensor:
     """v1: tl.sum per program, then tl.atomic_add into out[0]."""
-    x, out = sum_input(x)
-    n = x.numel()
-    if n == 0:
-        return out
-    sum_atomic_kernel[(triton.cdiv(n, BLOCK_SIZE),)](x, out, n, BLOCK_SIZE=BLOCK_SIZE)
-    return out
+    def launch(x, out, n):
+        sum_atomic_kernel[(triton.cdiv(n, BLOCK_SIZE),)](x, out, n, BLOCK_SIZE=BLOCK_SIZE)
+    return sum_frame(x, launch)
 
 
-def _final(partials: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+def _final(partials: torch.Tensor, out: torch.Tensor) -> None:
     sum_final_kernel[(1,)](partials, out, partials.numel(), BLOCK_SIZE=FINAL_BLOCK)
-    return out
 
 
 def sum_two_pass(x: torch.Tensor) -> torch.Tensor:
     """v2: one partial per program, then one program sums the partials (deterministic)."""
-    x, out = sum_input(x)
-    n = x.numel()
-    if n == 0:
-        return out
-    blocks = triton.cdiv(n, BLOCK_SIZE)
-    partials = torch.empty(blocks, dtype=torch.float32, device=x.device)
-    sum_partials_kernel[(blocks,)](x, partials, n, BLOCK_SIZE=BLOCK_SIZE)
-    return _final(partials, out)
+    def launch(x, out, n):
+        blocks = triton.cdiv(n, BLOCK_SIZE)
+        partials = torch.empty(blocks, dtype=torch.float32, device=x.device)
+        sum_partials_kernel[(blocks,)](x, partials, n, BLOCK_SIZE=BLOCK_SIZE)
+        _final(partials, out)
+    return sum_frame(x, launch)
 
 
 def sum_persistent(x: torch.Tensor) -> torch.Tensor:
     """v3: a grid of a few programs per SM looping over the data, then the second pass."""
-    x, out = sum_input(x)
-    n = x.numel()
-    if n == 0:
-        return out
-    programs = num_blocks_grid_stride(n, PERSISTENT_BLOCK, per_thread=1)  # a few per SM, as CUDA C++'s v5
-    partials = torch.empty(programs, dtype=torch.float32, device=x.device)
-    sum_persistent_kernel[(programs,)](x, partials, n, BLOCK_SIZE=PERSISTENT_BLOCK, num_warps=8)
-    return _final(partials, out)
+    def launch(x, out, n):
+        programs = num_blocks_grid_stride(n, PERSISTENT_BLOCK, per_thread=1)  # a few per SM, as CUDA C++'s v5
+        partials = torch.empty(programs, dtype=torch.float32, device=x.device)
+        sum_persistent_kernel[(programs,)](x, partials, n, BLOCK_SIZE=PERSISTENT_BLOCK, num_warps=8)
+        _final(partials, out)
+    return sum_frame(x, launch)
 
 
 def row_max(x: torch.Tensor) -> torch.Tensor:
     """The max of each row of a 2-D tensor: shape (rows,). -inf for rows of length 0."""
-    x, out = row_max_input(x)
-    if x.numel() == 0:
-        return out
-    rows, cols = x.shape
-    block = min(4096, triton.next_power_of_2(cols))
-    row_max_kernel[(rows,)](x, out, cols, x.stride(0), BLOCK_SIZE=block)
-    return out
+    def launch(x, out, rows, cols):
+        block = min(4096, triton.next_power_of_2(cols))
+        row_max_kernel[(rows,)](x, out, cols, x.stride(0), BLOCK_SIZE=block)
+    return row_max_frame(x, launch)
 
 
 VERSIONS = version_index(__doc__, v1=sum_atomic, v2=sum_two_pass, v3=sum_persistent)
