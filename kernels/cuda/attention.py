@@ -91,10 +91,17 @@ def finish(o, lse, squeeze):
     return o, lse
 
 
+def finish_grads(dq, dk, dv, squeeze, dtype=None):
+    """(dq, dk, dv) as a backward returns them: in ``dtype`` (the inputs' dtype, where the
+    kernels computed in float32; None: as they are) and, when ``check_qkv`` added the head
+    dim (``squeeze``), without it."""
+    grads = (dq, dk, dv) if dtype is None else (dq.to(dtype), dk.to(dtype), dv.to(dtype))
+    return tuple(t.squeeze(1) for t in grads) if squeeze else grads
+
+
 def zero_grads(q, k, v, squeeze):
     """(dq, dk, dv) for inputs with no work for a kernel (Nq, Nk, d or B * H is 0): zeros."""
-    grads = (torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v))
-    return tuple(t.squeeze(1) for t in grads) if squeeze else grads
+    return finish_grads(torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v), squeeze)
 
 
 #: The two designs of every language's attention_backward: where dQ is summed.
@@ -273,7 +280,6 @@ def attention_backward(q, k, v, o, lse, do, causal=False, dq_mode="separate"):
     q, k, v, squeeze = check_qkv(q, k, v, op="attention_backward (CUDA)", max_d=MAX_D_SIMT)
     o, lse, do = check_backward_inputs(q, o, lse, do, squeeze, op="attention_backward (CUDA)")
     B, H, nq, nk, d = _shapes(q, k)
-    dt = q.dtype
     if nq == 0 or nk == 0 or d == 0 or B * H == 0:
         return zero_grads(q, k, v, squeeze)
     qf, kf, vf = _as_f32(q, k, v)
@@ -296,8 +302,7 @@ def attention_backward(q, k, v, o, lse, do, causal=False, dq_mode="separate"):
             qf, kf, vf, dof, lsef, delta, dq, dk, dv, nq, nk, d, scale, nk - nq, int(bool(causal)), 0)
         kernel("attn_bwd_q_kernel")[(cdiv(nq, BWD_TILE), B * H), BWD_THREADS, smem](
             qf, kf, vf, dof, lsef, delta, dq, nq, nk, d, scale, nk - nq, int(bool(causal)))
-    out = (dq.to(dt), dk.to(dt), dv.to(dt))
-    return tuple(t.squeeze(1) for t in out) if squeeze else out
+    return finish_grads(dq, dk, dv, squeeze, q.dtype)
 
 
 VERSIONS = version_index(SOURCE, v1=attention_naive, v2=attention_rowwise, v3=attention_flash)

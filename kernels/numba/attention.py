@@ -37,6 +37,7 @@ from kernels.cuda.attention import (  # the shared input rules
     check_qkv,
     empty_result,
     finish,
+    finish_grads,
     zero_grads,
 )
 
@@ -463,8 +464,7 @@ def attention_backward(q, k, v, o, lse, do, causal=False, dq_mode="separate"):
                                                        bool(causal), dq_mode == "atomic")
     if dq_mode == "separate":
         attn_bwd_q_kernel[(cdiv(nq, T), B * H), (T, T)](qa, ka, va, doa, la, da, dqa, scale, diag, bool(causal))
-    out = tuple(t.reshape(B, H, -1, d).to(q.dtype) for t in (dq, dk, dv))
-    return tuple(t.squeeze(1) for t in out) if squeeze else out
+    return finish_grads(*(t.reshape(B, H, -1, d) for t in (dq, dk, dv)), squeeze, q.dtype)
 
 
 VERSIONS = version_index(__doc__, v1=attention_naive, v2=attention_rowwise, v3=attention_flash)

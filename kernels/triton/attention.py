@@ -51,6 +51,7 @@ from kernels.cuda.attention import (  # the shared input rules
     check_qkv,
     empty_result,
     finish,
+    finish_grads,
 )
 from utils.triton_compat import autotune
 
@@ -700,7 +701,7 @@ def attention_backward(q, k, v, o, lse, do, causal=False, dq_mode="separate"):
     if nq == 0 or nk == 0 or d == 0 or B * H == 0:
         dq = torch.zeros_like(q, memory_format=torch.contiguous_format)
         dk.zero_(), dv.zero_()
-        return _unsqueeze_grads(dq, dk, dv, squeeze)
+        return finish_grads(dq, dk, dv, squeeze)
     bd = _block_d(d)
     ieee = q.dtype in (torch.float32, torch.float64)
     acc_dt = _acc_dt(q)
@@ -726,7 +727,7 @@ def attention_backward(q, k, v, o, lse, do, causal=False, dq_mode="separate"):
     else:
         dq = torch.empty((B, H, nq, d), dtype=q.dtype, device=q.device)
         _bwd_main(q, k, v, do, lse, delta, dq, dk, dv, causal, use_tuned, tile)
-    return _unsqueeze_grads(dq, dk, dv, squeeze)
+    return finish_grads(dq, dk, dv, squeeze)
 
 
 def attention_backward_with_delta(q, k, v, lse, do, delta, causal=False):
@@ -737,12 +738,6 @@ def attention_backward_with_delta(q, k, v, lse, do, delta, causal=False):
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     _bwd_main(q, k, v, do, lse.float().contiguous(), delta, dq, dk, dv, causal, _use_tuned(q, nq, nk, d),
               _fixed_tile(q, d))
-    return dq, dk, dv
-
-
-def _unsqueeze_grads(dq, dk, dv, squeeze):
-    if squeeze:
-        return dq.squeeze(1), dk.squeeze(1), dv.squeeze(1)
     return dq, dk, dv
 
 
