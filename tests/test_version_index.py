@@ -5,6 +5,7 @@ are built from it by ``kernels._launch.version_index``, so a description is writ
 lessons, benchmarks and ``kernels.versions`` show the words a reader sees at the top of the
 file. These tests check that every version the index lists has a launcher, that every table
 was read from its index, and that a broken index is an error at import."""
+import json
 import os
 import re
 import subprocess
@@ -92,11 +93,12 @@ def test_a_broken_index_is_an_error():
 
 def test_the_index_survives_python_OO():
     """``python -OO`` drops docstrings, so ``__doc__`` is None: a Numba or Triton module then
-    reads its index from its source file, and still imports."""
-    code = ("import kernels.numba.relu as n, kernels.triton.relu as t; assert n.__doc__ is None; "
-            "print(len(n.VERSIONS), len(t.VERSIONS))")
+    reads its index from its source file, imports, and has the descriptions it has without -OO."""
+    code = ("import json, kernels.numba.relu as n, kernels.triton.relu as t; assert n.__doc__ is None; "
+            "print(json.dumps([[d for d, _ in m.VERSIONS.values()] for m in (n, t)]))")
     env = dict(os.environ, COURSE_NO_SYSTEM_CUDA="1")
     done = subprocess.run([sys.executable, "-OO", "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.split() == [str(len(kernels.module("relu", lang).VERSIONS)) for lang in ("numba", "triton")]
+    want = [[d for d, _ in kernels.module("relu", lang).VERSIONS.values()] for lang in ("numba", "triton")]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == want
