@@ -28,15 +28,11 @@ THREADS = 64
 def _block_sum_kernel(atomic):
     @cuda.jit
     def block_sum_kernel(x, out):
-        s = cuda.shared.array(THREADS, float32)
-        t = cuda.threadIdx.x
-        i = cuda.grid(1)
-        s[t] = x[i] if i < x.size else float32(0.0)
-        cuda.syncthreads()
-        if t == 0:
+        # thread 0 of each block adds up the block's elements, then adds them to out[0]
+        if cuda.threadIdx.x == 0:
             acc = float32(0.0)
-            for k in range(THREADS):
-                acc += s[k]
+            for i in range(cuda.blockIdx.x * THREADS, min((cuda.blockIdx.x + 1) * THREADS, x.size)):
+                acc += x[i]
             if atomic:
                 cuda.atomic.add(out, 0, acc)
             else:
