@@ -108,22 +108,10 @@ def test_the_moved_modules_keep_the_flat_api():
 # --------------------------------------------------------------------------------------
 # The interface
 # --------------------------------------------------------------------------------------
+from copy_kernels import copy_kernel, copy_tl_kernel  # noqa: E402
+
 import triton  # noqa: E402  (after utils: it sets up the simulators)
 import triton.language as tl  # noqa: E402
-from numba import cuda  # noqa: E402
-
-
-@cuda.jit
-def copy_numba(x, y, n):
-    i = cuda.grid(1)
-    if i < n:
-        y[i] = x[i]
-
-
-@triton.jit
-def copy_triton(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < n), mask=offs < n)
 
 
 @triton.jit
@@ -132,8 +120,8 @@ def all_write_one(y_ptr):
 
 
 def test_backend_of_names_each_kind_and_refuses_a_plain_function():
-    assert utils.backend_of(copy_numba).name == "numba"
-    assert utils.backend_of(copy_triton).name == "triton"
+    assert utils.backend_of(copy_kernel).name == "numba"
+    assert utils.backend_of(copy_tl_kernel).name == "triton"
     for b in utils.BACKENDS:
         assert isinstance(b, utils.Backend)
     with pytest.raises(TypeError, match="utils.cuda_kernel, numba.cuda.jit or triton.jit"):
@@ -146,14 +134,14 @@ def test_launch_and_record_through_the_interface():
     x = torch.arange(40, dtype=torch.float32, device=utils.DEVICE)
     y1, y2 = torch.zeros_like(x), torch.zeros_like(x)
     with utils.record_launches() as seen:
-        utils.backend_of(copy_numba).launch(copy_numba, 2, 32, utils.to_numba(x), utils.to_numba(y1), 40)
-        utils.backend_of(copy_triton).launch(copy_triton, (3,), x, y2, 40, BLOCK=16)
-    assert [(k.backend, k.name) for k in seen.kernels] == [("numba", "copy_numba"), ("triton", "copy_triton")]
+        utils.backend_of(copy_kernel).launch(copy_kernel, 2, 32, utils.to_numba(x), utils.to_numba(y1), 40)
+        utils.backend_of(copy_tl_kernel).launch(copy_tl_kernel, (3,), x, y2, 40, BLOCK_SIZE=16)
+    assert [(k.backend, k.name) for k in seen.kernels] == [("numba", "copy_kernel"), ("triton", "copy_tl_kernel")]
     assert torch.equal(y1, x) and torch.equal(y2, x)
     # what the simulators do with the tensors inside a launch is not the caller's torch work
     assert not seen.computing_ops(), seen
     # nothing is recorded outside the block
-    copy_triton[(3,)](x, y2, 40, BLOCK=16)
+    copy_tl_kernel[(3,)](x, y2, 40, BLOCK_SIZE=16)
     assert len(seen.kernels) == 2
 
 

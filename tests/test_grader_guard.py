@@ -19,24 +19,16 @@ import utils
 from utils import guard
 
 triton = pytest.importorskip("triton")
+from copy_kernels import copy_tl_kernel  # noqa: E402
 from grader_kernels import relu_ok as relu  # noqa: E402  (the honest launcher)
 
-import triton.language as tl  # noqa: E402
-
 REPLACED = "in this notebook: this check earns no points"
-
-
-@triton.jit
-def _copy_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
-    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask), mask=mask)
 
 
 def wrong(x):
     """A launcher whose kernel forgets the max(x, 0): the check must fail."""
     out = torch.empty_like(x)
-    _copy_kernel[(triton.cdiv(x.numel(), 1024),)](x, out, x.numel(), BLOCK=1024)
+    copy_tl_kernel[(triton.cdiv(x.numel(), 1024),)](x, out, x.numel(), BLOCK_SIZE=1024)
     return out
 
 

@@ -75,17 +75,45 @@ def test_success_line(capsys):
 # --------------------------------------------------------------------------------------
 # Wrong kernels, with their diagnosis
 # --------------------------------------------------------------------------------------
+#: (grader, kernel of grader_kernels.py, the patterns its message must match), by test id.
+WRONG = {
+    # simulator: an IndexError; GPU: the write lands in the guard
+    "missing_bounds_check_numba": ("check_relu", "nb_relu_nocheck", [r"idx < n"]),
+    "grid_rounded_down_misses_tail": ("check_relu", "relu_grid_rounded_down", [r"never written", r"launched"]),
+    "off_by_one_index": ("check_relu", "relu_off_by_one", [r"off-by-one"]),
+    "in_place_modification": ("check_relu", "relu_in_place", [r"changed its input x"]),
+    "wrong_dtype": ("check_relu", "relu_wrong_dtype", [r"dtype torch\.float64, expected torch\.float32"]),
+    "add_2d_rows_and_columns_swapped": ("check_add_2d", "add_2d_swapped", [
+        r"never written", r"rows and columns look swapped", r"blockIdx\.x for the row"]),
+    "relu_2d_ignores_row_stride": ("check_relu_2d", "relu_2d_ignores_stride", [
+        r"the first row is right but the others are not: is the row stride used\?"]),
+    "relu_backward_at_zero": ("check_relu_backward", "relu_backward_ge", [r"x > 0, not x >= 0"]),
+    "gelu_erf": ("check_gelu", "gelu_erf", [r"looks like the erf GELU", r"tanh approximation"]),
+    "sum_first_block_only": ("check_sum", "sum_first_block_only", [
+        r"sum of the first 256 elements only", r"every block"]),
+    "sum_misses_tail": ("check_sum", "sum_misses_tail", [r"cdiv"]),
+    # the NaN marker survives in the interpreter; a GPU's atomicAdd turns it into another NaN
+    "sum_accumulates_into_empty": ("check_sum", "sum_empty_accumulator", [r"never written|is NaN", r"torch\.zeros"]),
+    "row_max_started_at_zero": ("check_row_max", "row_max_zero_init", [
+        r"all negative came out as 0", r"-INFINITY"]),
+    "softmax_without_max_subtraction": ("check_softmax", "softmax_no_max", [
+        r"got inf/nan on rows with large values: subtract the row max before exp"]),
+    "softmax_over_wrong_dim": ("check_softmax", "softmax_dim0", [r"looks like softmax over dim 0"]),
+    "softmax_statistics_of_first_chunk_only": ("check_softmax", "softmax_first_chunk_sum", [r"rows do not sum to 1"]),
+}
+
+
+@pytest.mark.parametrize("grader,kernel,patterns", WRONG.values(), ids=WRONG.keys())
+def test_rejects_wrong_kernel(grader, kernel, patterns):
+    rejects(getattr(utils, grader), getattr(K, kernel), *patterns)
+
+
 def test_missing_bounds_check_triton():
     if utils.SIMULATE:  # the interpreter stops at the first access past the end: the load of x
         rejects(utils.check_relu, K.relu_nomask, r"loads x_ptr \+ 1025 .* past the end of `x_ptr`",
                 r"mask=offs < n", r"idx < n")
     else:  # the store past the end lands in the memory the grader guards around y
         rejects(utils.check_relu, K.relu_nomask, r"past the end of the output", r"idx < n")
-
-
-def test_missing_bounds_check_numba():
-    # simulator: an IndexError; GPU: the write lands in the guard
-    rejects(utils.check_relu, K.nb_relu_nocheck, r"idx < n")
 
 
 def test_only_first_block_works():
@@ -96,22 +124,6 @@ def test_only_first_block_works():
                 r"program \(1, 0, 0\)", r"pid \* BLOCK")
     else:
         rejects(utils.check_relu, K.relu_first_block_only, r"never written", r"pid \* BLOCK")
-
-
-def test_grid_rounded_down_misses_tail():
-    rejects(utils.check_relu, K.relu_grid_rounded_down, r"never written", r"launched")
-
-
-def test_off_by_one_index():
-    rejects(utils.check_relu, K.relu_off_by_one, r"off-by-one")
-
-
-def test_in_place_modification():
-    rejects(utils.check_relu, K.relu_in_place, r"changed its input x")
-
-
-def test_wrong_dtype():
-    rejects(utils.check_relu, K.relu_wrong_dtype, r"dtype torch\.float64, expected torch\.float32")
 
 
 def test_stub_is_not_solved_yet():
@@ -144,35 +156,13 @@ def test_other_exceptions_become_grading_errors():
     rejects(utils.check_relu, broken, r"raised ValueError: boom")
 
 
-def test_add_2d_rows_and_columns_swapped():
-    rejects(utils.check_add_2d, K.add_2d_swapped, r"never written", r"rows and columns look swapped",
-            r"blockIdx\.x for the row")
-
-
 def test_add_2d_transposed_result():
     rejects(utils.check_add_2d, lambda a, b: (a + b).t().contiguous().reshape(a.shape),
             r"rows and columns look swapped")
 
 
-def test_relu_2d_ignores_row_stride():
-    rejects(utils.check_relu_2d, K.relu_2d_ignores_stride,
-            r"the first row is right but the others are not: is the row stride used\?")
-
-
-def test_relu_backward_at_zero():
-    rejects(utils.check_relu_backward, K.relu_backward_ge, r"x > 0, not x >= 0")
-
-
-def test_gelu_erf_is_rejected():
-    rejects(utils.check_gelu, K.gelu_erf, r"looks like the erf GELU", r"tanh approximation")
-
-
 def test_gelu_erf_torch_is_rejected():
     rejects(utils.check_gelu, lambda x: torch.nn.functional.gelu(x), r"erf GELU")
-
-
-def test_sum_first_block_only():
-    rejects(utils.check_sum, K.sum_first_block_only, r"sum of the first 256 elements only", r"every block")
 
 
 def test_sum_first_block_only_when_partial_sums_coincide():
@@ -185,36 +175,10 @@ def test_sum_double_counting():
     rejects(utils.check_sum, lambda x: x.sum().reshape(1) + x[:256].sum(), r"added more than once")
 
 
-def test_sum_misses_tail():
-    rejects(utils.check_sum, K.sum_misses_tail, r"cdiv")
-
-
-def test_sum_accumulates_into_empty():
-    # the NaN marker survives in the interpreter; a GPU's atomicAdd turns it into another NaN
-    rejects(utils.check_sum, K.sum_empty_accumulator, r"never written|is NaN", r"torch\.zeros")
-
-
 @simulation_only
 def test_sum_missing_barrier_numba():
     rejects(utils.check_sum, K.nb_sum_no_barrier, r"data race", r"Fix: a cuda\.sync(threads|warp)\(\)",
             r"between line \d+ and line \d+")
-
-
-def test_row_max_started_at_zero():
-    rejects(utils.check_row_max, K.row_max_zero_init, r"all negative came out as 0", r"-INFINITY")
-
-
-def test_softmax_without_max_subtraction():
-    rejects(utils.check_softmax, K.softmax_no_max,
-            r"got inf/nan on rows with large values: subtract the row max before exp")
-
-
-def test_softmax_over_wrong_dim():
-    rejects(utils.check_softmax, K.softmax_dim0, r"looks like softmax over dim 0")
-
-
-def test_softmax_statistics_of_first_chunk_only():
-    rejects(utils.check_softmax, K.softmax_first_chunk_sum, r"rows do not sum to 1")
 
 
 def test_softmax_unnormalised():

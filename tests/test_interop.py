@@ -2,6 +2,7 @@
 import numpy as np
 import pytest
 import torch
+from copy_kernels import copy_kernel
 
 import utils
 
@@ -20,13 +21,6 @@ def double_2d(x):
     r, c = cuda.grid(2)
     if r < x.shape[0] and c < x.shape[1]:
         x[r, c] *= 2
-
-
-@cuda.jit
-def copy_1d(src, dst):
-    i = cuda.grid(1)
-    if i < dst.size:
-        dst[i] = src[i]
 
 
 def _sync():
@@ -67,7 +61,7 @@ def test_from_numba_of_a_numba_device_array():
     t = utils.from_numba(dev)
     assert t.device.type == utils.DEVICE.type and t.dtype == torch.float32 and t.shape == (16,)
     src = torch.arange(16, dtype=torch.float32, device=utils.DEVICE)
-    copy_1d[1, 32](utils.to_numba(src), dev)
+    copy_kernel[1, 32](utils.to_numba(src), dev, 16)
     _sync()
     assert torch.equal(t, src)  # the kernel wrote the memory the tensor views
 

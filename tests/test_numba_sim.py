@@ -9,6 +9,7 @@ import threading
 
 import numpy as np
 import pytest
+from copy_kernels import copy_kernel
 
 import utils
 from kernels.numba.reduction import block_sum
@@ -395,13 +396,6 @@ def test_interrupt_stops_a_kernel_stuck_in_a_loop(python_gets_sigint):
     _profiled_launch_finishes()
 
 
-@cuda.jit
-def _copy_kernel(x, y):
-    i = cuda.grid(1)
-    if i < x.size:
-        y[i] = x[i]
-
-
 def _profiled_launch_finishes():
     """A launch that utils.profile traces line by line finishes, after an interrupt too.
 
@@ -416,7 +410,7 @@ def _profiled_launch_finishes():
     def run():
         x = np.arange(64, dtype=np.float32)
         y = np.zeros_like(x)
-        result["profile"] = sim_profile.profile_numba(_copy_kernel, 1, 64, x, y)
+        result["profile"] = sim_profile.profile_numba(copy_kernel, 1, 64, x, y, 64)
         result["y"] = y
 
     t = threading.Thread(target=run, daemon=True)

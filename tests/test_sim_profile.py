@@ -10,6 +10,7 @@ import inspect
 
 import pytest
 import torch
+from copy_kernels import copy_kernel, copy_tl_kernel
 
 import utils
 from utils.backends.numba import profile as sim_profile
@@ -41,13 +42,6 @@ def site(p, name, op, space="global"):
 # ---------------------------------------------------------------------------------------
 # Global memory: coalescing.
 # ---------------------------------------------------------------------------------------
-@cuda.jit
-def copy_kernel(x_ptr, y_ptr, n):
-    i = cuda.grid(1)
-    if i < n:
-        y_ptr[i] = x_ptr[i]
-
-
 @cuda.jit
 def strided_kernel(x_ptr, y_ptr, n, STRIDE):
     i = cuda.grid(1)
@@ -369,13 +363,6 @@ def test_bad_arguments_and_gpu(monkeypatch):
 # ---------------------------------------------------------------------------------------
 # Triton.
 # ---------------------------------------------------------------------------------------
-@triton.jit
-def copy_tl_kernel(x_ptr, y_ptr, n, BLOCK_SIZE: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
-    mask = offs < n
-    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=mask), mask=mask)
-
-
 @triton.jit
 def add_tl_kernel(x_ptr, z_ptr, y_ptr, n, BLOCK_SIZE: tl.constexpr):
     offs = tl.program_id(0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)

@@ -583,15 +583,22 @@ class Grader:
                 self.fail(f"the result has shape {tuple(out.shape)}: a sum is one number "
                           "(a 0-d tensor or a tensor of shape (1,)).")
             dtypes = dtypes + (torch.float64,)
-        elif tuple(out.shape) != tuple(shape):
-            hint = None
-            if out.numel() == math.prod(shape):
-                hint = f"the number of elements is right: reshape the output to {tuple(shape)} (out.view(x.shape))."
-            self.fail(f"the result has shape {tuple(out.shape)}, expected {tuple(shape)}.", hint)
+        else:
+            self.check_shape(out, shape)
         if out.dtype not in dtypes:
             self.fail(f"the result has dtype {out.dtype}, expected {dtypes[0]}.",
                       "allocate the output with the input's dtype (torch.empty_like(x)).")
         return out
+
+    def check_shape(self, out: torch.Tensor, shape, what="the result",
+                    reshape="reshape the output to {shape} (out.view(x.shape))") -> None:
+        """Fail unless ``out`` has ``shape``; where only the shape is wrong (the number of
+        elements is right) the hint says ``reshape``, formatted with the shape."""
+        if tuple(out.shape) != tuple(shape):
+            hint = None
+            if out.numel() == math.prod(shape):
+                hint = f"the number of elements is right: {reshape.format(shape=tuple(shape))}."
+            self.fail(f"{what} has shape {tuple(out.shape)}, expected {tuple(shape)}.", hint)
 
     def check_guards(self, run: _Run, out: torch.Tensor, *, out_noun="output"):
         for g in run.allocs.records:

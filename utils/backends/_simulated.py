@@ -1,8 +1,28 @@
-"""What the Numba and Triton backends share: in simulation, a race detector that a module's
-``RACECHECK`` flag switches, and profiles that the backend package's ``profile.py`` counts."""
+"""What the Numba and Triton backends share: in simulation, patches applied once to the
+library's simulator, a race detector that a module's ``RACECHECK`` flag switches, and
+profiles that the backend package's ``profile.py`` counts."""
 from __future__ import annotations
 
 import contextlib
+import functools
+import os
+
+from ..config import SIMULATE
+
+
+def patch_once(env: str):
+    """Decorate a simulator's ``apply() -> bool`` (which patches it, False where it cannot):
+    it runs in simulation only, with the library's simulator switched on (``<env>=1``), and
+    once; it returns whether the patch is in place, which ``apply.applied`` says too."""
+    def wrap(patch):
+        @functools.wraps(patch)
+        def apply() -> bool:
+            if not apply.applied and SIMULATE and os.environ.get(env) == "1":
+                apply.applied = bool(patch())
+            return apply.applied
+        apply.applied = False
+        return apply
+    return wrap
 
 
 class SimulatedBackend:

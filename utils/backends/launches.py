@@ -26,7 +26,7 @@ import threading
 from collections import Counter
 from typing import NamedTuple
 
-__all__ = ["Launch", "Launches", "record_launches", "recorded", "ALLOWED_TORCH_OPS", "torch_op_name",
+__all__ = ["Launch", "Launches", "record_launches", "recorded", "record_method", "ALLOWED_TORCH_OPS", "torch_op_name",
            "is_extension_function"]
 
 
@@ -93,9 +93,10 @@ _INSTALLERS: list = []
 
 
 def install_hooks_on_record(install) -> None:
-    """Register ``install()`` (idempotent, cheap): run at the start of every recording."""
-    _INSTALLERS.append(install)
-    install()
+    """Register ``install() -> bool``, run now and at the start of every recording until it
+    returns True: the launch path is hooked (before, its library may not be imported yet)."""
+    if not install():
+        _INSTALLERS.append(install)
 
 
 class Launches:
@@ -176,8 +177,7 @@ def _dispatch_mode():
 def record_launches(torch_ops: bool = True):
     """Record the kernel launches (and, with ``torch_ops``, the torch operators run outside
     them) of the ``with`` block; yields a :class:`Launches`."""
-    for install in _INSTALLERS:
-        install()
+    _INSTALLERS[:] = [install for install in _INSTALLERS if not install()]
     rec = Launches()
     _ACTIVE.append(rec)
     try:
@@ -220,3 +220,13 @@ def recorded(backend: str, name_of, skip=None):
         launch.__wrapped__ = fn
         return launch
     return wrap
+
+
+def record_method(cls, attr: str, backend: str, name_of, skip=None) -> None:
+    """Make ``cls.<attr>``, a library's launch method, record its calls (``recorded``); a
+    method that records already is left as it is, so installing twice wraps once."""
+    fn = cls.__dict__.get(attr)
+    if fn is not None and not getattr(fn, "_records_launches", False):
+        hooked = recorded(backend, name_of, skip)(fn)
+        hooked._records_launches = True
+        setattr(cls, attr, hooked)

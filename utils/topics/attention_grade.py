@@ -121,11 +121,7 @@ class _AttentionGrader(Grader):
         if out.device.type != DEVICE.type:
             self.fail(f"{what} is on {out.device}, but the course runs on {DEVICE}: create it on the "
                       "input's device (torch.empty_like(q)).")
-        if tuple(out.shape) != tuple(shape):
-            hint = None
-            if out.numel() == math.prod(shape):
-                hint = f"the number of elements is right: reshape it to {tuple(shape)}."
-            self.fail(f"{what} has shape {tuple(out.shape)}, expected {tuple(shape)}.", hint)
+        self.check_shape(out, shape, what, reshape="reshape it to {shape}")
         if out.dtype not in dtypes:
             want = " or ".join(DTYPE_NAMES.get(d, str(d)) for d in dtypes)
             self.fail(f"{what} has dtype {out.dtype}, expected {want}.")

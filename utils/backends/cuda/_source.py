@@ -175,15 +175,9 @@ def parse_params(text: str, name: str) -> list[Param] | None:
         if "__global__" not in head:
             continue
         # the parameter list: up to the matching parenthesis
-        depth, j = 0, m.end() - 1
-        while j < len(clean):
-            if clean[j] == "(":
-                depth += 1
-            elif clean[j] == ")":
-                depth -= 1
-                if depth == 0:
-                    break
-            j += 1
+        j = _closing(clean, m.end() - 1, "(", ")")
+        if j < 0:
+            j = len(clean)
         best = (head, clean[m.end():j])
         if clean[j + 1:j + 200].lstrip().startswith("{"):
             break  # prefer the definition
@@ -315,15 +309,7 @@ def _callee_start(text: str, end: int) -> int:
         j -= 1
     while True:
         if j > 0 and text[j - 1] == ">":  # template arguments
-            depth = 0
-            while j > 0:
-                j -= 1
-                if text[j] == ">":
-                    depth += 1
-                elif text[j] == "<":
-                    depth -= 1
-                    if depth == 0:
-                        break
+            j = max(_closing(text, j - 1, "<", ">", step=-1), 0)
         while j > 0 and (text[j - 1].isalnum() or text[j - 1] == "_"):
             j -= 1
         if j > 1 and text[j - 2:j] in ("::", "##"):  # ns::k, or a name pasted in a macro: pre##_kernel
@@ -406,16 +392,19 @@ _CONTROL_WORDS = {"if", "for", "while", "switch", "catch", "return", "sizeof", "
 _CALL = re.compile(r"\b([A-Za-z_]\w*)\s*(?:<[^;{}()]*>\s*)?\(")
 
 
-def _closing(code: str, i: int, open_: str, close: str) -> int:
-    """The index of the bracket that closes the one at ``i``, or -1."""
+def _closing(code: str, i: int, open_: str, close: str, step: int = 1) -> int:
+    """The index of the bracket that closes the one at ``i``, or -1; with ``step=-1``, read
+    backwards, the index of the bracket that opens the closing one at ``i``."""
     depth = 0
-    for j in range(i, len(code)):
+    for j in range(i, len(code) if step > 0 else -1, step):
         if code[j] == open_:
-            depth += 1
+            depth += step
         elif code[j] == close:
-            depth -= 1
-            if depth == 0:
-                return j
+            depth -= step
+        else:
+            continue
+        if depth == 0:
+            return j
     return -1
 
 

@@ -10,9 +10,8 @@ from . import race_detection as _race_detection
 __all__ = ["BACKEND", "CudaBackend"]
 
 # Every launch, emulated or on a GPU, and every profiled launch goes through these two methods.
-if not hasattr(CudaKernel._launch, "__wrapped__"):
-    CudaKernel._launch = launches.recorded("cuda", lambda k: k.name)(CudaKernel._launch)
-    CudaKernel._profile_run = launches.recorded("cuda", lambda k: k.name)(CudaKernel._profile_run)
+for _method in ("_launch", "_profile_run"):
+    launches.record_method(CudaKernel, _method, "cuda", lambda k: k.name)
 
 
 class CudaBackend:

@@ -19,12 +19,11 @@ def _name(k) -> str:
     return getattr(fn, "__name__", None) or getattr(k, "__name__", "kernel")
 
 
-def _hook_launches() -> None:
+def _hook_launches() -> bool:
     """Record launches where they happen: the simulator's ``FakeCUDAKernel.__call__`` (a
     configured kernel called from the host, not a device function), or on a GPU
-    ``CUDADispatcher.call``, which every ``kernel[grid, block](...)`` of numba-cuda reaches."""
-    if _hooked:
-        return
+    ``CUDADispatcher.call``, which every ``kernel[grid, block](...)`` of numba-cuda reaches.
+    False while there is nothing to hook yet."""
     if simulator.is_applied():
         from numba.cuda.simulator import kernel as K
         cls, attr = K.FakeCUDAKernel, "__call__"
@@ -34,24 +33,14 @@ def _hook_launches() -> None:
     elif not SIMULATE:
         dispatcher = sys.modules.get("numba.cuda.dispatcher")  # imported with numba.cuda
         if dispatcher is None or not hasattr(dispatcher, "CUDADispatcher"):
-            return
+            return False
         cls, attr, skip = dispatcher.CUDADispatcher, "call", None
     else:
-        return
-    _hook(cls, attr, skip)
+        return False
+    launches.record_method(cls, attr, "numba", _name, skip)
+    return True
 
 
-def _hook(cls, attr, skip) -> None:
-    global _hooked
-    fn = cls.__dict__.get(attr)
-    if fn is not None and not getattr(fn, "_records_launches", False):
-        hooked = launches.recorded("numba", _name, skip)(fn)
-        hooked._records_launches = True
-        setattr(cls, attr, hooked)
-    _hooked = True
-
-
-_hooked = False
 launches.install_hooks_on_record(_hook_launches)
 
 

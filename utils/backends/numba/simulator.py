@@ -77,7 +77,8 @@ from collections import deque
 
 import numpy as np
 
-from ...config import MAX_BLOCK, MAX_GRID, MAX_THREADS_PER_BLOCK, SIMULATE
+from ...config import MAX_BLOCK, MAX_GRID, MAX_THREADS_PER_BLOCK
+from .._simulated import patch_once
 from . import races as sim_race
 from .races import SimulatorRaceError
 from .sites import describe_site
@@ -849,16 +850,9 @@ def _patch_libdevice() -> int:
     return count
 
 
-_applied = False
-
-
+@patch_once("NUMBA_ENABLE_CUDASIM")
 def apply() -> bool:
     """Patch the simulator (idempotent). Does nothing on a GPU; returns whether applied."""
-    global _applied
-    if _applied:
-        return True
-    if not SIMULATE or os.environ.get("NUMBA_ENABLE_CUDASIM") != "1":
-        return False
     from numba.cuda.simulator import kernel, kernelapi
 
     kernel.BlockManager = _BlockManager
@@ -916,12 +910,11 @@ def apply() -> bool:
 
     __call__.__wrapped__ = original_call
     kernel.FakeCUDAKernel.__call__ = __call__
-    _applied = True
     return True
 
 
 def is_applied() -> bool:
-    return _applied
+    return apply.applied
 
 
 apply()

@@ -22,29 +22,22 @@ def _warmup(k, *args, **kwargs) -> bool:
     return bool(kwargs.get("warmup"))  # kernel.warmup(...) compiles, it does not launch
 
 
-def _hook_launches() -> None:
+def _hook_launches() -> bool:
     """Record launches at ``run``, which ``kernel[grid](...)``, autotuners and heuristics all
-    reach: ``InterpretedFunction.run`` in the interpreter, ``JITFunction.run`` on a GPU."""
-    global _hooked
-    if _hooked:
-        return
+    reach: ``InterpretedFunction.run`` in the interpreter, ``JITFunction.run`` on a GPU.
+    False while there is nothing to hook yet."""
     if interpreter.is_applied():
         cls = getattr(sys.modules.get("triton.runtime.interpreter"), "InterpretedFunction", None)
     elif not SIMULATE:
         cls = getattr(sys.modules.get("triton.runtime.jit"), "JITFunction", None)  # imported with triton
     else:
-        return
+        return False
     if cls is None:
-        return
-    fn = cls.__dict__.get("run")
-    if fn is not None and not getattr(fn, "_records_launches", False):
-        hooked = launches.recorded("triton", _name, _warmup)(fn)
-        hooked._records_launches = True
-        cls.run = hooked
-    _hooked = True
+        return False
+    launches.record_method(cls, "run", "triton", _name, _warmup)
+    return True
 
 
-_hooked = False
 launches.install_hooks_on_record(_hook_launches)
 
 

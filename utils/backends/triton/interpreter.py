@@ -57,7 +57,7 @@ import os
 import sys
 import time
 
-from ...config import SIMULATE
+from .._simulated import patch_once
 from ..numba.races import RACECHECK, SimulatorMemoryError, SimulatorRaceError
 
 __all__ = ["TRITON_SIM_PATCHES", "H100_PROPERTIES"]
@@ -479,12 +479,6 @@ def _autotune_bench(kernel_call, quantiles=None, **kwargs):
 
 
 # ---------------------------------------------------------------------------------------
-# Patching the interpreter.
-# ---------------------------------------------------------------------------------------
-_applied = False
-
-
-# ---------------------------------------------------------------------------------------
 # Globals that a GPU's compiler refuses.
 # ---------------------------------------------------------------------------------------
 _GLOBAL_NAMES: dict = {}   # code object -> the names it loads as globals
@@ -583,13 +577,12 @@ def _patch_libdevice(interp, np_dtype) -> None:
     interp._patch_lang = patch_lang
 
 
+# ---------------------------------------------------------------------------------------
+# Patching the interpreter.
+# ---------------------------------------------------------------------------------------
+@patch_once("TRITON_INTERPRET")
 def apply() -> bool:
     """Patch Triton's interpreter (idempotent); does nothing on a GPU."""
-    global _applied
-    if _applied:
-        return True
-    if not SIMULATE or os.environ.get("TRITON_INTERPRET") != "1":
-        return False
     try:
         import numpy as np
 
@@ -736,12 +729,11 @@ def apply() -> bool:
         "device properties are an H100's, triton.autotune uses the first config "
         "untimed; kernel.warmup(...) gives placeholder register and shared-memory "
         "figures")
-    _applied = True
     return True
 
 
 def is_applied() -> bool:
-    return _applied
+    return apply.applied
 
 
 apply()
