@@ -7,6 +7,14 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 # launches may pin to the same core while the other core idles. Unpinned here (the
 # notebooks' kernels inherit it).
 os.environ.setdefault("COURSE_NUMBA_SIM_PIN", "0")
+# One thread for torch's CPU operators (OpenMP, MKL), in the workers and in the notebooks' kernels
+# they start. The suite's tensors are small and its processes already fill the cores: each
+# torch process with a thread per core made OpenMP's threads wait on each other (and spin while
+# they wait) on a machine where a core is rarely free, which doubled the CPU time of tests that
+# grade in simulation (tests/test_mistakes.py's attention catalog: 24 s of CPU, 12 s with one
+# thread). Set before torch is imported (`import utils` below), which reads it once.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("MKL_NUM_THREADS", "1")
 
 import pytest
 

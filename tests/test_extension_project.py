@@ -66,7 +66,10 @@ def test_build_produces_objects_and_an_importable_library(built_project):
 
 def test_project_tests_pass(built_project):
     proj, _ = built_project
-    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_relu_ext.py"],
+    # As a project of its own: without the course's pytest options (its build folder lies inside
+    # the course, whose pyproject.toml would start two xdist workers) and notebook plugin.
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
+                        "-p", "no:xdist", "-p", "no:nbval", "test_relu_ext.py"],
                        cwd=proj, env=_env(), capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
     assert " passed" in r.stdout and "failed" not in r.stdout, r.stdout[-2000:]

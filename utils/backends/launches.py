@@ -170,6 +170,24 @@ def _dispatch_mode():
             self.rec.torch_ops[func.overloadpacket.__name__] += 1
             return func(*args, **kwargs)
 
+    # torch keeps torch.compile out of a mode's __torch_dispatch__ with a wrapper that imports
+    # torch._dynamo at its first call (over a second, in every notebook's first check). Until
+    # something imports it, torch.compile has not run and there is nothing to keep out: the
+    # wrapper is made only then.
+    raw = _TorchOps.__dict__["__torch_dispatch__"]
+    raw = getattr(raw, "__wrapped__", raw)
+
+    def dispatch_outside_dynamo(*args, **kwargs):
+        import sys
+        dynamo = sys.modules.get("torch._dynamo")
+        if dynamo is None or not hasattr(dynamo, "disable"):
+            return raw(*args, **kwargs)
+        disabled = dynamo.disable(raw, recursive=True, wrapping=False)
+        setattr(raw, "__dynamo_disable", disabled)  # what torch's wrapper calls from now on
+        return disabled(*args, **kwargs)
+
+    if not hasattr(raw, "__dynamo_disable"):
+        setattr(raw, "__dynamo_disable", dispatch_outside_dynamo)
     return _TorchOps
 
 

@@ -113,6 +113,7 @@ class _Launch:
         self.shadows = [_Shadow(*st) for st in sorted(storages)]
         self.starts = np.array([sh.start for sh in self.shadows], dtype=np.int64)
         self.sites: list = []    # (file, line) of each recorded access, by site id
+        self.patched_langs: set = set()  # the language modules patched in this launch (see patch_lang)
         self.site_ids: dict = {}
         self.locked = set()      # programs that took a lock with atomic_cas
 
@@ -560,6 +561,15 @@ def _patch_libdevice(interp, np_dtype) -> None:
     original_patch_lang = interp._patch_lang
 
     def patch_lang(fn):
+        # The interpreter patches the language again at every call of a device function
+        # (tl.max, tl.sum, ...: about a millisecond each, in every iteration of a loop), though
+        # the launch patched the same modules already: within one launch, once per set of them.
+        launch = _launch[0]
+        if launch is not None:
+            langs = tuple(id(v) for v in fn.__globals__.values() if inspect.ismodule(v) and v in (tl, tl.core))
+            if langs in launch.patched_langs:
+                return interp._LangPatchScope()
+            launch.patched_langs.add(langs)
         scope = original_patch_lang(fn)
         # On a GPU, Triton's compiler sends the generic module's calls to the backend's
         # module; here the generic names point at NVIDIA's functions, given the
