@@ -305,6 +305,15 @@ def _exception_hint(e: BaseException, inputs=()) -> str:
     """The hint for an error the learner's function raised (not a kernel fault); ``inputs``:
     what the function was given, whose dtypes the hint names."""
     text = str(e)
+    # On a GPU a bad access is found by the hardware, not by a checker: the error names no line,
+    # and it leaves the process's CUDA context unusable (every later CUDA call fails too)
+    low = text.lower()
+    if any(w in low for w in ("illegal memory access", "misaligned address", "unspecified launch failure",
+                              "device-side assert", "illegal instruction")):
+        return ("the GPU stopped the kernel: a thread read or wrote outside a tensor (or a device assert "
+                "failed). Is every access guarded by the bounds check (idx < n, a mask)? After this error "
+                "the GPU refuses every later call in this process: restart the notebook's kernel. Run the "
+                "check in simulation (COURSE_SIMULATE=1), where the report names the line and the index.")
     # Numba's simulator and its GPU target take arrays, not torch tensors
     if re.search(r"torch\.\w*Tensor|'Tensor'|of type Tensor", text) and (
             "tid=" in text or "numba" in type(e).__module__ or "numba" in text.lower()):
@@ -399,6 +408,8 @@ def launch_verdict(launches, allowed=(), need_kernel: bool = True, fn=None) -> s
     """Why a call's right values are not its own kernel's work (None: they are). The course's
     references called from the learner's function (``<topic>_ref64``, recorded by the topic's
     spec) come first, then the torch operators that computed, then a call that launched nothing."""
+    if getattr(launches, "stopped", False):  # the recording was taken off: nothing it saw can be trusted
+        return launches.verdict(allowed, need_kernel, fn)
     refs = list(getattr(launches, "references", None) or ())
     ops = launches.computing_ops(allowed)
     if refs:

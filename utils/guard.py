@@ -407,6 +407,12 @@ def tampering() -> list[tuple[str, str]]:
         for n in current.keys() - described.keys():
             if hasattr(builtins, n) and n in _BUILTINS:
                 found.setdefault(f"{modname}.{n}", "was added (it hides the builtin)")
+    # the launch hooks the course put on the libraries' classes (Numba, Triton), which a
+    # recording needs to see the learner's launches (utils/backends/launches.py)
+    hooks = _State.globals_.get("utils.backends.launches", {}).get("hook_problems")
+    if hooks is not None and hooks[0] == "fn":
+        for what in hooks[1]():
+            found.setdefault(what, "was changed")
     for label, owner, n, orig in _State.torch:
         if vars(owner).get(n, _MISSING) is not orig:
             found.setdefault(label, "was replaced")

@@ -24,10 +24,10 @@ import contextlib
 import functools
 import threading
 from collections import Counter
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
-__all__ = ["Launch", "Launches", "record_launches", "recorded", "record_method", "ALLOWED_TORCH_OPS", "torch_op_name",
-           "is_extension_function"]
+__all__ = ["Launch", "Launches", "record_launches", "recorded", "record_method", "register_hook", "install_hooks",
+           "hook_problems", "ALLOWED_TORCH_OPS", "torch_op_name", "is_extension_function"]
 
 
 class Launch(NamedTuple):
@@ -86,17 +86,58 @@ class _State(threading.local):
 _STATE = _State()
 #: The recordings in progress (nested ones all see each launch). Empty: the hooks do nothing.
 _ACTIVE: list["Launches"] = []
-#: The backends' hook installers, run when a recording starts: a backend hooks its launch path
-#: once the library is imported (no numba.cuda imported yet: no Numba kernel to launch), so that
-#: ``import utils`` imports nothing more for it.
-_INSTALLERS: list = []
+#: The backends' launch hooks, registered when the backends are imported (``register_hook``):
+#: each recording starts by installing those whose library is imported by then. On a GPU,
+#: ``import utils`` does not import ``numba.cuda``: Numba's hook goes in at the first recording
+#: after a notebook imports it. The tuple never changes after ``import utils``; whether a hook
+#: is in place is read from the library's class itself (``hook_problems``).
+_HOOKS: tuple = ()
+#: The attribute, on a hooked class, that holds the course's hook for ``<attr>`` (+ attr).
+_MARK = "__course_launch_hook_"
 
 
-def install_hooks_on_record(install) -> None:
-    """Register ``install() -> bool``, run now and at the start of every recording until it
-    returns True: the launch path is hooked (before, its library may not be imported yet)."""
-    if not install():
-        _INSTALLERS.append(install)
+class Hook(NamedTuple):
+    label: str    # what it hooks, for messages: "Numba's launch path"
+    locate: Callable  # () -> (cls, attr, name_of, skip), or None while there is nothing to hook yet
+
+
+def register_hook(label: str, locate) -> None:
+    """Register a backend's launch hook: ``locate()`` returns ``(cls, attr, name_of, skip)``,
+    the library's launch method to record (see `record_method`), or None while its library is
+    not imported. Installed now if it can be, else at the start of a later recording."""
+    global _HOOKS
+    _HOOKS += (Hook(label, locate),)
+    install_hooks()
+
+
+def install_hooks() -> None:
+    """Hook every launch path whose library is imported by now (a hook in place stays as it is)."""
+    for hook in _HOOKS:
+        found = hook.locate()
+        if found is not None:
+            record_method(*found)
+
+
+def hook_problems() -> list[str]:
+    """What a notebook changed in the launch recording, as ``"<what> (<why it matters>)"``:
+    a library's hooked launch method replaced after the course hooked it, or the recording
+    state left inside a launch (checked outside launches, where it must be zero)."""
+    found = []
+    for hook in _HOOKS:
+        try:
+            located = hook.locate()
+        except Exception:
+            located = None
+        if located is None:
+            continue
+        cls, attr = located[0], located[1]
+        mine = vars(cls).get(_MARK + attr)
+        if mine is not None and vars(cls).get(attr) is not mine:
+            found.append(f"{cls.__module__}.{cls.__qualname__}.{attr} ({hook.label}, hooked by the course "
+                         "to see your launches)")
+    if _STATE.inside:
+        found.append("utils.backends.launches._STATE.inside (the launch recording's state)")
+    return found
 
 
 class Launches:
@@ -105,6 +146,7 @@ class Launches:
     def __init__(self):
         self.kernels: list[Launch] = []
         self.torch_ops: Counter = Counter()
+        self.stopped = False  # taken off the active recordings from inside the block
 
     def computing_ops(self, allowed=()) -> list[str]:
         """The aten operators that computed values (in the order first run), beyond the
@@ -116,6 +158,9 @@ class Launches:
         """Why this call did not compute its result with a kernel of its own (None: it did).
         ``need_kernel`` False: launching nothing is fine (an empty input needs no kernel).
         ``fn``: the function called; a compiled extension's function launches its kernels in C++."""
+        if self.stopped:
+            return ("the launch recording was stopped while your function ran (utils.backends.launches._ACTIVE "
+                    "was changed), so what it launched is unknown: this check earns no points.")
         ops = self.computing_ops(allowed)
         if ops:
             names = ", ".join(torch_op_name(op) for op in ops[:3]) + (", ..." if len(ops) > 3 else "")
@@ -195,7 +240,7 @@ def _dispatch_mode():
 def record_launches(torch_ops: bool = True):
     """Record the kernel launches (and, with ``torch_ops``, the torch operators run outside
     them) of the ``with`` block; yields a :class:`Launches`."""
-    _INSTALLERS[:] = [install for install in _INSTALLERS if not install()]
+    install_hooks()
     rec = Launches()
     _ACTIVE.append(rec)
     try:
@@ -205,7 +250,10 @@ def record_launches(torch_ops: bool = True):
         else:
             yield rec
     finally:
-        _ACTIVE.remove(rec)
+        if rec in _ACTIVE:
+            _ACTIVE.remove(rec)
+        else:  # something inside the block took the recording off: what it saw is incomplete
+            rec.stopped = True
 
 
 @contextlib.contextmanager
@@ -248,3 +296,4 @@ def record_method(cls, attr: str, backend: str, name_of, skip=None) -> None:
         hooked = recorded(backend, name_of, skip)(fn)
         hooked._records_launches = True
         setattr(cls, attr, hooked)
+        setattr(cls, _MARK + attr, hooked)  # what hook_problems expects to find there

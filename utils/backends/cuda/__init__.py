@@ -195,10 +195,7 @@ class CudaKernel:
             for p, a in zip(self.params, args):
                 if isinstance(a, torch.Tensor) and p.code and p.code.startswith("p"):
                     check_tensor(self.name, p, p.code, a, torch.device("cuda"))
-            metrics = _profile.run_ncu(self, grid, block, shared, args)
-            sectors = [metrics.get(_profile.GLOBAL.format(what="sectors", op=op)) for op in ("ld", "st", "atom", "red")]
-            moved = _profile.SECTOR * sum(sectors) if all(v is not None for v in sectors) else None
-            return {"metrics": metrics, "backend": "ncu", "bytes_moved": moved}
+            return _profile.from_ncu(_profile.run_ncu(self, grid, block, shared, args), args, self.params)
         from . import _emulator
         if self._prof_lib is None:
             self._prof_lib = _emulator.build(adapt_for_emulator(self.text, self.name), self.name, self.filename,

@@ -706,6 +706,39 @@ def run_ncu(kernel, grid, block, shared: int, args, timeout: float = 600) -> dic
     return {k: v for k, v in m.items() if k in NCU_METRICS}
 
 
+def from_ncu(metrics: dict, args, params=None) -> dict:
+    """What a GPU's profile holds, from ncu's ``metrics`` for a launch with ``args``: ncu counts
+    sectors (``bytes_moved``), not the distinct bytes a kernel needs, so ``bytes_needed`` is an
+    upper bound of them, never below what simulation counts for the same launch: what the loads
+    moved, at most every byte of the tensors passed (a storage passed twice counted once), plus
+    what the stores moved, at most every byte of the tensors the kernel may write (all of them,
+    less those whose parameter in ``params`` is a pointer to const). A kernel that fetches whole
+    sectors for a few bytes of each therefore still shows its ratio; one that reads the same data
+    twice shows it in simulation only. None without a tensor."""
+    tensors = [a for a in args if isinstance(a, torch.Tensor)]
+    const = [bool(getattr(p, "is_const_pointer", False)) for p in (params or ())]
+
+    def distinct_bytes(ts) -> int:
+        spans: dict = {}
+        for t in ts:
+            if t.numel():
+                st = t.untyped_storage()
+                key = (st.data_ptr(), t.device)
+                spans[key] = max(spans.get(key, 0), st.nbytes())
+        return sum(spans.values())
+
+    sectors = [metrics.get(GLOBAL.format(what="sectors", op=op)) for op in ("ld", "st", "atom", "red")]
+    moved = SECTOR * sum(sectors) if sectors and all(v is not None for v in sectors) else None
+    needed = None
+    if tensors:
+        writable = [a for i, a in enumerate(args) if isinstance(a, torch.Tensor) and not (i < len(const) and const[i])]
+        loads = SECTOR * sum(v or 0 for v in sectors[:1] + sectors[2:])
+        stores = SECTOR * sum(v or 0 for v in sectors[1:])
+        every, written = distinct_bytes(tensors), distinct_bytes(writable)
+        needed = (min(loads, every) + min(stores, written)) if moved is not None else every
+    return {"metrics": metrics, "backend": "ncu", "bytes_moved": moved, "bytes_needed": needed}
+
+
 def cuda_profile(k, grid, block, shared: int, args) -> "Profile":  # noqa: F821  (imported in the body)
     """The `utils.Profile` of one launch of a ``cuda_kernel`` kernel (``k.profile[...]`` calls this)."""
     from ..profile_report import MIN_REGISTERS, Profile, occupancy_of

@@ -19,29 +19,29 @@ def _name(k) -> str:
     return getattr(fn, "__name__", None) or getattr(k, "__name__", "kernel")
 
 
-def _hook_launches() -> bool:
-    """Record launches where they happen: the simulator's ``FakeCUDAKernel.__call__`` (a
-    configured kernel called from the host, not a device function), or on a GPU
-    ``CUDADispatcher.call``, which every ``kernel[grid, block](...)`` of numba-cuda reaches.
-    False while there is nothing to hook yet."""
-    if simulator.is_applied():
-        from numba.cuda.simulator import kernel as K
-        cls, attr = K.FakeCUDAKernel, "__call__"
+def _skip_simulated(k, *args, **kwargs) -> bool:
+    """A device function's call, or a call from inside a simulated kernel: not a launch."""
+    from numba.cuda.simulator import kernel as K
+    return k._device or K._kernel_context is not None
 
-        def skip(k, *args, **kwargs):
-            return k._device or K._kernel_context is not None
-    elif not SIMULATE:
+
+def _locate_launch():
+    """Where launches happen: the simulator's ``FakeCUDAKernel.__call__`` (a configured kernel
+    called from the host, not a device function), or on a GPU ``CUDADispatcher.call``, which
+    every ``kernel[grid, block](...)`` of numba-cuda reaches. None while there is nothing to
+    hook yet (on a GPU, until a notebook imports ``numba.cuda``)."""
+    if simulator.is_applied():
+        from numba.cuda.simulator import kernel
+        return kernel.FakeCUDAKernel, "__call__", "numba", _name, _skip_simulated
+    if not SIMULATE:
         dispatcher = sys.modules.get("numba.cuda.dispatcher")  # imported with numba.cuda
         if dispatcher is None or not hasattr(dispatcher, "CUDADispatcher"):
-            return False
-        cls, attr, skip = dispatcher.CUDADispatcher, "call", None
-    else:
-        return False
-    launches.record_method(cls, attr, "numba", _name, skip)
-    return True
+            return None
+        return dispatcher.CUDADispatcher, "call", "numba", _name, None
+    return None
 
 
-launches.install_hooks_on_record(_hook_launches)
+launches.register_hook("Numba's launch path", _locate_launch)
 
 
 class NumbaBackend(SimulatedBackend):

@@ -22,23 +22,20 @@ def _warmup(k, *args, **kwargs) -> bool:
     return bool(kwargs.get("warmup"))  # kernel.warmup(...) compiles, it does not launch
 
 
-def _hook_launches() -> bool:
-    """Record launches at ``run``, which ``kernel[grid](...)``, autotuners and heuristics all
-    reach: ``InterpretedFunction.run`` in the interpreter, ``JITFunction.run`` on a GPU.
-    False while there is nothing to hook yet."""
+def _locate_launch():
+    """Where launches happen: ``run``, which ``kernel[grid](...)``, autotuners and heuristics all
+    reach (``InterpretedFunction.run`` in the interpreter, ``JITFunction.run`` on a GPU). None
+    while there is nothing to hook yet."""
     if interpreter.is_applied():
         cls = getattr(sys.modules.get("triton.runtime.interpreter"), "InterpretedFunction", None)
     elif not SIMULATE:
         cls = getattr(sys.modules.get("triton.runtime.jit"), "JITFunction", None)  # imported with triton
     else:
-        return False
-    if cls is None:
-        return False
-    launches.record_method(cls, "run", "triton", _name, _warmup)
-    return True
+        return None
+    return None if cls is None else (cls, "run", "triton", _name, _warmup)
 
 
-launches.install_hooks_on_record(_hook_launches)
+launches.register_hook("Triton's launch path", _locate_launch)
 
 
 class TritonBackend(SimulatedBackend):
