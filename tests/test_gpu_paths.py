@@ -36,7 +36,9 @@ RIGHT = {"numba": nb_relu_grid_stride_ok, "triton": relu_ok}
 
 
 def _hook(label_start: str):
-    """The registered hook of one backend, and the (class, attribute) it hooks here."""
+    """The registered hook of one backend, and the (class, attribute) it hooks here, hooked (on a
+    GPU nothing is hooked until the first recording after the library's import)."""
+    launches.install_hooks()
     hook = next(h for h in launches._HOOKS if h.label.startswith(label_start))
     cls, attr = hook.locate()[:2]
     return hook, cls, attr
