@@ -1,9 +1,15 @@
 #!/usr/bin/env bash
 # The GPU validation run: on a machine with an NVIDIA GPU, run the unit tests and every lesson
 # and solution notebook under nbval (the same command as `./course test`, without the browser
-# test), and write a summary. Usage:  bash .ci/gpu-validate.sh [OUTDIR]
-# The summary goes to OUTDIR/h100-validation.txt; commit it as benchmarks/results/h100-validation.txt.
-# It names the git commit tested; in a copy without .git, set COURSE_COMMIT to that commit's hash.
+# test), and write a summary. Usage:  bash .ci/gpu-validate.sh [OUTDIR [PYTEST ARGS...]]
+# The summary goes to OUTDIR/<gpu>-validation.txt, named from the GPU by the rule of the GPU
+# records (utils.gpu_slug: h100-validation.txt on an H100, h200-validation.txt on an H200);
+# commit it as benchmarks/results/<gpu>-validation.txt. Its first lines name the GPU and the
+# code tested (`code: commit <hash>`, "plus uncommitted changes" when the tree differed from
+# it); in a copy without .git, set COURSE_COMMIT to that commit's hash.
+# A change to kernels/, utils/, notebooks/, exercises/ or solutions/ ends with one such call at
+# its final commit: `python -m benchmarks --stale` reads the newest summary's `code:` line and
+# says when one is due.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-${OUT:-artifacts/gpu}}
@@ -13,6 +19,10 @@ workers=${WORKERS:-8}
 
 # Which code is tested, taken before the run (the tests write caches and artifacts).
 code=$(python3 -c 'import utils; print(utils.commit_str(utils.source_commit()))' 2>/dev/null | tail -1)
+# Which GPU, and the summary's name from it (the same rule as python -m benchmarks).
+gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+name=$(python3 -c 'import sys; from utils.bench import gpu_slug; print(gpu_slug(sys.argv[1]))' "$gpu" 2>/dev/null | tail -1)
+summary="$out/${name:-gpu}-validation.txt"
 start=$(date +%s)
 python3 -m pytest -n "$workers" --dist loadfile -q -p no:cacheprovider --durations=0 \
     --deselect tests/test_browser.py "${@:2}" 2>&1 | tee "$out/validation.log"
@@ -20,9 +30,9 @@ status=${PIPESTATUS[0]}
 end=$(date +%s)
 
 {
-  echo "GPU validation run: unit tests + pytest --nbval-lax of notebooks/ and solutions/"
-  echo "date: $(date -u +%Y-%m-%dT%H:%MZ)"
+  echo "GPU validation run on ${gpu:-an unknown GPU}: unit tests + pytest --nbval-lax of notebooks/ and solutions/"
   echo "code: ${code:-commit unknown}"
+  echo "date: $(date -u +%Y-%m-%dT%H:%MZ)"
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | sed 's/^/gpu: /'
   python3 - <<'PY'
 import platform, torch, triton, numba
@@ -50,6 +60,6 @@ for f, t in sorted(tot.items()):
     if f.endswith(".ipynb") or t > 5:
         print(f"{t:8.1f} s  {f}")
 PY
-} > "$out/h100-validation.txt"
-cat "$out/h100-validation.txt"
+} > "$summary"
+cat "$summary"
 exit "$status"

@@ -5,7 +5,8 @@
 Builds the CMake project in extensions/relu_cmake (into .cache/), compiles a small function
 that calls torch.ops.myrelu.relu between PyTorch's own pointwise ops, and keeps the Python
 module inductor generates (TORCH_LOGS=output_code), without its benchmark harness, in
-benchmarks/results/h100-output-code.txt. Lesson 07 shows that file on machines without a GPU.
+benchmarks/results/<gpu>-output-code.txt (named from the GPU: h100-output-code.txt on an H100).
+Lesson 07 shows that file on machines without a GPU.
 """
 from __future__ import annotations
 
@@ -60,12 +61,15 @@ def main() -> int:
     import torch
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "h100-output-code.txt"))
+    ap.add_argument("--out", default=None, help="default: benchmarks/results/<gpu>-output-code.txt")
     ap.add_argument("--commit", default="", help="the git commit measured (written in the header)")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         print("needs a GPU: inductor writes Triton only for CUDA tensors", file=sys.stderr)
         return 1
+    if args.out is None:
+        from utils.bench import gpu_slug  # the one naming rule of GPU records
+        args.out = str(ROOT / "benchmarks" / "results" / f"{gpu_slug(torch.cuda.get_device_name(0))}-output-code.txt")
 
     ext = ROOT / "extensions" / "relu_cmake"
     sys.path.insert(0, str(ext))

@@ -12,7 +12,7 @@ from utils.bench import commit_str
 
 from .topics import TOPICS
 
-# The course's targets on the H100, from each topic's spec (utils/topics/<topic>.py), as
+# The course's targets, from each topic's spec (utils/topics/<topic>.py), as
 # (topic, Target). Target.kind "copy" = fraction of the copy roofline measured in the same run;
 # "torch" = speed relative to a PyTorch baseline at the same shape; "gbps" = GB/s; "tflops" =
 # TFLOP/s. Target.version names the course's version measured (default: the reference).
@@ -192,7 +192,7 @@ def markdown(data: dict) -> str:
             lines.append(f"| {name} | {shape_str(r['shape'])} | {r['median_ms']:.4f} | {r['p20_ms']:.4f} | "
                          f"{r['p80_ms']:.4f} | {r['gbps']:,.0f} | {last} |")
         lines.append("")
-        img = Path(f"{data.get('machine', {}).get('name', 'h100')}-{topic}.png")
+        img = Path(f"{data.get('machine', {}).get('name', 'gpu')}-{topic}.png")
         if topic in data.get("sweeps", {}) or topic in CUSTOM_PLOTS:
             lines += [f"![{topic}: GB/s against size]({img.name})", ""]
     failed = data.get("failed", [])

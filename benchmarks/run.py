@@ -7,11 +7,11 @@ import datetime as _dt
 import json
 import os
 import platform
-import re
 import signal
 import subprocess
 import sys
 import tempfile
+import textwrap
 import time
 from importlib import metadata
 from pathlib import Path
@@ -19,7 +19,7 @@ from types import SimpleNamespace
 
 import utils
 
-from . import report, sources
+from . import report, sources, validation
 from .harness import CUSTOM_WORKERS, Events, read_events, worker_main
 from .topics import TOPICS, copy_bytes, main_shapes
 
@@ -34,7 +34,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         prog="python -m benchmarks",
         description="Check, then time, every kernel of the course on an NVIDIA GPU next to "
                     "PyTorch, torch.compile and the copy roofline; write the results file, a "
-                    "markdown summary and plots. Exit codes: 0 done, 1 error, 2 no GPU here "
+                    "markdown summary and plots. Exit codes: 0 done (with --stale: whether or not "
+                    "topics are stale or a GPU validation call is due), 1 error, 2 no GPU here "
                     "(nothing measured).")
     p.add_argument("--topics", default=",".join(ALL_TOPICS),
                    help=f"comma-separated, from {', '.join(ALL_TOPICS)} (default: all)")
@@ -51,7 +52,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--out", default=str(utils.RESULTS_DIR),
                    help="where to write the results (default: benchmarks/results)")
     p.add_argument("--name", default=None,
-                   help="file name stem of the results (default: from the GPU, h100 on an H100)")
+                   help="file name stem of the results (default: from the GPU, h100 on an H100, h200 on "
+                        "an H200); with --stale alone: check that record only")
     p.add_argument("--budget", type=float, default=0.0,
                    help="seconds for the whole run; sweeps are cut short to fit (default: no limit)")
     p.add_argument("--worker-timeout", type=float, default=900.0,
@@ -61,9 +63,11 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "keeping the other topics and its copy roofline (the new run's copy figure "
                         "goes into the notes)")
     p.add_argument("--stale", action="store_true",
-                   help="alone: list the recorded topics whose sources (kernels, launchers, spec: "
-                        "benchmarks/sources.py) changed since they were measured, on any machine; with "
-                        "--update: re-measure only those")
+                   help="alone: list the topics whose sources (kernels, launchers, spec: "
+                        "benchmarks/sources.py) changed since their most recent record (of any GPU) "
+                        "measured them, and whether code changed since the last GPU validation call "
+                        "(<gpu>-validation.txt), on any machine; with --update: re-measure those topics "
+                        "into this GPU's record")
     p.add_argument("--simulated-dry-run", action="store_true",
                    help="without a GPU: run the whole pipeline on the simulation sizes, to test "
                         "the harness itself; needs --out (its timings time the simulators)")
@@ -108,14 +112,27 @@ def timing_params(quick: bool) -> dict:
     return dict(warmup=10, rep=40) if quick else dict(warmup=25, rep=100)
 
 
-def refuse_without_gpu() -> int:
-    results = utils.RESULTS_DIR
+def records_line(results: Path) -> str:
+    """Where the recorded results are: each GPU's record found, newest first, one line each."""
     rel = results.relative_to(utils.ROOT) if results.is_relative_to(utils.ROOT) else results
+    found = utils.recorded_gpus(results)
+    if not found:
+        return f"No GPU's results are recorded in {rel}/ yet."
+    lines = [f"The recorded results are in {rel}/, one record per GPU, newest first (a notebook shows each "
+             "topic from its most recent record):"]
+    for r in found:
+        stem = r["path"].stem
+        plots = f", {stem}-*.png (plots)" if any(results.glob(f"{stem}-*.png")) else ""
+        lines.append(f"  {r['path'].name} (every number), {stem}.md (summary and targets){plots}: "
+                     f"{r['gpu_name']}, {r['date'][:10]}; {', '.join(t for t in r['topics'] if t != 'copy')}")
+    return "\n".join(lines)
+
+
+def refuse_without_gpu() -> int:
     print(f"python -m benchmarks times kernels on an NVIDIA GPU, and this machine runs in "
           f"simulation ({utils.REASON}).\n"
           "Timing the simulators on a CPU would say nothing about a GPU, so nothing was measured.\n"
-          f"The recorded H100 results are in {rel}/: h100.md (summary and targets), "
-          "h100.json (every number) and h100-*.png (plots).\n"
+          f"{records_line(utils.RESULTS_DIR)}\n"
           'In a notebook: utils.show_recorded("relu"), utils.recorded_sweep("softmax").')
     return EXIT_NO_GPU
 
@@ -140,10 +157,9 @@ def _driver() -> str | None:
 
 
 def gpu_slug(gpu_name: str) -> str:
-    for tag in ("H100", "H200", "B200", "A100", "L40S", "L4", "A10G", "T4"):
-        if tag in gpu_name.upper():
-            return tag.lower()
-    return re.sub(r"[^a-z0-9]+", "-", gpu_name.lower()).strip("-") or "gpu"
+    """The stem of a GPU's results (``h200`` on an "NVIDIA H200"): ``utils.gpu_slug``, the one
+    rule that ``.ci/gpu-validate.sh`` uses as well."""
+    return utils.gpu_slug(gpu_name)
 
 
 def machine_info(name: str) -> dict:
@@ -329,8 +345,8 @@ def merge(events: list[dict]) -> tuple[list, list, dict, list]:
 # The whole run
 # --------------------------------------------------------------------------------------
 def stale_report(path: Path, topics) -> dict[str, str]:
-    """``{topic: why}``: the topics of ``path`` whose recorded numbers are stale (see
-    ``benchmarks/sources.py``); every topic when there is no results file."""
+    """``{topic: why}``: the topics of the results file ``path`` whose recorded numbers are
+    stale (see ``benchmarks/sources.py``); every topic when there is no results file."""
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError):
@@ -338,19 +354,60 @@ def stale_report(path: Path, topics) -> dict[str, str]:
     return sources.stale_topics(data, topics)
 
 
+def newest_records(results: Path, topics) -> dict[str, Path | None]:
+    """``{topic: the most recent record (of any GPU) that has it, or None}``: the rule of
+    ``utils.recorded_file``."""
+    return {t: utils.recorded_file(t, directory=results) for t in topics}
+
+
+def stale_across_gpus(results: Path, topics, name: str | None = None) -> tuple[dict[str, str], dict]:
+    """``({topic: why}, {topic: record})``: each topic checked against its most recent record,
+    or against the record ``<name>.json`` alone when a name is given."""
+    if name:
+        path = results / f"{name}.json"
+        return stale_report(path, topics), {t: path for t in topics}
+    records = newest_records(results, topics)
+    stale, cache = {}, {}
+    for t, path in records.items():
+        if path is None:
+            stale[t] = "never recorded"
+            continue
+        if path not in cache:
+            cache[path] = json.loads(path.read_text())
+        stale.update(sources.stale_topics(cache[path], [t]))
+    return stale, records
+
+
+def print_stale(results: Path, stale: dict[str, str], records: dict) -> None:
+    """Which record each topic was checked against, then each stale topic with why."""
+    by_file: dict[str, list[str]] = {}
+    for t, path in records.items():
+        if path is not None:
+            by_file.setdefault(path.name, []).append(t)
+    if by_file:
+        gpus = {r["path"].name: r["gpu_name"] for r in utils.recorded_gpus(results)}
+        print("Each topic against its most recent record: " + "; ".join(
+            f"{f} ({gpus.get(f) or 'not a GPU record'}) for {', '.join(ts)}" for f, ts in by_file.items()) + ".")
+    if not stale:
+        print("Every topic was recorded from the sources here.")
+    for t, why in stale.items():
+        where = f" [{records[t].name}]" if records.get(t) is not None and why != "never recorded" else ""
+        print(f"{t}: {why}{where}")
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     if args.stale and not args.worker:
-        results = Path(args.out) / f"{args.name or 'h100'}.json"
-        stale = stale_report(results, args.topics)
+        # Stale topics and a due validation call are reported, not errors: the exit code stays 0.
+        results = Path(args.out)
+        stale, records = stale_across_gpus(results, args.topics, args.name)
+        print_stale(results, stale, records)
+        print()
+        print(textwrap.fill(validation.validation_report(results)[0], width=100, break_on_hyphens=False))
         if not args.update:
-            if not stale:
-                print(f"Every topic of {results.name} was recorded from the sources here.")
-            for t, why in stale.items():
-                print(f"{t}: {why}")
             return EXIT_OK
         if not stale:
-            print(f"--update --stale: every topic of {results.name} is up to date; nothing to measure.")
+            print("--update --stale: every topic is up to date in its most recent record; nothing to measure.")
             return EXIT_OK
         args.topics = [t for t in args.topics if t in stale]
         print(f"--update --stale: re-measuring {', '.join(args.topics)}", flush=True)
@@ -375,10 +432,11 @@ def main(argv=None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     commit = utils.source_commit()  # the code measured; --update keeps each topic's own
+    run_date = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     data = dict(
         schema=1,
         machine=machine_info(name),
-        date=_dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        date=run_date,
         **commit,
         command=" ".join(["python -m benchmarks"] + list(sys.argv[1:] if argv is None else argv)),
         timing=(f"triton.testing.do_bench (CUDA events, L2 flushed before each call), "
@@ -388,7 +446,9 @@ def main(argv=None) -> int:
         sizes=dict(n=sizes.bench_n, softmax_shapes=[list(s) for s in sizes.softmax_bench_shapes],
                    sweep=list(sizes.bench_sizes), softmax_sweep_cols=4096),
         copy=None, rows=[], failed=[], sweeps={}, targets=[], notes=[],
-        topic_commits={t: dict(commit) for t in args.topics},
+        # per topic: the commit and the date it was measured at (the most recent record of a
+        # topic is decided by this date; utils.recorded_file)
+        topic_commits={t: dict(commit, date=run_date) for t in args.topics},
         # the hash of each measured topic's sources, so a later checkout can tell stale numbers
         topic_sources={t: sources.topic_hash(t) for t in args.topics},
     )

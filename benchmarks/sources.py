@@ -1,13 +1,14 @@
 """Which source files a topic's recorded numbers measured, and one hash of them.
 
-A topic's numbers in ``benchmarks/results/h100.json`` depend on its kernels and launchers
-(``kernels/{cuda,numba,triton}/<topic>.py``, ``kernels/cuda/<topic>.cu``), the kernel modules
+A topic's numbers in a GPU's record (``benchmarks/results/<gpu>.json``) depend on its kernels
+and launchers (``kernels/{cuda,numba,triton}/<topic>.py``, ``kernels/cuda/<topic>.cu``), the kernel modules
 and headers those import or include (``kernels/cuda/common.h``, another topic's module), and
 its spec (``utils/topics/<topic>.py``: inputs, bytes, baselines). ``topic_files`` follows
 those imports and includes; ``topic_hash`` hashes the files' paths and contents. A run of
 ``python -m benchmarks`` writes each measured topic's hash into the results file
 (``topic_sources``); ``python -m benchmarks --stale`` lists the topics whose files changed
-since, and ``--update --stale`` measures only those again.
+since their most recent record measured them, and ``--update --stale`` measures only those
+again.
 
 The runtime (``utils/``, the launch path, the harness) is left out on purpose: a change
 there would mark every topic stale, and its effect on a kernel's speed is what the

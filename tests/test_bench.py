@@ -366,6 +366,7 @@ def test_simulated_dry_run_end_to_end(tmp_path):
     variants = {r["variant"] for r in data["rows"] if r["topic"] == "relu"}
     assert {"torch", "torch.compile"} <= variants and any(v.startswith("triton") for v in variants)
     assert (tmp_path / "simulated.md").read_text().startswith("# Simulated dry run")
+    assert data["topic_commits"]["relu"]["date"] == data["date"]  # when each topic was measured
     head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True)
     named = os.environ.get("COURSE_COMMIT", "").strip()  # a copy sent without its history names it
     if named or head.returncode == 0:  # the file names the code measured

@@ -9,7 +9,8 @@ and fails on:
   fast"): compute it in a cell from ``utils.recorded(...)`` instead (the markdown files
   describe CPU experiments in such words, and have no cells);
 * a performance figure (GB/s, ms, µs, "% of copy" / "% of the roofline") that matches no
-  value in ``benchmarks/results/h100.json`` or ``launch-overhead.json``: not a measured row,
+  value in a GPU's record (``benchmarks/results/<gpu>.json``: ``h100.json``, ``h200.json``, ...)
+  or ``launch-overhead.json``: not a measured row,
   a copy roofline, a target's threshold, nor a recorded launch cost. A figure within 10% of
   a recorded value passes: re-recording moves numbers a little, a contradiction moves them more.
 """
@@ -20,6 +21,8 @@ import re
 from pathlib import Path
 
 import pytest
+
+from utils.bench import recorded_gpus
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
@@ -38,22 +41,24 @@ FIGURE = re.compile(
 def _recorded_values() -> dict[str, list[float]]:
     """Every figure the results files hold, by unit: GB/s, ms, us and % of copy."""
     vals: dict[str, list[float]] = {"gbps": [], "ms": [], "us": [], "pct": []}
-    h100 = json.loads((RESULTS / "h100.json").read_text())
-    rows = list(h100.get("rows", [])) + [h100.get("copy") or {}]
-    for r in rows:
-        vals["gbps"] += [r[k] for k in ("gbps",) if r.get(k) is not None]
-        vals["ms"] += [r[k] for k in ("median_ms", "p20_ms", "p80_ms") if r.get(k) is not None]
-        if r.get("fraction_of_copy") is not None:
-            vals["pct"].append(100 * r["fraction_of_copy"])
-    for t in h100.get("targets", []):
-        unit = t.get("unit")
-        for v in (t.get("threshold"), t.get("value")):
-            if v is None:
-                continue
-            if unit == "fraction_of_copy":
-                vals["pct"].append(100 * v)
-            elif unit == "gbps":
-                vals["gbps"].append(v)
+    records = [json.loads(r["path"].read_text()) for r in recorded_gpus(RESULTS)]
+    assert records, f"no GPU's record in {RESULTS}"
+    for data in records:
+        rows = list(data.get("rows", [])) + [data.get("copy") or {}]
+        for r in rows:
+            vals["gbps"] += [r[k] for k in ("gbps",) if r.get(k) is not None]
+            vals["ms"] += [r[k] for k in ("median_ms", "p20_ms", "p80_ms") if r.get(k) is not None]
+            if r.get("fraction_of_copy") is not None:
+                vals["pct"].append(100 * r["fraction_of_copy"])
+        for t in data.get("targets", []):
+            unit = t.get("unit")
+            for v in (t.get("threshold"), t.get("value")):
+                if v is None:
+                    continue
+                if unit == "fraction_of_copy":
+                    vals["pct"].append(100 * v)
+                elif unit == "gbps":
+                    vals["gbps"].append(v)
     launch = json.loads((RESULTS / "launch-overhead.json").read_text())
     for r in launch.get("per_launch", {}).values():
         vals["us"] += [r[k] for k in ("median_us", "min_us", "max_us") if r.get(k) is not None]

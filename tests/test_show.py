@@ -152,7 +152,8 @@ def test_show_results_one_line_per_kernel_one_column_per_configuration(results, 
 
 def test_show_targets_lines_up_and_says_why_a_target_was_missed(results, capsys):
     missed = utils.show_targets("attention", path=results)
-    lines = capsys.readouterr().out.splitlines()
+    title, *lines = capsys.readouterr().out.splitlines()
+    assert title == "attention targets, recorded on H100, 2026-01-01, commit abababababab"  # the record's GPU
     assert [t["variant"] for t in missed] == ["cuda v3 [float16, full, forward]"]
     assert lines[2].rstrip().endswith("MISSED") and "0.39x" in lines[2]
     assert lines[3].startswith("    why: no cp.async") and all(len(ln) <= 100 for ln in lines[3:6])

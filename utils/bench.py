@@ -14,16 +14,28 @@ Live timings
 
 Recorded results
 ----------------
-``python -m benchmarks`` measures every kernel of the course on an H100 and writes
-``benchmarks/results/h100.json``. Notebooks never hard-code a GPU number: they read this
-file through ``recorded``, ``recorded_sweep``, ``copy_roofline``, ``recorded_machine``,
-``recorded_targets`` and ``show_recorded``, which work on any machine.
+``python -m benchmarks`` measures every kernel of the course on a GPU and writes that GPU's
+record, ``benchmarks/results/<gpu>.json``: ``h100.json`` on an H100, ``h200.json`` on an
+H200 (``gpu_slug`` names it). Each GPU keeps its own record. Notebooks never hard-code a GPU
+number: they read the records through ``recorded``, ``recorded_sweep``, ``copy_roofline``,
+``recorded_machine``, ``recorded_gpu``, ``recorded_targets`` and ``show_recorded``, which work
+on any machine.
+
+Which record a topic's numbers come from: called without ``path``, every function reads, for
+the topic it is asked about, the most recent record that has that topic. A record is a
+``*.json`` of ``benchmarks/results/`` with a top-level ``"schema"`` and ``"rows"`` (not a
+``-quick`` smoke test, not a simulated dry run); ``recorded_gpus()`` lists them. "Most recent"
+is the date that topic was measured in each record: ``topic_commits[topic]["date"]``, else
+the date of the ``--update`` run that re-measured it (its line in ``notes``), else the
+record's ``date``; the label of a table or plot names that record's GPU, date and commit.
+Without a topic, a function reads the record measured most recently. A ``path`` given
+means that file, whatever it holds.
 
 Every recorded file names the git commit it was measured at (``source_commit`` writes it,
 ``recorded_commit`` and ``recorded_label`` read it), so a number can be traced to the code
 that produced it. A file recorded before that was added shows the commit as unknown.
 
-Schema of ``h100.json`` (``"schema": 1``)::
+Schema of a record, ``<gpu>.json`` (``"schema": 1``)::
 
     {
       "schema": 1,
@@ -35,8 +47,10 @@ Schema of ``h100.json`` (``"schema": 1``)::
       "commit": "0123abcd...",                 # the git commit measured (40 hex), or null
       "commit_dirty": false,                   # uncommitted changes to the code measured;
                                                # null when unknown (see source_commit)
-      "topic_commits": {"softmax": {"commit": ..., "commit_dirty": ...}, ...},
-                                               # per topic: --update re-measures some topics
+      "topic_commits": {"softmax": {"commit": ..., "commit_dirty": ..., "date": ...}, ...},
+                                               # per topic: --update re-measures some topics;
+                                               # "date" (when that topic was measured) is
+                                               # missing from records written before it
       "command": "python -m benchmarks ...",
       "timing": "how the numbers were taken (do_bench, warmup, rep)",
       "sizes": {"n": 268435456, "softmax_shapes": [[32768, 1024], ...], "sweep": [4096, ...]},
@@ -95,6 +109,11 @@ __all__ = [
     "recorded_targets",
     "copy_roofline",
     "recorded_machine",
+    "recorded_gpu",
+    "recorded_gpus",
+    "recorded_file",
+    "gpu_short_name",
+    "gpu_slug",
     "recorded_commit",
     "recorded_label",
     "source_commit",
@@ -109,7 +128,8 @@ __all__ = [
     "compare",
 ]
 
-#: The recorded H100 results, written by ``python -m benchmarks`` on the GPU.
+#: The H100's record, for code that names it. The functions below do not read it by default:
+#: they pick, per topic, the most recent record of any GPU (``recorded_file``).
 RESULTS_FILE = RESULTS_DIR / "h100.json"
 
 SIMULATED_LABEL = "simulated on the CPU: not a GPU timing"
@@ -229,20 +249,160 @@ def bench(fn: Callable, *args, nbytes: int | None, name: str = "", warmup: float
 
 
 # --------------------------------------------------------------------------------------
-# Recorded results
+# Recorded results: one record per GPU, the most recent one per topic
 # --------------------------------------------------------------------------------------
-def _path(path) -> Path:
-    return Path(path) if path is not None else RESULTS_FILE
+# A GPU's model in its name: H100, H200, GH200, A100, L40S, A10G, T4, A6000.
+_GPU_MODEL = re.compile(r"\b[A-Z]{1,2}\d{1,4}[A-Z]?\b")
+# The note an --update run leaves: "layernorm, softmax re-measured on 2026-11-27T06:43:46Z at ..."
+_REMEASURED = re.compile(r"([\w, ]+) re-measured on (\S+)")
 
 
-def _nothing_recorded(path: Path, why: str) -> None:
-    print(f"No recorded GPU results: {why} ({path}). "
+def gpu_short_name(gpu: str | None) -> str | None:
+    """The short name of a GPU: ``"H100"`` for ``"NVIDIA H100 80GB HBM3"``, ``"H200"`` for
+    ``"NVIDIA H200"``, ``"A100"`` for ``"NVIDIA A100-SXM4-80GB"``; a name without a model
+    number only loses ``"NVIDIA "`` (``"GeForce RTX 4090"``). None for None."""
+    if not gpu:
+        return None
+    name = str(gpu).strip()
+    m = _GPU_MODEL.search(name)
+    return m.group(0) if m else re.sub(r"^NVIDIA\s+", "", name)
+
+
+def gpu_slug(gpu: str | None) -> str:
+    """The stem of a GPU's files in ``benchmarks/results/`` (``h200`` for ``"NVIDIA H200"``:
+    ``h200.json``, ``h200-validation.txt``): the short name in lower case. The one rule for
+    ``python -m benchmarks`` and ``.ci/gpu-validate.sh``."""
+    return re.sub(r"[^a-z0-9]+", "-", (gpu_short_name(gpu) or "").lower()).strip("-") or "gpu"
+
+
+def _is_record(path: Path, data) -> bool:
+    """A GPU's record: top-level ``schema`` and ``rows``; not a smoke test or a dry run."""
+    return (isinstance(data, dict) and "schema" in data and isinstance(data.get("rows"), list)
+            and not data.get("simulated") and not path.stem.endswith("-quick"))
+
+
+def _topic_date(data: dict, topic: str | None) -> str:
+    """When ``topic`` was measured in a record (ISO, UTC): its own date in ``topic_commits``,
+    else that of the ``--update`` run that re-measured it (``notes``), else the record's."""
+    date = str(data.get("date") or "")
+    if topic is None:
+        return date
+    own = ((data.get("topic_commits") or {}).get(topic) or {}).get("date")
+    if own:
+        return str(own)
+    for note in data.get("notes") or ():
+        m = _REMEASURED.match(str(note))
+        if m and topic in m.group(1).split(", "):
+            date = max(date, m.group(2))
+    return date
+
+
+def _sweep_topics(data: dict) -> set:
+    """The topics with a size sweep in a record (``sweeps``, or rows marked ``sweep``)."""
+    return ({t for t, s in (data.get("sweeps") or {}).items() if s}
+            | {r.get("topic") for r in data.get("rows", []) if r.get("sweep")})
+
+
+# path -> ((mtime, size), summary or None): a record's facts, read once per version of the file
+_SUMMARIES: dict = {}
+
+
+def _summary(path: Path) -> dict | None:
+    """What choosing among records needs from one file; None when it is not a record."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    key = (st.st_mtime_ns, st.st_size)
+    hit = _SUMMARIES.get(path)
+    if hit is not None and hit[0] == key:
+        return hit[1]
+    summary = None
+    try:
+        text = path.read_text()
+        data = json.loads(text) if '"schema"' in text and '"rows"' in text else None
+    except (OSError, ValueError):
+        data = None
+    if _is_record(path, data):
+        topics = ({r.get("topic") for r in data["rows"]} | {f.get("topic") for f in data.get("failed") or []}) - {None}
+        dates = {t: _topic_date(data, t) for t in topics}
+        machine = data.get("machine") or {}
+        summary = dict(machine=machine.get("name") or path.stem, gpu=gpu_short_name(machine.get("gpu")),
+                       gpu_name=machine.get("gpu"), date=max([str(data.get("date") or ""), *dates.values()]),
+                       path=path, topics=sorted(topics), topic_dates=dates, sweeps=sorted(_sweep_topics(data) - {None}))
+    _SUMMARIES[path] = (key, summary)
+    return summary
+
+
+def _records(directory=None) -> list[dict]:
+    """Every GPU's record in ``directory`` (default ``benchmarks/results/``), newest first."""
+    folder = Path(directory) if directory is not None else RESULTS_DIR
+    if not folder.is_dir():
+        return []
+    found = [s for s in (_summary(p) for p in sorted(folder.glob("*.json"))) if s]
+    return sorted(found, key=lambda s: (s["date"], s["path"].name), reverse=True)
+
+
+def recorded_gpus(directory=None) -> list[dict]:
+    """One entry per GPU's record, newest first: ``machine`` (``"h200"``), ``gpu`` (``"H200"``),
+    ``gpu_name`` (``"NVIDIA H200"``), ``date`` (its most recent measurement), ``path`` and the
+    ``topics`` it holds. [] when nothing is recorded."""
+    return [{k: s[k] for k in ("machine", "gpu", "gpu_name", "date", "path", "topics")}
+            for s in _records(directory)]
+
+
+def recorded_file(topic: str | None = None, path=None, *, sweep: bool = False, directory=None) -> Path | None:
+    """The record a topic's numbers come from: the one that measured ``topic`` most recently
+    (with ``sweep=True``: its size sweep); without a topic, the record measured most recently.
+    A ``path`` given is that file. None when no record has it."""
+    if path is not None:
+        return Path(path)
+    records = _records(directory)
+    if topic is None:
+        return records[0]["path"] if records else None
+    having = [s for s in records if topic in (s["sweeps"] if sweep else s["topic_dates"])]
+    if not having:
+        return None
+    return max(having, key=lambda s: (s["topic_dates"].get(topic, s["date"]), s["date"], s["path"].name))["path"]
+
+
+def _resolve(path, topic: str | None = None) -> Path | None:
+    """The file to read: ``path`` if given, else the topic's record, else (a topic no record
+    has) the most recent record, whose answer then says the topic is not there."""
+    return recorded_file(topic, path) or recorded_file(None, path)
+
+
+def _where(path, p: Path | None) -> str:
+    """The file(s) an answer comes from, for a message."""
+    if path is not None or p is None:
+        return Path(path).name if path is not None else "benchmarks/results/"
+    names = [s["path"].name for s in _records()]
+    return names[0] if len(names) == 1 else f"any GPU's record ({', '.join(names)})"
+
+
+def _topic_not_path(path, topic):
+    """``copy_roofline("softmax")``: a bare topic name where a path was expected is the topic."""
+    if topic is None and isinstance(path, str) and not path.endswith(".json") and "/" not in path \
+            and not Path(path).exists():
+        return None, path
+    return path, topic
+
+
+def _nothing_recorded(path: Path | None, why: str) -> None:
+    where = f" ({path})" if path is not None else ""
+    print(f"No recorded GPU results: {why}{where}. "
           "They are written by `python -m benchmarks` on a GPU.")
 
 
-def load_recorded(path=None, quiet: bool = False) -> dict | None:
-    """The whole results file as a dict, or None (with a one-line note) if there is none."""
-    p = _path(path)
+def load_recorded(path=None, quiet: bool = False, topic: str | None = None) -> dict | None:
+    """A whole results file as a dict, or None (with a one-line note) if there is none: ``path``,
+    else the record of ``topic`` (the most recent one that has it), else the most recent record."""
+    path, topic = _topic_not_path(path, topic)
+    p = _resolve(path, topic)
+    if p is None:
+        if not quiet:
+            _nothing_recorded(None, f"no GPU's record in {RESULTS_DIR.name}/ yet")
+        return None
     if not p.is_file():
         if not quiet:
             _nothing_recorded(p, "the file does not exist yet")
@@ -266,29 +426,35 @@ def recorded(topic: str, path=None) -> list[dict]:
     Each row is a dict with ``topic, variant, lang, version, shape, bytes, median_ms,
     p20_ms, p80_ms, gbps, fraction_of_copy`` (and ``reference``, ``description``).
     """
-    data = load_recorded(path)
+    p = _resolve(path, topic)
+    data = load_recorded(p)
     if data is None:
         return []
     rows = [r for r in data.get("rows", []) if r.get("topic") == topic]
     if not rows:
-        print(f"No recorded GPU results for {topic!r} in {_path(path).name}.")
+        print(f"No recorded GPU results for {topic!r} in {_where(path, p)}.")
     return rows
 
 
 def recorded_sweep(topic: str, path=None) -> dict[str, list[tuple[int, float]]]:
-    """``{variant: [(n_elements, GB/s), ...]}`` from the recorded size sweep of a topic."""
-    data = load_recorded(path)
+    """``{variant: [(n_elements, GB/s), ...]}`` from the recorded size sweep of a topic, in the
+    topic's record (``recorded_file(topic)``: the GPU its other numbers come from).
+    ``recorded_file(topic, sweep=True)`` is the most recent record with a sweep of it."""
+    p = _resolve(path, topic)
+    data = load_recorded(p)
     if data is None:
         return {}
     sweep = data.get("sweeps", {}).get(topic, {})
     if not sweep:
-        print(f"No recorded size sweep for {topic!r} in {_path(path).name}.")
+        other = recorded_file(topic, sweep=True) if path is None else None
+        elsewhere = f"; {other.name} has one" if other is not None and other != p else ""
+        print(f"No recorded size sweep for {topic!r} in {p.name}{elsewhere}.")
     return {variant: [(int(n), float(g)) for n, g in points] for variant, points in sweep.items()}
 
 
 def recorded_failures(topic: str | None = None, path=None) -> list[dict]:
     """Kernels the benchmark did not time (a failed check, an error, out of time), with why."""
-    data = load_recorded(path)
+    data = load_recorded(path, topic=topic)
     if data is None:
         return []
     return [r for r in data.get("failed", []) if topic is None or r.get("topic") == topic]
@@ -296,15 +462,17 @@ def recorded_failures(topic: str | None = None, path=None) -> list[dict]:
 
 def recorded_targets(topic: str | None = None, path=None) -> list[dict]:
     """The course's performance targets as recorded: goal, measured value, met or not."""
-    data = load_recorded(path)
+    data = load_recorded(path, topic=topic)
     if data is None:
         return []
     return [t for t in data.get("targets", []) if topic is None or t.get("topic") == topic]
 
 
-def copy_roofline(path=None) -> float | None:
-    """GB/s of a device-to-device copy in the recorded run: the practical ceiling."""
-    data = load_recorded(path)
+def copy_roofline(path=None, topic: str | None = None) -> float | None:
+    """GB/s of a device-to-device copy in the recorded run: the practical ceiling. With
+    ``topic``, the copy of the record that topic's numbers come from (the same GPU and run);
+    without, that of the most recent record."""
+    data = load_recorded(path, topic=topic)
     if data is None:
         return None
     copy = data.get("copy") or {}
@@ -312,10 +480,13 @@ def copy_roofline(path=None) -> float | None:
     return float(gbps) if gbps is not None else None
 
 
-def recorded_machine(path=None) -> dict:
+def recorded_machine(path=None, topic: str | None = None) -> dict:
     """The GPU and software versions of the recorded run, with its ``date``, ``command``,
-    ``timing`` and ``commit`` (None when the file does not name one)."""
-    data = load_recorded(path)
+    ``timing``, ``commit`` (None when the file does not name one) and ``record`` (the file's
+    name). With ``topic``, the record that topic's numbers come from."""
+    path, topic = _topic_not_path(path, topic)
+    p = _resolve(path, topic)
+    data = load_recorded(p)
     if data is None:
         return {}
     info = dict(data.get("machine", {}))
@@ -323,7 +494,15 @@ def recorded_machine(path=None) -> dict:
         if key in data:
             info[key] = data[key]
     info["commit"] = data.get("commit")
+    info["record"] = p.name
     return info
+
+
+def recorded_gpu(topic: str | None = None, path=None) -> str | None:
+    """The short name of the GPU a topic's recorded numbers come from (``"H200"``, ``"H100"``);
+    without a topic, that of the most recent record. None when nothing is recorded."""
+    data = load_recorded(path, quiet=True, topic=topic)
+    return gpu_short_name((data or {}).get("machine", {}).get("gpu"))
 
 
 # --------------------------------------------------------------------------------------
@@ -383,25 +562,26 @@ def _commit_info(data: dict, topic: str | None) -> dict:
 def recorded_commit(topic: str | None = None, path=None) -> str | None:
     """The git commit the recorded GPU numbers (of ``topic``, if given) were measured at,
     or None when the file does not say (recorded before results named their commit)."""
-    data = load_recorded(path, quiet=True)
+    data = load_recorded(path, quiet=True, topic=topic)
     return _commit_info(data, topic).get("commit") or None if data else None
 
 
 def recorded_label(topic: str | None = None, path=None) -> str | None:
-    """Where the recorded numbers come from, for a plot title or a table:
-    ``"NVIDIA H100 80GB HBM3, 2026-11-22, commit 1a2b3c4d5e6f"``; None without a file."""
-    data = load_recorded(path, quiet=True)
+    """Where the recorded numbers (of ``topic``, if given) come from, for a plot title or a table:
+    the GPU, the date that topic was measured and the commit, ``"NVIDIA H200, 2026-11-29, commit
+    1a2b3c4d5e6f"``, with a note when its kernels changed since; None without a record."""
+    p = _resolve(path, topic)
+    data = load_recorded(p, quiet=True) if p is not None else None
     if data is None:
         return None
+    label = _label(data, topic)
+    return label + f" ({STALE_LABEL})" if topic and stale_note(topic, p) else label
+
+
+def _label(data: dict, topic: str | None) -> str:
     gpu = data.get("machine", {}).get("gpu", "a GPU")
-    date = str(data.get("date", ""))[:10]
-    # a topic measured again later (python -m benchmarks --update) has its own date in the notes
-    for note in data.get("notes", []) if topic else ():
-        m = re.match(r"([\w, ]+) re-measured on (\S+)", note)
-        if m and topic in m.group(1).split(", "):
-            date = m.group(2)[:10]
-    label = ", ".join(p for p in (gpu, date, commit_str(_commit_info(data, topic))) if p)
-    return label + f" ({STALE_LABEL})" if topic and stale_note(topic, path) else label
+    date = _topic_date(data, topic)[:10]  # a topic measured again later (--update) has its own date
+    return ", ".join(p for p in (gpu, date, commit_str(_commit_info(data, topic))) if p)
 
 
 #: What a table or plot of a topic says when its kernels changed since they were measured.
@@ -412,7 +592,7 @@ def stale_note(topic: str, path=None) -> str | None:
     """``"measured on an earlier version of this kernel"`` (with why) when ``topic``'s sources
     here differ from those its recorded numbers measured (``benchmarks/sources.py`` hashes
     them; ``python -m benchmarks --update --stale`` measures again), else None."""
-    data = load_recorded(path, quiet=True)
+    data = load_recorded(path, quiet=True, topic=topic)
     if not data or not ((data.get("topic_sources") or {}).get(topic) or {}).get("hash"):
         return None  # a file from before source hashes: which version it measured is unknown
     try:
@@ -443,7 +623,7 @@ def recorded_launch_overhead(path=None) -> dict[str, float]:
 def _machine_line(data: dict, topic: str | None = None) -> str:
     m = data.get("machine", {})
     parts = [m.get("gpu", "unknown GPU")]
-    date = str(data.get("date", ""))[:10]
+    date = _topic_date(data, topic)[:10]
     if date:
         parts.append(f"recorded {date}")
     parts.append(commit_str(_commit_info(data, topic)))
@@ -470,17 +650,19 @@ def _num(v, fmt: str) -> str:
 
 
 def show_recorded(topic: str, path=None) -> None:
-    """Print the recorded GPU numbers of a topic as a table, labelled with the machine."""
-    data = load_recorded(path)
+    """Print the recorded GPU numbers of a topic as a table, labelled with the GPU, date and
+    commit of the record they come from (the most recent that has the topic, or ``path``)."""
+    p = _resolve(path, topic)
+    data = load_recorded(p)
     if data is None:
         return
     rows = [r for r in data.get("rows", []) if r.get("topic") == topic]
     failed = [r for r in data.get("failed", []) if r.get("topic") == topic]
     if not rows and not failed:
-        print(f"No recorded GPU results for {topic!r} in {_path(path).name}.")
+        print(f"No recorded GPU results for {topic!r} in {_where(path, p)}.")
         return
     print(f"Recorded on {_machine_line(data, topic)}")
-    note = stale_note(topic, path)
+    note = stale_note(topic, p)
     if note:
         print(f"Note: {note}")
     roof = (data.get("copy") or {}).get("gbps")
@@ -547,15 +729,19 @@ def show_targets(topic: str, path=None, **where) -> list[dict]:
     shape (and dtype, mask and pass where targets have them), the goal, what was measured and
     whether it was met; under each missed target, why (the reason recorded with it). ``where``
     keeps the targets whose fields equal the values given (``shape=(4, 32, 4096, 64)``; a tuple
-    is a choice of values, None a field the target does not record). Returns the missed ones."""
-    targets = recorded_targets(topic, path)
+    is a choice of values, None a field the target does not record). The first line names the
+    record's GPU, date and commit. Returns the missed ones."""
+    p = _resolve(path, topic)
+    data = load_recorded(p, quiet=True) if p is not None else None
+    targets = recorded_targets(topic, p)
     for key, want in where.items():
         key = key.rstrip("_")
         targets = [t for t in targets if _field_is(t, key, want)]
     if not targets:
         print(f"No recorded targets for {topic!r}" + (f" with {where}" if where else "") + ".")
         return []
-    note = stale_note(topic, path)
+    print(f"{topic} targets, recorded on {_run_label(data, topic, p, stale=False)}")
+    note = stale_note(topic, p)
     if note:
         print(f"Note: {note}")
     keys = [k for k in _CONFIG_KEYS if any(k in t for t in targets)]
@@ -588,10 +774,11 @@ _CONFIG_KEYS = ("dtype", "causal", "pass")
 
 
 def recorded_rows(topic: str, path=None) -> list[dict]:
-    """The recorded rows of a topic in ``h100.json``'s form, from ``h100.json`` or from a
-    topic's own benchmark file whose rows are lists under ``"forward"`` and ``"backward"``
-    (``benchmarks/layernorm_bench.py``: ``version``, ``ms``, ``ms_p20``, ``copy_fraction``)."""
-    data = load_recorded(path, quiet=True)
+    """The recorded rows of a topic in a GPU record's form, from the topic's record (or the
+    record ``path``) or from a topic's own benchmark file whose rows are lists under
+    ``"forward"`` and ``"backward"`` (``benchmarks/layernorm_bench.py``: ``version``, ``ms``,
+    ``ms_p20``, ``copy_fraction``)."""
+    data = load_recorded(_resolve(path, topic), quiet=True)
     if data is None:
         return []
     if data.get("rows"):
@@ -606,9 +793,10 @@ def recorded_rows(topic: str, path=None) -> list[dict]:
     return rows
 
 
-def _run_label(data: dict, topic: str, path) -> str:
-    if data.get("rows"):
-        return recorded_label(topic, path) or ""
+def _run_label(data: dict, topic: str, path, stale: bool = True) -> str:
+    """The GPU, date and commit of a results file, for a table's title."""
+    if data.get("rows") or "schema" in data:
+        return (recorded_label(topic, path) if stale else _label(data, topic)) or ""
     commit = data.get("commit")
     info = commit if isinstance(commit, dict) else {"commit": commit}
     return ", ".join(p for p in (data.get("gpu", "a GPU"), str(data.get("date", ""))[:10], commit_str(info)) if p)
@@ -641,19 +829,21 @@ def show_results(topic: str, path=None, *, metric: str | None = None, sweep: boo
     ``dtype="float16"``, ``causal=True``, ``pass_="forward"``; a tuple is a choice of values, None a
     field the row does not record). ``metric``: ``"tflops"`` (the
     default where the rows have it), ``"gbps"`` or ``"ms"``. ``sweep=True`` shows the size
-    sweep's rows instead of the main ones. ``path``: another results file (default ``h100.json``).
+    sweep's rows instead of the main ones. ``path``: another results file (default: the topic's
+    record, the most recent that has it). The title names the record's GPU, date and commit.
     """
-    data = load_recorded(path)
+    p = _resolve(path, topic)
+    data = load_recorded(p)
     if data is None:
         return
-    rows = [r for r in recorded_rows(topic, path) if bool(r.get("sweep")) == sweep]
+    rows = [r for r in recorded_rows(topic, p) if bool(r.get("sweep")) == sweep]
     for key, want in where.items():
         key = key.rstrip("_")
         if key == "shape":
             want = list(want)
         rows = [r for r in rows if _field_is(r, key, want)]
     if not rows:
-        print(f"No recorded GPU results for {topic!r} in {_path(path).name}"
+        print(f"No recorded GPU results for {topic!r} in {_where(path, p)}"
               + (f" with {where}" if where else "") + ".")
         return
     metric = metric or ("tflops" if any(r.get("tflops") for r in rows) else "gbps")
@@ -679,18 +869,22 @@ def show_results(topic: str, path=None, *, metric: str | None = None, sweep: boo
     fixed = ", ".join(f"{k} {_shape_str(v) if k == 'shape' else v}" for k, v in
                       ((k, rows[0].get(k)) for k in ("shape", *_CONFIG_KEYS) if k not in keys)
                       if v is not None)
-    print(f"{topic}, {unit}" + (f", {fixed}" if fixed else "") + f"; recorded on {_run_label(data, topic, path)}")
+    print(f"{topic}, {unit}" + (f", {fixed}" if fixed else "") + f"; recorded on {_run_label(data, topic, p)}")
     body = [[n + (" *" if n in reference else "")] + [_num(table[n].get(c), fmt) for c in configs] for n in order]
     print(_table(["kernel", *configs], body))
     if reference:
         print("* the course's reference version in that language")
 
 
-def compare_runs(topic: str, paths, *, shape, variants=None, **where) -> list[dict]:
+def compare_runs(topic: str, paths=None, *, shape, variants=None, **where) -> list[dict]:
     """Print the same kernels at the same shape from several results files, one line each:
-    the run (date, commit), the median and the 20th..80th percentile times, and GB/s. A wide
+    the run (GPU, date, commit), the median and the 20th..80th percentile times, and GB/s. A wide
     p20..p80 range, or a time that does not grow with the bytes, says the call waited on the
-    host (Python, the launch) rather than on the GPU. Returns the rows printed."""
+    host (Python, the launch) rather than on the GPU. ``paths=None``: every GPU's record that
+    has the topic, the one that measured it most recently first. Returns the rows printed."""
+    if paths is None:
+        having = [s for s in _records() if topic in s["topic_dates"]]
+        paths = [s["path"] for s in sorted(having, key=lambda s: s["topic_dates"][topic], reverse=True)]
     out = []
     for p in paths:
         data = load_recorded(p, quiet=True)
@@ -704,7 +898,7 @@ def compare_runs(topic: str, paths, *, shape, variants=None, **where) -> list[di
             if variants is not None and _base_variant(r.get("variant")).lower() not in \
                     [v.lower() for v in variants]:
                 continue
-            # a field the file does not record (h100.json has no pass or dtype for a forward-only,
+            # a field the file does not record (a GPU record has no pass or dtype for a forward-only,
             # float32-only topic) matches any value
             if any(r.get(k.rstrip("_")) not in (None, v) for k, v in where.items()):
                 continue
@@ -734,10 +928,11 @@ def compare(results: BenchResult | Iterable[BenchResult], topic: str, path=None)
     if isinstance(results, BenchResult):
         results = [results]
     results = list(results)
-    data = load_recorded(path, quiet=True)
+    p = _resolve(path, topic)
+    data = load_recorded(p, quiet=True) if p is not None else None
     rows = [r for r in (data or {}).get("rows", []) if r.get("topic") == topic]
     if data is None:
-        print(f"No recorded GPU results ({_path(path)}): showing the live timings only.")
+        print(f"No recorded GPU results ({p or _where(path, p)}): showing the live timings only.")
     elif not rows:
         print(f"No recorded GPU results for {topic!r}: showing the live timings only.")
     else:
