@@ -5,11 +5,12 @@
 # (Nsight Systems' importer needs them; the GPU image lacks them).
 set -uo pipefail
 export PYTHONPATH=$PWD:${PYTHONPATH:-}
+GPU=$(python3 -c "import torch, utils.bench as b; print(b.gpu_slug(torch.cuda.get_device_name()))")  # h200 on an H200: the files' stem
 DW=${1:-}
 BIN=$(dirname "$(ls /usr/local/cuda*/bin/ncu 2>/dev/null | head -1)")
 NSYS=$(find /usr/local /opt -name nsys -type f -perm -u+x 2>/dev/null | head -1)
 echo "ncu: $BIN/ncu nsys: ${NSYS:-none}"
-echo "--- step time"; timeout 90 python3 benchmarks/lesson08_gpu.py steptime $OUT/h100-print-loss.json 2>/dev/null
+echo "--- step time"; timeout 90 python3 benchmarks/lesson08_gpu.py steptime $OUT/${GPU}-print-loss.json 2>/dev/null
 echo "--- nsys"
 if [ -n "$NSYS" ]; then
     export LD_LIBRARY_PATH=${DW:+$DW:}${LD_LIBRARY_PATH:-}
@@ -21,12 +22,12 @@ if [ -n "$NSYS" ]; then
         echo "importer $IMP"; [ -n "$IMP" ] && timeout 60 "$IMP" -i /tmp/loop.qdstrm 2>&1 | tail -3
     fi
     { echo "# nsys profile --trace=cuda,osrt python3 benchmarks/ncu_run.py loop; nsys stats, commit ${COURSE_COMMIT:-unknown}";
-      timeout 60 $NSYS stats --report cuda_api_sum,cuda_gpu_kern_sum /tmp/loop.nsys-rep 2>&1; } > $OUT/h100-profiler-nsys.txt
-    echo "rc=$?"; head -40 $OUT/h100-profiler-nsys.txt
+      timeout 60 $NSYS stats --report cuda_api_sum,cuda_gpu_kern_sum /tmp/loop.nsys-rep 2>&1; } > $OUT/${GPU}-profiler-nsys.txt
+    echo "rc=$?"; head -40 $OUT/${GPU}-profiler-nsys.txt
 fi
 echo "--- ncu dram bytes"
 timeout 170 $BIN/ncu --profile-from-start off --csv --page raw \
     --metrics dram__bytes_read.sum,dram__bytes_write.sum --log-file /tmp/dram.csv \
     python3 benchmarks/lesson08_gpu.py dram > /tmp/dram.log 2>&1; echo "ncu rc=$?"; tail -20 /tmp/dram.log
-python3 benchmarks/lesson08_gpu.py collect /tmp/dram.csv /tmp/dram-order.json $OUT/h100-matmul-dram.json
+python3 benchmarks/lesson08_gpu.py collect /tmp/dram.csv /tmp/dram-order.json $OUT/${GPU}-matmul-dram.json
 cp /tmp/dram.csv $OUT/dram-raw.csv 2>/dev/null; true

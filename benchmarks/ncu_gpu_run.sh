@@ -12,6 +12,7 @@
 # STEPS (default all: "ncu sections profiler sanitizer") picks the steps to run.
 set -uo pipefail
 export COURSE_COMMIT=${1:-unknown} PYTHONUNBUFFERED=1 PYTHONPATH=$PWD:${PYTHONPATH:-}
+GPU=$(python3 -c "import torch, utils.bench as b; print(b.gpu_slug(torch.cuda.get_device_name()))")  # h200 on an H200: the files' stem
 R=$OUT/results; mkdir -p $R
 BIN=$(dirname "$(ls /usr/local/cuda*/bin/ncu 2>/dev/null | head -1)")
 NCU=$BIN/ncu; SAN=$BIN/compute-sanitizer
@@ -37,7 +38,7 @@ tail -3 $R/ncu-launches.log
 
 step "timings"
 timeout 240 python3 benchmarks/ncu_run.py time $R/times.json 2>&1 | tail -40
-python3 benchmarks/ncu_run.py collect $R/ncu-raw.csv $R/order.json $R/times.json $R/ncu-h100.json "$(cat $R/ncu-version.txt)"
+python3 benchmarks/ncu_run.py collect $R/ncu-raw.csv $R/order.json $R/times.json $R/ncu-${GPU}.json "$(cat $R/ncu-version.txt)"
 fi
 
 if want sections; then
@@ -50,8 +51,8 @@ fi
 
 if want profiler; then
 step "torch.profiler trace of the training loop"
-timeout 120 python3 benchmarks/ncu_run.py loop $R/h100-profiler-loop.json.gz > $R/h100-profiler-loop.txt 2>&1
-echo "rc=$?"; ls -la $R/h100-profiler-loop.json.gz
+timeout 120 python3 benchmarks/ncu_run.py loop $R/${GPU}-profiler-loop.json.gz > $R/${GPU}-profiler-loop.txt 2>&1
+echo "rc=$?"; ls -la $R/${GPU}-profiler-loop.json.gz
 if [ -n "$NSYS" ]; then
     step "nsys"
     timeout 150 $NSYS profile --trace=cuda,nvtx,osrt --sample=none -o /tmp/loop --force-overwrite true \
@@ -65,14 +66,14 @@ if [ -n "$NSYS" ]; then
         echo "importer: ${IMP:-none}, libdw: ${DW:-none}"
         [ -n "$IMP" ] && LD_LIBRARY_PATH=${DW:+$(dirname "$DW"):}${LD_LIBRARY_PATH:-} timeout 90 "$IMP" -i /tmp/loop.qdstrm 2>&1 | tail -3
     fi
-    timeout 90 $NSYS stats --report cuda_api_sum,cuda_gpu_kern_sum,osrt_sum /tmp/loop.nsys-rep > $R/h100-profiler-nsys.txt 2>&1
-    echo "rc=$?"; head -30 $R/h100-profiler-nsys.txt
+    timeout 90 $NSYS stats --report cuda_api_sum,cuda_gpu_kern_sum,osrt_sum /tmp/loop.nsys-rep > $R/${GPU}-profiler-nsys.txt 2>&1
+    echo "rc=$?"; head -30 $R/${GPU}-profiler-nsys.txt
 fi
 fi
 
 if want sanitizer; then
 step "compute-sanitizer"
-S=$R/h100-sanitizer.txt; : > $S
+S=$R/${GPU}-sanitizer.txt; : > $S
 # The race cases run to the end (a race is no fault), so one process each tool takes them all;
 # an out-of-bounds access poisons the CUDA context, so each of those gets its own process.
 san() {  # tool, cases...
@@ -90,5 +91,5 @@ grep -c "#####" $S; grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Invalid|hazard" $S 
 fi
 
 step "done"
-cp $R/ncu-h100.json $OUT/ 2>/dev/null
+cp $R/ncu-${GPU}.json $OUT/ 2>/dev/null
 tar czf $OUT/ncu-results.tgz -C $OUT results

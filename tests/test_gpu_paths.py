@@ -176,6 +176,7 @@ def test_a_fault_the_gpu_found_names_bounds_and_the_restart(error):
 
 def test_on_a_gpu_every_case_runs_twice_and_grades_the_same(monkeypatch, capsys):
     from grader_kernels import relu_grid_rounded_down
+
     from utils import grading
     monkeypatch.setattr(grading, "SIMULATE", False)   # the GPU's path: every case run twice (races)
     assert grading._race_indices([object()] * 5) == set(range(5))

@@ -385,10 +385,11 @@ def plot_bandwidth(results: dict, roofline_gbps: float | None = None, *,
 
 
 def plot_recorded_bandwidth(topic: str, path=None, *, variants=None, ax=None):
-    """The recorded size sweep of a topic (``benchmarks/results/h100.json``) with its copy
-    roofline, labelled with the GPU, the date and the commit it was recorded at. Returns
-    None if nothing is recorded (a one-line note says why)."""
-    from .bench import copy_roofline, recorded_label, recorded_sweep
+    """The recorded size sweep of a topic (the most recent record that has one, or ``path``)
+    with that run's copy roofline, labelled with the GPU, the date and the commit it was
+    recorded at. Returns None if nothing is recorded (a one-line note says why)."""
+    from .bench import copy_roofline, recorded_file, recorded_label, recorded_sweep
+    path = recorded_file(topic, path, sweep=True) or path
     sweep = recorded_sweep(topic, path)
     if variants is not None:
         sweep = {k: v for k, v in sweep.items() if k in variants}
