@@ -72,7 +72,7 @@ def test_each_topic_comes_from_its_most_recent_record(two_gpus, capsys):
     assert [r["gbps"] for r in utils.recorded("attention")] == [102.0]
     # the roofline, targets, machine and label of the same record
     assert utils.copy_roofline(topic="relu") == 4200.0
-    assert utils.copy_roofline(topic="attention") == utils.copy_roofline("attention") == 3000.0
+    assert utils.copy_roofline(topic="attention") == 3000.0
     assert utils.recorded_targets("relu")[0]["value"] == 200.0
     assert utils.recorded_machine(topic="relu")["record"] == "h200.json"
     assert utils.recorded_label("relu") == "NVIDIA H200, 2026-02-01, commit cccccccccccc"
@@ -111,13 +111,13 @@ def test_tables_name_the_gpu_of_the_record_used(two_gpus, capsys):
     assert [r["file"] for r in rows] == ["h200.json", "h100.json"]
 
 
-def test_a_sweep_comes_from_the_topics_record_or_is_asked_for(two_gpus, capsys):
-    h100, _ = two_gpus
-    # relu's numbers come from the H200, which has no sweep: none, and where one is
-    assert utils.recorded_sweep("relu") == {}
-    assert "No recorded size sweep for 'relu' in h200.json; h100.json has one." in capsys.readouterr().out
-    assert utils.recorded_file("relu", sweep=True) == h100
-    assert utils.recorded_sweep("relu", utils.recorded_file("relu", sweep=True)) == {"triton v1": [(4096, 10.0)]}
+def test_a_sweep_comes_from_the_most_recent_record_that_has_one(two_gpus, capsys):
+    h100, h200 = two_gpus
+    # relu's numbers come from the H200, which has no sweep: the sweep is the H100's
+    assert utils.recorded_file("relu") == h200 and utils.recorded_file("relu", sweep=True) == h100
+    assert utils.recorded_sweep("relu") == {"triton v1": [(4096, 10.0)]}
+    assert utils.recorded_sweep("relu", h200) == {}
+    assert "No recorded size sweep for 'relu' in h200.json." in capsys.readouterr().out
 
 
 def test_nothing_recorded(tmp_path, monkeypatch, capsys):

@@ -380,14 +380,6 @@ def _where(path, p: Path | None) -> str:
     return names[0] if len(names) == 1 else f"any GPU's record ({', '.join(names)})"
 
 
-def _topic_not_path(path, topic):
-    """``copy_roofline("softmax")``: a bare topic name where a path was expected is the topic."""
-    if topic is None and isinstance(path, str) and not path.endswith(".json") and "/" not in path \
-            and not Path(path).exists():
-        return None, path
-    return path, topic
-
-
 def _nothing_recorded(path: Path | None, why: str) -> None:
     where = f" ({path})" if path is not None else ""
     print(f"No recorded GPU results: {why}{where}. "
@@ -397,7 +389,6 @@ def _nothing_recorded(path: Path | None, why: str) -> None:
 def load_recorded(path=None, quiet: bool = False, topic: str | None = None) -> dict | None:
     """A whole results file as a dict, or None (with a one-line note) if there is none: ``path``,
     else the record of ``topic`` (the most recent one that has it), else the most recent record."""
-    path, topic = _topic_not_path(path, topic)
     p = _resolve(path, topic)
     if p is None:
         if not quiet:
@@ -437,18 +428,16 @@ def recorded(topic: str, path=None) -> list[dict]:
 
 
 def recorded_sweep(topic: str, path=None) -> dict[str, list[tuple[int, float]]]:
-    """``{variant: [(n_elements, GB/s), ...]}`` from the recorded size sweep of a topic, in the
-    topic's record (``recorded_file(topic)``: the GPU its other numbers come from).
-    ``recorded_file(topic, sweep=True)`` is the most recent record with a sweep of it."""
-    p = _resolve(path, topic)
+    """``{variant: [(n_elements, GB/s), ...]}`` from the recorded size sweep of a topic: that of
+    the most recent record with a sweep of it (``recorded_file(topic, sweep=True)``, whose GPU
+    may differ from that of the topic's other numbers), or of ``path``."""
+    p = recorded_file(topic, path, sweep=True) or _resolve(path, topic)
     data = load_recorded(p)
     if data is None:
         return {}
     sweep = data.get("sweeps", {}).get(topic, {})
     if not sweep:
-        other = recorded_file(topic, sweep=True) if path is None else None
-        elsewhere = f"; {other.name} has one" if other is not None and other != p else ""
-        print(f"No recorded size sweep for {topic!r} in {p.name}{elsewhere}.")
+        print(f"No recorded size sweep for {topic!r} in {_where(path, p)}.")
     return {variant: [(int(n), float(g)) for n, g in points] for variant, points in sweep.items()}
 
 
@@ -484,7 +473,6 @@ def recorded_machine(path=None, topic: str | None = None) -> dict:
     """The GPU and software versions of the recorded run, with its ``date``, ``command``,
     ``timing``, ``commit`` (None when the file does not name one) and ``record`` (the file's
     name). With ``topic``, the record that topic's numbers come from."""
-    path, topic = _topic_not_path(path, topic)
     p = _resolve(path, topic)
     data = load_recorded(p)
     if data is None:

@@ -389,7 +389,7 @@ def plot_recorded_bandwidth(topic: str, path=None, *, variants=None, ax=None):
     with that run's copy roofline, labelled with the GPU, the date and the commit it was
     recorded at. Returns None if nothing is recorded (a one-line note says why)."""
     from .bench import copy_roofline, recorded_file, recorded_label, recorded_sweep
-    path = recorded_file(topic, path, sweep=True) or path
+    path = recorded_file(topic, path, sweep=True) or path  # the sweep's run: its copy and its label
     sweep = recorded_sweep(topic, path)
     if variants is not None:
         sweep = {k: v for k, v in sweep.items() if k in variants}
