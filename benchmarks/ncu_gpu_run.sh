@@ -16,7 +16,7 @@ GPU=$(python3 -c "import torch, utils.bench as b; print(b.gpu_slug(torch.cuda.ge
 R=$OUT/results; mkdir -p $R
 BIN=$(dirname "$(ls /usr/local/cuda*/bin/ncu 2>/dev/null | head -1)")
 NCU=$BIN/ncu; SAN=$BIN/compute-sanitizer
-NSYS=$(find /usr/local /opt -name nsys -type f -perm -u+x 2>/dev/null | head -1)
+NSYS=${NSYS-$(find /usr/local /opt -name nsys -type f -perm -u+x 2>/dev/null | head -1)}  # NSYS= (empty) skips Nsight Systems
 echo "ncu: $NCU  sanitizer: $SAN  nsys: ${NSYS:-none}"; $NCU --version | tail -1 > $R/ncu-version.txt
 t0=$(date +%s); step() { echo "--- $1 ($(( $(date +%s) - t0 )) s)"; }
 STEPS=${STEPS:-ncu sections profiler sanitizer}

@@ -1,36 +1,99 @@
 #!/usr/bin/env bash
-# Bring a GPU's records up to date, on the GPU machine, from the repository root:
-#   1. python -m benchmarks --update --stale: the topics whose kernels changed since their most
-#      recent record, measured into this GPU's file (<gpu>.json, .md, plots);
-#   2. benchmarks/launch_overhead.py: what one launch costs the host (launch-overhead.json);
-#   3. benchmarks/sim_vs_gpu.py --record: every catalog verdict graded on this GPU (sim-vs-gpu.*);
-#   4. the tests of the GPU-only paths of the harness (tests/test_gpu_paths.py and the guard's).
+# Bring a GPU's records up to date, on the GPU machine, from the repository root. STEPS picks
+# the steps (default: "stale overhead simvsgpu paths"); each writes into benchmarks/results/:
+#   stale      python -m benchmarks --update --stale: the topics whose kernels changed since
+#              their most recent record, measured into this GPU's file (<gpu>.json, .md, plots)
+#   overhead   benchmarks/launch_overhead.py: what one launch costs the host (launch-overhead.json)
+#   simvsgpu   benchmarks/sim_vs_gpu.py --record: every catalog verdict graded on this GPU
+#   paths      the tests of the GPU-only paths of the harness (test_gpu_paths.py, the guard's)
+#   lesson08   lessons 06 and 08: step time with and without print(loss), Nsight Systems
+#              stats of the training loop, DRAM bytes of every matmul version
+#              (benchmarks/lesson08_gpu_run.sh; LIBDW names a folder with libdw.so.1)
+#   ncu        lessons 02, 04 and 08: Nsight Compute counters of benchmarks/ncu_patterns.py,
+#              sections of one kernel, the torch.profiler trace, compute-sanitizer's reports
+#              (benchmarks/ncu_gpu_run.sh)
+#   probes     lesson 07's torch.compile output code, lesson 05's softmax L2 probe, lesson 06's
+#              TF32 probe
+#   layernorm  lesson 09's forward and backward timings (benchmarks/layernorm_bench.py)
+#   lesson11   lesson 11's kernels beside torch (benchmarks/lesson11.py)
+#   sweeps     SWEEP_TOPICS (comma-separated, default every topic) re-measured whole, with
+#              their size sweeps, within BUDGET_S
 # Every results file written or changed is packed into OUT/records.tgz (unpack it in the
 # repository root and commit); the log of each step is in OUT/rerecord.log.
-# Usage: bash benchmarks/rerecord_gpu_run.sh [OUT] [BUDGET_S]   (BUDGET_S: seconds for step 1)
+# Usage: [STEPS="..."] bash benchmarks/rerecord_gpu_run.sh [OUT] [BUDGET_S]
+#   (BUDGET_S: seconds for the stale and sweeps steps, default 330)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-${OUT:-artifacts/gpu}}
 budget=${2:-330}
+STEPS=${STEPS:-stale overhead simvsgpu paths}
+want() { [[ " $STEPS " == *" $1 "* ]]; }
 mkdir -p "$out"
+out=$(cd "$out" && pwd)
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 MPLBACKEND=Agg
+export COURSE_COMMIT=${COURSE_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}
+GPU=$(python3 -c "import torch, utils.bench as b; print(b.gpu_slug(torch.cuda.get_device_name()))")
+RES=benchmarks/results
 marker=$(mktemp); touch "$marker"; sleep 1
 {
   start=$(date +%s)
-  echo "== 1. python -m benchmarks --update --stale --budget $budget"
-  timeout $((budget + 60)) python3 -m benchmarks --update --stale --budget "$budget"; echo "rc=$?"
-  echo "   $(( $(date +%s) - start )) s"
-  echo "== 2. launch overhead"
-  timeout 120 python3 benchmarks/launch_overhead.py; echo "rc=$?"
-  echo "   $(( $(date +%s) - start )) s"
-  echo "== 3. sim-vs-gpu verdicts"
-  timeout 240 python3 benchmarks/sim_vs_gpu.py --record --jobs 12 | tail -40; echo "rc=$?"
-  echo "   $(( $(date +%s) - start )) s"
-  echo "== 4. the harness's GPU-only paths"
-  timeout 120 python3 -m pytest -q -p no:cacheprovider -n 8 --dist loadfile -o addopts="" \
-      tests/test_gpu_paths.py tests/test_grader_guard.py tests/test_traffic.py 2>&1 | tail -25
-  echo "   $(( $(date +%s) - start )) s"
+  mark() { echo "== $1 ($(( $(date +%s) - start )) s)"; }
+  if want stale; then
+    mark "stale: python -m benchmarks --update --stale --budget $budget"
+    timeout $((budget + 60)) python3 -m benchmarks --update --stale --budget "$budget"; echo "rc=$?"
+  fi
+  if want overhead; then
+    mark "launch overhead"
+    timeout 120 python3 benchmarks/launch_overhead.py; echo "rc=$?"
+  fi
+  if want simvsgpu; then
+    mark "sim-vs-gpu verdicts"
+    timeout 240 python3 benchmarks/sim_vs_gpu.py --record --jobs 12 | tail -40; echo "rc=$?"
+  fi
+  if want paths; then
+    mark "the harness's GPU-only paths"
+    timeout 120 python3 -m pytest -q -p no:cacheprovider -n 8 --dist loadfile -o addopts="" \
+        tests/test_gpu_paths.py tests/test_grader_guard.py tests/test_traffic.py 2>&1 | tail -25
+  fi
+  if want lesson08; then
+    mark "lesson08"
+    tmp=$(mktemp -d)
+    OUT=$tmp timeout 420 bash benchmarks/lesson08_gpu_run.sh "${LIBDW:-}" 2>&1 | tail -60
+    cp "$tmp/$GPU-print-loss.json" "$tmp/$GPU-profiler-nsys.txt" "$tmp/$GPU-matmul-dram.json" $RES/ 2>/dev/null
+    ls "$tmp"
+  fi
+  if want ncu; then
+    mark "ncu"
+    tmp=$(mktemp -d)
+    # Nsight Systems runs in the lesson08 step; ncu, sections, the profiler trace and the sanitizer here
+    OUT=$tmp NSYS= timeout 560 bash benchmarks/ncu_gpu_run.sh "$COURSE_COMMIT" 2>&1 | tail -60
+    r=$tmp/results
+    cp "$r/ncu-$GPU.json" "$r/$GPU-profiler-loop.json.gz" "$r/$GPU-profiler-loop.txt" "$r/$GPU-sanitizer.txt" $RES/ 2>/dev/null
+    [ -s "$r/ncu-sections.txt" ] && cp "$r/ncu-sections.txt" "$RES/ncu-$GPU-sections.txt"
+    ls "$r"
+  fi
+  if want probes; then
+    mark "probes: output code"
+    timeout 240 python3 benchmarks/output_code.py --commit "$COURSE_COMMIT" 2>&1 | tail -8; echo "rc=$?"
+    mark "probes: softmax L2"
+    timeout 120 python3 benchmarks/softmax_l2_probe.py --out "$RES/$GPU-softmax-l2-probe.json" 2>&1 | tail -12; echo "rc=$?"
+    mark "probes: tf32"
+    timeout 90 python3 benchmarks/tf32_probe.py "$RES/$GPU-tf32.json" 2>&1 | tail -12; echo "rc=$?"
+  fi
+  if want layernorm; then
+    mark "layernorm forward and backward"
+    timeout 300 python3 benchmarks/layernorm_bench.py --out "$RES/$GPU-layernorm.json" --budget 200 2>&1 | tail -30; echo "rc=$?"
+  fi
+  if want lesson11; then
+    mark "lesson11"
+    timeout 300 python3 -m benchmarks.lesson11 --budget 200 2>&1 | tail -40; echo "rc=$?"
+  fi
+  if want sweeps; then
+    mark "sweeps: ${SWEEP_TOPICS:-every topic}"
+    timeout $((budget + 60)) python3 -m benchmarks --update --topics "${SWEEP_TOPICS:-relu,gelu,reduction,softmax,matmul,matmul_fp16,layernorm,attention}" --budget "$budget" 2>&1 | tail -40; echo "rc=$?"
+  fi
+  mark "done"
 } 2>&1 | tee "$out/rerecord.log"
-find benchmarks/results -type f -newer "$marker" | sort > "$out/changed.txt"
+find $RES -type f -newer "$marker" | sort > "$out/changed.txt"
 cat "$out/changed.txt"
 tar czf "$out/records.tgz" -T "$out/changed.txt"
