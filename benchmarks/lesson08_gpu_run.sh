@@ -5,7 +5,7 @@
 # (Nsight Systems' importer needs them; the GPU image lacks them).
 set -uo pipefail
 export PYTHONPATH=$PWD:${PYTHONPATH:-}
-GPU=$(python3 -c "import torch, utils.bench as b; print(b.gpu_slug(torch.cuda.get_device_name()))")  # h200 on an H200: the files' stem
+GPU=$(python3 -c "import torch; from utils.bench import gpu_slug; print(gpu_slug(torch.cuda.get_device_name()))")  # h200 on an H200: the files' stem
 DW=${1:-}
 BIN=$(dirname "$(ls /usr/local/cuda*/bin/ncu 2>/dev/null | head -1)")
 NSYS=$(find /usr/local /opt -name nsys -type f -perm -u+x 2>/dev/null | head -1)

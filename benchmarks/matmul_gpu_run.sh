@@ -4,7 +4,7 @@
 OUT=${OUT:-/tmp}
 set -o pipefail
 export PYTHONPATH=$PWD:${PYTHONPATH:-}
-GPU=$(python3 -c "import torch, utils.bench as b; print(b.gpu_slug(torch.cuda.get_device_name()))")  # h200 on an H200: the files' stem
+GPU=$(python3 -c "import torch; from utils.bench import gpu_slug; print(gpu_slug(torch.cuda.get_device_name()))")  # h200 on an H200: the files' stem
 timeout 330 python3 -m benchmarks --topics matmul,matmul_fp16 --update 2>&1 | tail -45
 cp benchmarks/results/${GPU}.json benchmarks/results/${GPU}.md "$OUT"/ 2>/dev/null
 cp benchmarks/results/${GPU}-matmul*.png "$OUT"/ 2>/dev/null

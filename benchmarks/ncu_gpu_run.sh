@@ -12,7 +12,7 @@
 # STEPS (default all: "ncu sections profiler sanitizer") picks the steps to run.
 set -uo pipefail
 export COURSE_COMMIT=${1:-unknown} PYTHONUNBUFFERED=1 PYTHONPATH=$PWD:${PYTHONPATH:-}
-GPU=$(python3 -c "import torch, utils.bench as b; print(b.gpu_slug(torch.cuda.get_device_name()))")  # h200 on an H200: the files' stem
+GPU=$(python3 -c "import torch; from utils.bench import gpu_slug; print(gpu_slug(torch.cuda.get_device_name()))")  # h200 on an H200: the files' stem
 R=$OUT/results; mkdir -p $R
 BIN=$(dirname "$(ls /usr/local/cuda*/bin/ncu 2>/dev/null | head -1)")
 NCU=$BIN/ncu; SAN=$BIN/compute-sanitizer

@@ -32,7 +32,8 @@ mkdir -p "$out"
 out=$(cd "$out" && pwd)
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 MPLBACKEND=Agg
 export COURSE_COMMIT=${COURSE_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}
-GPU=$(python3 -c "import torch, utils.bench as b; print(b.gpu_slug(torch.cuda.get_device_name()))")
+GPU=$(python3 -c "import torch; from utils.bench import gpu_slug; print(gpu_slug(torch.cuda.get_device_name()))")
+[ -n "$GPU" ] || { echo "no GPU here: nothing to record"; exit 2; }
 RES=benchmarks/results
 marker=$(mktemp); touch "$marker"; sleep 1
 {
@@ -66,7 +67,7 @@ marker=$(mktemp); touch "$marker"; sleep 1
     mark "ncu"
     tmp=$(mktemp -d)
     # Nsight Systems runs in the lesson08 step; ncu, sections, the profiler trace and the sanitizer here
-    OUT=$tmp NSYS= timeout 560 bash benchmarks/ncu_gpu_run.sh "$COURSE_COMMIT" 2>&1 | tail -60
+    OUT=$tmp NSYS= STEPS="${NCU_STEPS:-ncu sections profiler sanitizer}" timeout 560 bash benchmarks/ncu_gpu_run.sh "$COURSE_COMMIT" 2>&1 | tail -60
     r=$tmp/results
     cp "$r/ncu-$GPU.json" "$r/$GPU-profiler-loop.json.gz" "$r/$GPU-profiler-loop.txt" "$r/$GPU-sanitizer.txt" $RES/ 2>/dev/null
     [ -s "$r/ncu-sections.txt" ] && cp "$r/ncu-sections.txt" "$RES/ncu-$GPU-sections.txt"
