@@ -276,3 +276,32 @@ def test_stale_reports_the_validation_with_an_older_commit_of_this_repo(tmp_path
     changed = validation.changes_since(commit[:12])["changed"]
     assert changed and f"tested commit {commit[:12]}. Since then {len(changed)} file(s) under kernels/" in paragraph
     assert "A validation call is due" in paragraph and changed[0] in paragraph
+
+
+def test_recorded_gpu_file_takes_the_newest_gpu_that_has_the_file(two_gpus, tmp_path):
+    # the H100's record is the most recent (its softmax was re-measured after the H200's run);
+    # both GPUs have ncu counters, only the H200 a print-loss file
+    (tmp_path / "h200-print-loss.json").write_text("{}")
+    (tmp_path / "ncu-h100.json").write_text("{}")
+    (tmp_path / "ncu-h200.json").write_text("{}")
+    assert [g["gpu"] for g in utils.recorded_gpus()] == ["H100", "H200"]
+    assert utils.recorded_gpu_file("ncu-{gpu}.json") == (tmp_path / "ncu-h100.json", "H100")
+    assert utils.recorded_gpu_file("{gpu}-print-loss.json") == (tmp_path / "h200-print-loss.json", "H200")
+    # the lesson11 file exists for the H100 only; a GPU with no benchmark record is named by its stem
+    assert utils.recorded_gpu_file("{gpu}-lesson11.json") == (tmp_path / "h100-lesson11.json", "H100")
+    (tmp_path / "b200-tf32.json").write_text("{}")
+    assert utils.recorded_gpu_file("{gpu}-tf32.json") == (tmp_path / "b200-tf32.json", "B200")
+    assert utils.recorded_gpu_file("{gpu}-nothing.txt") == (None, None)
+    with pytest.raises(ValueError, match=r"\{gpu\}"):
+        utils.recorded_gpu_file("h200-print-loss.json")
+
+
+def test_every_lesson_reads_the_newest_gpu_recording():
+    """A notebook names no GPU's file: it asks for the newest one (recorded_gpu_file,
+    recorded_file), so that a re-recording on another GPU reaches every lesson."""
+    import re
+    pinned = re.compile(r"""["'](?:ncu-)?[ahbl]\d{2,4}[a-z]?[-.][\w.-]*["']""")
+    hits = [f"{nb.name}: {m.group(0)}" for nb in sorted((ROOT / "notebooks").glob("*.ipynb"))
+            for cell in json.loads(nb.read_text())["cells"] if cell["cell_type"] == "code"
+            for m in pinned.finditer("".join(cell["source"]))]
+    assert not hits, "notebooks read one GPU's file by name: " + "; ".join(hits)

@@ -112,6 +112,7 @@ __all__ = [
     "recorded_gpu",
     "recorded_gpus",
     "recorded_file",
+    "recorded_gpu_file",
     "gpu_short_name",
     "gpu_slug",
     "recorded_commit",
@@ -364,6 +365,28 @@ def recorded_file(topic: str | None = None, path=None, *, sweep: bool = False, d
     if not having:
         return None
     return max(having, key=lambda s: (s["topic_dates"].get(topic, s["date"]), s["date"], s["path"].name))["path"]
+
+
+def recorded_gpu_file(pattern: str, directory=None) -> tuple[Path | None, str | None]:
+    """A lesson's GPU recording that is not a benchmark record (a profiler trace, Nsight
+    Compute's counters, a probe), named from its GPU: ``pattern`` holds ``{gpu}``, the GPU's
+    file stem (``"{gpu}-print-loss.json"`` is ``h200-print-loss.json`` on an H200). Returns
+    ``(path, gpu)`` for the GPU recorded most recently that has the file (``gpu`` its short
+    name, ``"H200"``), else for any GPU whose file is there; ``(None, None)`` when none is."""
+    if "{gpu}" not in pattern:
+        raise ValueError(f"recorded_gpu_file: the pattern {pattern!r} must hold {{gpu}}, as in '{{gpu}}-print-loss.json'")
+    folder = Path(directory) if directory is not None else RESULTS_DIR
+    for rec in recorded_gpus(folder):
+        path = folder / pattern.format(gpu=gpu_slug(rec["gpu_name"] or rec["gpu"]))
+        if path.is_file():
+            return path, rec["gpu"]
+    # a file from a GPU with no benchmark record: its stem is all there is to name it by
+    head, _, tail = pattern.partition("{gpu}")
+    for path in sorted(folder.glob(f"{head}*{tail}")):
+        stem = path.name[len(head):len(path.name) - len(tail)]
+        if re.fullmatch(r"[a-z0-9-]+", stem):
+            return path, stem.upper()
+    return None, None
 
 
 def _resolve(path, topic: str | None = None) -> Path | None:
