@@ -18,7 +18,6 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import utils
-
 from utils import sources
 
 from . import report, validation

@@ -79,7 +79,7 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
-def _sources(packages=("runtime", "kernels", "utils", "tools", "benchmarks", "extensions")) -> dict[str, tuple[str, bool]]:
+def _sources(packages=tuple(FLOORS)) -> dict[str, tuple[str, bool]]:
     return {_module_name(p): (p.read_text(), p.name == "__init__.py")
             for pkg in packages for p in sorted((ROOT / pkg).rglob("*.py"))
             if ".cache" not in p.parts and "build" not in p.parts}
