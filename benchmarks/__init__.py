@@ -28,7 +28,7 @@ another GPU leaves the others' records as they are:
 * ``<gpu>.md``: a summary with each of the course's targets met or missed;
 * per topic, ``topic_commits`` (the commit and date it was measured at) and ``topic_sources``
   in ``<gpu>.json``: a hash of the files its numbers measured (kernels, launchers, the
-  headers and modules they include or import, the spec: ``benchmarks/sources.py``), which
+  headers and modules they include or import, the spec: ``utils/sources.py``), which
   ``--stale`` and the notebooks' "measured on an earlier version of this kernel" compare with
   the files here;
 * ``<gpu>-<topic>.png``: GB/s against size, with the copy roofline.

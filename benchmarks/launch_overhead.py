@@ -143,7 +143,7 @@ def reference_launchers():
 
 def measure_all() -> dict:
     """Every row of the record: bare launches, the steps of a Numba launch, every reference launcher."""
-    from utils.backends.cuda import _gpu
+    from runtime.backends.cuda import _gpu
 
     import triton
     import triton.language as tl

@@ -15,8 +15,8 @@ Variants:
 * ``stock``: numba-cuda's simulator as installed;
 * ``stock_switchinterval``: the same with ``sys.setswitchinterval(1e-4)``, the cheap fix
   that speeds up the stock scheduler's polling loop;
-* ``patched``: the course's simulator (``utils/backends/numba/simulator.py``), as ``import utils``
-  sets it up in simulation, race detection (``utils/backends/numba/races.py``) included;
+* ``patched``: the course's simulator (``runtime/backends/numba/simulator.py``), as ``import utils``
+  sets it up in simulation, race detection (``runtime/backends/numba/races.py``) included;
 * ``patched_norace``: the same with race detection off (``COURSE_RACECHECK=0``), to
   show what detection costs (at most 3x is the budget);
 * ``patched_unpinned``: the patched simulator without pinning its OS threads to one core
@@ -55,8 +55,8 @@ def _child(variant: str, n_elementwise: int, n_reduction: int, repeats: int) -> 
         if variant == "patched_norace":
             os.environ["COURSE_RACECHECK"] = "0"
         sys.path.insert(0, str(ROOT))
-        import utils
-        assert utils.backends.numba.simulator.is_applied()
+        import runtime
+        assert runtime.backends.numba.simulator.is_applied()
     if variant.endswith("switchinterval"):
         sys.setswitchinterval(1e-4)
 
@@ -178,7 +178,7 @@ def main(argv=None) -> int:
         numba_cuda = "unknown"
     record = {
         "what": "Numba CUDA simulator speed on the CPU, stock vs the course's patch "
-                "(utils/backends/numba/simulator.py); each variant in a fresh process, best of the "
+                "(runtime/backends/numba/simulator.py); each variant in a fresh process, best of the "
                 "repeats (1 for stock, 3 for patched)",
         "date": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,

@@ -49,7 +49,7 @@ os.environ.setdefault("COURSE_SIMULATE", "1")
 import torch  # noqa: E402
 
 import utils  # noqa: E402
-from utils.backends.cuda import _toolchain  # noqa: E402
+from runtime.backends.cuda import _toolchain  # noqa: E402
 
 RESULT = ROOT / "benchmarks" / "results" / "published-survey.json"
 SAMPLES, LLMC, SGEMM = "NVIDIA/cuda-samples", "karpathy/llm.c", "siboehm/SGEMM_CUDA"

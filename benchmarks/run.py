@@ -18,8 +18,9 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import utils
+from utils import sources
 
-from . import report, sources, validation
+from . import report, validation
 from .harness import CUSTOM_WORKERS, Events, read_events, worker_main
 from .topics import TOPICS, copy_bytes, main_shapes
 
@@ -64,7 +65,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "goes into the notes)")
     p.add_argument("--stale", action="store_true",
                    help="alone: list the topics whose sources (kernels, launchers, spec: "
-                        "benchmarks/sources.py) changed since their most recent record (of any GPU) "
+                        "utils/sources.py) changed since their most recent record (of any GPU) "
                         "measured them, and whether code changed since the last GPU validation call "
                         "(<gpu>-validation.txt), on any machine; with --update: re-measure those topics "
                         "into this GPU's record")
@@ -346,7 +347,7 @@ def merge(events: list[dict]) -> tuple[list, list, dict, list]:
 # --------------------------------------------------------------------------------------
 def stale_report(path: Path, topics) -> dict[str, str]:
     """``{topic: why}``: the topics of the results file ``path`` whose recorded numbers are
-    stale (see ``benchmarks/sources.py``); every topic when there is no results file."""
+    stale (see ``utils/sources.py``); every topic when there is no results file."""
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError):

@@ -1,5 +1,5 @@
 """How a GPU's tensor cores read float32 inputs in ``tl.dot``, measured, to check the
-interpreter's model of it (``utils/backends/triton/tensor_core.py``).
+interpreter's model of it (``runtime/backends/triton/tensor_core.py``).
 
 For each ``input_precision`` ("tf32", the default; "tf32x3"; "ieee") one Triton kernel
 multiplies a float32 tile pair with a single ``tl.dot``. The result is compared with float64
@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 import utils  # first: picks the GPU or the interpreter
-from utils.backends.triton.tensor_core import tf32_round, tf32_truncate
+from runtime.backends.triton.tensor_core import tf32_round, tf32_truncate
 
 import triton
 import triton.language as tl

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from utils.config import PROBLEM_SIZES
+from runtime.config import PROBLEM_SIZES
 from utils.topics import TOPICS as _SPECS
 from utils.topics import benchmarked
 from utils.topics._spec import FLOAT, Baseline, Spec, numel  # noqa: F401  (re-exported)

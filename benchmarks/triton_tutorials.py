@@ -47,7 +47,7 @@ NOTES = {
     "07-extern-functions.py": "the tutorial asserts x.is_cuda on its own tensors, which live on the "
                               "CPU in simulation. Past that line (`diagnosis`: a copy without it), "
                               "libdevice.asin runs with the course's patches (every __nv_* function "
-                              "but jn/yn has a NumPy twin, utils/backends/libdevice.py); "
+                              "but jn/yn has a NumPy twin, runtime/backends/libdevice.py); "
                               "stock Triton's interpreter fails there, since "
                               "triton.language.extra.libdevice holds stubs that only the GPU "
                               "compiler replaces ('cannot convert None ... to tensor')",

@@ -4,7 +4,7 @@
     kernels/numba/<op>.py    numba.cuda.jit kernels and launchers
     kernels/triton/<op>.py   @triton.jit kernels and launchers
 
-Every launcher takes torch tensors on ``utils.DEVICE`` and returns torch tensors, so
+Every launcher takes torch tensors on ``runtime.DEVICE`` and returns torch tensors, so
 notebooks, exercises, tests and benchmarks call the same code. ``kernels.get`` is the
 one loader:
 
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import importlib
 
-import utils  # noqa: F401  (configures simulation before numba/triton load)
+import runtime  # noqa: F401  (configures simulation before numba/triton load)
 
 LANGUAGES = ("cuda", "numba", "triton")
 

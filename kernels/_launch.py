@@ -24,8 +24,8 @@ from pathlib import Path
 
 import torch
 
-import utils
-from utils.inputs import check_input, check_same_shape
+import runtime
+from runtime.inputs import check_input, check_same_shape
 
 #: The stand-in for the number of SMs in simulation: the emulator and the simulators run one
 #: block after another, so a small persistent grid keeps a grid-stride loop honest (several
@@ -42,9 +42,9 @@ def cdiv(a: int, b: int) -> int:
 
 def sm_count() -> int:
     """Streaming multiprocessors of the GPU (``SIM_SM_COUNT`` in simulation)."""
-    if utils.SIMULATE:
+    if runtime.SIMULATE:
         return SIM_SM_COUNT
-    return torch.cuda.get_device_properties(utils.DEVICE).multi_processor_count
+    return torch.cuda.get_device_properties(runtime.DEVICE).multi_processor_count
 
 
 def whole_warps(threads: int, most: int = 1024) -> int:
@@ -58,10 +58,10 @@ def capped_grid(n: int, block_size: int, blocks_per_sm: int | None = None) -> in
     cover them (at least one), but at most ``blocks_per_sm`` on every SM (``None``: one full
     wave, as many as an SM holds at once); each thread loops over the rest. In simulation
     ``SIM_SM_COUNT`` blocks at most."""
-    if utils.SIMULATE:
+    if runtime.SIMULATE:
         cap = SIM_SM_COUNT
     else:
-        props = torch.cuda.get_device_properties(utils.DEVICE)
+        props = torch.cuda.get_device_properties(runtime.DEVICE)
         if blocks_per_sm is None:
             blocks_per_sm = max(getattr(props, "max_threads_per_multi_processor", 2048) // block_size, 1)
         cap = props.multi_processor_count * blocks_per_sm
@@ -71,7 +71,7 @@ def capped_grid(n: int, block_size: int, blocks_per_sm: int | None = None) -> in
 def inputs_and_output(*tensors, op: str, names=("x", "y"), hint: str = ONE_SHAPE, max_numel: int | None = None):
     """The input rules of an elementwise launcher, in every language, and its output:
     ``(*tensors, out)``, each tensor a contiguous float32 tensor on the course's device
-    (``utils.inputs.check_input``: a clear error otherwise), all of one shape (no
+    (``runtime.inputs.check_input``: a clear error otherwise), all of one shape (no
     broadcasting; ``hint`` ends the message), and ``out`` a new tensor of that shape.
 
         x, y = inputs_and_output(x, op="relu")

@@ -18,14 +18,15 @@ os.environ.setdefault("MKL_NUM_THREADS", "1")
 
 import pytest
 
-import utils  # must come before any numba/triton import
+import runtime
+import utils  # noqa: F401  the learner's front door, as every notebook starts (before numba/triton)
 
 
 @pytest.fixture
 def emulator_only(monkeypatch):
     """For tests of the emulator itself that call host code from a kernel on purpose (NVRTC,
     which checks every emulated kernel, would rightly reject that code)."""
-    from utils.backends.cuda import _toolchain
+    from runtime.backends.cuda import _toolchain
     monkeypatch.setattr(_toolchain, "NVRTC_PARITY", False)
 
 
@@ -69,7 +70,7 @@ def allow_torch_ops(monkeypatch):
 # which put the longest builds last) turned off, as --no-loadscope-reorder does (set here
 # rather than in pyproject.toml: older pytest-xdist releases lack the option).
 NEW_FILE_SECONDS = 30.0
-_RECORD = utils.paths.RESULTS_DIR / "cpu-validation.txt"
+_RECORD = runtime.paths.RESULTS_DIR / "cpu-validation.txt"
 
 
 def recorded_file_seconds(record=_RECORD) -> dict[str, float]:

@@ -31,9 +31,9 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
+from runtime.paths import ROOT
 from utils import autograde
 from utils.nbtools import KERNELSPEC, add_grading_metadata
-from utils.paths import ROOT
 
 ASSIGNMENT = "ps00"
 NOTEBOOK = "tiny.ipynb"

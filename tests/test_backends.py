@@ -1,4 +1,6 @@
-"""The backends' interface (utils/backends/) and the shape of utils/: no import circles."""
+"""The backends' interface (runtime/backends/) and the shape of the house: no import circles
+anywhere in the course's packages, and every import points down a floor (runtime, kernels,
+utils, then the tools and benchmarks that use them)."""
 from __future__ import annotations
 
 import ast
@@ -10,11 +12,12 @@ import torch
 import utils
 
 ROOT = Path(__file__).resolve().parent.parent
-UTILS = ROOT / "utils"
+#: The course's packages from the bottom floor up: a module imports its own floor or lower ones.
+FLOORS = {"runtime": 0, "kernels": 1, "utils": 2, "extensions": 3, "tools": 3, "benchmarks": 3, "tests": 4}
 
 
 # --------------------------------------------------------------------------------------
-# No import circles among the modules of utils/
+# No import circles, no import that climbs
 # --------------------------------------------------------------------------------------
 def _module_name(path: Path) -> str:
     rel = path.relative_to(ROOT).with_suffix("")
@@ -24,36 +27,36 @@ def _module_name(path: Path) -> str:
     return ".".join(parts)
 
 
+def _imports(mod: str, text: str, is_pkg: bool, known) -> set[str]:
+    """The course's modules that ``mod`` imports, at module level or inside a function (a lazy
+    import that closes a circle is still a circle: it only hides it until that call)."""
+    package = mod if is_pkg else mod.rpartition(".")[0]
+    deps = set()
+    for node in ast.walk(ast.parse(text)):
+        names = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[:len(base) - (node.level - 1)]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            # `from . import x`: x may be a submodule
+            subs = [f"{target}.{a.name}" for a in node.names]
+            names = [s for s in subs if s in known] or [target]
+        for n in names:
+            while n and n not in known:  # `import runtime.backends.cuda._toolchain` -> that module
+                n = n.rpartition(".")[0]
+            if n and n != mod:
+                deps.add(n)
+    return deps
+
+
 def _import_graph(sources: dict[str, tuple[str, bool]]) -> dict[str, set[str]]:
-    """module -> the utils modules it imports, at module level or inside a function (a lazy
-    import that closes a circle is still a circle: it only hides it until that call).
-    ``sources``: module -> (text, is_package). ``import utils`` (the flat facade, which
-    imports everything) is left out: a module may look a flat name up at call time."""
-    graph = {}
-    for mod, (text, is_pkg) in sources.items():
-        package = mod if is_pkg else mod.rpartition(".")[0]
-        deps = set()
-        for node in ast.walk(ast.parse(text)):
-            names = []
-            if isinstance(node, ast.Import):
-                names = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom):
-                if node.level:
-                    base = package.split(".")
-                    base = base[:len(base) - (node.level - 1)]
-                    target = ".".join(base + ([node.module] if node.module else []))
-                else:
-                    target = node.module or ""
-                # `from . import x`: x may be a submodule
-                subs = [f"{target}.{a.name}" for a in node.names]
-                names = [s for s in subs if s in sources] or [target]
-            for n in names:
-                while n and n not in sources:  # `import utils.backends.cuda._toolchain` -> that module
-                    n = n.rpartition(".")[0]
-                if n and n != "utils" and n != mod:
-                    deps.add(n)
-        graph[mod] = deps
-    return graph
+    """module -> the course's modules it imports. ``sources``: module -> (text, is_package)."""
+    return {mod: _imports(mod, text, is_pkg, sources) for mod, (text, is_pkg) in sources.items()}
 
 
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -76,26 +79,54 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
-def _utils_sources() -> dict[str, tuple[str, bool]]:
-    return {_module_name(p): (p.read_text(), p.name == "__init__.py") for p in sorted(UTILS.rglob("*.py"))}
+def _sources(packages=tuple(FLOORS)) -> dict[str, tuple[str, bool]]:
+    return {_module_name(p): (p.read_text(), p.name == "__init__.py")
+            for pkg in packages for p in sorted((ROOT / pkg).rglob("*.py"))
+            if ".cache" not in p.parts and "build" not in p.parts}
 
 
-def test_utils_has_no_import_circles():
-    cycles = _cycles(_import_graph(_utils_sources()))
-    assert not cycles, "import circles among utils modules:\n" + "\n".join(" -> ".join(c) for c in cycles)
+def test_no_import_circles_anywhere():
+    cycles = _cycles(_import_graph(_sources()))
+    assert not cycles, "import circles:\n" + "\n".join(" -> ".join(c) for c in cycles)
+
+
+def _climbing(graph) -> list[str]:
+    floor = lambda m: FLOORS[m.partition(".")[0]]  # noqa: E731
+    return sorted(f"{m} -> {d}" for m, deps in graph.items() for d in deps if floor(d) > floor(m)
+                  or (floor(d) == floor(m) and d.partition(".")[0] != m.partition(".")[0]))
+
+
+def test_every_import_points_down():
+    """runtime imports nothing of the course above it, kernels only the runtime, utils (the
+    learner's front door) the two below it; tools and benchmarks stand on all three."""
+    climbing = _climbing(_import_graph(_sources()))
+    assert not climbing, "imports that climb a floor:\n" + "\n".join(climbing)
 
 
 @pytest.mark.parametrize("module, lazy_import", [
-    # the two circles the backends' layout removed, put back as the lazy imports they were
-    ("utils.backends.numba.races", "from .simulator import _describe_site"),
-    ("utils.backends.cuda", "from ...profile import profile"),
+    # circles the layout removed, put back as the lazy imports they would be
+    ("runtime.backends.numba.races", "from .simulator import _describe_site"),
+    ("kernels.cuda.layernorm", "import utils"),
+    ("utils.gpt", "import utils"),
 ])
 def test_the_circle_check_finds_a_lazy_import_that_closes_a_circle(module, lazy_import):
-    sources = _utils_sources()
+    sources = _sources()
     text, is_pkg = sources[module]
     sources[module] = (text + f"\n\ndef _late():\n    {lazy_import}\n", is_pkg)
     cycles = _cycles(_import_graph(sources))
     assert any(module in c for c in cycles), cycles
+
+
+@pytest.mark.parametrize("module, upward", [
+    ("runtime.config", "import kernels"),
+    ("kernels.cuda.relu", "from utils.topics import relu"),
+    ("utils.bench", "from benchmarks import sources"),
+])
+def test_the_floor_check_finds_an_import_that_climbs(module, upward):
+    sources = _sources()
+    text, is_pkg = sources[module]
+    sources[module] = (text + f"\n\ndef _late():\n    {upward}\n", is_pkg)
+    assert any(c.startswith(module + " -> ") for c in _climbing(_import_graph(sources)))
 
 
 def test_the_moved_modules_keep_the_flat_api():

@@ -527,7 +527,7 @@ def test_every_recorded_topic_carries_the_hash_of_its_sources():
 
 def test_stale_topics_follow_the_sources(tmp_path, capsys):
     """A kernel file edited after the record marks its topic, and only it, stale; --stale lists it."""
-    from benchmarks import sources
+    from utils import sources
     root = tmp_path / "course"
     files = {"utils/topics/relu.py": "spec", "kernels/cuda/relu.py": 'SOURCE = "relu.cu"\n',
              "kernels/cuda/relu.cu": '#include "common.h"\n', "kernels/cuda/common.h": "h",

@@ -11,8 +11,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import utils
-from utils.backends.cuda import _emulator
-from utils.backends.cuda._source import adapt_for_emulator
+from runtime.backends.cuda import _emulator
+from runtime.backends.cuda._source import adapt_for_emulator
 
 pytestmark = pytest.mark.skipif(not utils.SIMULATE, reason="the CPU emulator's build")
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from runtime.paths import ROOT
 from utils import nbtools
-from utils.paths import ROOT
 
 EXERCISES = sorted((ROOT / "exercises").glob("[0-9][0-9]_*.ipynb"))
 SOLUTIONS = sorted((ROOT / "solutions").glob("[0-9][0-9]_*.ipynb"))

@@ -15,11 +15,12 @@ from pathlib import Path
 
 import pytest
 
+import runtime
 import utils
 
 PROJECT = utils.ROOT / "extensions" / "relu"
 #: Where lesson 02 copies the project to build it.
-BUILD_COPY = utils.paths.CACHE_DIR / "extensions" / "relu"
+BUILD_COPY = runtime.paths.CACHE_DIR / "extensions" / "relu"
 
 
 def _env():

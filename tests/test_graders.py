@@ -420,7 +420,7 @@ def test_forgotten_block_offset_with_a_large_block(monkeypatch):
     if utils.SIMULATE:
         msg = rejects(utils.check_relu, K.relu_no_pid_big_block, r"data race", r"pid \* BLOCK")
         assert "rounded up" not in msg
-        import utils.backends.triton.interpreter as ts
+        import runtime.backends.triton.interpreter as ts
         monkeypatch.setattr(ts, "RACECHECK", False)
     msg = rejects(utils.check_relu, K.relu_no_pid_big_block, r"element 1024 was never written",
                   r"whatever n is", r"pid \* BLOCK")

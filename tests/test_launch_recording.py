@@ -1,5 +1,5 @@
 """A launcher must launch the learner's kernel: the graders record the kernels a call launches
-and the torch operators it runs (utils/backends/launches.py), and reject a right answer that
+and the torch operators it runs (runtime/backends/launches.py), and reject a right answer that
 torch computed, or that no kernel computed."""
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import torch
 
 import kernels
 import utils
-from utils.backends import launches
+from runtime.backends import launches
 
 import triton  # after utils: it sets up the interpreter or the GPU
 import triton.language as tl
@@ -130,8 +130,8 @@ def test_the_gpu_hooks_record_launches_and_skip_warmups():
     """The GPU launch paths cannot run here; their hook is the same wrapper, on the same
     signatures: numba-cuda's CUDADispatcher.call(args, launch_config) and Triton's
     JITFunction.run(*args, grid, warmup, **kwargs)."""
-    from utils.backends.numba import backend as nb
-    from utils.backends.triton import backend as tb
+    from runtime.backends.numba import backend as nb
+    from runtime.backends.triton import backend as tb
 
     def scale_kernel(x):
         pass

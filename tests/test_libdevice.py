@@ -53,7 +53,7 @@ def sample(dtype, n=64, seed=0):
 
 
 def test_every_nvidia_libdevice_symbol_has_a_twin_but_jn_and_yn():
-    from utils.backends.libdevice import LibdeviceNotSimulated, evaluate
+    from runtime.backends.libdevice import LibdeviceNotSimulated, evaluate
     sigs = signatures()
     assert len(sigs) > 250, len(sigs)  # the parse found the module's table
     missing = []
@@ -75,7 +75,7 @@ def test_every_nvidia_libdevice_symbol_has_a_twin_but_jn_and_yn():
     ("normcdf", lambda v: 0.5 * math.erfc(-v / math.sqrt(2))),
 ])
 def test_math_functions_are_the_named_function_rounded_once(name, ref):
-    from utils.backends.libdevice import evaluate
+    from runtime.backends.libdevice import evaluate
     x = np.linspace(0.05, 0.95, 37, dtype=F32)
     got = evaluate(f"__nv_{name}f", [x], F32)
     want = np.array([ref(float(v)) for v in x]).astype(F32)
@@ -85,14 +85,14 @@ def test_math_functions_are_the_named_function_rounded_once(name, ref):
 
 
 def test_sinpi_and_cospi_are_exact_at_half_integers():
-    from utils.backends.libdevice import evaluate
+    from runtime.backends.libdevice import evaluate
     x = np.array([0.5, 1.0, 1.5, 2.0, -0.5, 2.0 ** 22 + 0.5], F32)
     assert evaluate("__nv_cospif", [x], F32).tolist() == [0, -1, 0, 1, 0, 0]
     assert evaluate("__nv_sinpif", [x], F32).tolist() == [1, 0, -1, 0, -1, 1]
 
 
 def ev(symbol, *args, out=F32):
-    from utils.backends.libdevice import evaluate
+    from runtime.backends.libdevice import evaluate
     return evaluate(symbol, [np.asarray(a) for a in args], out)
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from utils.paths import ROOT
+from runtime.paths import ROOT
 
 SOLUTION = ROOT / "solutions" / "01_threads_blocks_grids.ipynb"
 ASSIGNMENT = "ps01"

@@ -89,7 +89,7 @@ def test_verdicts():
 
 
 def test_warp_aggregated_atomics_are_recognised_in_the_machine_code():
-    from utils.backends.cuda._profile import atomics_aggregated
+    from runtime.backends.cuda._profile import atomics_aggregated
     aggregated = """
         VOTEU.ANY UR6, UPT, PT ;
         FLO.U32 R0, UR6 ;

@@ -311,7 +311,7 @@ def elementwise_kernel(x, out):
 
 @sim_only
 def test_speed_patch_is_applied_and_elementwise_reuses_one_os_thread():
-    from utils.backends.numba import simulator as numba_sim
+    from runtime.backends.numba import simulator as numba_sim
 
     from numba.cuda.simulator import kernel
     assert kernel.BlockManager is numba_sim._BlockManager
@@ -345,7 +345,7 @@ def test_barriers_do_not_leak_os_threads():
 
 
 def test_gpu_leaves_simulator_unpatched():
-    from utils.backends.numba import simulator as numba_sim
+    from runtime.backends.numba import simulator as numba_sim
     assert numba_sim.is_applied() == utils.SIMULATE
     assert bool(utils.NUMBA_SIM_PATCHES) == utils.SIMULATE
 
@@ -404,7 +404,7 @@ def _profiled_launch_finishes():
     function it called (a suite's worker hung on the next profiled launch). Run in a thread
     with a deadline, so that a regression fails here instead of hanging the suite.
     """
-    from utils.backends.numba import profile as sim_profile
+    from runtime.backends.numba import profile as sim_profile
     result = {}
 
     def run():
@@ -423,7 +423,7 @@ def _profiled_launch_finishes():
 @sim_only
 def test_a_profiled_launch_finishes_after_an_interrupt_is_cancelled():
     """The cancel alone (an interrupt that found its thread already done) leaves no flag set."""
-    from utils.backends.numba import simulator
+    from runtime.backends.numba import simulator
     w = simulator._idle_worker()
     with simulator._pool_lock:
         simulator._pool.append(w)

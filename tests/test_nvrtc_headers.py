@@ -1,5 +1,5 @@
 """Code that nvcc compiles compiles in the course: NVRTC gets the C standard headers, and the
-host code that no kernel uses is set aside (utils/backends/cuda/nvrtc_compat.py)."""
+host code that no kernel uses is set aside (runtime/backends/cuda/nvrtc_compat.py)."""
 import platform
 import sys
 
@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import utils
-from utils.backends.cuda import _toolchain as tc
+from runtime.backends.cuda import _toolchain as tc
 
 needs_nvrtc = pytest.mark.skipif(
     tc.nvrtc() is None and not (sys.platform == "linux" and platform.machine() in ("x86_64", "aarch64")),

@@ -6,7 +6,7 @@ memory per SM; registers go to warps in units of 256; the driver reserves 1 KiB 
 import pytest
 
 import utils
-from utils.occupancy import GPUS, KIB
+from runtime.occupancy import GPUS, KIB
 
 
 def test_256_threads_32_registers_is_full_and_limited_by_warps():

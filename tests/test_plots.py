@@ -1,4 +1,4 @@
-"""The course's figures (utils/plots.py) and progress bars (utils/progress.py).
+"""The course's figures (utils/plots.py) and progress bars (runtime/progress.py).
 
 Figures are checked through their artists: how many cells, bars and lines they hold,
 which are marked masked or active, and what the titles say about where numbers come from.

@@ -7,6 +7,7 @@ import pytest
 import torch
 from cuda_sources import REVERSE_DYNAMIC
 
+import runtime
 import utils
 
 sim = pytest.mark.skipif(not utils.SIMULATE, reason="the emulator's counters (on a GPU, ncu measures)")
@@ -40,7 +41,7 @@ def copy():
 def lanes(p):
     """The ratio of active lanes, or 32.0 standing in for it where this compiler has no
     basic-block hook (g++ before 12: the ratio is absent then, which is checked here)."""
-    from utils.backends.cuda import _profile, _toolchain
+    from runtime.backends.cuda import _profile, _toolchain
     if _profile.COVERAGE in _profile.flags(_toolchain.host_compiler()):
         return p.metrics[LANES]
     assert LANES not in p.metrics
@@ -415,7 +416,7 @@ def test_profiling_with_race_detection_off_and_a_random_schedule():
 @sim
 def test_without_the_basic_block_hook_divergence_is_absent(monkeypatch):
     # (g++ before 12 cannot keep the emulator's own functions out of the hook: no ratio then)
-    from utils.backends.cuda import _profile
+    from runtime.backends.cuda import _profile
     monkeypatch.setattr(_profile, "flags", lambda cxx: [f for f in _profile.FLAGS if f != _profile.COVERAGE])
     k = utils.cuda_kernel(DIVERGE, "branch_kernel")
     x, y = torch.randn(N), torch.zeros(N)
@@ -425,7 +426,7 @@ def test_without_the_basic_block_hook_divergence_is_absent(monkeypatch):
 
 
 def test_this_compiler_has_the_basic_block_hook():
-    from utils.backends.cuda import _profile, _toolchain
+    from runtime.backends.cuda import _profile, _toolchain
     cxx = _toolchain.host_compiler()
     version = _toolchain.compiler_version(cxx)
     import re
@@ -525,7 +526,7 @@ def test_dynamic_shared_memory_is_named_and_counted():
 
 @sim
 def test_a_large_launch_has_no_trace_but_all_its_counters(copy, monkeypatch):
-    from utils.backends.cuda import _profile
+    from runtime.backends.cuda import _profile
     monkeypatch.setattr(_profile, "TRACE_CAP", 100)
     x, y = torch.randn(N), torch.zeros(N)
     p = copy.profile[N // 256, 256](x, y, N, 1, 0)
@@ -544,7 +545,7 @@ def test_occupancy_comes_from_utils_occupancy_with_the_kernels_registers(copy, m
     import sys
     import types
 
-    from utils.backends.cuda import _profile
+    from runtime.backends.cuda import _profile
     calls = []
     fake = types.ModuleType("utils.occupancy")
     fake.occupancy = lambda block, registers_per_thread, shared_per_block: calls.append(
@@ -563,7 +564,7 @@ def test_occupancy_comes_from_utils_occupancy_with_the_kernels_registers(copy, m
 
 @sim
 def test_without_nvrtc_registers_and_occupancy_are_absent(copy, monkeypatch):
-    from utils.backends.cuda import _profile
+    from runtime.backends.cuda import _profile
     monkeypatch.setattr(_profile, "gpu_compile_info", lambda k: {})
     p = copy.profile[1, 32](torch.randn(32), torch.zeros(32), 32, 1, 0)
     assert "launch__registers_per_thread" not in p.metrics and p.occupancy is None
@@ -572,7 +573,7 @@ def test_without_nvrtc_registers_and_occupancy_are_absent(copy, monkeypatch):
 
 @sim
 def test_registers_from_nvrtc_when_it_is_installed(copy):
-    from utils.backends.cuda import _toolchain
+    from runtime.backends.cuda import _toolchain
     if _toolchain.nvrtc() is None:
         pytest.skip("NVRTC (pip package nvidia-cuda-nvrtc) is not installed")
     p = copy.profile[1, 32](torch.randn(32), torch.zeros(32), 32, 1, 0)
@@ -586,20 +587,20 @@ def test_numba_and_triton_kernels_go_to_the_simulators_profiler(monkeypatch):
     import sys
     import types
     kern = type("Dispatcher", (), {"__module__": "numba.cuda.dispatcher", "__name__": "relu_kernel"})()
-    monkeypatch.delattr(utils.backends.numba, "profile", raising=False)
-    monkeypatch.setitem(sys.modules, "utils.backends.numba.profile", None)
+    monkeypatch.delattr(runtime.backends.numba, "profile", raising=False)
+    monkeypatch.setitem(sys.modules, "runtime.backends.numba.profile", None)
     with pytest.raises(NotImplementedError, match="Numba"):
         utils.profile(kern, 1, 32)
-    fake = types.ModuleType("utils.backends.numba.profile")
+    fake = types.ModuleType("runtime.backends.numba.profile")
     fake.profile_numba = lambda k, grid, block, *args, shared=0: {
         "metrics": {LD_REQ: 3}, "sites": [], "summary": ["s"], "trace": None, "backend": "numba-simulator"}
-    monkeypatch.setitem(sys.modules, "utils.backends.numba.profile", fake)
-    fake_triton = types.ModuleType("utils.backends.triton.profile")
+    monkeypatch.setitem(sys.modules, "runtime.backends.numba.profile", fake)
+    fake_triton = types.ModuleType("runtime.backends.triton.profile")
     fake_triton.profile_triton = lambda k, grid, *args, **kw: {
         "metrics": {LD_REQ: 5}, "sites": [], "summary": [], "trace": None, "backend": "triton-interpreter",
         "per_program": {"bytes_loaded": [8, 8]}}
-    monkeypatch.delattr(utils.backends.triton, "profile", raising=False)
-    monkeypatch.setitem(sys.modules, "utils.backends.triton.profile", fake_triton)
+    monkeypatch.delattr(runtime.backends.triton, "profile", raising=False)
+    monkeypatch.setitem(sys.modules, "runtime.backends.triton.profile", fake_triton)
     p = utils.profile(kern, 1, 32)
     assert p.backend == "numba-simulator" and p.metrics[LD_REQ] == 3 and p.summary == ["s"]
     tk = type("JITFunction", (), {"__module__": "triton.runtime.jit", "__name__": "add_kernel"})()
@@ -624,7 +625,7 @@ NCU_SAMPLE = '''==PROF== Connected to process 4242 (/usr/bin/python3.12)
 
 
 def test_ncu_csv_parsing():
-    from utils.backends.cuda._profile import parse_ncu_csv
+    from runtime.backends.cuda._profile import parse_ncu_csv
     rows = parse_ncu_csv(NCU_SAMPLE)
     assert len(rows) == 1
     r = rows[0]
@@ -636,7 +637,7 @@ def test_ncu_csv_parsing():
 
 
 def test_a_profile_from_ncus_counters_shows_the_same_table():
-    from utils.backends.cuda._profile import parse_ncu_csv
+    from runtime.backends.cuda._profile import parse_ncu_csv
     p = utils.Profile("copy_kernel", "ncu", parse_ncu_csv(NCU_SAMPLE)[0], bytes_moved=4096 * 32)
     text = repr(p)
     assert text.startswith("profile of copy_kernel (measured by Nsight Compute)")
@@ -646,14 +647,14 @@ def test_a_profile_from_ncus_counters_shows_the_same_table():
 
 
 def test_ncu_missing_is_said_clearly(monkeypatch):
-    from utils.backends.cuda import _profile
+    from runtime.backends.cuda import _profile
     monkeypatch.setattr(_profile, "find_ncu", lambda: None)
     with pytest.raises(RuntimeError, match="Nsight Compute"):
         _profile.run_ncu(type("K", (), {"name": "k"})(), (1, 1, 1), (1, 1, 1), 0, ())
 
 
 def test_atomic_kinds_from_the_machine_code():
-    from utils.backends.cuda._profile import atom_kinds_from_sass
+    from runtime.backends.cuda._profile import atom_kinds_from_sass
     red = "        /*00a0*/                   REDG.E.ADD.F32.FTZ.RN.STRONG.GPU desc[UR6][R2.64], R11 ;"
     atom = "        /*00b0*/                   ATOMG.E.ADD.F32.FTZ.RN.STRONG.GPU PT, R9, desc[UR6][R8.64], R13 ;"
     shared = "        /*0120*/                   ATOMS.POPC.INC.32 RZ, [UR4] ;"
@@ -677,7 +678,7 @@ echo "the program's own output"
 
 
 def test_run_ncu_builds_the_command_and_reads_the_metrics(tmp_path, monkeypatch):
-    from utils.backends.cuda import _profile
+    from runtime.backends.cuda import _profile
     (tmp_path / "sample.csv").write_text(NCU_SAMPLE)
     ncu = tmp_path / "ncu"
     ncu.write_text(FAKE_NCU)
@@ -693,7 +694,7 @@ def test_run_ncu_builds_the_command_and_reads_the_metrics(tmp_path, monkeypatch)
 
 @pytest.mark.skipif(utils.SIMULATE, reason="needs a GPU: Nsight Compute measures the launch")
 def test_on_a_gpu_nsight_compute_measures_the_same_counts(copy):
-    from utils.backends.cuda import _profile
+    from runtime.backends.cuda import _profile
     if _profile.find_ncu() is None:
         pytest.skip("Nsight Compute (ncu) is not installed")
     x = torch.randn(32 * N + 1, device=utils.DEVICE)
@@ -714,7 +715,7 @@ def test_predicated_lines_from_sass_with_line_information():
     # A short `if` body compiled to guarded instructions (line 76), a line with a guarded exit
     # but also an unguarded compare (line 82), another file's line (not the kernel's), and the
     # always-true predicate PT, which guards nothing.
-    from utils.backends.cuda._profile import predicated_lines
+    from runtime.backends.cuda._profile import predicated_lines
     sass = """
 	//## File "/tmp/x/reduction.cu", line 75
         /*0280*/                   ISETP.NE.AND P1, PT, R3, RZ, PT ;

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import utils
-from utils.backends.cuda._source import adapt_for_emulator
+from runtime.backends.cuda._source import adapt_for_emulator
 
 CG = r"""
 #include <cooperative_groups.h>
@@ -70,7 +70,7 @@ def test_a_launch_inside_a_macro_that_pastes_the_name():
     ("__global__ void k() { auto g = cooperative_groups::this_grid(); g.sync(); }", "grid-wide synchronization"),
 ])
 def test_what_the_emulator_cannot_run_gets_one_clear_error(src, what, tmp_path):
-    from utils.backends.cuda._source import EMU_HEADER_DIR
+    from runtime.backends.cuda._source import EMU_HEADER_DIR
     header = src.split("<")[1].split(">")[0] if src.startswith("#include") else None
     if header and (EMU_HEADER_DIR / header).exists():
         pytest.skip(f"the emulator provides {header}")
@@ -159,7 +159,7 @@ def test_host_code_with_device_queries_compiles_and_its_kernel_runs(monkeypatch)
     # The emulator's g++ build of a whole file, host code included (as load_inline and
     # setup.py sources are built in simulation); NVRTC, a GPU's compiler, takes only the
     # device part of such a file, so its check is left out here.
-    from utils.backends.cuda import _toolchain
+    from runtime.backends.cuda import _toolchain
     monkeypatch.setattr(_toolchain, "NVRTC_PARITY", False)
     x = torch.randn(300, device=utils.DEVICE)
     y = torch.full_like(x, float("nan"))
@@ -226,7 +226,7 @@ __global__ void rotate(const uint4* x, uint4* y) {
      "does not support a kernel's default arguments"),
 ])
 def test_what_published_code_needs_and_the_emulator_lacks_is_named(src, what, monkeypatch):
-    from utils.backends.cuda import _toolchain
+    from runtime.backends.cuda import _toolchain
     monkeypatch.setattr(_toolchain, "NVRTC_PARITY", False)  # the emulator's own message (host code)
     with pytest.raises(utils.CudaCompileError, match=what):
         utils.cuda_kernel(src, "k")
@@ -242,7 +242,7 @@ def test_a_library_included_by_a_header_of_the_project_is_named(tmp_path):
 
 
 def test_the_device_part_leaves_out_declarations_of_cublas_types():
-    from utils.backends.cuda._toolchain import device_part
+    from runtime.backends.cuda._toolchain import device_part
     src = ("#include <cublas_v2.h>\ncublasHandle_t handle;\nstruct Pair { float a, b; };\n"
            "__global__ void k(Pair* p) { p->a = p->b; }\n")
     part = device_part(src)

@@ -128,7 +128,7 @@ def test_what_a_tile_of_several_warps_cannot_do_is_reported(body, block, what):
      "values of at most 8 bytes"),
 ])
 def test_what_cuda_does_not_give_a_tile_of_several_warps_does_not_compile(body, what, monkeypatch):
-    from utils.backends.cuda import _toolchain
+    from runtime.backends.cuda import _toolchain
     monkeypatch.setattr(_toolchain, "NVRTC_PARITY", False)  # the emulator's own message (NVRTC refuses it too)
     src = ("#include <cooperative_groups.h>\n#include <cooperative_groups/reduce.h>\n"
            "namespace cg = cooperative_groups;\n"
@@ -259,7 +259,7 @@ def test_an_error_in_a_header_of_the_kernels_folder_names_the_header(tmp_path):
 @emulator_only
 def test_a_function_that_the_file_declares_but_another_file_defines_is_named(monkeypatch):
     # the reduction sample's host wrapper calls isPow2, which another file of the sample defines
-    from utils.backends.cuda import _toolchain
+    from runtime.backends.cuda import _toolchain
     monkeypatch.setattr(_toolchain, "NVRTC_PARITY", False)  # host code: NVRTC sees the device part only
     src = ('extern "C" bool isPow2(unsigned x);\n__global__ void k(int* p) { p[0] = 1; }\n'
            "void launch(int* p, unsigned n) { if (isPow2(n)) k<<<1, 1>>>(p); }\n")

@@ -10,6 +10,7 @@ import sys
 import pytest
 import torch
 
+import runtime
 import utils
 
 sys.path.insert(0, str(utils.ROOT / "extensions" / "relu_cmake"))
@@ -20,7 +21,7 @@ DEVICE = utils.DEVICE
 
 @pytest.fixture(scope="module")
 def ops():
-    lib = myrelu_ops.build(utils.paths.CACHE_DIR / "extensions" / "relu_cmake" / "build",
+    lib = myrelu_ops.build(runtime.paths.CACHE_DIR / "extensions" / "relu_cmake" / "build",
                            emulator=utils.SIMULATE, course_root=utils.ROOT)
     assert lib.is_file(), lib
     myrelu_ops.load(lib)

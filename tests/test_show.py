@@ -4,8 +4,8 @@ import pytest
 
 import kernels.numba.relu as numba_relu  # kernels imports utils first: simulation is set up before numba
 import kernels.triton.relu as triton_relu
+import runtime.config
 import utils
-import utils.config
 
 RELU_CU = utils.KERNELS_DIR / "cuda" / "relu.cu"
 
@@ -70,7 +70,7 @@ class _Compiled:
 
 def test_what_a_gpu_shows_of_triton_and_numba(monkeypatch):
     """On a GPU: the variants Triton and Numba compiled at their launches (stand-ins here)."""
-    monkeypatch.setattr(utils.config, "SIMULATE", False)
+    monkeypatch.setattr(runtime.config, "SIMULATE", False)
 
     class JITFunction:
         __module__ = "triton.runtime.jit"

@@ -110,7 +110,7 @@ def test_f32_dot_default_is_tf32_and_ieee_is_exact(monkeypatch):
 def test_tf32_truncation_and_rounding():
     import numpy as np
 
-    from utils.backends.triton.tensor_core import tf32_round, tf32_truncate
+    from runtime.backends.triton.tensor_core import tf32_round, tf32_truncate
     ulp = 2.0 ** -10
     x = np.array([1 + ulp / 2, 1 + ulp * 1.5, -(1 + ulp / 2), 1 + ulp * 0.49, np.inf],
                  dtype=np.float32)

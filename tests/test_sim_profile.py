@@ -1,5 +1,5 @@
 """Profiling counters of Numba's CUDA simulator and Triton's interpreter
-(utils/backends/numba/profile.py, utils/backends/triton/profile.py).
+(runtime/backends/numba/profile.py, runtime/backends/triton/profile.py).
 
 Every expected count is worked out by hand in the comment above it, by the rules Nsight
 Compute counts with: a warp-wide access is one request; its sectors are the distinct
@@ -12,9 +12,10 @@ import pytest
 import torch
 from copy_kernels import copy_kernel, copy_tl_kernel
 
+import runtime
 import utils
-from utils.backends.numba import profile as sim_profile
-from utils.backends.triton import profile as triton_profile
+from runtime.backends.numba import profile as sim_profile
+from runtime.backends.triton import profile as triton_profile
 
 import triton
 import triton.language as tl
@@ -334,7 +335,7 @@ def racy_sum_kernel(x_ptr, out_ptr):
 
 
 def test_races_are_still_reported_while_profiling():
-    if not utils.backends.numba.races.RACECHECK:
+    if not runtime.backends.numba.races.RACECHECK:
         pytest.skip("race detection turned off (COURSE_RACECHECK=0)")
     with pytest.raises(utils.SimulatorRaceError, match="data race in kernel `racy_sum_kernel`"):
         sim_profile.profile_numba(racy_sum_kernel, 2, 32, torch.randn(64), torch.zeros(1))
@@ -484,7 +485,7 @@ def overlapping_tl_kernel(x_ptr, y_ptr, BLOCK_SIZE: tl.constexpr):
 
 def test_triton_races_found_with_launch_options():
     # Launch options such as num_warps used to hide a launch's tensors from race detection.
-    if not utils.backends.numba.races.RACECHECK:
+    if not runtime.backends.numba.races.RACECHECK:
         pytest.skip("race detection turned off (COURSE_RACECHECK=0)")
     x, y = torch.randn(64), torch.zeros(64)
     with pytest.raises(utils.SimulatorRaceError, match="y_ptr\\[16\\]"):

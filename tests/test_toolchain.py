@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 import torch
 
+import runtime
 import utils
-from utils.backends.cuda import _toolchain as tc
+from runtime.backends.cuda import _toolchain as tc
 
 RELU = r"""
 __global__ void relu_kernel(const float* x_ptr, float* y_ptr, int n) {
@@ -363,13 +364,13 @@ def test_setup_py_sources_reject_kernels_a_gpu_compiler_rejects(tmp_path):
 def test_precompiled_emulator_header_changes_nothing(tmp_path, monkeypatch):
     """Kernel libraries compiled with cuda_emu.h precompiled are the same, byte for byte, as
     those compiled from the header's source, with the same warnings and error messages."""
-    from utils.backends.cuda import _emulator
-    from utils.backends.cuda._source import adapt_for_emulator
+    from runtime.backends.cuda import _emulator
+    from runtime.backends.cuda._source import adapt_for_emulator
     src = adapt_for_emulator("__global__ void k(int* y_ptr) {\n    int unused = 1;\n    y_ptr[threadIdx.x] = 1;\n}\n")
     bad = adapt_for_emulator('__global__ void k(int* y_ptr) {\n    atomicAdd(y_ptr, "one");\n}\n')
     results = []
     for precompiled in (True, False):
-        monkeypatch.setattr(utils.paths, "CACHE_DIR", tmp_path / str(precompiled))
+        monkeypatch.setattr(runtime.paths, "CACHE_DIR", tmp_path / str(precompiled))
         monkeypatch.setattr(_emulator, "_CACHE", {})
         monkeypatch.setattr(_emulator, "_PCH", {})
         if not precompiled:

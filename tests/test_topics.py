@@ -9,7 +9,7 @@ import torch
 
 import kernels
 import utils
-from utils.config import PROBLEM_SIZES
+from runtime.config import PROBLEM_SIZES
 from utils.topics import TOPICS, benchmarked
 
 NAMES = list(TOPICS)

@@ -8,8 +8,8 @@ import torch
 from copy_kernels import copy_tl_kernel
 
 import utils
-from utils.backends.triton import compat as triton_compat
-from utils.backends.triton.compat import tanh
+from runtime.backends.triton import compat as triton_compat
+from runtime.backends.triton.compat import tanh
 
 import triton
 import triton.language as tl
@@ -78,7 +78,7 @@ def libdevice_tanh_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
 
 
 def test_libdevice_tanh_runs_in_both_modes():
-    # in simulation through utils/backends/libdevice.py (stock Triton's interpreter
+    # in simulation through runtime/backends/libdevice.py (stock Triton's interpreter
     # fails on every libdevice call): the same kernel, the same values within an ulp or two
     x = (torch.randn(1000) * 4).to(utils.DEVICE)
     y = torch.empty_like(x)

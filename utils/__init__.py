@@ -8,15 +8,22 @@ whether the course runs on a GPU or in simulation and configures both before the
     utils.SIMULATE        # True without a GPU (or with COURSE_SIMULATE=1)
     utils.SIZES           # problem sizes for this mode
 """
-# The order of these imports is the point (config first, guard last): not sorted.
+# The order of these imports is the point (the runtime first, guard last): not sorted.
 # isort: skip_file
-from .config import DEVICE, MODE, PROBLEM_SIZES, REASON, SIMULATE, SIZES, describe  # noqa: F401  (first!)
-from . import paths  # noqa: F401
-from .paths import ROOT, KERNELS_DIR, CUDA_INCLUDE_DIR, RESULTS_DIR  # noqa: F401
+import runtime as _runtime  # configures GPU or simulation before numba/triton load (first!)
+from runtime.config import DEVICE, MODE, PROBLEM_SIZES, REASON, SIMULATE, SIZES, describe  # noqa: F401
+from runtime import paths  # noqa: F401
+from runtime.paths import ROOT, KERNELS_DIR, CUDA_INCLUDE_DIR, RESULTS_DIR  # noqa: F401
 
-from .backends.cuda import *  # noqa: F403  cuda_kernel, load_inline, emulation_schedule, ...
-from .backends.numba.simulator import *  # noqa: F403  simulator patches (applied in simulation)
-from .interop import *  # noqa: F403  torch <-> numba arrays
+from runtime.backends.cuda import *  # noqa: F403  cuda_kernel, load_inline, emulation_schedule, ...
+from runtime.backends.numba.simulator import *  # noqa: F403  simulator patches (applied in simulation)
+from runtime.interop import *  # noqa: F403  torch <-> numba arrays
+from runtime.occupancy import *  # noqa: F403  occupancy: the CUDA occupancy calculator, GPUS
+from runtime.progress import *  # noqa: F403  progress bars on long sweeps
+from runtime.inputs import *  # noqa: F403  check_input: the input rules of every launcher
+from runtime import triton_compat, triton_sim  # noqa: F401  Triton in both modes; races and poison in its interpreter
+from runtime.backends.numba.races import SimulatorMemoryError, SimulatorRaceError  # noqa: F401
+from runtime.backends import Backend, BACKENDS, backend_of, record_launches  # noqa: F401  one interface to the three
 from .check import *  # noqa: F403  tolerance table, assert_close
 from .grading import POISON_BITS, GradingError, check_shared, check_traffic, show_rejection  # noqa: F401  the harness
 from .topics import CHECKS as _CHECKS, topic  # noqa: F401  one spec per topic (utils/topics/<topic>.py)
@@ -26,22 +33,18 @@ globals().update(_CHECKS)  # check_relu, check_gelu, check_sum, check_softmax, .
 from .bench import *  # noqa: F403  bench, recorded results
 from .plots import *  # noqa: F403  bandwidth plots, index maps, reduction trees
 from .source_view import *  # noqa: F403  show(kernel): the source, PTX or SASS of a kernel of any language
-from .occupancy import *  # noqa: F403  occupancy: the CUDA occupancy calculator, GPUS
-from .progress import *  # noqa: F403  progress bars on long sweeps
 from .report import *  # noqa: F403  environment report
-from .inputs import *  # noqa: F403  check_input: the input rules of every launcher
-from .backends.triton import compat as triton_compat  # tanh, do_bench, autotune that work in both modes
 from .ship import *  # noqa: F403  check_custom_op: lesson 07's grader
-from .backends.triton import interpreter as triton_sim  # races and poison in Triton's interpreter, its driver
-from .backends.numba.races import SimulatorMemoryError, SimulatorRaceError  # noqa: F401
 from .profile import profile, Profile  # noqa: F401  counters of one launch (emulator or ncu)
-from .backends import Backend, BACKENDS, backend_of, record_launches  # noqa: F401  one interface to the three
 from .gpt import *  # noqa: F403  lesson 11's GPT: GPT, GPTConfig, gradient_check, course_text, train_gpt
 
-# The modules' earlier paths, which learners' code may import (`from utils.triton_compat import tanh`).
+# The modules' earlier paths, which learners' code may import (`from utils.triton_compat import tanh`,
+# `import utils.backends.cuda`, `utils.config.SIMULATE`): the runtime's modules under their old names,
+# the same module objects (runtime.alias_package).
 import sys as _sys
-_sys.modules.setdefault(__name__ + ".triton_compat", triton_compat)
-_sys.modules.setdefault(__name__ + ".triton_sim", triton_sim)
+_runtime.alias_package(__name__, {"triton_compat": "runtime.backends.triton.compat",
+                                  "triton_sim": "runtime.backends.triton.interpreter",
+                                  **{m: f"runtime.{m}" for m in _runtime.MODULES}})
 
 # Last: graders, the harness and torch's comparisons as imported now are the ones that grade
 # (utils/guard.py); a notebook that replaces one of them earns no points for its checks.

@@ -95,8 +95,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Iterable
 
-from .config import SIMULATE
-from .paths import RESULTS_DIR, ROOT
+from runtime.config import SIMULATE
+from runtime.paths import RESULTS_DIR, ROOT
 
 __all__ = [
     "BenchResult",
@@ -374,7 +374,8 @@ def recorded_gpu_file(pattern: str, directory=None) -> tuple[Path | None, str | 
     ``(path, gpu)`` for the GPU recorded most recently that has the file (``gpu`` its short
     name, ``"H200"``), else for any GPU whose file is there; ``(None, None)`` when none is."""
     if "{gpu}" not in pattern:
-        raise ValueError(f"recorded_gpu_file: the pattern {pattern!r} must hold {{gpu}}, as in '{{gpu}}-print-loss.json'")
+        raise ValueError(f"recorded_gpu_file: the pattern {pattern!r} must hold {{gpu}}, "
+                         "as in '{gpu}-print-loss.json'")
     folder = Path(directory) if directory is not None else RESULTS_DIR
     for rec in recorded_gpus(folder):
         path = folder / pattern.format(gpu=gpu_slug(rec["gpu_name"] or rec["gpu"]))
@@ -601,15 +602,12 @@ STALE_LABEL = "measured on an earlier version of this kernel"
 
 def stale_note(topic: str, path=None) -> str | None:
     """``"measured on an earlier version of this kernel"`` (with why) when ``topic``'s sources
-    here differ from those its recorded numbers measured (``benchmarks/sources.py`` hashes
+    here differ from those its recorded numbers measured (``utils/sources.py`` hashes
     them; ``python -m benchmarks --update --stale`` measures again), else None."""
     data = load_recorded(path, quiet=True, topic=topic)
     if not data or not ((data.get("topic_sources") or {}).get(topic) or {}).get("hash"):
         return None  # a file from before source hashes: which version it measured is unknown
-    try:
-        from benchmarks.sources import stale_topics  # the course root's benchmarks/, files only
-    except ImportError:
-        return None
+    from .sources import stale_topics
     why = stale_topics(data, [topic]).get(topic)
     return f"{STALE_LABEL} ({why})" if why else None
 

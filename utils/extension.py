@@ -19,7 +19,7 @@ and build with ``python setup.py build_ext --inplace`` (or ``pip install .``).
 * Without one: the extension is built as a C++ extension against the course's CUDA
   emulator. Each ``.cu`` file is translated into a ``.cpp`` file inside the build
   directory (``<<<...>>>`` launches, ``extern __shared__``, CUDA-only headers; see
-  ``utils/backends/cuda/``); nothing is copied into the project. Host code written for CUDA tensors
+  ``runtime/backends/cuda/``); nothing is copied into the project. Host code written for CUDA tensors
   (``x.is_cuda()``, ``torch::kCUDA``) is adapted the same way, so the module takes the CPU
   tensors the course uses in simulation. Compiler messages point at the original files.
 
@@ -39,9 +39,9 @@ from pathlib import Path
 
 from torch.utils import cpp_extension as _ce
 
-from . import config, paths
-from .backends.cuda import _toolchain as _tc
-from .backends.cuda._source import adapt_for_emulator, adapt_torch_host_code
+from runtime import config, paths
+from runtime.backends.cuda import _toolchain as _tc
+from runtime.backends.cuda._source import adapt_for_emulator, adapt_torch_host_code
 
 __all__ = ["CUDAExtension", "BuildExtension", "CppExtension", "EMULATED"]
 

@@ -25,8 +25,10 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 
+from runtime.config import DEVICE
+from runtime.paths import ROOT
+
 from .gpt_ops import OP_NAMES, Ops, ops_for
-from .paths import ROOT
 
 __all__ = ["GPTConfig", "GPT", "CharTokenizer", "course_text", "char_dataset", "get_batch", "make_optimizer",
            "train_gpt", "gradient_check", "GradientReport", "save_checkpoint", "load_checkpoint",
@@ -360,8 +362,7 @@ def gradient_check(cfg: GPTConfig, *, backend: str = "course", matmul: str = "to
                    device=None) -> GradientReport:
     """One forward and backward of the model on ``backend`` (or ``ops``) against torch's, same
     weights, same batch, in ``dtype``: the loss and every parameter's gradient."""
-    import utils
-    device = device if device is not None else utils.DEVICE
+    device = device if device is not None else DEVICE
     T = T or cfg.block_size
     gen = torch.Generator().manual_seed(seed + 1)
     x = torch.randint(cfg.vocab_size, (batch, T), generator=gen).to(device)
@@ -385,7 +386,7 @@ def race_checks_off():
     """A context in which the Triton interpreter does not record accesses for race detection
     (simulation only; a GPU has no checker): the model's kernels are race-checked by their own
     lessons and tests, and a model step runs about twice as fast without it."""
-    from .backends import BACKENDS
+    from runtime.backends import BACKENDS
     triton_backend = [b for b in BACKENDS if b.name == "triton"][0]
     return triton_backend.race_detection(False)
 

@@ -36,11 +36,12 @@ import traceback
 
 import torch
 
+from runtime.backends import launches as _launches
+from runtime.backends.launches import record_launches
+from runtime.config import DEVICE, SIMULATE, SIZES
+
 from . import check as _check
 from . import guard as _guard
-from .backends import launches as _launches
-from .backends.launches import record_launches
-from .config import DEVICE, SIMULATE, SIZES
 
 # What ``utils`` exports; topic modules import the rest of the harness by name.
 __all__ = ["GradingError", "show_rejection", "POISON_BITS", "check_traffic", "check_shared"]
@@ -50,6 +51,8 @@ __all__ = ["GradingError", "show_rejection", "POISON_BITS", "check_traffic", "ch
 #: traceback, grader frames included, instead of the diagnosis alone.
 FULL_TRACEBACK_ENV = "COURSE_FULL_TRACEBACK"
 _HERE = os.path.dirname(os.path.abspath(__file__))
+#: The runtime beneath the kernels (runtime/): the course's code, never the learner's.
+_RUNTIME = os.path.join(os.path.dirname(_HERE), "runtime")
 
 
 class GradingError(AssertionError):
@@ -87,7 +90,7 @@ def _learner_frame(filename: str) -> bool:
     """A frame of the learner's code (a notebook cell, kernels/, their own files), not of the
     grader, the emulator or an installed package."""
     path = os.path.abspath(filename)
-    return not (path.startswith(_HERE + os.sep) or "site-packages" in path
+    return not (path.startswith((_HERE + os.sep, _RUNTIME + os.sep)) or "site-packages" in path
                 or os.sep + "lib" + os.sep + "python" in path or filename.startswith("<frozen"))
 
 
@@ -377,7 +380,7 @@ class _Run:
 TORCH_OPS_ALLOWED: dict[str, frozenset] = {}
 
 #: The aten operators of the usual torch answers, as a learner writes them (beyond
-#: ``utils/backends/launches.py``'s table); ``<op>_backward`` is named as the backward of ``<op>``.
+#: ``runtime/backends/launches.py``'s table); ``<op>_backward`` is named as the backward of ``<op>``.
 _OP_NAMES = {
     "native_layer_norm": "torch.nn.functional.layer_norm",
     "_fused_rms_norm": "torch.nn.functional.rms_norm", "rms_norm": "torch.nn.functional.rms_norm",

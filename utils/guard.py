@@ -38,12 +38,12 @@ __all__ = ["GuardedModule", "install", "verify", "tampering", "is_installed"]
 #: (``TOLERANCES``) must stay as ``import utils`` found them. A module that graders start to
 #: rely on belongs here (tests/test_grader_guard.py checks the modules that define graders).
 PROTECTED_MODULES = ("utils.guard", "utils.check", "utils.grading", "utils.ship", "utils.topics",
-                     "utils.backends.launches")
+                     "runtime.backends.launches")
 #: Globals of protected modules that tests replace on purpose and that cannot turn a wrong
 #: result into a pass: ``SIMULATE`` decides how a missing profiler on a GPU is reported and how
 #: many cases run twice; ``_utils_attr`` finds optional helpers (the emulator's schedule).
 UNGUARDED = {"utils.grading": {"SIMULATE", "_utils_attr"},
-             "utils.backends.launches": {"_ACTIVE"},  # the recordings running now (one per graded call)
+             "runtime.backends.launches": {"_ACTIVE"},  # the recordings running now (one per graded call)
              "utils.guard": {"_State"}}  # the guard's own state: checked apart, see _STATE_KEYS
 #: torch functions the harness replaces itself while the learner's function runs (poisoned
 #: allocations): checked by the harness, not here.
@@ -152,7 +152,7 @@ def _describe_value(value, constant=True):
     if isinstance(value, property):
         return ("prop", value, tuple(_function_parts(f) if isinstance(f, types.FunctionType) else f
                                      for f in (value.fget, value.fset, value.fdel)))
-    if isinstance(value, type) and getattr(value, "__module__", "").startswith("utils"):
+    if isinstance(value, type) and getattr(value, "__module__", "").startswith(("utils", "runtime")):
         return ("class", value, {k: _describe_value(v, _is_constant_name(k)) for k, v in vars(value).items()
                                  if k not in ("__dict__", "__weakref__", "__doc__")}, value.__bases__)
     if isinstance(value, (dict, list, tuple, set, frozenset, types.SimpleNamespace)) and constant:
@@ -353,7 +353,7 @@ def install(utils_pkg) -> None:
     _State.tensor = (torch.Tensor, dict(vars(torch.Tensor)))
     _State.torch += [(f"builtins.{n}", builtins, n, getattr(builtins, n)) for n in _BUILTINS
                      if hasattr(builtins, n)]
-    config = sys.modules.get("utils.config")
+    config = sys.modules.get("runtime.config")
     if config is not None and hasattr(config, "SIZES"):
         _State.objects = [("utils.SIZES", config.SIZES, _freeze(config.SIZES))]
     _State.trace = (sys.gettrace(), sys.getprofile())
@@ -408,8 +408,8 @@ def tampering() -> list[tuple[str, str]]:
             if hasattr(builtins, n) and n in _BUILTINS:
                 found.setdefault(f"{modname}.{n}", "was added (it hides the builtin)")
     # the launch hooks the course put on the libraries' classes (Numba, Triton), which a
-    # recording needs to see the learner's launches (utils/backends/launches.py)
-    hooks = _State.globals_.get("utils.backends.launches", {}).get("hook_problems")
+    # recording needs to see the learner's launches (runtime/backends/launches.py)
+    hooks = _State.globals_.get("runtime.backends.launches", {}).get("hook_problems")
     if hooks is not None and hooks[0] == "fn":
         for what in hooks[1]():
             found.setdefault(what, "was changed")

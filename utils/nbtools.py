@@ -46,7 +46,7 @@ from pathlib import Path
 
 import nbformat
 
-from .paths import ROOT
+from runtime.paths import ROOT
 
 __all__ = [
     "strip_notebook", "clear_solutions", "make_exercise", "add_grading_metadata",

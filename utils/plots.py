@@ -342,7 +342,7 @@ def plot_reduction_tree(n: int = 16, addressing: str = "sequential", *, title: s
 # Bandwidth
 # ---------------------------------------------------------------------------------------
 def _provenance(title, recorded_on, label_simulated):
-    from .config import SIMULATE
+    from runtime.config import SIMULATE
     if label_simulated:
         return f"{title}\nsimulated on the CPU: not GPU performance"
     if recorded_on:

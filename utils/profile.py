@@ -11,13 +11,13 @@ The launch really runs, once (its outputs are written). In simulation the counte
 the emulators (for CUDA C++: every access of every lane, grouped into warp-wide requests, see
 docs/cuda-emulator.md, "Profiling"); on a GPU from Nsight Compute (``ncu``). The metrics are
 keyed by Nsight Compute's names, so both sides compare directly. Each backend profiles its own
-kernels (``utils/backends/<backend>/``); the result is a `Profile`
-(``utils/backends/profile_report.py``).
+kernels (``runtime/backends/<backend>/``); the result is a `Profile`
+(``runtime/backends/profile_report.py``).
 """
 from __future__ import annotations
 
-from .backends import backend_of
-from .backends.profile_report import MIN_REGISTERS, Profile  # noqa: F401
+from runtime.backends import backend_of
+from runtime.backends.profile_report import MIN_REGISTERS, Profile  # noqa: F401
 
 __all__ = ["profile", "Profile"]
 

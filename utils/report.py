@@ -17,8 +17,8 @@ from pathlib import Path
 
 import torch
 
-from .config import DEVICE, MODE, REASON, SIMULATE
-from .paths import CACHE_DIR
+from runtime.config import DEVICE, MODE, REASON, SIMULATE
+from runtime.paths import CACHE_DIR
 
 __all__ = ["report", "environment"]
 

@@ -11,9 +11,10 @@ import re
 
 import torch
 
+from runtime.config import DEVICE
+
 from . import guard as _guard
 from .check import assert_close, tolerance
-from .config import DEVICE
 from .grading import GradingError, refuse_torch_operator
 
 __all__ = ["check_custom_op"]

@@ -34,7 +34,7 @@ def cuda_function_source(text: str, name: str) -> str:
     """The text of the ``__global__`` or ``__device__`` function ``name`` in CUDA C++ ``text``:
     the comment block right above it (and a ``template`` line), then its definition. Braces in
     comments and strings do not count; a declaration without a body is passed over."""
-    from .backends.cuda._source import _closing, strip_comments
+    from runtime.backends.cuda._source import _closing, strip_comments
     base = name.split("<")[0].strip()
     code = strip_comments(text)                   # same offsets as text, comments blanked
     for m in re.finditer(rf"\b{re.escape(base)}\s*(?:<[^;{{}}()]*>\s*)?\(", code):
@@ -66,7 +66,7 @@ def _ptx_entry(ptx: str, name: str) -> str:
 
 
 def _kind(obj) -> str:
-    from .backends.cuda import CudaKernel
+    from runtime.backends.cuda import CudaKernel
     if isinstance(obj, CudaKernel):
         return "cuda"
     mod = type(obj).__module__ or ""
@@ -87,8 +87,8 @@ def _python_source(obj) -> str:
 
 
 def _cuda_text(source, name: str, what: str, arch) -> str:
-    from .backends.cuda import cuda_ptx, cuda_sass
-    from .backends.cuda._source import read_source
+    from runtime.backends.cuda import cuda_ptx, cuda_sass
+    from runtime.backends.cuda._source import read_source
     if what == "source":
         text, _, _ = read_source(source, name)
         return cuda_function_source(text, name)
@@ -108,7 +108,7 @@ def _needs_gpu(lang: str) -> str:
 
 
 def _numba_text(kernel, what: str) -> str:
-    from .config import SIMULATE
+    from runtime.config import SIMULATE
     if what not in ("ptx", "sass"):
         raise ValueError(f"show: a Numba kernel has its source, 'ptx' and 'sass', not {what!r}")
     if SIMULATE or not hasattr(kernel, "inspect_asm"):
@@ -121,7 +121,7 @@ def _numba_text(kernel, what: str) -> str:
 
 
 def _triton_text(kernel, what: str) -> str:
-    from .config import SIMULATE
+    from runtime.config import SIMULATE
     if SIMULATE or not hasattr(kernel, "device_caches"):
         raise RuntimeError(f"show(kernel, {what!r}): {_needs_gpu('triton')}")
     compiled = [k for cache in kernel.device_caches.values() for k in cache[0].values()]
@@ -130,7 +130,7 @@ def _triton_text(kernel, what: str) -> str:
                            "types and constants it is given: launch it once, then show it")
     k = compiled[-1]
     if what == "sass":
-        from .backends.cuda import _toolchain
+        from runtime.backends.cuda import _toolchain
         return _toolchain.sass(k.asm["cubin"], k.metadata.name)
     if what not in k.asm:
         raise ValueError(f"show: a compiled Triton kernel has {sorted(k.asm)}, not {what!r}")

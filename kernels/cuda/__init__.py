@@ -1,2 +1,2 @@
 """cuda kernels of the course (see kernels/__init__.py)."""
-import utils  # noqa: F401  (must come before numba/triton)
+import runtime  # noqa: F401  (must come before numba/triton)

@@ -18,22 +18,22 @@ import math
 
 import torch
 
-import utils
+import runtime
 from kernels._launch import cdiv, version_index
-from utils.inputs import check_input, check_tensor
+from runtime.inputs import check_input, check_tensor
 
-SOURCE = utils.KERNELS_DIR / "cuda" / "adamw.cu"
-THREADS = 64 if utils.SIMULATE else 256
+SOURCE = runtime.KERNELS_DIR / "cuda" / "adamw.cu"
+THREADS = 64 if runtime.SIMULATE else 256
 #: Blocks of a grid-stride launch: a few waves of an H100's 132 SMs; few in simulation.
-MAX_BLOCKS = 8 if utils.SIMULATE else 132 * 16
+MAX_BLOCKS = 8 if runtime.SIMULATE else 132 * 16
 #: Blocks of the norm's first pass (its partial sums are added by one block).
-NORM_BLOCKS = 4 if utils.SIMULATE else 1024
+NORM_BLOCKS = 4 if runtime.SIMULATE else 1024
 DEFAULTS = dict(lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=1e-2)
 
 
 @functools.lru_cache(maxsize=None)
 def kernel(name: str):
-    return utils.cuda_kernel(SOURCE, name)
+    return runtime.cuda_kernel(SOURCE, name)
 
 
 def grid_for(n):
@@ -130,7 +130,7 @@ def prepare_grad_norm(grads, blocks_for):
     float32, for the finishing kernel."""
     tensors = list(grads) if isinstance(grads, (list, tuple)) else [grads]
     flat = [check_input(t, "grads", op="grad_norm").reshape(-1) for t in tensors]
-    device = flat[0].device if flat else utils.DEVICE
+    device = flat[0].device if flat else runtime.DEVICE
     blocks = [blocks_for(t.numel()) for t in flat]
     pieces = [(t, b, offset) for t, b, offset in zip(flat, blocks, itertools.accumulate([0] + blocks)) if b]
     partials = torch.zeros(max(1, sum(blocks)), dtype=torch.float32, device=device)

@@ -14,23 +14,23 @@ import functools
 
 import torch
 
-import utils
+import runtime
 from kernels._launch import capped_grid, cdiv, inputs_and_output, version_index
-from utils.inputs import INT32_MAX, check_same_shape, check_tensor
+from runtime.inputs import INT32_MAX, check_same_shape, check_tensor
 
-SOURCE = utils.KERNELS_DIR / "cuda" / "add.cu"
+SOURCE = runtime.KERNELS_DIR / "cuda" / "add.cu"
 BLOCK_SIZE = 256
 #: 2-D blocks: 32 threads along a row (one warp: a coalesced access), 8 rows.
 BLOCK_2D = (32, 8)
 #: How a shape error ends: the kernels take x and y of one shape, they do not broadcast.
 NO_BROADCAST = "these kernels add tensors of the same shape (no broadcasting)"
-MAX_GRID_Y = utils.config.MAX_GRID[1]  # CUDA's limit on gridDim.y (and z); gridDim.x may reach 2^31 - 1
+MAX_GRID_Y = runtime.config.MAX_GRID[1]  # CUDA's limit on gridDim.y (and z); gridDim.x may reach 2^31 - 1
 
 
 @functools.lru_cache(maxsize=None)
 def kernel(name: str):
     """A kernel of add.cu, compiled once: ``kernel("add_kernel")[grid, block](...)``."""
-    return utils.cuda_kernel(SOURCE, name)
+    return runtime.cuda_kernel(SOURCE, name)
 
 
 def add_2d_input(x, y) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -11,9 +11,9 @@ import math
 
 import torch
 
-import utils
+import runtime
 from kernels._launch import cdiv, cuda_source, version_index
-from utils.inputs import INT32_MAX, check_tensor, dtype_name
+from runtime.inputs import INT32_MAX, check_tensor, dtype_name
 
 HALF = (torch.float16, torch.bfloat16)
 ALL = (torch.float32, torch.float16, torch.bfloat16)
@@ -160,7 +160,7 @@ def attention_backward_ref(q, k, v, do, causal: bool = False):
 import functools  # noqa: E402
 from collections import OrderedDict  # noqa: E402
 
-SOURCE = utils.KERNELS_DIR / "cuda" / "attention.cu"
+SOURCE = runtime.KERNELS_DIR / "cuda" / "attention.cu"
 #: v3 (wmma) takes these head dimensions: one kernel each (the fragments are 16 wide).
 WMMA_HEAD_DIMS = (16, 32, 64, 128)
 WMMA_BM = 64                 # queries per block
@@ -173,7 +173,7 @@ MAX_D_SIMT = 128             # v2 and the backward keep up to 128 columns per ro
 @functools.lru_cache(maxsize=None)
 def kernel(name: str):
     """A kernel of attention.cu, compiled once."""
-    return utils.cuda_kernel(SOURCE, name)
+    return runtime.cuda_kernel(SOURCE, name)
 
 
 def source(name: str) -> str:

@@ -13,18 +13,18 @@ import math
 
 import torch
 
-import utils
+import runtime
 from kernels._launch import version_index
-from utils.inputs import INT32_MAX, check_input, check_tensor  # noqa: F401  (the shared input rules)
+from runtime.inputs import INT32_MAX, check_input, check_tensor  # noqa: F401  (the shared input rules)
 
-SOURCE = utils.KERNELS_DIR / "cuda" / "bias_gelu.cu"
-THREADS = 64 if utils.SIMULATE else 256
-MAX_BLOCKS = 8 if utils.SIMULATE else 132 * 16
+SOURCE = runtime.KERNELS_DIR / "cuda" / "bias_gelu.cu"
+THREADS = 64 if runtime.SIMULATE else 256
+MAX_BLOCKS = 8 if runtime.SIMULATE else 132 * 16
 
 
 @functools.lru_cache(maxsize=None)
 def kernel(name: str):
-    return utils.cuda_kernel(SOURCE, name)
+    return runtime.cuda_kernel(SOURCE, name)
 
 
 def grid_for(n):

@@ -18,20 +18,20 @@ import functools
 
 import torch
 
-import utils
+import runtime
 from kernels._launch import version_index
-from utils.inputs import INT32_MAX, check_indices, check_input
+from runtime.inputs import INT32_MAX, check_indices, check_input
 
-SOURCE = utils.KERNELS_DIR / "cuda" / "cross_entropy.cu"
+SOURCE = runtime.KERNELS_DIR / "cuda" / "cross_entropy.cu"
 IGNORE_INDEX = -100
 #: Threads per row block (fewer in simulation, where each thread is a fiber).
-ROW_THREADS = 64 if utils.SIMULATE else 1024
+ROW_THREADS = 64 if runtime.SIMULATE else 1024
 LOGIT_DTYPES = (torch.float32, torch.bfloat16)
 
 
 @functools.lru_cache(maxsize=None)
 def kernel(name: str):
-    return utils.cuda_kernel(SOURCE, name)
+    return runtime.cuda_kernel(SOURCE, name)
 
 
 def check_ce_inputs(logits, targets, op, dtypes=LOGIT_DTYPES, ignore_index=IGNORE_INDEX):
@@ -91,7 +91,7 @@ def _ctype(x):
 
 
 #: Threads of the one-block kernels (the mean and the count).
-ONE_BLOCK_THREADS = 64 if utils.SIMULATE else 256
+ONE_BLOCK_THREADS = 64 if runtime.SIMULATE else 256
 
 
 def cross_entropy_forward(logits, targets, ignore_index=IGNORE_INDEX):

@@ -18,17 +18,17 @@ import functools
 
 import torch
 
-import utils
+import runtime
 from kernels._launch import cdiv, version_index
-from utils.inputs import INT32_MAX, check_indices, check_input, check_tensor
+from runtime.inputs import INT32_MAX, check_indices, check_input, check_tensor
 
-SOURCE = utils.KERNELS_DIR / "cuda" / "embedding.cu"
-THREADS = 64 if utils.SIMULATE else 256
+SOURCE = runtime.KERNELS_DIR / "cuda" / "embedding.cu"
+THREADS = 64 if runtime.SIMULATE else 256
 
 
 @functools.lru_cache(maxsize=None)
 def kernel(name: str):
-    return utils.cuda_kernel(SOURCE, name)
+    return runtime.cuda_kernel(SOURCE, name)
 
 
 def check_ids(ids, op):
@@ -64,7 +64,7 @@ def check_embedding_backward_inputs(ids, dout, dweight, op="embedding_backward")
 
 
 #: Sorted positions per chunk of v4 (small in simulation, so that runs span chunks in the tests).
-CHUNK = 4 if utils.SIMULATE else 32
+CHUNK = 4 if runtime.SIMULATE else 32
 
 
 def forward_frame(ids, weight, launch):

@@ -4,7 +4,7 @@ PyTorch baselines the lesson compares them with.
     gelu(x) = 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x^3)))
 
 On a GPU the kernels are compiled with NVRTC and run for real; in simulation the course's
-CPU emulator runs them (``utils.cuda_kernel`` decides). The header of ``gelu.cu`` lists the
+CPU emulator runs them (``runtime.cuda_kernel`` decides). The header of ``gelu.cu`` lists the
 versions (``VERSIONS`` below: ``gelu_v1``, ``gelu_v2``).
 
 PyTorch baselines (the numba and triton modules re-export them):
@@ -22,9 +22,9 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-import utils
+import runtime
 from kernels._launch import cdiv, inputs_and_output, version_index
-from utils.inputs import INT32_MAX
+from runtime.inputs import INT32_MAX
 
 SOURCE = Path(__file__).with_name("gelu.cu")
 #: Threads per block. Any multiple of 32 works; 256 keeps many blocks resident per SM.
@@ -38,7 +38,7 @@ _compiled = {}
 def _kernel(name: str):
     """Compile ``gelu.cu`` once per kernel name (the loader caches builds on disk too)."""
     if name not in _compiled:
-        _compiled[name] = utils.cuda_kernel(str(SOURCE), name)
+        _compiled[name] = runtime.cuda_kernel(str(SOURCE), name)
     return _compiled[name]
 
 

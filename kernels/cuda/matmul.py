@@ -8,7 +8,7 @@ the versions.
     matmul_vec4(a, b)     v4
     matmul_wmma(a, b)     v5, tensor cores: fp16 or bf16 in, fp32 out
 
-A launcher takes A (M, K) and B (K, N) on ``utils.DEVICE`` and returns a new float32 C
+A launcher takes A (M, K) and B (K, N) on ``runtime.DEVICE`` and returns a new float32 C
 (M, N). Versions v1-v4 take float32 inputs; v5 takes float16 or bfloat16 and is also the
 topic ``matmul_fp16`` (kernels/cuda/matmul_fp16.py), measured against torch.mm in fp16.
 Non-contiguous inputs (a transposed view, a slice) are copied to contiguous ones.
@@ -19,11 +19,11 @@ import functools
 
 import torch
 
-import utils
+import runtime
 from kernels._launch import cdiv, cuda_source, version_index
-from utils.inputs import INT32_MAX, check_tensor
+from runtime.inputs import INT32_MAX, check_tensor
 
-SOURCE = utils.KERNELS_DIR / "cuda" / "matmul.cu"
+SOURCE = runtime.KERNELS_DIR / "cuda" / "matmul.cu"
 FP32 = (torch.float32,)
 HALF = (torch.float16, torch.bfloat16)
 
@@ -31,7 +31,7 @@ HALF = (torch.float16, torch.bfloat16)
 @functools.lru_cache(maxsize=None)
 def kernel(name: str):
     """A kernel of matmul.cu, compiled once."""
-    return utils.cuda_kernel(SOURCE, name)
+    return runtime.cuda_kernel(SOURCE, name)
 
 
 def source(name: str) -> str:

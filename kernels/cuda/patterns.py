@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import functools
 
-import utils
+import runtime
 from kernels._launch import cuda_source
 
-SOURCE = utils.KERNELS_DIR / "cuda" / "patterns.cu"
+SOURCE = runtime.KERNELS_DIR / "cuda" / "patterns.cu"
 TILE = 32          # patterns.cu's TILE: a transpose block covers a 32 x 32 tile
 TILE_ROWS = 8      # ... with 32 x 8 threads
 REDUCE_BLOCK = 256  # patterns.cu's REDUCE_BLOCK: reduce_strided_index_kernel's block size
@@ -21,7 +21,7 @@ REDUCE_BLOCK = 256  # patterns.cu's REDUCE_BLOCK: reduce_strided_index_kernel's 
 @functools.lru_cache(maxsize=None)
 def kernel(name: str):
     """A kernel of patterns.cu, compiled once."""
-    return utils.cuda_kernel(SOURCE, name)
+    return runtime.cuda_kernel(SOURCE, name)
 
 
 def source(name: str) -> str:

@@ -5,7 +5,7 @@ versions.
     row_max(x)    the max of each row of a 2-D tensor, one block per row
     sum_racy(x)   v0, the data race of lesson 04 (wrong on purpose, never benchmarked)
 
-Every ``sum`` launcher returns a 0-d float32 tensor on ``utils.DEVICE``; the sum of an
+Every ``sum`` launcher returns a 0-d float32 tensor on ``runtime.DEVICE``; the sum of an
 empty tensor is 0, as with ``torch.sum``.
 """
 from __future__ import annotations
@@ -14,11 +14,11 @@ import functools
 
 import torch
 
-import utils
+import runtime
 from kernels._launch import cdiv, cuda_source, sm_count, version_index, whole_warps
-from utils.inputs import INT32_MAX, check_input  # the shared input rules
+from runtime.inputs import INT32_MAX, check_input  # the shared input rules
 
-SOURCE = utils.KERNELS_DIR / "cuda" / "reduction.cu"
+SOURCE = runtime.KERNELS_DIR / "cuda" / "reduction.cu"
 BLOCK_SIZE = 256        # threads per block; a power of two (the shared-memory trees need it)
 FINAL_BLOCK = 1024      # the one block of the second pass
 
@@ -26,7 +26,7 @@ FINAL_BLOCK = 1024      # the one block of the second pass
 @functools.lru_cache(maxsize=None)
 def kernel(name: str):
     """A kernel of reduction.cu, compiled once: ``kernel("sum_warp_kernel")[grid, block](...)``."""
-    return utils.cuda_kernel(SOURCE, name)
+    return runtime.cuda_kernel(SOURCE, name)
 
 
 def source(name: str, path=SOURCE) -> str:
@@ -72,14 +72,14 @@ def sum_racy(x: torch.Tensor) -> torch.Tensor:
     """WRONG on purpose: every thread does ``out[0] += x[i]`` (lesson 04's data race).
     Runs without the emulator's race detector, which would stop it: the demo shows what
     the race does to the result."""
-    with utils.race_detection(False):
+    with runtime.race_detection(False):
         return _one_thread_per_element(x, "sum_racy_kernel")
 
 
 def sum_racy_lockstep(x: torch.Tensor) -> torch.Tensor:
     """WRONG on purpose: the race with a warp's lockstep load-then-store written out
     (without the race detector, as ``sum_racy``)."""
-    with utils.race_detection(False):
+    with runtime.race_detection(False):
         return _one_thread_per_element(x, "sum_racy_lockstep_kernel")
 
 

@@ -13,18 +13,18 @@ import functools
 
 import torch
 
-import utils
+import runtime
 from kernels._launch import cdiv, inputs_and_output, version_index
-from utils.inputs import INT32_MAX
+from runtime.inputs import INT32_MAX
 
-SOURCE = utils.KERNELS_DIR / "cuda" / "relu.cu"
+SOURCE = runtime.KERNELS_DIR / "cuda" / "relu.cu"
 BLOCK_SIZE = 256
 
 
 @functools.lru_cache(maxsize=None)
 def kernel(name: str):
     """A kernel of relu.cu, compiled once: ``kernel("relu_kernel")[grid, block](...)``."""
-    return utils.cuda_kernel(SOURCE, name)
+    return runtime.cuda_kernel(SOURCE, name)
 
 
 def relu_v1(x: torch.Tensor) -> torch.Tensor:

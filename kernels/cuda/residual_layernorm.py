@@ -12,19 +12,19 @@ import functools
 
 import torch
 
-import utils
+import runtime
 from kernels._launch import cdiv, version_index
 from kernels.cuda.layernorm import EPS, check_norm_inputs, layernorm, row_stats
 
-SOURCE = utils.KERNELS_DIR / "cuda" / "residual_layernorm.cu"
-THREADS = 64 if utils.SIMULATE else 256
-MAX_BLOCKS = 8 if utils.SIMULATE else 132 * 16
+SOURCE = runtime.KERNELS_DIR / "cuda" / "residual_layernorm.cu"
+THREADS = 64 if runtime.SIMULATE else 256
+MAX_BLOCKS = 8 if runtime.SIMULATE else 132 * 16
 F32 = (torch.float32,)
 
 
 @functools.lru_cache(maxsize=None)
 def kernel(name: str):
-    return utils.cuda_kernel(SOURCE, name)
+    return runtime.cuda_kernel(SOURCE, name)
 
 
 def grid_for(n):

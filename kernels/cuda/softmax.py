@@ -13,11 +13,11 @@ import functools
 
 import torch
 
-import utils
+import runtime
 from kernels._launch import cdiv, cuda_source, sm_count, version_index, whole_warps
-from utils.inputs import INT32_MAX, check_input  # the shared input rules
+from runtime.inputs import INT32_MAX, check_input  # the shared input rules
 
-SOURCE = utils.KERNELS_DIR / "cuda" / "softmax.cu"
+SOURCE = runtime.KERNELS_DIR / "cuda" / "softmax.cu"
 #: Elements per thread the fused kernel can hold in registers (one kernel each).
 FUSED_ITEMS = (1, 2, 4, 8, 16)
 MAX_THREADS = 1024
@@ -28,7 +28,7 @@ FUSED_MAX_COLS = FUSED_ITEMS[-1] * MAX_THREADS
 @functools.lru_cache(maxsize=None)
 def kernel(name: str):
     """A kernel of softmax.cu, compiled once."""
-    return utils.cuda_kernel(SOURCE, name)
+    return runtime.cuda_kernel(SOURCE, name)
 
 
 def source(name: str) -> str:
@@ -128,7 +128,7 @@ ONCHIP_REG = 8
 def onchip_stash_bytes() -> int:
     """Dynamic shared memory v5 may use for the rest of a row: this GPU's (or the emulator's)
     limit per block, less room for the static scratch."""
-    return utils.max_dynamic_shared() - 1024
+    return runtime.max_dynamic_shared() - 1024
 
 
 def onchip_config(cols: int, vec4: bool) -> tuple[int, int] | None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 
-import utils
+import runtime
 from kernels._launch import cdiv, version_index
 from kernels.cuda.adamw import MAX_BLOCKS, NORM_BLOCKS, adamw_tensors, check_hyper, prepare_grad_norm
 
@@ -19,7 +19,7 @@ from numba import cuda, float32
 
 FULL_MASK = 0xFFFFFFFF
 #: Threads per block: one warp in simulation (each simulated thread is a Python thread).
-THREADS = 32 if utils.SIMULATE else 256
+THREADS = 32 if runtime.SIMULATE else 256
 
 
 def grid_for(n):
@@ -95,7 +95,7 @@ def grad_norm_finish_kernel(partial, max_norm, norm, scale):
 
 
 def _nb(t):
-    return utils.to_numba(t)
+    return runtime.to_numba(t)
 
 
 def adamw_unfused(params, grads, exp_avg, exp_avg_sq, *, step, lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8,

@@ -7,15 +7,15 @@ Versions (``VERSIONS``, naive to best; ``add`` is the reference, v2, any shape):
 
 and ``add_2d(x, y)``: 2-D matrices, a 2-D grid of 32 x 8 blocks.
 
-``import utils`` comes first: it decides whether ``numba.cuda`` is the real GPU target or
-Numba's CUDA simulator. Tensors reach the kernels through ``utils.to_numba`` (same memory,
+``import runtime`` comes first: it decides whether ``numba.cuda`` is the real GPU target or
+Numba's CUDA simulator. Tensors reach the kernels through ``runtime.to_numba`` (same memory,
 no copy), so a kernel's writes land in the torch tensor.
 """
 from __future__ import annotations
 
 import torch
 
-import utils  # (before numba: it picks the simulator or the GPU)
+import runtime  # (before numba: it picks the simulator or the GPU)
 from kernels._launch import capped_grid, cdiv, inputs_and_output, version_index
 from kernels.cuda.add import add_2d_input, check_grid_rows  # the shared input rules
 
@@ -54,7 +54,7 @@ def add_2d_kernel(x, y, out):
 
 
 def _flat(t: torch.Tensor):
-    return utils.to_numba(t.view(-1))
+    return runtime.to_numba(t.view(-1))
 
 
 def add_v1(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -88,8 +88,8 @@ def add_2d(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     bx, by = BLOCK_2D
     grid = (cdiv(cols, bx), cdiv(rows, by))
     check_grid_rows(rows, grid[1])
-    add_2d_kernel[grid, BLOCK_2D](utils.to_numba(x.contiguous()), utils.to_numba(y.contiguous()),
-                                  utils.to_numba(out))
+    add_2d_kernel[grid, BLOCK_2D](runtime.to_numba(x.contiguous()), runtime.to_numba(y.contiguous()),
+                                  runtime.to_numba(out))
     return out
 
 

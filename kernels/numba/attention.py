@@ -27,7 +27,7 @@ from collections import OrderedDict
 
 import torch
 
-import utils  # must come before numba: it picks the simulator or the GPU
+import runtime  # must come before numba: it picks the simulator or the GPU
 from kernels._launch import cdiv, version_index
 from kernels.cuda.attention import (  # the shared input rules
     attention_ref,  # noqa: F401  (the reference, defined once)
@@ -397,7 +397,7 @@ def attention_naive_forward(q, k, v, causal=False):
         return empty_result(q, k, v, squeeze)
     o, lse = _outputs(B, H, nq, d, q.device)
     s = torch.empty((B * H, nq, nk), dtype=torch.float32, device=q.device)
-    qa, ka, va, sa, oa, la = (utils.to_numba(t) for t in (qf, kf, vf, s, o, lse))
+    qa, ka, va, sa, oa, la = (runtime.to_numba(t) for t in (qf, kf, vf, s, o, lse))
     attn_scores_kernel[(cdiv(nk, 16), cdiv(nq, 8), B * H), (16, 8)](qa, ka, sa, 1.0 / math.sqrt(d), nk - nq,
                                                                        bool(causal))
     attn_softmax_kernel[(nq, B * H), 32](sa, la)
@@ -416,7 +416,7 @@ def _forward_one_kernel(kernel, queries_per_block, threads, q, k, v, causal, op)
     if nq == 0 or nk == 0 or d == 0 or B * H == 0:
         return empty_result(q, k, v, squeeze)
     o, lse = _outputs(B, H, nq, d, q.device)
-    args = [utils.to_numba(t) for t in (qf, kf, vf, o, lse)]
+    args = [runtime.to_numba(t) for t in (qf, kf, vf, o, lse)]
     kernel[(cdiv(nq, queries_per_block), B * H), threads](*args, 1.0 / math.sqrt(d), nk - nq, bool(causal))
     return _finish(q, o, lse, B, H, nq, d, squeeze)
 
@@ -456,7 +456,7 @@ def attention_backward(q, k, v, o, lse, do, causal=False, dq_mode="separate"):
     dk = torch.empty((B * H, nk, d), dtype=torch.float32, device=q.device)
     dv = torch.empty((B * H, nk, d), dtype=torch.float32, device=q.device)
     dq = (torch.zeros if dq_mode == "atomic" else torch.empty)((B * H, nq, d), dtype=torch.float32, device=q.device)
-    qa, ka, va, oa, doa, la, da, dqa, dka, dva = (utils.to_numba(t) for t in
+    qa, ka, va, oa, doa, la, da, dqa, dka, dva = (runtime.to_numba(t) for t in
                                                   (qf, kf, vf, of, dof, lsef, delta, dq, dk, dv))
     attn_bwd_delta_kernel[(cdiv(nq, 32), B * H), (32, 1)](oa, doa, da)
     scale, diag = 1.0 / math.sqrt(d), nk - nq

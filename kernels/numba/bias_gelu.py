@@ -12,7 +12,7 @@ import math
 
 import torch
 
-import utils
+import runtime
 from kernels._launch import version_index
 from kernels.cuda.bias_gelu import THREADS, check_bias_backward_inputs, check_bias_inputs, grid_for
 
@@ -60,7 +60,7 @@ def bias_gelu_backward_kernel(dy, x, b, dx):
 
 
 def _nb(t):
-    return utils.to_numba(t)
+    return runtime.to_numba(t)
 
 
 def bias_gelu_unfused(x, b):

@@ -18,7 +18,7 @@ import math
 
 import torch
 
-import utils
+import runtime
 from kernels._launch import version_index
 from kernels.cuda.cross_entropy import IGNORE_INDEX, prepare_backward, prepare_forward, prepare_mean_loss
 from kernels.numba.reduction import block_max_all, block_sum_all
@@ -27,7 +27,7 @@ from numba import cuda, float32
 
 FULL_MASK = 0xFFFFFFFF
 #: Threads per row block: one warp in simulation (each simulated thread is a Python thread).
-ROW_THREADS = 32 if utils.SIMULATE else 1024
+ROW_THREADS = 32 if runtime.SIMULATE else 1024
 F32 = (torch.float32,)
 
 
@@ -177,7 +177,7 @@ def cross_entropy_fused_kernel(x, t, count, loss, g, ignore_index):
 
 # ---------------------------------------------------------------------------------------
 def _nb(t):
-    return utils.to_numba(t)
+    return runtime.to_numba(t)
 
 
 def cross_entropy_forward(logits, targets, ignore_index=IGNORE_INDEX):

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import math
 
-import utils
+import runtime
 from kernels._launch import cdiv, version_index
 from kernels.cuda.embedding import CHUNK, backward_frame, chunk_partials, forward_frame
 
 from numba import cuda
 
-THREADS = 64 if utils.SIMULATE else 256
+THREADS = 64 if runtime.SIMULATE else 256
 
 
 @cuda.jit(device=True)
@@ -137,7 +137,7 @@ def embedding_backward_join_kernel(sorted_ids, head, tail, dw, chunk):
 
 
 def _nb(t):
-    return utils.to_numba(t)
+    return runtime.to_numba(t)
 
 
 def _grid(tokens, dim):

@@ -9,7 +9,7 @@ Versions (``VERSIONS``, naive to best):
         a block's 4 loads spaced blockDim apart (still coalesced) and issued before any
         store, so each thread has 4 loads in flight
 
-On a GPU they run for real; in simulation in Numba's CUDA simulator (``import utils``
+On a GPU they run for real; in simulation in Numba's CUDA simulator (``import runtime``
 chooses before numba is imported).
 """
 from __future__ import annotations
@@ -18,7 +18,7 @@ import math
 
 import numpy as np
 
-import utils  # noqa: F401  (must come before numba: it picks the GPU or the simulator)
+import runtime  # noqa: F401  (must come before numba: it picks the GPU or the simulator)
 from kernels._launch import version_index
 from kernels.cuda.gelu import BASELINES, INT32_MAX, gelu_compiled, gelu_ref, gelu_torch, gelu_unfused_torch  # noqa: F401  (the baselines)
 from kernels.numba.relu import items_kernel, launch_map  # 256 threads per block

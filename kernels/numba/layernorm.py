@@ -5,7 +5,7 @@ Forward (``VERSIONS``; ``f(x, w, b, eps=1e-5, stats=False)`` -> y, or (y, mean, 
     v1  a block per row, three passes over the row from memory                    layernorm_block
     v2  a block per row held in registers (a local array): x read once            layernorm_reg
     v3  the reference: a warp per row up to 1024 columns, v2 up to 16384, v1 beyond; tensors passed straight in
-        layernorm: a warp per row (8 rows a block); launched by ``utils.NumbaLauncher`` (tensors
+        layernorm: a warp per row (8 rows a block); launched by ``runtime.NumbaLauncher`` (tensors
         handed to the compiled kernel as pointer, shape and strides: no device-array wrapper,
         no argument typing per call)
 
@@ -20,15 +20,13 @@ from __future__ import annotations
 
 import torch
 
-import utils  # must come before numba: it picks the simulator or the GPU
-import utils.topics.layernorm as layernorm_spec
+import runtime  # must come before numba: it picks the simulator or the GPU
 from kernels._launch import cdiv, version_index
-from kernels.cuda.layernorm import norm_backward, norm_forward
+from kernels.cuda.layernorm import EPS, norm_backward, norm_forward
 from kernels.numba.reduction import block_sum_all, warp_sum_all
 
 from numba import cuda, float32
 
-EPS = layernorm_spec.EPS  # the epsilon of the topic (rstd = 1 / sqrt(var + EPS)), defined once
 ITEMS = 32
 MAX_THREADS = 1024
 #: 512 threads of 32 values (see layernorm_reg_kernel's register cap).
@@ -37,9 +35,9 @@ REG_MAX_COLS = ITEMS * REG_THREADS
 #: v3's warp-per-row kernel: 32 values a lane, rows up to 1024 columns, WARP_ROWS rows a block.
 WARP_ITEMS = 32
 WARP_MAX_COLS = 32 * WARP_ITEMS
-WARP_ROWS = 2 if utils.SIMULATE else 8
+WARP_ROWS = 2 if runtime.SIMULATE else 8
 #: Threads per block of the row kernels (fewer in simulation: one Python thread each).
-ROW_THREADS = 64 if utils.SIMULATE else 256
+ROW_THREADS = 64 if runtime.SIMULATE else 256
 
 
 # ---------------------------------------------------------------------------------------
@@ -70,7 +68,7 @@ def layernorm_block_kernel(x, w, b, y, mean_out, rstd_out, eps):
 # 32 values a thread and up to 512 threads: capped at 128 registers a thread, so that 512
 # threads fit an SM's 65536 registers (uncapped, the launch fails with
 # CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES on an H100). The simulator takes no register cap.
-@cuda.jit(**({} if utils.SIMULATE else {"max_registers": 128}))
+@cuda.jit(**({} if runtime.SIMULATE else {"max_registers": 128}))
 def layernorm_reg_kernel(x, w, b, y, mean_out, rstd_out, eps):
     scratch = cuda.shared.array(32, float32)
     v = cuda.local.array(ITEMS, float32)
@@ -240,7 +238,7 @@ def _row_threads(cols):
 
 def _forward(kernel, threads_of, x, w, b, eps, stats, op):
     def launch(x, w, b, y, mean, rstd, rows, cols, eps):
-        args = [utils.to_numba(t) for t in (x, w, b, y, mean, rstd)]
+        args = [runtime.to_numba(t) for t in (x, w, b, y, mean, rstd)]
         kernel[rows, threads_of(cols)](*args, float32(eps))
     return norm_forward(x, w, b, eps, stats, op=op, launch=launch)
 
@@ -258,18 +256,18 @@ def layernorm_reg(x, w, b, eps=EPS, stats=False):
     return _forward(layernorm_reg_kernel, _reg_threads, x, w, b, eps, stats, "layernorm_reg")
 
 
-_launch_warp = utils.NumbaLauncher(layernorm_warp_kernel)
-_launch_reg = utils.NumbaLauncher(layernorm_reg_kernel)
-_launch_block = utils.NumbaLauncher(layernorm_block_kernel)
+_launch_warp = runtime.NumbaLauncher(layernorm_warp_kernel)
+_launch_reg = runtime.NumbaLauncher(layernorm_reg_kernel)
+_launch_block = runtime.NumbaLauncher(layernorm_block_kernel)
 
 
 def _reg_threads(cols):
-    return _warps(cdiv(cols, ITEMS)) if not utils.SIMULATE else max(_warps(cdiv(cols, ITEMS)), 32)
+    return _warps(cdiv(cols, ITEMS)) if not runtime.SIMULATE else max(_warps(cdiv(cols, ITEMS)), 32)
 
 
 def layernorm(x, w, b, eps=EPS, stats=False):
     """The reference: a warp per row up to 1024 columns, a block per row in registers up to
-    16384, three passes beyond; the launch through ``utils.NumbaLauncher``."""
+    16384, three passes beyond; the launch through ``runtime.NumbaLauncher``."""
     def launch(x, w, b, y, mean, rstd, rows, cols, eps):
         if cols <= WARP_MAX_COLS:
             _launch_warp(cdiv(rows, WARP_ROWS), 32 * WARP_ROWS, x, w, b, y, mean, rstd, float32(eps))
@@ -281,22 +279,22 @@ def layernorm(x, w, b, eps=EPS, stats=False):
 
 
 def _parts(rows):
-    return max(1, min(rows, 4 if utils.SIMULATE else 264))
+    return max(1, min(rows, 4 if runtime.SIMULATE else 264))
 
 
 def layernorm_backward_atomic(dy, x, w, mean, rstd):
     def launch(dy, x, w, mean, rstd, dx, dw, db, rows, cols):
-        args = [utils.to_numba(t) for t in (dy, x, w, mean, rstd, dx, dw, db)]
+        args = [runtime.to_numba(t) for t in (dy, x, w, mean, rstd, dx, dw, db)]
         layernorm_bwd_atomic_kernel[rows, _row_threads(cols)](*args)
     return norm_backward(dy, x, w, mean, rstd, op="layernorm_backward_atomic", launch=launch)
 
 
-_launch_bwd = utils.NumbaLauncher(layernorm_bwd_partials_kernel)
-_launch_colsum = utils.NumbaLauncher(column_sum_kernel)
-_launch_rms = utils.NumbaLauncher(rmsnorm_kernel)
-_launch_rms_bwd = utils.NumbaLauncher(rmsnorm_bwd_partials_kernel)
+_launch_bwd = runtime.NumbaLauncher(layernorm_bwd_partials_kernel)
+_launch_colsum = runtime.NumbaLauncher(column_sum_kernel)
+_launch_rms = runtime.NumbaLauncher(rmsnorm_kernel)
+_launch_rms_bwd = runtime.NumbaLauncher(rmsnorm_bwd_partials_kernel)
 #: Threads per block of the column sum (a thread per column).
-COLSUM_THREADS = 64 if utils.SIMULATE else 256
+COLSUM_THREADS = 64 if runtime.SIMULATE else 256
 
 
 def _column_sum(p, out):

@@ -5,15 +5,15 @@ Versions (``VERSIONS``, naive to best; ``matmul`` is the reference, v2):
     v1  naive: one thread per output                                                 matmul_naive
     v2  shared-memory tiles: 16 x 16 tiles of A and B, each loaded once per block   matmul_tiled
 
-Both take float32 A (M, K) and B (K, N) on ``utils.DEVICE`` and return a new float32 C.
+Both take float32 A (M, K) and B (K, N) on ``runtime.DEVICE`` and return a new float32 C.
 In simulation every CUDA thread is a Python thread: keep the matrices small there
-(``utils.SIZES``); the tiles are 16 x 16 so a block is 256 threads.
+(``runtime.SIZES``); the tiles are 16 x 16 so a block is 256 threads.
 """
 from __future__ import annotations
 
 import torch
 
-import utils  # must come before numba: it picks the simulator or the GPU
+import runtime  # must come before numba: it picks the simulator or the GPU
 from kernels._launch import cdiv, version_index
 from kernels.cuda.matmul import matmul_ref, prepare_operands  # noqa: F401  (the shared input rules and reference)
 
@@ -62,7 +62,7 @@ def matmul_naive(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     a, b, c, M, N, K = prepare_operands(a, b, "matmul_naive")
     if c.numel() and K:
         matmul_naive_kernel[(cdiv(N, 16), cdiv(M, 16)), (16, 16)](
-            utils.to_numba(a), utils.to_numba(b), utils.to_numba(c))
+            runtime.to_numba(a), runtime.to_numba(b), runtime.to_numba(c))
     return c
 
 
@@ -71,7 +71,7 @@ def matmul_tiled(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     a, b, c, M, N, K = prepare_operands(a, b, "matmul_tiled")
     if c.numel() and K:
         matmul_tiled_kernel[(cdiv(N, TILE), cdiv(M, TILE)), (TILE, TILE)](
-            utils.to_numba(a), utils.to_numba(b), utils.to_numba(c))
+            runtime.to_numba(a), runtime.to_numba(b), runtime.to_numba(c))
     return c
 
 

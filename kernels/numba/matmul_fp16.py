@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-import utils  # must come before numba: it picks the simulator or the GPU
+import runtime  # must come before numba: it picks the simulator or the GPU
 from kernels._launch import cdiv, version_index
 from kernels.cuda.matmul import HALF, matmul_ref, prepare_operands
 
@@ -34,7 +34,7 @@ def matmul_fp16(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         a, b = a.float(), b.float()  # exact: every bfloat16 value is a float32 value
     if c.numel() and K:
         matmul_fp16_kernel[(cdiv(N, 16), cdiv(M, 16)), (16, 16)](
-            utils.to_numba(a), utils.to_numba(b), utils.to_numba(c))
+            runtime.to_numba(a), runtime.to_numba(b), runtime.to_numba(c))
     return c
 
 

@@ -25,7 +25,7 @@ import math
 
 import torch
 
-import utils  # must come before numba: it picks the simulator or the GPU
+import runtime  # must come before numba: it picks the simulator or the GPU
 from kernels._launch import cdiv, version_index, whole_warps
 from kernels.cuda.reduction import num_blocks_grid_stride, row_max_frame, row_max_ref, sum_frame, sum_ref  # noqa: F401  (the references, defined once)
 
@@ -33,7 +33,7 @@ from numba import cuda, float32
 
 #: Threads per block, a power of two and a multiple of 32. Shared arrays need their size
 #: at compile time, so it is a module constant.
-BLOCK_SIZE = 64 if utils.SIMULATE else 256
+BLOCK_SIZE = 64 if runtime.SIMULATE else 256
 FULL_MASK = 0xFFFFFFFF
 
 
@@ -234,7 +234,7 @@ def row_max_kernel(x, out):
 # ---------------------------------------------------------------------------------------
 def _launch_per_element(kernel, x: torch.Tensor) -> torch.Tensor:
     def launch(x, out, n):
-        kernel[cdiv(n, BLOCK_SIZE), BLOCK_SIZE](utils.to_numba(x), utils.to_numba(out.view(1)))
+        kernel[cdiv(n, BLOCK_SIZE), BLOCK_SIZE](runtime.to_numba(x), runtime.to_numba(out.view(1)))
     return sum_frame(x, launch)
 
 
@@ -264,15 +264,15 @@ def sum_two_pass(x: torch.Tensor) -> torch.Tensor:
         # A few blocks per SM, each thread summing many elements; no more blocks than needed.
         blocks = num_blocks_grid_stride(n, BLOCK_SIZE, per_thread=8)
         partials = torch.empty(blocks, dtype=torch.float32, device=x.device)
-        sum_partials_kernel[blocks, BLOCK_SIZE](utils.to_numba(x), utils.to_numba(partials))
-        sum_final_kernel[1, BLOCK_SIZE](utils.to_numba(partials), utils.to_numba(out.view(1)))
+        sum_partials_kernel[blocks, BLOCK_SIZE](runtime.to_numba(x), runtime.to_numba(partials))
+        sum_final_kernel[1, BLOCK_SIZE](runtime.to_numba(partials), runtime.to_numba(out.view(1)))
     return sum_frame(x, launch)
 
 
 def row_max(x: torch.Tensor) -> torch.Tensor:
     """The max of each row of a 2-D tensor: shape (rows,). -inf for rows of length 0."""
     def launch(x, out, rows, cols):
-        row_max_kernel[rows, whole_warps(cols, BLOCK_SIZE)](utils.to_numba(x), utils.to_numba(out))
+        row_max_kernel[rows, whole_warps(cols, BLOCK_SIZE)](runtime.to_numba(x), runtime.to_numba(out))
     return row_max_frame(x, launch)
 
 

@@ -8,8 +8,8 @@ Versions (``VERSIONS``, naive to best; ``relu`` is the reference, v3):
 
 and ``relu_backward(grad_out, x)``: grad_out where x > 0, else 0.
 
-``import utils`` comes first: it decides whether ``numba.cuda`` is the real GPU target or
-Numba's CUDA simulator. Tensors reach the kernels through ``utils.to_numba`` (same memory,
+``import runtime`` comes first: it decides whether ``numba.cuda`` is the real GPU target or
+Numba's CUDA simulator. Tensors reach the kernels through ``runtime.to_numba`` (same memory,
 no copy), so a kernel's writes land in the torch tensor.
 """
 from __future__ import annotations
@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-import utils  # before numba: it picks the simulator or the GPU
+import runtime  # before numba: it picks the simulator or the GPU
 from kernels._launch import capped_grid, cdiv, inputs_and_output, version_index
 from kernels.cuda.relu import relu_backward_input
 
@@ -95,7 +95,7 @@ def relu_backward_kernel(grad_out_ptr, x_ptr, grad_in_ptr, n):
 
 def _flat(t: torch.Tensor):
     """The tensor as a 1-D Numba array (same memory, no copy): the kernels index it flat."""
-    return utils.to_numba(t.view(-1))
+    return runtime.to_numba(t.view(-1))
 
 
 def launch_map(kernel, x: torch.Tensor, op: str, items_per_thread: int = 1, max_numel=None) -> torch.Tensor:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 
-import utils
+import runtime
 from kernels._launch import version_index
 from kernels.cuda.residual_layernorm import EPS, THREADS, fused_frame, grid_for, unfused_frame
 from kernels.numba.layernorm import layernorm
@@ -49,7 +49,7 @@ def residual_layernorm_kernel(x, r, w, b, h, y, mean_out, rstd_out, eps):
 
 
 def _nb(t):
-    return utils.to_numba(t)
+    return runtime.to_numba(t)
 
 
 def residual_layernorm_unfused(x, r, w, b, eps=EPS, stats=False):

@@ -14,7 +14,7 @@ import math
 
 import torch
 
-import utils  # must come before numba: it picks the simulator or the GPU
+import runtime  # must come before numba: it picks the simulator or the GPU
 from kernels._launch import cdiv, version_index, whole_warps
 from kernels.cuda.softmax import check_fused_cols, softmax_frame, softmax_ref  # noqa: F401  (the reference, defined once)
 from kernels.numba.reduction import block_max_all, block_sum_all, row_max_kernel, warp_sum_all  # noqa: F401  (attention uses warp_sum_all)
@@ -27,7 +27,7 @@ ITEMS = 16
 MAX_THREADS = 1024
 FUSED_MAX_COLS = ITEMS * MAX_THREADS
 #: Threads per block of the row-wise kernels (smaller in simulation: one Python thread each).
-ROW_THREADS = 64 if utils.SIMULATE else 256
+ROW_THREADS = 64 if runtime.SIMULATE else 256
 
 
 
@@ -119,7 +119,7 @@ def softmax_naive(x: torch.Tensor) -> torch.Tensor:
     def launch(x, y, rows, cols):
         row_max = torch.empty(rows, dtype=torch.float32, device=x.device)
         row_sum = torch.empty(rows, dtype=torch.float32, device=x.device)
-        xa, ya, ma, sa = (utils.to_numba(t) for t in (x, y, row_max, row_sum))
+        xa, ya, ma, sa = (runtime.to_numba(t) for t in (x, y, row_max, row_sum))
         threads = whole_warps(cols, ROW_THREADS)
         row_max_kernel[rows, threads](xa, ma)
         softmax_expsum_kernel[rows, threads](xa, ma, sa)
@@ -131,15 +131,15 @@ def softmax_fused(x: torch.Tensor) -> torch.Tensor:
     """v2: one block per row held in registers: one read of x, one write of y."""
     def launch(x, y, rows, cols):
         check_fused_cols(cols, ITEMS, MAX_THREADS)
-        softmax_fused_kernel[rows, whole_warps(cdiv(cols, ITEMS))](utils.to_numba(x), utils.to_numba(y))
+        softmax_fused_kernel[rows, whole_warps(cdiv(cols, ITEMS))](runtime.to_numba(x), runtime.to_numba(y))
     return softmax_frame(x, launch)
 
 
 def softmax_online(x: torch.Tensor) -> torch.Tensor:
     """v3: online softmax, one block per row, any row length."""
     def launch(x, y, rows, cols):
-        threads = whole_warps(cdiv(cols, 8)) if not utils.SIMULATE else whole_warps(cols, ROW_THREADS)
-        softmax_online_kernel[rows, threads](utils.to_numba(x), utils.to_numba(y))
+        threads = whole_warps(cdiv(cols, 8)) if not runtime.SIMULATE else whole_warps(cols, ROW_THREADS)
+        softmax_online_kernel[rows, threads](runtime.to_numba(x), runtime.to_numba(y))
     return softmax_frame(x, launch)
 
 

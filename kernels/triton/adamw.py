@@ -9,15 +9,15 @@ Versions (``VERSIONS``, naive to best):
 """
 from __future__ import annotations
 
-import utils
+import runtime
 from kernels._launch import version_index
 from kernels.cuda.adamw import adamw_tensors, check_hyper, prepare_grad_norm
 
 import triton
 import triton.language as tl
 
-BLOCK = 256 if utils.SIMULATE else 2048
-NORM_BLOCK = 256 if utils.SIMULATE else 8192
+BLOCK = 256 if runtime.SIMULATE else 2048
+NORM_BLOCK = 256 if runtime.SIMULATE else 8192
 
 
 @triton.jit

@@ -15,14 +15,14 @@ from __future__ import annotations
 
 import torch
 
-import utils  # (before triton: it switches on the interpreter in simulation)
+import runtime  # (before triton: it switches on the interpreter in simulation)
 from kernels._launch import inputs_and_output, version_index
 from kernels.cuda.add import add_2d_input  # the shared input rules
 
 import triton
 import triton.language as tl
 
-MAX_GRID_Y = utils.config.MAX_GRID[1]  # the limit on the second grid dimension (program_id(1))
+MAX_GRID_Y = runtime.config.MAX_GRID[1]  # the limit on the second grid dimension (program_id(1))
 
 
 @triton.jit

@@ -31,7 +31,7 @@ the kernels, with masked loads). float32 inputs use exact fp32 products
 (``input_precision="ieee"``); float16/bfloat16 go through the tensor cores with fp32 accumulation,
 P and dS rounded to the inputs' dtype before their products, as FlashAttention does.
 
-The tile sizes are autotuned on a GPU (``utils.triton_compat.autotune``); in simulation the
+The tile sizes are autotuned on a GPU (``runtime.triton_compat.autotune``); in simulation the
 first config runs: 16 x 16 tiles, the smallest ``tl.dot`` takes, so that the interpreter is quick.
 """
 from __future__ import annotations
@@ -41,7 +41,7 @@ from collections import OrderedDict
 
 import torch
 
-import utils  # configures the interpreter before triton loads
+import runtime  # configures the interpreter before triton loads
 from kernels._launch import version_index
 from kernels.cuda.attention import (  # the shared input rules
     attention_ref,  # noqa: F401  (the reference, defined once)
@@ -53,7 +53,7 @@ from kernels.cuda.attention import (  # the shared input rules
     finish,
     finish_grads,
 )
-from utils.triton_compat import autotune
+from runtime.backends.triton.compat import autotune
 
 import triton
 import triton.language as tl
@@ -71,7 +71,7 @@ def _block_d(d: int) -> int:
     """The head dimension padded to a power of two. On a GPU at least 32: Triton 3.6's ptxas
     crashed (error -11, sm_90a) on the causal forward with 16-wide tiles of d; a head of 16
     then runs as 32 with the upper half masked."""
-    return max(16 if utils.SIMULATE else 32, triton.next_power_of_2(d))
+    return max(16 if runtime.SIMULATE else 32, triton.next_power_of_2(d))
 
 
 def _strides(t):
@@ -174,7 +174,7 @@ def attention_naive_forward(q, k, v, causal=False):
     s = torch.empty((B, H, nq, nk), dtype=torch.float32, device=q.device)
     lse = torch.empty((B, H, nq), dtype=torch.float32, device=q.device)
     o = torch.empty((B, H, nq, d), dtype=q.dtype, device=q.device)
-    bm = bn = 32 if utils.SIMULATE else 64
+    bm = bn = 32 if runtime.SIMULATE else 64
     attn_scores_kernel[(triton.cdiv(nq, bm), triton.cdiv(nk, bn), B * H)](
         q, k, s, H, nq, nk, d, 1.0 / math.sqrt(d), nk - nq, *_strides(q), *_strides(k),
         CAUSAL=bool(causal), IEEE=ieee, BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=bd)
@@ -408,7 +408,7 @@ def _prune_by_head_dim(configs, named_args, **kwargs):
 
 
 def _tuned(kernel, candidates, key):
-    if utils.SIMULATE:  # utils.triton_compat.autotune runs the first config: SIM_TILE
+    if runtime.SIMULATE:  # runtime.triton_compat.autotune runs the first config: SIM_TILE
         return autotune(configs=_configs({64: [SIM_TILE]}), key=key)(kernel)
     return autotune(configs=_configs(candidates), key=key,
                     prune_configs_by={"early_config_prune": _prune_by_head_dim})(kernel)
@@ -420,14 +420,14 @@ def _meta(tile):
 
 
 def _use_tuned(q, nq, nk, d) -> bool:
-    return not utils.SIMULATE and max(nq, nk) >= TUNE_MIN_N and d <= 128 and q.dtype in (torch.float16,
+    return not runtime.SIMULATE and max(nq, nk) >= TUNE_MIN_N and d <= 128 and q.dtype in (torch.float16,
                                                                                       torch.bfloat16)
 
 
 def _fixed_tile(q, d):
     """The tile of a launch that is not autotuned: short sequences, float32 and float64 (whose
     exact products run on the CUDA cores and need small tiles not to spill), d > 128."""
-    if utils.SIMULATE:
+    if runtime.SIMULATE:
         return SIM_TILE
     if q.dtype in (torch.float32, torch.float64):
         return (32, 32, 4, 2)
@@ -707,7 +707,7 @@ def attention_backward(q, k, v, o, lse, do, causal=False, dq_mode="separate"):
     acc_dt = _acc_dt(q)
     delta = torch.empty((B, H, nq), dtype=torch.float64 if q.dtype == torch.float64 else torch.float32,
                         device=q.device)
-    pre = 32 if utils.SIMULATE else 64
+    pre = 32 if runtime.SIMULATE else 64
     attn_bwd_delta_kernel[(triton.cdiv(nq, pre), B * H)](o, do, delta, H, nq, d, *_strides(o), *_strides(do),
                                                          ACC_DT=acc_dt, BLOCK_M=pre, BLOCK_D=bd)
     use_tuned = _use_tuned(q, nq, nk, d)

@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import torch
 
-import utils
+import runtime
 from kernels._launch import version_index
 from kernels.cuda.bias_gelu import check_bias_backward_inputs, check_bias_inputs
 
 import triton
 import triton.language as tl
 
-BLOCK = 256 if utils.SIMULATE else 1024
+BLOCK = 256 if runtime.SIMULATE else 1024
 
 
 @triton.jit

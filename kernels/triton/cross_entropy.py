@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import torch
 
-import utils
+import runtime
 from kernels._launch import version_index
 from kernels.cuda.cross_entropy import IGNORE_INDEX, prepare_backward, prepare_forward, prepare_mean_loss
 
@@ -27,7 +27,7 @@ import triton.language as tl
 #: Columns per loop step. On a GPU 32768 with 32 warps (Liger Kernel's choice for long
 #: rows: 32 values per thread in flight); in simulation a small block, so that the loop
 #: over a row takes several steps at the tests' sizes.
-BLOCK = 256 if utils.SIMULATE else 32768
+BLOCK = 256 if runtime.SIMULATE else 32768
 NUM_WARPS = 32
 COUNT_BLOCK = 1024
 

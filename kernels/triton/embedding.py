@@ -11,7 +11,7 @@ Versions (``VERSIONS``, naive to best):
 """
 from __future__ import annotations
 
-import utils
+import runtime
 from kernels._launch import version_index
 from kernels.cuda.embedding import CHUNK, backward_frame, chunk_partials, forward_frame
 
@@ -20,7 +20,7 @@ import triton.language as tl
 
 #: Columns per program (GPT-2's 768 in one block on a GPU; smaller in simulation so that
 #: a row takes several programs).
-BLOCK_D = 32 if utils.SIMULATE else 1024
+BLOCK_D = 32 if runtime.SIMULATE else 1024
 
 
 def _block(dim):

@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-import utils  # noqa: F401  (must come before triton: it picks the GPU or the interpreter)
+import runtime  # noqa: F401  (must come before triton: it picks the GPU or the interpreter)
 from kernels._launch import inputs_and_output, version_index
 from kernels.cuda.gelu import BASELINES, INT32_MAX, gelu_compiled, gelu_ref, gelu_torch, gelu_unfused_torch  # noqa: F401  (the baselines)
 

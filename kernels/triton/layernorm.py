@@ -29,15 +29,13 @@ import functools
 
 import torch
 
-import utils  # configures the interpreter before triton loads
-import utils.topics.layernorm as layernorm_spec
+import runtime  # configures the interpreter before triton loads
 from kernels._launch import sm_count, version_index
-from kernels.cuda.layernorm import norm_backward, norm_forward, stats_dtype
+from kernels.cuda.layernorm import EPS, norm_backward, norm_forward, stats_dtype
 
 import triton
 import triton.language as tl
 
-EPS = layernorm_spec.EPS  # the epsilon of the topic (rstd = 1 / sqrt(var + EPS)), defined once
 #: The widest row v2 holds in registers (16 warps x 32 lanes x 64 values).
 ROW_MAX_COLS = 32768
 CHUNK = 1024
@@ -171,7 +169,7 @@ EVICT = ""
 def rows_config(cols: int, itemsize: int, tile_bytes: int = TILE_BYTES) -> tuple[int, int, int]:
     """(ROWS, BLOCK, num_warps) of v3 for rows of ``cols`` elements of ``itemsize`` bytes."""
     block = triton.next_power_of_2(max(cols, 1))
-    if utils.SIMULATE:
+    if runtime.SIMULATE:
         return min(4, max(1, 1024 // block)), block, 1
     rows = max(1, tile_bytes // (block * itemsize))
     warps = max(4, min(16, rows * block * itemsize // 2048))
@@ -305,7 +303,7 @@ BWD_TILE_BYTES = 16384
 def bwd_config(rows: int, cols: int, itemsize: int) -> tuple[int, int, int, int]:
     """(ROWS, BLOCK, num_warps, programs) of the backward kernels."""
     block = triton.next_power_of_2(max(cols, 1))
-    if utils.SIMULATE:
+    if runtime.SIMULATE:
         return min(4, max(1, 1024 // block)), block, 1, max(1, min(triton.cdiv(rows, 4), 8))
     nrows = max(1, BWD_TILE_BYTES // (block * itemsize))
     warps = max(2, min(16, nrows * block * itemsize // 1024))
@@ -314,7 +312,7 @@ def bwd_config(rows: int, cols: int, itemsize: int) -> tuple[int, int, int, int]
 
 
 #: Columns per program of the column sum.
-COLSUM_BLOCK = 64 if utils.SIMULATE else 128
+COLSUM_BLOCK = 64 if runtime.SIMULATE else 128
 
 
 def _column_sum(p, out):

@@ -15,7 +15,7 @@ Versions (``VERSIONS`` here, v2 and v3 in matmul_fp16.py; ``matmul`` is the refe
 One kernel serves both: a program computes a BLOCK_M x BLOCK_N tile of C, stepping along
 K by BLOCK_K, and Triton turns ``tl.dot`` of two tiles into tensor-core instructions
 (or FMAs for exact fp32). The tile sizes are autotuned on a GPU
-(``utils.triton_compat.autotune``: in simulation the first config runs, untimed).
+(``runtime.triton_compat.autotune``: in simulation the first config runs, untimed).
 The programs are numbered in GROUP_M-row groups ("grouped ordering"): programs that run
 at the same time share rows of A and columns of B, which then stay in the L2 cache.
 Strides are passed, so transposed or sliced inputs work without a copy.
@@ -24,10 +24,10 @@ from __future__ import annotations
 
 import torch
 
-import utils  # configures the interpreter before triton loads
+import runtime  # configures the interpreter before triton loads
 from kernels._launch import version_index
 from kernels.cuda.matmul import HALF, check_operands, matmul_ref  # noqa: F401  (shared rules, reference)
-from utils.backends.triton.compat import autotune
+from runtime.backends.triton.compat import autotune
 
 import triton
 import triton.language as tl
@@ -38,7 +38,7 @@ FP32 = (torch.float32,)
 def _configs(fp32: bool):
     """Configs to try on a GPU; the first is what simulation runs (small, so it is quick)."""
     small = [triton.Config({"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 8}, num_warps=4, num_stages=2)]
-    if utils.SIMULATE:
+    if runtime.SIMULATE:
         return small
     if fp32:
         shapes = [(128, 128, 32, 8, 3), (128, 128, 16, 8, 4), (128, 64, 32, 4, 4), (64, 128, 32, 4, 4),
@@ -101,7 +101,7 @@ matmul_fp16_kernel = autotune(configs=_configs(False), key=["M", "N", "K"])(matm
 # next tile's loads overlap the last tile's epilogue.
 def _tma_configs():
     small = [triton.Config({"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 8}, num_warps=4, num_stages=2)]
-    if utils.SIMULATE:
+    if runtime.SIMULATE:
         return small
     return [triton.Config({"BLOCK_M": m, "BLOCK_N": n, "BLOCK_K": k, "GROUP_M": g}, num_warps=w, num_stages=st)
             for m, n, k, g, w, st in TMA_SHAPES]
@@ -145,10 +145,10 @@ matmul_tma_autotuned = autotune(configs=_tma_configs(), key=["M", "N", "K"])(mat
 
 def _tma_scratch(size: int, alignment: int, stream):
     """Global memory for the descriptors a kernel builds on the device (``tl.make_tensor_descriptor``)."""
-    return torch.empty(size, dtype=torch.int8, device=utils.DEVICE)
+    return torch.empty(size, dtype=torch.int8, device=runtime.DEVICE)
 
 
-if not utils.SIMULATE and hasattr(triton, "set_allocator"):
+if not runtime.SIMULATE and hasattr(triton, "set_allocator"):
     triton.set_allocator(_tma_scratch)
 
 
@@ -161,9 +161,9 @@ def tma_ok(*tensors) -> bool:
 
 
 def _num_sms() -> int:
-    if utils.SIMULATE:
+    if runtime.SIMULATE:
         return 4
-    return torch.cuda.get_device_properties(utils.DEVICE).multi_processor_count
+    return torch.cuda.get_device_properties(runtime.DEVICE).multi_processor_count
 
 
 def launch_tma(kern, a, b, c, M, N, K, **meta):

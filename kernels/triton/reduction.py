@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-import utils  # noqa: F401  (configures the interpreter before triton loads)
+import runtime  # noqa: F401  (configures the interpreter before triton loads)
 from kernels._launch import version_index
 from kernels.cuda.reduction import num_blocks_grid_stride, row_max_frame, row_max_ref, sum_frame, sum_ref  # noqa: F401  (the references, defined once)
 

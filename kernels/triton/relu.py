@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-import utils  # noqa: F401  (before triton: it switches on the interpreter in simulation)
+import runtime  # noqa: F401  (before triton: it switches on the interpreter in simulation)
 from kernels._launch import inputs_and_output, version_index
 from kernels.cuda.relu import relu_backward_input
 

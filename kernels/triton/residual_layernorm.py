@@ -9,7 +9,7 @@ Versions (``VERSIONS``, naive to best):
 """
 from __future__ import annotations
 
-import utils
+import runtime
 from kernels._launch import version_index
 from kernels.cuda.residual_layernorm import EPS, fused_frame, unfused_frame
 from kernels.triton.layernorm import layernorm
@@ -18,7 +18,7 @@ import triton
 import triton.language as tl
 
 MAX_COLS = 16384
-ADD_BLOCK = 256 if utils.SIMULATE else 1024
+ADD_BLOCK = 256 if runtime.SIMULATE else 1024
 
 
 @triton.jit

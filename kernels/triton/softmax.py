@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-import utils  # noqa: F401  (configures the interpreter before triton loads)
+import runtime  # noqa: F401  (configures the interpreter before triton loads)
 from kernels._launch import sm_count, version_index
 from kernels.cuda.softmax import softmax_frame, softmax_ref  # noqa: F401  (the reference, defined once)
 from kernels.triton.reduction import row_max_kernel

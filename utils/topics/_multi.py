@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import torch
 
+from runtime.config import DEVICE
+
 from .. import check as _check
-from ..config import DEVICE
 from ..grading import INPUT_GUARD_BITS, Case, Grader, _Guarded
 
 #: The lesson that teaches these topics (its notebook is notebooks/<LESSON>.ipynb).

@@ -5,7 +5,7 @@ written in each language under ``kernels/<lang>/<topic>.py``. Its facts live in
 ``utils/topics/<topic>.py`` as a ``Spec``; nothing else restates them:
 
 * the inputs the benchmarks and tests draw (``make_input``), and the shapes they use in
-  each mode, read from ``utils.SIZES`` (the tables of ``utils/config.py``);
+  each mode, read from ``utils.SIZES`` (the tables of ``runtime/config.py``);
 * the float64 ``reference`` every result is compared with;
 * the allowed error of a benchmark check (``tolerance``), built from ``utils.TOLERANCES``;
 * the bytes (and FLOPs) one call must move at the least, for GB/s (and TFLOP/s);
@@ -24,7 +24,8 @@ from typing import Callable
 
 import torch
 
-from ..backends import launches as _launches
+from runtime.backends import launches as _launches
+
 from ..check import tolerance as _tolerance
 
 FLOAT = 4  # bytes per float32
@@ -202,7 +203,7 @@ class Spec:
     check_shapes: Callable = lambda sizes: shapes_1d(sizes, "bench_check_sizes")
     sweep_label: str = "elements"           # the x axis of the size sweep's plot
     # Aten operators a graded launcher may run besides allocation, views, fills, copies and casts
-    # (utils/backends/launches.py), where the exercise says so: e.g. ("sum",) for a launcher
+    # (runtime/backends/launches.py), where the exercise says so: e.g. ("sum",) for a launcher
     # whose exercise finishes the per-block partial sums with torch.
     torch_ops_allowed: tuple = ()
 

@@ -31,7 +31,7 @@ def add_ref64(x, y):
 
 
 def add_input(shape, seed=0, device=None):
-    from ..config import DEVICE
+    from runtime.config import DEVICE
     device = device or DEVICE
     g = generator(seed, device)
     return (torch.randn(tuple(shape), generator=g, device=device),

@@ -44,7 +44,7 @@ def _label(B, H, nq, nk, d, dtype, causal, note=""):
 def _padded(t: torch.Tensor, dtype):
     """``t`` as ``dtype`` on the course's device, inside a buffer of NaN (reads past either
     end give NaN), and the guard record that says whether anything wrote outside it."""
-    from ..config import DEVICE
+    from runtime.config import DEVICE
     g = _Guarded(t.shape, dtype, DEVICE, INPUT_GUARD_BITS, "input")
     g.view.copy_(t.to(dtype))
     g.orig = g.view.detach().clone()
@@ -67,7 +67,7 @@ class _Case:
 
 
 def _shapes(backward=False):
-    from ..config import SIZES
+    from runtime.config import SIZES
     return [tuple(int(x) for x in s) for s in (SIZES.attention_grader_shapes if not backward
                                               else SIZES.attention_backward_grader_shapes)]
 
@@ -115,7 +115,7 @@ class _AttentionGrader(Grader):
         return self.call(hc, schedule_seed=schedule_seed)
 
     def as_tensor(self, out, what, shape, dtypes):
-        from ..config import DEVICE
+        from runtime.config import DEVICE
         if not isinstance(out, torch.Tensor):
             self.fail(f"{what} is a {type(out).__name__}, not a torch tensor.")
         if out.device.type != DEVICE.type:
@@ -517,7 +517,7 @@ def check_attention(fn, *, causal: bool = False, dtype=torch.float32, lse: bool 
     """
     if dtype not in UNIT_ROUNDOFF:
         raise ValueError(f"check_attention: dtype must be float32, float16 or bfloat16, got {dtype}")
-    from ..config import SIZES
+    from runtime.config import SIZES
     g = _AttentionGrader("check_attention", fn, seed, causal)
     # A row of equal scores first: an accumulator kept in float16 overflows there, by far, on every
     # draw. Any other failure on it is reported after the other cases, which say more.

@@ -258,7 +258,7 @@ def make_qkv(gen, B, H, nq, nk, d, dtype=torch.float32, kind="mixed", device="cp
 
 
 def _bench_shape_input(shape, seed=0, device=None, dtype=torch.float16):
-    from ..config import DEVICE
+    from runtime.config import DEVICE
     device = device or DEVICE
     B, H, N, d = (int(s) for s in shape)
     g = generator(seed, device)
@@ -269,7 +269,7 @@ def _bench_shape_input(shape, seed=0, device=None, dtype=torch.float16):
 def attention_input(shape, seed=0, device=None):
     """The benchmark's inputs of ``shape = (B, H, N, d)``: q, k, v, float16 on the GPU (the
     dtype the targets are for) and float32 in simulation (the dtype every kernel takes)."""
-    from ..config import SIMULATE
+    from runtime.config import SIMULATE
     return _bench_shape_input(shape, seed, device, torch.float32 if SIMULATE else torch.float16)
 
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import torch
 
-from ..config import DEVICE, SIMULATE
+from runtime.config import DEVICE, SIMULATE
+
 from ..grading import Grader, randn, success
 from . import _multi
 from ._spec import FLOAT, Spec, Target, generator

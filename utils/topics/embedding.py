@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import torch
 
-from ..config import DEVICE, SIMULATE
+from runtime.config import DEVICE, SIMULATE
+
 from ..grading import Grader, GradingError, randn, success
 from . import _multi
 from ._spec import FLOAT, Spec, Target, generator

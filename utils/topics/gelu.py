@@ -23,7 +23,7 @@ from ._spec import Baseline, Spec, Target, compiled, eager, elementwise_bytes, g
 
 
 def gelu_input(shape, seed=0, device=None):
-    from ..config import DEVICE
+    from runtime.config import DEVICE
     device = device or DEVICE
     return 3.0 * torch.randn(tuple(shape), generator=generator(seed, device), device=device)
 

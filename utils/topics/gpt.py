@@ -21,8 +21,9 @@ import math
 
 import torch
 
+from runtime.backends.launches import record_launches
+
 from .. import check as _check
-from ..backends.launches import record_launches
 from ..grading import Case, Grader, GradingError, label_shape, randn, run_cases
 
 __all__ = ["check_gpt_op", "gelu_ref64", "gelu_backward_ref64", "MODEL_OPS"]

@@ -43,7 +43,7 @@ def matmul_ref64(a, b):
 
 def make_inputs(shape, seed=0, device=None, dtype=torch.float32):
     """A (M, K) and B (K, N) with entries in [-1, 1): sums of K products stay near sqrt(K)."""
-    from ..config import DEVICE
+    from runtime.config import DEVICE
     device = device or DEVICE
     g = generator(seed, device)
     M, N, K = shape
@@ -96,7 +96,7 @@ def _label(shape, dtype, note=""):
 def _padded(t: torch.Tensor, dtype):
     """``t`` as ``dtype`` on the course's device, inside a buffer of NaN: reading past
     either end gives NaN (guarded_input does this for float32, with guard checks)."""
-    from ..config import DEVICE
+    from runtime.config import DEVICE
     n = t.numel()
     buf = torch.full((n + 2 * 4096,), float("nan"), dtype=dtype, device=DEVICE)
     view = buf[4096:4096 + n].view(t.shape)
@@ -151,7 +151,7 @@ def check_matmul(fn, *, dtype=torch.float32, allow_tf32=False, seed=None):
     empty matrices. One more input gives B transposed (a non-contiguous view): the function
     may compute with it or refuse it with an error that says "contiguous".
     """
-    from ..config import SIMULATE, SIZES
+    from runtime.config import SIMULATE, SIZES
     if dtype not in UNIT_ROUNDOFF:
         raise ValueError(f"check_matmul: dtype must be float32, float16 or bfloat16, got {dtype}")
     g = Grader("check_matmul", fn, seed)

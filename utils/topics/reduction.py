@@ -36,7 +36,7 @@ def row_max_ref64(x):
 def sum_input(shape, seed=0, device=None):
     # A positive mean keeps the sum well away from 0, so a missing block of elements shows
     # up as a clear relative error; the negatives catch a kernel that drops the sign.
-    from ..config import DEVICE
+    from runtime.config import DEVICE
     device = device or DEVICE
     return torch.rand(tuple(shape), generator=generator(seed, device), device=device) - 0.25
 

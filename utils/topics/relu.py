@@ -33,7 +33,7 @@ def relu_ref64(x):
 
 
 def relu_input(shape, seed=0, device=None):
-    from ..config import DEVICE
+    from runtime.config import DEVICE
     device = device or DEVICE
     x = torch.randn(tuple(shape), generator=generator(seed, device), device=device)
     x.view(-1)[::7] = 0.0  # exact zeros: relu(0) must be 0

@@ -28,7 +28,7 @@ def softmax_ref64(x):
 def softmax_input(shape, seed=0, device=None):
     # Each row shifted by up to +-200: exp() of such values overflows float32 (above 88.7),
     # so a softmax without max subtraction returns inf/nan and fails the check.
-    from ..config import DEVICE
+    from runtime.config import DEVICE
     device = device or DEVICE
     g = generator(seed, device)
     rows, cols = shape
@@ -119,7 +119,7 @@ def _nan_hint(fn):
     x = torch.randn(2, 128)
     x[:, :64] = float("-inf")
     try:
-        from ..config import DEVICE
+        from runtime.config import DEVICE
         got = fn(x.to(DEVICE)).detach().to("cpu", torch.float64)
         online = bool(torch.isnan(got).any())
     except Exception:

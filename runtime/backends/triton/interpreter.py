@@ -21,14 +21,14 @@ nothing. ``TRITON_SIM_PATCHES`` lists what was changed.
   masked-off lanes undefined on a GPU; the interpreter gives 0, which hides a forgotten
   ``other=0.0`` in a sum. Here they read NaN (floats) or the type's most negative
   (unsigned: largest) value, so a missing ``other`` shows up in the result.
-* **Tensor-core numerics** (``utils/backends/triton/tensor_core.py``). ``tl.dot`` of float32 tiles follows
+* **Tensor-core numerics** (``runtime/backends/triton/tensor_core.py``). ``tl.dot`` of float32 tiles follows
   ``input_precision`` as an H100 does: "tf32" (Triton's default on NVIDIA GPUs, unless
   ``TRITON_F32_DEFAULT`` or ``allow_tf32=False`` say otherwise) reads the inputs as TF32,
   "tf32x3" sums three TF32 products, "ieee" is exact float32; the interpreter computed all
   three exactly. ``tl.dot`` of bfloat16 widens the inputs to float32 (the interpreter
   multiplied their raw uint16 bits), and casts to bfloat16 round to nearest even (it
   truncated).
-* **libdevice** (``utils/backends/libdevice.py``, shared with Numba's simulator). ``libdevice.asin(x)``,
+* **libdevice** (``runtime/backends/libdevice.py``, shared with Numba's simulator). ``libdevice.asin(x)``,
   ``tl.extra.cuda.libdevice.tanh(x)``, ``fast_expf``, ``fadd_rz``... failed on every call
   (the generic module holds stubs that only a GPU compiler replaces, and the interpreter's
   builder had no extern calls). Each ``__nv_*`` symbol but ``jn``/``yn`` now has a NumPy
@@ -38,7 +38,7 @@ nothing. ``TRITON_SIM_PATCHES`` lists what was changed.
   interpreter, but a GPU's Triton compiler refuses it: only globals made with
   ``tl.constexpr(...)`` (and functions, modules, dtypes) may be read. Here it raises the
   same ``NameError`` at launch, for the kernel and every ``@triton.jit`` function it calls.
-* **Profiling.** During ``utils/backends/triton/profile.py`` every load, store and
+* **Profiling.** During ``runtime/backends/triton/profile.py`` every load, store and
   atomic is also reported to the profiler (``profiler``), which counts the bytes and the
   masked-off lanes of each program.
 * **A driver.** ``triton.runtime.driver.active`` raises "0 active drivers" without a GPU.
@@ -120,7 +120,7 @@ class _Launch:
 
 _launch: list = [None]
 
-#: The profiler of a ``utils/backends/triton/profile.py`` launch, or None: every load,
+#: The profiler of a ``runtime/backends/triton/profile.py`` launch, or None: every load,
 #: store and atomic is reported to it as well.
 profiler: list = [None]
 
@@ -696,7 +696,7 @@ def apply() -> bool:
     _patch_libdevice(interp, np_dtype)
     TRITON_SIM_PATCHES.append(
         "libdevice (triton.language.extra.libdevice, tl.extra.cuda.libdevice): every __nv_* "
-        "function but jn/yn computed as a GPU computes it (utils/backends/libdevice.py), where the interpreter "
+        "function but jn/yn computed as a GPU computes it (runtime/backends/libdevice.py), where the interpreter "
         "failed on each call")
 
     original_call = interp.GridExecutor.__call__

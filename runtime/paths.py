@@ -1,7 +1,7 @@
 """Where things are in the course repository."""
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parent.parent  # runtime/ sits in the repository root
 KERNELS_DIR = ROOT / "kernels"
 #: ``#include "common.h"`` in any CUDA C++ source of the course resolves here.
 CUDA_INCLUDE_DIR = KERNELS_DIR / "cuda"

@@ -62,7 +62,7 @@ a race shows up as a wrong answer or not at all, deterministically, never
 intermittently). A thread that spins waiting for another thread of its block (a lock, a
 flag) never lets that thread run and loops forever; the notebook's interrupt button
 (Ctrl-C) stops it cleanly. Memory coalescing, bank conflicts and divergence are not
-timed either, but they are counted: ``utils/backends/numba/profile.py`` (through
+timed either, but they are counted: ``runtime/backends/numba/profile.py`` (through
 ``utils.profile``) records every access of a launch and groups the lanes of each warp as
 a GPU does.
 """
@@ -809,7 +809,7 @@ _LIBDEVICE_PAIRS = {
 
 def _patch_libdevice() -> int:
     """``numba.cuda.libdevice``'s functions, stubs that return None in the simulator,
-    computed by the twins the Triton interpreter also uses (``utils/backends/libdevice.py``).
+    computed by the twins the Triton interpreter also uses (``runtime/backends/libdevice.py``).
     Returns how many functions were patched."""
     try:
         from numba.cuda import libdevice as module
@@ -889,7 +889,7 @@ def apply() -> bool:
     NUMBA_SIM_PATCHES.append("cuda.shared.array: call site found with sys._getframe")
     if _patch_libdevice():
         NUMBA_SIM_PATCHES.append(
-            "numba.cuda.libdevice: computed as a GPU computes it (utils/backends/libdevice.py, "
+            "numba.cuda.libdevice: computed as a GPU computes it (runtime/backends/libdevice.py, "
             "shared with Triton's interpreter), where the simulator's functions returned None")
 
     original_call = kernel.FakeCUDAKernel.__call__

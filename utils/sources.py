@@ -10,12 +10,13 @@ those imports and includes; ``topic_hash`` hashes the files' paths and contents.
 since their most recent record measured them, and ``--update --stale`` measures only those
 again.
 
-The runtime (``utils/``, the launch path, the harness) is left out on purpose: a change
+The runtime (``runtime/``, ``utils/``, the launch path, the harness) is left out on purpose: a change
 there would mark every topic stale, and its effect on a kernel's speed is what the
 launch-overhead record (``benchmarks/launch_overhead.py``) measures.
 
-This module reads files only (no torch, no ``utils``), so ``utils.bench`` can ask it whether
-a recorded figure is stale on any machine.
+This module reads files only (no torch, nothing of the course), so ``utils.bench`` can ask it
+whether a recorded figure is stale on any machine, and ``python -m benchmarks`` which topics to
+measure again.
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Theoretical occupancy: how many warps of a kernel one SM can hold at once, and what stops more.
 
-    utils.occupancy(256, registers_per_thread=64)            # H100: 50 %, limited by registers
-    utils.occupancy(128, 32, shared_per_block=48 * 1024, gpu="A100")
+    runtime.occupancy(256, registers_per_thread=64)            # H100: 50 %, limited by registers
+    runtime.occupancy(128, 32, shared_per_block=48 * 1024, gpu="A100")
     utils.GPUS["H100"].max_warps_per_sm                        # the limits of one GPU
 
 An SM holds as many blocks as all four of its budgets allow at once: warp slots, blocks, registers
@@ -126,7 +126,7 @@ _METRIC = {"warps": "launch__occupancy_limit_warps", "blocks": "launch__occupanc
 
 @dataclass(frozen=True)
 class Occupancy:
-    """The result of ``utils.occupancy``: blocks per SM allowed by each budget, and their minimum."""
+    """The result of ``runtime.occupancy``: blocks per SM allowed by each budget, and their minimum."""
 
     gpu: GPU
     block_size: int

@@ -21,7 +21,7 @@ How close to the GPU:
   in the named direction, as the GPU's instructions do (``fma`` rounds once).
 * **Fast approximations** (``fast_expf``, ``fast_logf``, ``fast_powf``, ``fast_fdividef``...)
   follow the formulas of the GPU's SASS, as the CUDA emulator's ``__expf`` does
-  (``utils/backends/cuda/emu/cuda_emu.h``): ``fast_expf(x)`` is ``ex2.approx(x * log2(e))``
+  (``runtime/backends/cuda/emu/cuda_emu.h``): ``fast_expf(x)`` is ``ex2.approx(x * log2(e))``
   with the product rounded to float32 first, so its error grows with ``|x|`` as on a GPU;
   subnormal inputs and results are flushed to zero.
 * **Conversions** to integers saturate, and NaN converts to 0, as ``cvt`` does.

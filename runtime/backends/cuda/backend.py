@@ -1,4 +1,4 @@
-"""The CUDA C++ backend behind `utils.backends.Backend`: ``utils.cuda_kernel`` kernels, run by
+"""The CUDA C++ backend behind `runtime.backends.Backend`: ``utils.cuda_kernel`` kernels, run by
 the emulator in simulation (``_emulator.py``, races in ``_racecheck.py``) and by the driver
 on a GPU (``_gpu.py``); profiled by ``_profile.py``."""
 from __future__ import annotations

@@ -5,7 +5,7 @@ code only. Compared with nvcc it lacks two things that published kernels rely on
 
 * **The C standard headers.** nvcc compiles with the host compiler's ``<float.h>``,
   ``<stdlib.h>``, ``<math.h>``...; NVRTC has none, and stops at "cannot open source file".
-  ``INCLUDE_DIR`` (``utils/backends/cuda/nvrtc_include/``) holds small replacements, passed to NVRTC only
+  ``INCLUDE_DIR`` (``runtime/backends/cuda/nvrtc_include/``) holds small replacements, passed to NVRTC only
   (the emulator's g++ has the real ones): the macros device code may use (``FLT_MAX``,
   ``INT_MAX``, ``UINT32_MAX``, ``M_PI``, ``M_SQRT2``...), the types (``int32_t``, ``size_t``,
   ``FILE``), and the host-only functions (``rand``, ``exit``, ``fopen``, ``strlen``...)

@@ -1,4 +1,4 @@
-"""The Numba backend behind `utils.backends.Backend`: ``numba.cuda.jit`` kernels, run by
+"""The Numba backend behind `runtime.backends.Backend`: ``numba.cuda.jit`` kernels, run by
 Numba's CUDA simulator with the course's scheduler (``simulator.py``) and race detector
 (``races.py``) in simulation, by numba-cuda's dispatcher on a GPU; profiled in simulation
 by ``profile.py``."""

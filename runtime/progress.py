@@ -1,7 +1,7 @@
 """Progress bars for long sweeps: a widget in JupyterLab, a text bar in a terminal, and
 nothing at all under pytest/nbval or in a log, so test output stays clean.
 
-    for n in utils.progress(utils.SIZES.bench_sizes, desc="sizes"):
+    for n in runtime.progress(utils.SIZES.bench_sizes, desc="sizes"):
         ...
 
 Set ``COURSE_PROGRESS=1`` to force bars on, ``COURSE_PROGRESS=0`` to turn them off.
@@ -49,7 +49,7 @@ def progress(iterable=None, desc: str | None = None, total: int | None = None, *
     """``tqdm.auto.tqdm`` over ``iterable``, switched off where nobody watches.
 
     Works as an iterator wrapper or, with ``iterable=None`` and ``total``, as a manual
-    bar: ``with utils.progress(total=10) as bar: ... bar.update()``. Extra keyword
+    bar: ``with runtime.progress(total=10) as bar: ... bar.update()``. Extra keyword
     arguments go to tqdm. When disabled it still iterates and accepts ``update`` and
     ``set_postfix`` (as tqdm's ``disable=True`` does): only the drawing is skipped.
     """

@@ -55,4 +55,4 @@ class SimulatedBackend:
             return self._profile_module()
         except ImportError:
             raise NotImplementedError(f"profiling {self.title.split()[0]} kernels is not available in this version "
-                                      f"of the course (utils/backends/{self.name}/profile.py is missing)") from None
+                                      f"of the course (runtime/backends/{self.name}/profile.py is missing)") from None

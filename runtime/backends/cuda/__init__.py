@@ -7,7 +7,7 @@
 * With a GPU the source is compiled by NVRTC (``cuda.core``) and launched on torch's
   current stream.
 * Without one it is compiled by g++ against the course's CPU emulator
-  (``utils/backends/cuda/emu/cuda_emu.h``) and runs on CPU tensors: every thread of a block is a
+  (``runtime/backends/cuda/emu/cuda_emu.h``) and runs on CPU tensors: every thread of a block is a
   fiber, shared memory and barriers behave as on a GPU, and faults become exceptions.
 
 ``load_inline`` is torch's ``load_inline`` on a GPU and its emulated twin on a CPU.

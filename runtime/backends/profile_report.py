@@ -1,6 +1,6 @@
 """`Profile`: what one profiled launch did, the same object for every backend.
 
-Each backend's ``profile()`` (``utils/backends/<backend>/``) returns one; ``utils.profile``
+Each backend's ``profile()`` (``runtime/backends/<backend>/``) returns one; ``utils.profile``
 picks the backend. The metrics are keyed by Nsight Compute's names, so simulation and a GPU
 compare directly.
 """
@@ -122,7 +122,7 @@ def from_counts(res, kernel, kind: str) -> Profile:
 
 
 def occupancy_of(block_size: int, registers, shared_per_block: int):
-    """utils.occupancy for this launch, when that module is there and the registers are known."""
+    """runtime.occupancy for this launch, when that module is there and the registers are known."""
     try:
         from ..occupancy import occupancy
     except ImportError:

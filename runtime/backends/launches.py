@@ -136,7 +136,7 @@ def hook_problems() -> list[str]:
             found.append(f"{cls.__module__}.{cls.__qualname__}.{attr} ({hook.label}, hooked by the course "
                          "to see your launches)")
     if _STATE.inside:
-        found.append("utils.backends.launches._STATE.inside (the launch recording's state)")
+        found.append("runtime.backends.launches._STATE.inside (the launch recording's state)")
     return found
 
 
@@ -159,7 +159,7 @@ class Launches:
         ``need_kernel`` False: launching nothing is fine (an empty input needs no kernel).
         ``fn``: the function called; a compiled extension's function launches its kernels in C++."""
         if self.stopped:
-            return ("the launch recording was stopped while your function ran (utils.backends.launches._ACTIVE "
+            return ("the launch recording was stopped while your function ran (runtime.backends.launches._ACTIVE "
                     "was changed), so what it launched is unknown: this check earns no points.")
         ops = self.computing_ops(allowed)
         if ops:

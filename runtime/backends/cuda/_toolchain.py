@@ -125,7 +125,7 @@ def find_library(stem: str) -> Path | None:
 
 
 def nvrtc_include_dirs() -> list[str]:
-    """``include_dirs()`` and the course's C standard headers for NVRTC (utils/backends/cuda/nvrtc_include)."""
+    """``include_dirs()`` and the course's C standard headers for NVRTC (runtime/backends/cuda/nvrtc_include)."""
     from .nvrtc_compat import INCLUDE_DIR
     return include_dirs() + [str(INCLUDE_DIR)]
 
@@ -246,8 +246,8 @@ def write_atomic(path: Path, data: bytes):
 # NVRTC
 # ---------------------------------------------------------------------------------------
 #: What NVRTC lacks compared with nvcc: the C headers of the host compiler (the course's
-#: stand-ins are in utils/backends/cuda/nvrtc_include, see utils/backends/cuda/nvrtc_compat.py) and host code (set aside
-#: where no device code names it). The macros kernels have always had here without an
+#: stand-ins are in runtime/backends/cuda/nvrtc_include, see runtime/backends/cuda/nvrtc_compat.py)
+#: and host code (set aside where no device code names it). The macros kernels have always had here without an
 #: include come from this prelude.
 NVRTC_PRELUDE = r"""
 #include <float.h>

@@ -1,4 +1,4 @@
-"""The Triton backend behind `utils.backends.Backend`: ``triton.jit`` kernels, run by
+"""The Triton backend behind `runtime.backends.Backend`: ``triton.jit`` kernels, run by
 Triton's interpreter with the course's patches (``interpreter.py``: races, poison, its
 driver) in simulation and by Triton on a GPU; ``compat.py`` holds what works in both modes
 (``tanh``, ``do_bench``, ``autotune``)."""

@@ -7,7 +7,7 @@ instrumentation every load and store of kernel code reaches the emulator, and wi
 (``emu/cuda_emu.h``, "profiling") groups the accesses of a warp into warp-wide instruction
 instances and counts them as Nsight Compute does; this module reads the counters, names the
 source lines and arrays, and turns them into ncu-named metrics, per-site rows, sentences and a
-trace of the accesses (see ``utils/backends/profile_report.py`` for the result, ``docs/cuda-emulator.md``).
+trace of the accesses (see ``runtime/backends/profile_report.py`` for the result, ``docs/cuda-emulator.md``).
 
 On a GPU the same call runs ``ncu`` on that one launch in a subprocess and parses its CSV.
 """
@@ -653,9 +653,9 @@ _NCU_SCRIPT = r"""
 import sys
 sys.path.insert(0, sys.argv[2])
 import torch
-import utils
+import runtime
 spec = torch.load(sys.argv[1], weights_only=False)
-k = utils.cuda_kernel(spec["source"], spec["name"])
+k = runtime.cuda_kernel(spec["source"], spec["name"])
 args = spec["args"]
 k[spec["grid"], spec["block"], spec["shared"]](*args)
 torch.cuda.synchronize()

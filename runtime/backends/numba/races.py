@@ -47,12 +47,12 @@ RACECHECK = os.environ.get("COURSE_RACECHECK", "1").strip() not in ("0", "false"
 
 
 class SimulatorRaceError(KernelFault):
-    """Two accesses of a simulated kernel that race on a GPU (see ``utils/backends/numba/races.py``)."""
+    """Two accesses of a simulated kernel that race on a GPU (see ``runtime/backends/numba/races.py``)."""
 
 
 class SimulatorMemoryError(KernelFault):
     """An access of a simulated kernel outside every tensor argument: an illegal or stray
-    memory access on a GPU (Triton's interpreter, ``utils/backends/triton/interpreter.py``)."""
+    memory access on a GPU (Triton's interpreter, ``runtime/backends/triton/interpreter.py``)."""
 
 
 READ, WRITE, ATOMIC = "read", "write", "atomic"
