@@ -42,6 +42,8 @@ from .gpt import *  # noqa: F403  lesson 11's GPT: GPT, GPTConfig, gradient_chec
 import sys as _sys
 _sys.modules.setdefault(__name__ + ".triton_compat", triton_compat)
 _sys.modules.setdefault(__name__ + ".triton_sim", triton_sim)
+import kernels.ops as gpt_ops  # lesson 11 reads `utils.gpt_ops`: the ops of kernels/ops.py
+_sys.modules.setdefault(__name__ + ".gpt_ops", gpt_ops)
 
 # Last: graders, the harness and torch's comparisons as imported now are the ones that grade
 # (utils/guard.py); a notebook that replaces one of them earns no points for its checks.

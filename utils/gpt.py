@@ -25,7 +25,8 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 
-from .gpt_ops import OP_NAMES, Ops, ops_for
+from kernels.ops import OP_NAMES, Ops, ops_for
+
 from .paths import ROOT
 
 __all__ = ["GPTConfig", "GPT", "CharTokenizer", "course_text", "char_dataset", "get_batch", "make_optimizer",
