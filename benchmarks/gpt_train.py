@@ -8,7 +8,7 @@ batches (drawn once from a seeded generator):
 
     torch eager              torch's kernels (SDPA attention, F.layer_norm, F.gelu, cuBLAS)
     torch.compile            the same model through torch.compile (Inductor; ``aot_eager`` with --tiny)
-    course + cuBLAS          the course's kernels (utils/gpt_ops.py), torch's matmuls
+    course + cuBLAS          the course's kernels (kernels/ops.py), torch's matmuls
     course + Triton matmul   the course's kernels and lesson 06's Triton matmul
 
 Each trains ``--steps`` AdamW steps (torch's fused AdamW on a GPU, gradient clipping at 1.0).

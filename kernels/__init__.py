@@ -3,6 +3,7 @@
     kernels/cuda/<op>.cu     CUDA C++ source        kernels/cuda/<op>.py     its launchers
     kernels/numba/<op>.py    numba.cuda.jit kernels and launchers
     kernels/triton/<op>.py   @triton.jit kernels and launchers
+    kernels/ops.py           the kernels as torch.library ops (torch.ops.course.X), above them
 
 Every launcher takes torch tensors on ``runtime.DEVICE`` and returns torch tensors, so
 notebooks, exercises, tests and benchmarks call the same code. ``kernels.get`` is the

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 import kernels
+import kernels.ops  # the torch.library ops (torch.ops.course.attention)
 import utils
 from utils.topics import attention as spec
 
@@ -316,8 +317,8 @@ def test_triton_bad_input_is_refused_clearly():
 
 
 def test_triton_autograd_function_and_op_gradcheck():
-    """float64, small: the autograd.Function and the torch.library op against finite
-    differences, through the Triton kernels (the interpreter in simulation)."""
+    """float64, small: the autograd.Function and the torch.library op (kernels/ops.py) against
+    finite differences, through the Triton kernels (the interpreter in simulation)."""
     from kernels.triton import attention as tri
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(1, 1, 5, 16, generator=g, dtype=torch.float64).to(utils.DEVICE).requires_grad_()
@@ -325,12 +326,11 @@ def test_triton_autograd_function_and_op_gradcheck():
     # fast_mode: the Jacobian along random directions, a few calls instead of one per element.
     assert torch.autograd.gradcheck(lambda a, b, c: tri.AttentionFunction.apply(a, b, c, True), (q, k, v),
                                     eps=1e-6, atol=1e-5, rtol=1e-3, fast_mode=True)
-    assert torch.autograd.gradcheck(lambda a, b, c: tri.attention_op(a, b, c, False), (q, k, v),
+    assert torch.autograd.gradcheck(lambda a, b, c: kernels.ops.attention_op(a, b, c, False), (q, k, v),
                                     eps=1e-6, atol=1e-5, rtol=1e-3, fast_mode=True)
 
 
 def test_triton_op_passes_opcheck():
-    from kernels.triton import attention as tri  # noqa: F401  (registers torch.ops.course.attention)
     q, k, v = inputs(1, 2, 17, 17, 16, F32)
     q, k, v = (t.requires_grad_() for t in (q, k, v))
     torch.library.opcheck(torch.ops.course.attention.default, (q, k, v, True))

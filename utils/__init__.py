@@ -39,11 +39,13 @@ from .profile import profile, Profile  # noqa: F401  counters of one launch (emu
 from .gpt import *  # noqa: F403  lesson 11's GPT: GPT, GPTConfig, gradient_check, course_text, train_gpt
 
 # The modules' earlier paths, which learners' code may import (`from utils.triton_compat import tanh`,
-# `import utils.backends.cuda`, `utils.config.SIMULATE`): the runtime's modules under their old names,
+# `import runtime.backends.cuda`, `runtime.config.SIMULATE`): the runtime's modules under their old names,
 # the same module objects (runtime.alias_package).
 import sys as _sys
+import kernels.ops as gpt_ops  # noqa: F401  lesson 11 reads `utils.gpt_ops`: the ops of kernels/ops.py
 _runtime.alias_package(__name__, {"triton_compat": "runtime.backends.triton.compat",
                                   "triton_sim": "runtime.backends.triton.interpreter",
+                                  "gpt_ops": "kernels.ops",
                                   **{m: f"runtime.{m}" for m in _runtime.MODULES}})
 
 # Last: graders, the harness and torch's comparisons as imported now are the ones that grade

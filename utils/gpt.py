@@ -12,7 +12,7 @@
 The model: token + position embeddings, ``n_layer`` blocks (LayerNorm, causal attention,
 residual add, LayerNorm, MLP with GELU, residual add), a final LayerNorm and an LM head that
 shares the token embedding's weight (tied). Which kernel runs each operator is ``model.ops``
-(``utils/gpt_ops.py``).
+(``kernels/ops.py``).
 """
 from __future__ import annotations
 
@@ -25,10 +25,9 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 
+from kernels.ops import OP_NAMES, Ops, ops_for
 from runtime.config import DEVICE
 from runtime.paths import ROOT
-
-from .gpt_ops import OP_NAMES, Ops, ops_for
 
 __all__ = ["GPTConfig", "GPT", "CharTokenizer", "course_text", "char_dataset", "get_batch", "make_optimizer",
            "train_gpt", "gradient_check", "GradientReport", "save_checkpoint", "load_checkpoint",
@@ -83,7 +82,7 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
-    """GPT-2. ``backend``: "torch" or "course" (the course's kernels, see ``utils/gpt_ops.py``);
+    """GPT-2. ``backend``: "torch" or "course" (the course's kernels, see ``kernels/ops.py``);
     ``matmul``: "torch" (cuBLAS) or "triton" (lesson 06's matmul); ``ops``: an explicit
     :class:`Ops` (one operator replaced by yours, say) instead of the two switches."""
 

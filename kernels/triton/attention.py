@@ -15,7 +15,8 @@ Versions (``VERSIONS``, naive to best):
     attention_backward(q, k, v, o, L, do, causal, dq_mode="separate" | "atomic")
                                               (dq, dk, dv): P recomputed from L, D = rowsum(dO ∘ O)
     AttentionFunction.apply(q, k, v, causal)  the autograd.Function (forward v3, backward above)
-    attention_op(q, k, v, causal)             the same as a torch.library op (course::attention)
+    kernels.ops.attention_op(q, k, v, causal) the same as a torch.library op (course::attention),
+                                              registered in kernels/ops.py
 
 The two designs of the backward (``BACKWARDS``, the ``dq_mode`` of attention_backward):
 
@@ -742,7 +743,8 @@ def attention_backward_with_delta(q, k, v, lse, do, delta, causal=False):
 
 
 # =========================================================================================
-# Autograd: an autograd.Function, and the same as a torch.library op with a fake kernel.
+# Autograd: an autograd.Function. The same kernels as a torch.library op with a fake kernel,
+# course::attention, are in kernels/ops.py (kernels.ops.attention_op).
 # =========================================================================================
 class AttentionFunction(torch.autograd.Function):
     """``AttentionFunction.apply(q, k, v, causal)``: v3 forward, the backward above."""
@@ -759,53 +761,6 @@ class AttentionFunction(torch.autograd.Function):
         q, k, v, o, lse = ctx.saved_tensors
         dq, dk, dv = attention_backward(q, k, v, o, lse, do.contiguous(), ctx.causal)
         return dq, dk, dv, None
-
-
-@torch.library.custom_op("course::attention", mutates_args=())
-def _attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    o, lse = attention_forward(q, k, v, causal)
-    return o, lse
-
-
-@_attention_op.register_fake
-def _(q, k, v, causal):
-    return torch.empty_like(q, memory_format=torch.contiguous_format), q.new_empty(q.shape[:-1], dtype=torch.float32)
-
-
-@torch.library.custom_op("course::attention_backward", mutates_args=())
-def _attention_backward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
-                           lse: torch.Tensor, do: torch.Tensor,
-                           causal: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    return attention_backward(q, k, v, o, lse, do, causal)
-
-
-@_attention_backward_op.register_fake
-def _(q, k, v, o, lse, do, causal):
-    return (torch.empty_like(q, memory_format=torch.contiguous_format),
-            torch.empty_like(k, memory_format=torch.contiguous_format),
-            torch.empty_like(v, memory_format=torch.contiguous_format))
-
-
-def _setup_context(ctx, inputs, output):
-    q, k, v, causal = inputs
-    o, lse = output
-    ctx.save_for_backward(q, k, v, o, lse)
-    ctx.causal = causal
-
-
-def _op_backward(ctx, do, dlse):
-    # L is an output for the backward's sake; its own gradient is not supported (None or 0).
-    q, k, v, o, lse = ctx.saved_tensors
-    dq, dk, dv = torch.ops.course.attention_backward(q, k, v, o, lse, do.contiguous(), ctx.causal)
-    return dq, dk, dv, None
-
-
-_attention_op.register_autograd(_op_backward, setup_context=_setup_context)
-
-
-def attention_op(q, k, v, causal=False):
-    """The torch.library op ``course::attention`` (o only): works with torch.compile and autograd."""
-    return torch.ops.course.attention(q, k, v, bool(causal))[0]
 
 
 VERSIONS = version_index(__doc__, v1=attention_naive, v2=attention_rowwise, v3=attention_flash)

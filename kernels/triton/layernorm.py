@@ -368,8 +368,9 @@ BACKWARD_REFERENCE = "partials"
 
 
 # ---------------------------------------------------------------------------------------
-# Shipping: an autograd.Function (eager) and a torch.library op with a fake kernel (so
-# torch.compile and opcheck can trace it without running it).
+# Shipping: an autograd.Function (eager). The torch.library op with a fake kernel (so
+# torch.compile and opcheck can trace it without running it), course::layernorm_triton, is in
+# kernels/ops.py (kernels.ops.layernorm_op).
 class LayerNormFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, w, b, eps=EPS):
@@ -382,44 +383,3 @@ class LayerNormFunction(torch.autograd.Function):
         x, w, mean, rstd = ctx.saved_tensors
         dx, dw, db = layernorm_backward(dy.contiguous(), x, w, mean, rstd)
         return dx, dw, db, None
-
-
-@torch.library.custom_op("course::layernorm_triton", mutates_args=())
-def layernorm_op(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor,
-                 eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """y, mean, rstd of LayerNorm over the last dim (the Triton kernels)."""
-    return layernorm(x, w, b, eps, stats=True)
-
-
-@layernorm_op.register_fake
-def _(x, w, b, eps):
-    rows = x.numel() // x.shape[-1] if x.shape[-1] else x.numel()
-    st = torch.float64 if x.dtype == torch.float64 else torch.float32
-    return torch.empty_like(x), x.new_empty(rows, dtype=st), x.new_empty(rows, dtype=st)
-
-
-@torch.library.custom_op("course::layernorm_triton_backward", mutates_args=())
-def layernorm_backward_op(dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, mean: torch.Tensor,
-                          rstd: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    return layernorm_backward(dy, x, w, mean, rstd)
-
-
-@layernorm_backward_op.register_fake
-def _(dy, x, w, mean, rstd):
-    return torch.empty_like(x), torch.empty_like(w), torch.empty_like(w)
-
-
-def _setup_context(ctx, inputs, output):
-    x, w, b, eps = inputs
-    _, mean, rstd = output
-    ctx.save_for_backward(x, w, mean, rstd)
-
-
-def _backward(ctx, dy, dmean, drstd):
-    # mean and rstd are saved statistics, not outputs anyone differentiates
-    x, w, mean, rstd = ctx.saved_tensors
-    dx, dw, db = layernorm_backward_op(dy.contiguous(), x, w, mean, rstd)
-    return dx, dw, db, None
-
-
-layernorm_op.register_autograd(_backward, setup_context=_setup_context)

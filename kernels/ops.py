@@ -1,6 +1,22 @@
-"""The course's kernels as the operators of a GPT: ``torch.library`` ops with autograd and fake
-kernels, so that eager autograd runs the course's backward kernels and ``torch.compile`` can
-trace a model built from them (a fake kernel tells the tracer the shapes without running).
+"""The course's kernels as ``torch.library`` ops, every one of them, in one namespace
+(``torch.ops.course.X``), each with a fake kernel (so ``torch.compile`` and ``opcheck`` can trace it
+without running it: the fake kernel says what the outputs look like) and its autograd (so eager
+autograd runs the course's backward kernels).
+
+    torch.ops.course.X              its kernels                                    called here as
+    layernorm_triton (+ _backward)  lesson 09's Triton LayerNorm -> y, mean, rstd  layernorm_op(x, w, b, eps)
+    attention (+ _backward)         lesson 10's Triton FlashAttention-2 -> o, L    attention_op(q, k, v, causal) -> o
+    gelu                            lesson 03's Triton GELU (backward in torch operators)
+    linear (+ _backward)            lesson 06's Triton matmul: x W^T + b
+    embedding (+ _backward)         lesson 11's Triton gather, sorted scatter-add backward
+    cross_entropy                   lesson 11's fused Triton loss + gradient -> loss, dlogits
+
+The ops sit above the kernels: they import the kernel modules (``kernels/<lang>/<topic>.py``),
+which never import this one. They import them when an op first runs, so that ``import utils``
+(which imports this module for lesson 11's GPT) does not load every Triton kernel module.
+
+Lesson 11's GPT calls the ops through :class:`Ops` (lesson 11 reads this module as
+``utils.gpt_ops``):
 
     OPS["course"]       the operators of lesson 11's model on the course's kernels
     OPS["torch"]        the same operators on torch's kernels
@@ -11,14 +27,14 @@ Each operator of the model, and whose kernel runs it with ``backend="course"``:
 
     layernorm     lesson 09's Triton LayerNorm, forward and backward (``course::layernorm_triton``)
     attention     lesson 10's Triton FlashAttention-2, causal, forward and backward (``course::attention``)
-    gelu          lesson 03's Triton GELU kernel forward (``course_gpt::gelu``); its backward is
+    gelu          lesson 03's Triton GELU kernel forward (``course::gelu``); its backward is
                   the derivative in torch operators until a GELU backward kernel exists
     linear        ``matmul="triton"``: lesson 06's Triton matmul for x W^T and for both gradients
-                  (``course_gpt::linear``); ``matmul="torch"``: torch's matmul (cuBLAS on a GPU)
+                  (``course::linear``); ``matmul="torch"``: torch's matmul (cuBLAS on a GPU)
     embedding     lesson 11's Triton gather, and its backward: the ids sorted, one owner per row of
-                  the table (deterministic) (``course_gpt::embedding``); float32 tables
+                  the table (deterministic) (``course::embedding``); float32 tables
     cross_entropy lesson 11's fused Triton cross entropy: the loss and its gradient in one pass over
-                  the logits, the gradient kept for the backward (``course_gpt::cross_entropy``);
+                  the logits, the gradient kept for the backward (``course::cross_entropy``);
                   float32 or bfloat16 logits
     (float64, for the gradient check, takes torch's embedding and cross entropy: those kernels
     are float32/bfloat16 only)
@@ -36,7 +52,8 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-__all__ = ["Ops", "OPS", "ops_for", "OP_NAMES", "gelu_tanh", "gelu_tanh_backward"]
+__all__ = ["Ops", "OPS", "ops_for", "OP_NAMES", "gelu_tanh", "gelu_tanh_backward", "layernorm_op",
+           "layernorm_backward_op", "attention_op"]
 
 #: The operators of the model, in the order a block calls them.
 OP_NAMES = ("embedding", "layernorm", "linear", "attention", "gelu", "cross_entropy")
@@ -78,7 +95,7 @@ def _gelu_launch(x: torch.Tensor) -> torch.Tensor:
     return y.to(x.dtype)
 
 
-@torch.library.custom_op("course_gpt::gelu", mutates_args=())
+@torch.library.custom_op("course::gelu", mutates_args=())
 def _gelu_op(x: torch.Tensor) -> torch.Tensor:
     return _gelu_launch(x)
 
@@ -115,7 +132,7 @@ def _mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
                     "use matmul='torch' for float64")
 
 
-@torch.library.custom_op("course_gpt::linear", mutates_args=())
+@torch.library.custom_op("course::linear", mutates_args=())
 def _linear_op(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
     y = _mm(x, w.t())
     if b is not None:
@@ -128,7 +145,7 @@ def _(x, w, b):
     return x.new_empty(x.shape[0], w.shape[0])
 
 
-@torch.library.custom_op("course_gpt::linear_backward", mutates_args=())
+@torch.library.custom_op("course::linear_backward", mutates_args=())
 def _linear_backward_op(dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor,
                         has_bias: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     dx = _mm(dy, w)
@@ -150,7 +167,7 @@ def _linear_setup(ctx, inputs, output):
 
 def _linear_backward(ctx, dy):
     x, w = ctx.saved_tensors
-    dx, dw, db = torch.ops.course_gpt.linear_backward(dy.contiguous(), x, w, ctx.has_bias)
+    dx, dw, db = torch.ops.course.linear_backward(dy.contiguous(), x, w, ctx.has_bias)
     return dx, dw, (db if ctx.has_bias else None)
 
 
@@ -171,15 +188,114 @@ def linear_triton(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = Non
         x, w = x.to(dt), w.to(dt)
         b = b.to(dt) if b is not None else None
     lead = x.shape[:-1]
-    y = torch.ops.course_gpt.linear(x.reshape(-1, x.shape[-1]), w, b)
+    y = torch.ops.course.linear(x.reshape(-1, x.shape[-1]), w, b)
     return y.reshape(*lead, w.shape[0])
 
 
 # ------------------------------------------------------------------------------------------
-# LayerNorm and attention: the ops lessons 09 and 10 registered.
+# LayerNorm: lesson 09's Triton kernels (kernels/triton/layernorm.py). The op returns, besides
+# y, the statistics the backward needs (float32; float64 for float64 x, what gradcheck needs).
+# ------------------------------------------------------------------------------------------
+@torch.library.custom_op("course::layernorm_triton", mutates_args=())
+def layernorm_op(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor,
+                 eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """y, mean, rstd of LayerNorm over the last dim (the Triton kernels)."""
+    from kernels.triton.layernorm import layernorm
+    return layernorm(x, w, b, eps, stats=True)
+
+
+@layernorm_op.register_fake
+def _(x, w, b, eps):
+    rows = x.numel() // x.shape[-1] if x.shape[-1] else x.numel()
+    st = torch.float64 if x.dtype == torch.float64 else torch.float32
+    return torch.empty_like(x), x.new_empty(rows, dtype=st), x.new_empty(rows, dtype=st)
+
+
+@torch.library.custom_op("course::layernorm_triton_backward", mutates_args=())
+def layernorm_backward_op(dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, mean: torch.Tensor,
+                          rstd: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    from kernels.triton.layernorm import layernorm_backward
+    return layernorm_backward(dy, x, w, mean, rstd)
+
+
+@layernorm_backward_op.register_fake
+def _(dy, x, w, mean, rstd):
+    return torch.empty_like(x), torch.empty_like(w), torch.empty_like(w)
+
+
+def _layernorm_setup(ctx, inputs, output):
+    x, w, b, eps = inputs
+    _, mean, rstd = output
+    ctx.save_for_backward(x, w, mean, rstd)
+
+
+def _layernorm_backward(ctx, dy, dmean, drstd):
+    # mean and rstd are saved statistics, not outputs anyone differentiates
+    x, w, mean, rstd = ctx.saved_tensors
+    dx, dw, db = layernorm_backward_op(dy.contiguous(), x, w, mean, rstd)
+    return dx, dw, db, None
+
+
+layernorm_op.register_autograd(_layernorm_backward, setup_context=_layernorm_setup)
+
+
+# ------------------------------------------------------------------------------------------
+# Attention: lesson 10's Triton FlashAttention-2 (kernels/triton/attention.py), forward v3 and
+# the "separate" backward. The op returns o and L, the logsumexp the backward needs.
+# ------------------------------------------------------------------------------------------
+@torch.library.custom_op("course::attention", mutates_args=())
+def _attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    from kernels.triton.attention import attention_forward
+    o, lse = attention_forward(q, k, v, causal)
+    return o, lse
+
+
+@_attention_op.register_fake
+def _(q, k, v, causal):
+    return torch.empty_like(q, memory_format=torch.contiguous_format), q.new_empty(q.shape[:-1], dtype=torch.float32)
+
+
+@torch.library.custom_op("course::attention_backward", mutates_args=())
+def _attention_backward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
+                           lse: torch.Tensor, do: torch.Tensor,
+                           causal: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    from kernels.triton.attention import attention_backward
+    return attention_backward(q, k, v, o, lse, do, causal)
+
+
+@_attention_backward_op.register_fake
+def _(q, k, v, o, lse, do, causal):
+    return (torch.empty_like(q, memory_format=torch.contiguous_format),
+            torch.empty_like(k, memory_format=torch.contiguous_format),
+            torch.empty_like(v, memory_format=torch.contiguous_format))
+
+
+def _attention_setup(ctx, inputs, output):
+    q, k, v, causal = inputs
+    o, lse = output
+    ctx.save_for_backward(q, k, v, o, lse)
+    ctx.causal = causal
+
+
+def _attention_backward(ctx, do, dlse):
+    # L is an output for the backward's sake; its own gradient is not supported (None or 0).
+    q, k, v, o, lse = ctx.saved_tensors
+    dq, dk, dv = torch.ops.course.attention_backward(q, k, v, o, lse, do.contiguous(), ctx.causal)
+    return dq, dk, dv, None
+
+
+_attention_op.register_autograd(_attention_backward, setup_context=_attention_setup)
+
+
+def attention_op(q, k, v, causal=False):
+    """The torch.library op ``course::attention`` (o only): works with torch.compile and autograd."""
+    return torch.ops.course.attention(q, k, v, bool(causal))[0]
+
+
+# ------------------------------------------------------------------------------------------
+# The model's LayerNorm, attention and GELU on the ops above.
 # ------------------------------------------------------------------------------------------
 def layernorm_course(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, eps: float = 1e-5) -> torch.Tensor:
-    import kernels.triton.layernorm  # noqa: F401  registers course::layernorm_triton
     if x.dtype != w.dtype and x.dtype != torch.float64:
         w, b = w.to(x.dtype), b.to(x.dtype)
     return torch.ops.course.layernorm_triton(x, w, b, eps)[0]
@@ -187,12 +303,11 @@ def layernorm_course(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, eps: flo
 
 def attention_course(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     """Causal attention of (B, H, T, d) q, k, v on lesson 10's FlashAttention."""
-    import kernels.triton.attention  # noqa: F401  registers course::attention
     return torch.ops.course.attention(q, k, v, True)[0]
 
 
 def gelu_course(x: torch.Tensor) -> torch.Tensor:
-    return torch.ops.course_gpt.gelu(x)
+    return torch.ops.course.gelu(x)
 
 
 # ------------------------------------------------------------------------------------------
@@ -200,7 +315,7 @@ def gelu_course(x: torch.Tensor) -> torch.Tensor:
 # cross_entropy.py), for float32 tables and float32/bfloat16 logits; other dtypes (float64 in
 # the gradient check) go to torch's.
 # ------------------------------------------------------------------------------------------
-@torch.library.custom_op("course_gpt::embedding", mutates_args=())
+@torch.library.custom_op("course::embedding", mutates_args=())
 def _embedding_op(ids: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     from kernels.triton.embedding import embedding
     return embedding(ids, weight)
@@ -211,7 +326,7 @@ def _(ids, weight):
     return weight.new_empty(*ids.shape, weight.shape[1])
 
 
-@torch.library.custom_op("course_gpt::embedding_backward", mutates_args=())
+@torch.library.custom_op("course::embedding_backward", mutates_args=())
 def _embedding_backward_op(ids: torch.Tensor, dout: torch.Tensor, vocab: int) -> torch.Tensor:
     from kernels.triton.embedding import embedding_backward
     dweight = torch.zeros(vocab, dout.shape[-1], dtype=torch.float32, device=dout.device)
@@ -231,7 +346,7 @@ def _embedding_setup(ctx, inputs, output):
 
 def _embedding_backward(ctx, dout):
     (ids,) = ctx.saved_tensors
-    return None, torch.ops.course_gpt.embedding_backward(ids, dout.contiguous(), ctx.vocab)
+    return None, torch.ops.course.embedding_backward(ids, dout.contiguous(), ctx.vocab)
 
 
 _embedding_op.register_autograd(_embedding_backward, setup_context=_embedding_setup)
@@ -240,10 +355,10 @@ _embedding_op.register_autograd(_embedding_backward, setup_context=_embedding_se
 def embedding_course(ids: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     if weight.dtype != torch.float32:
         return F.embedding(ids, weight)
-    return torch.ops.course_gpt.embedding(ids, weight)
+    return torch.ops.course.embedding(ids, weight)
 
 
-@torch.library.custom_op("course_gpt::cross_entropy", mutates_args=())
+@torch.library.custom_op("course::cross_entropy", mutates_args=())
 def _cross_entropy_op(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """The mean loss and its gradient with respect to the logits, in one pass (fused)."""
     from kernels.triton.cross_entropy import cross_entropy
@@ -270,7 +385,7 @@ _cross_entropy_op.register_autograd(_ce_backward, setup_context=_ce_setup)
 def cross_entropy_course(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     if logits.dtype not in (torch.float32, torch.bfloat16):
         return _cross_entropy_torch(logits, targets)
-    return torch.ops.course_gpt.cross_entropy(logits.contiguous(), targets.contiguous())[0]
+    return torch.ops.course.cross_entropy(logits.contiguous(), targets.contiguous())[0]
 
 
 def _cross_entropy_torch(logits, targets):
