@@ -1,7 +1,7 @@
-"""The sandboxed autograde (utils/autograde.py) against hostile submissions.
+"""The sandboxed autograde (tools/autograde/) against hostile submissions.
 
 One tiny assignment (two Triton check cells, one point each) is handed in by two honest
-students and by hostile ones, and graded in one run of ``python -m utils.autograde`` as root
+students and by hostile ones, and graded in one run of ``python -m tools.autograde`` as root
 (in-process ``main``): six hostile notebooks (two attacks each, each in front of its own check
 cell; files beside the notebook; markdown and outputs aimed at the instructor) and eight
 folders refused before anything runs (links, a hard link, oversized and sparse files, folder
@@ -31,8 +31,8 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
-from utils import autograde
-from utils.nbtools import KERNELSPEC, add_grading_metadata
+from tools import autograde
+from tools.nbtools import KERNELSPEC, add_grading_metadata
 from utils.paths import ROOT
 
 ASSIGNMENT = "ps00"
@@ -652,7 +652,7 @@ def _unprivileged_ok() -> list[str] | str:
 
 def _start_unprivileged(port: int, sockets) -> dict | None:
     """Start grading an honest and two hostile submissions as an ordinary user, in its own
-    process (``python -m utils.autograde``); ``None`` (with the reason) where it cannot run."""
+    process (``python -m tools.autograde``); ``None`` (with the reason) where it cannot run."""
     prefix = _unprivileged_ok()
     if isinstance(prefix, str):
         return {"skip": prefix}
@@ -684,7 +684,7 @@ def _start_unprivileged(port: int, sockets) -> dict | None:
     report_file = top / "report.json"
     log = open(top / "log.txt", "w")   # closed by _finish_unprivileged
     proc = subprocess.Popen(
-        [*prefix, sys.executable, "-m", "utils.autograde", ASSIGNMENT, "--course-dir", str(course), "--jobs", "2",
+        [*prefix, sys.executable, "-m", "tools.autograde", ASSIGNMENT, "--course-dir", str(course), "--jobs", "2",
          # (no endless loop here: a cell timeout that a loaded machine cannot miss)
          "--cell-timeout", "120", "--setup-timeout", str(SETUP_TIMEOUT), "--notebook-timeout", "300",
          "--max-procs", str(MAX_PROCS), "--memory-gb", "6", "--sandbox-memory-gb", str(SANDBOX_MEMORY_GB),

@@ -1,6 +1,6 @@
 """Autograde a classroom's submissions, each in a sandbox it cannot escape.
 
-    python -m utils.autograde ps01 [--course-dir DIR] [--student alice ...] [--jobs 2]
+    python -m tools.autograde ps01 [--course-dir DIR] [--student alice ...] [--jobs 2]
 
 The course directory has nbgrader's layout (the notebooks of ``solutions/`` are valid nbgrader
 source notebooks)::
@@ -65,9 +65,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 # No import of the course's packages at module level: the same file runs inside the sandbox
-# as a script (``python -I utils/autograde.py --inside ...``), where importing ``utils``
+# as a script (``python -I tools/autograde/__init__.py --inside ...``), where importing ``utils``
 # (torch, the simulators) would only cost time before the notebook imports it.
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 CHECK_HEADER = "# Check your answer"
 #: Defaults for a classroom: a check cell of the course runs for seconds in simulation.
@@ -750,7 +750,7 @@ def bwrap_command(stage: Path, *, hidden=(), uid=SANDBOX_UID, limits: Limits, re
                                                    Path("/usr"))}),
                   memory=int(limits.memory_gb * (1 << 30)), max_procs=limits.max_procs,
                   fsize=int(limits.tmp_mb) << 20)
-    args += [sys.executable, "-I", str(ROOT / "utils" / "autograde.py"), "--inside", json.dumps(config)]
+    args += [sys.executable, "-I", str(Path(__file__).resolve()), "--inside", json.dumps(config)]
     # bubblewrap's own process gets a clean environment too: env -i, a minimal explicit one
     cmd = ["/usr/bin/env", "-i", "PATH=/usr/bin:/bin", "LANG=C.UTF-8", *args]
     if cgroup is not None:
@@ -1461,7 +1461,7 @@ def write_feedback(course: Path, assignment: str, feedback: dict) -> None:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m utils.autograde", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m tools.autograde", description=__doc__.split("\n\n")[0])
     ap.add_argument("assignment", nargs="?")
     ap.add_argument("--course-dir", default=".", help="nbgrader's course directory (default: .)")
     ap.add_argument("--student", action="append", help="grade only this student (repeatable)")
