@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs what the sandboxed autograde (python -m utils.autograde, tests/test_autograde.py)
+# Installs what the sandboxed autograde (python -m tools.autograde, tests/test_autograde.py)
 # needs, only where it is missing: Debian's bubblewrap. Idempotent: a second run changes
 # nothing. Without root or apt-get it says what to install and exits 1. It then checks that
 # bubblewrap can create its namespaces here (root, or unprivileged user namespaces), and says

@@ -1,7 +1,7 @@
-"""The sandboxed autograde (utils/autograde.py) against hostile submissions.
+"""The sandboxed autograde (tools/autograde/) against hostile submissions.
 
 One tiny assignment (two Triton check cells, one point each) is handed in by two honest
-students and by hostile ones, and graded in one run of ``python -m utils.autograde`` as root
+students and by hostile ones, and graded in one run of ``python -m tools.autograde`` as root
 (in-process ``main``): six hostile notebooks (two attacks each, each in front of its own check
 cell; files beside the notebook; markdown and outputs aimed at the instructor) and eight
 folders refused before anything runs (links, a hard link, oversized and sparse files, folder
@@ -32,8 +32,10 @@ import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
 from runtime.paths import ROOT
-from utils import autograde
-from utils.nbtools import KERNELSPEC, add_grading_metadata
+from tools import autograde
+from tools.autograde import runner, sandbox
+from tools.autograde.__main__ import main as autograde_main
+from tools.nbtools import KERNELSPEC, add_grading_metadata
 
 ASSIGNMENT = "ps00"
 NOTEBOOK = "tiny.ipynb"
@@ -186,7 +188,7 @@ def attacks(course: Path, port: int, sockets=()) -> dict:
     """What a hostile student would try, each in a solution cell before its check cell."""
     alice_nb = course / "submitted" / "alice" / ASSIGNMENT / NOTEBOOK
     db = course / "gradebook.db"
-    memfd_mb = int(SANDBOX_MEMORY_GB * 1024 * 1.5) if autograde.Cgroup.where()[0] is not None else 256
+    memfd_mb = int(SANDBOX_MEMORY_GB * 1024 * 1.5) if sandbox.Cgroup.where()[0] is not None else 256
     return {
         "reader": f"""\
 import glob, os
@@ -215,6 +217,7 @@ except Exception as e:
     ok = False""",
         "writer": f"""\
 TARGETS = [{str(ROOT / "utils" / "grading.py")!r}, {str(ROOT / "utils" / "_written_by_a_submission.py")!r},
+           {str(ROOT / "tools" / "autograde" / "runner.py")!r},
            {str(course / "source" / ASSIGNMENT / NOTEBOOK)!r}, {str(course / "release_notes.txt")!r}]
 ok = False
 for t in TARGETS:
@@ -640,7 +643,7 @@ def _unprivileged_ok() -> list[str] | str:
                            timeout=60, check=False)
         if r.returncode != 0:
             return f"uid {UNPRIVILEGED_UID} cannot run {sys.executable}: {r.stderr.strip()[-300:]}"
-        r = subprocess.run([*prefix, autograde.find_bwrap() or "bwrap", "--unshare-user", "--unshare-pid",
+        r = subprocess.run([*prefix, sandbox.find_bwrap() or "bwrap", "--unshare-user", "--unshare-pid",
                             "--unshare-net", "--ro-bind", "/", "/", "true"], capture_output=True, text=True,
                            timeout=60, check=False)
     except (OSError, subprocess.SubprocessError) as e:
@@ -652,7 +655,7 @@ def _unprivileged_ok() -> list[str] | str:
 
 def _start_unprivileged(port: int, sockets) -> dict | None:
     """Start grading an honest and two hostile submissions as an ordinary user, in its own
-    process (``python -m utils.autograde``); ``None`` (with the reason) where it cannot run."""
+    process (``python -m tools.autograde``); ``None`` (with the reason) where it cannot run."""
     prefix = _unprivileged_ok()
     if isinstance(prefix, str):
         return {"skip": prefix}
@@ -684,7 +687,7 @@ def _start_unprivileged(port: int, sockets) -> dict | None:
     report_file = top / "report.json"
     log = open(top / "log.txt", "w")   # closed by _finish_unprivileged
     proc = subprocess.Popen(
-        [*prefix, sys.executable, "-m", "utils.autograde", ASSIGNMENT, "--course-dir", str(course), "--jobs", "2",
+        [*prefix, sys.executable, "-m", "tools.autograde", ASSIGNMENT, "--course-dir", str(course), "--jobs", "2",
          # (no endless loop here: a cell timeout that a loaded machine cannot miss)
          "--cell-timeout", "120", "--setup-timeout", str(SETUP_TIMEOUT), "--notebook-timeout", "300",
          "--max-procs", str(MAX_PROCS), "--memory-gb", "6", "--sandbox-memory-gb", str(SANDBOX_MEMORY_GB),
@@ -747,7 +750,7 @@ def graded(tmp_path_factory):
     report_file = course.parent / f"{course.name}-report.json"
     os.environ["GRADER_TOKEN"] = SECRET
     try:
-        rc = autograde.main([ASSIGNMENT, "--course-dir", str(course), "--jobs", "2",
+        rc = autograde_main([ASSIGNMENT, "--course-dir", str(course), "--jobs", "2",
                              "--cell-timeout", str(CELL_TIMEOUT), "--setup-timeout", str(SETUP_TIMEOUT),
                              "--notebook-timeout", "300", "--tmp-mb", str(TMP_MB),
                              "--sandbox-memory-gb", str(SANDBOX_MEMORY_GB),
@@ -819,6 +822,7 @@ def test_writing_into_the_course(graded):
     # the course's files are read-only, and the course directory is not there at all
     assert "_written_by_a_submission.py OSError Read-only file system" in out, out
     assert "grading.py PermissionError" in out or "grading.py OSError Read-only file system" in out, out
+    assert "runner.py PermissionError" in out or "runner.py OSError Read-only file system" in out, out
     assert "release_notes.txt FileNotFoundError" in out and "tiny.ipynb FileNotFoundError" in out, out
 
 
@@ -862,8 +866,8 @@ def test_a_30_gb_allocation(graded):
 
 def test_memory_outside_rlimit_as_is_bounded(graded):
     """memfd pages count against no process's RLIMIT_AS: the sandbox's memory cgroup stops them."""
-    if autograde.Cgroup.where()[0] is None:
-        pytest.skip(f"no memory cgroup here ({autograde.Cgroup.where()[1]}): the README says what is left")
+    if sandbox.Cgroup.where()[0] is None:
+        pytest.skip(f"no memory cgroup here ({sandbox.Cgroup.where()[1]}): the README says what is left")
     out = graded["outputs"]["mallory_resources"]
     reached = [int(line.split("memfd: ")[1].split(" MB")[0]) for line in out.splitlines() if "memfd: " in line
                and " MB" in line and line.split("memfd: ")[1].split(" MB")[0].isdigit()]
@@ -951,10 +955,10 @@ def test_feedback_cannot_attack_the_instructor(graded):
     assert mimes <= {"text/plain", "image/png", "image/jpeg"}, mimes
     flood = max((c for c in nb.cells if c.cell_type == "code"), key=lambda c: len(json.dumps(c.outputs)))
     chars = sum(len(o.get("text", "")) + len(json.dumps(o.get("data", {}))) for o in flood.outputs)
-    assert len(flood.outputs) <= autograde.MAX_OUTPUTS_PER_CELL + 1, len(flood.outputs)
-    assert chars <= autograde.MAX_CELL_OUTPUT_CHARS + 1000, chars
+    assert len(flood.outputs) <= runner.MAX_OUTPUTS_PER_CELL + 1, len(flood.outputs)
+    assert chars <= runner.MAX_CELL_OUTPUT_CHARS + 1000, chars
     total = sum(len(json.dumps(c.outputs)) for c in nb.cells if c.cell_type == "code")
-    assert total <= 2 * autograde.MAX_NOTEBOOK_OUTPUT_CHARS
+    assert total <= 2 * runner.MAX_NOTEBOOK_OUTPUT_CHARS
     assert "output was cut" in graded["outputs"]["mallory_grader"]
 
 
@@ -984,5 +988,5 @@ def test_as_an_ordinary_user(graded):
 
 def test_the_sandbox_check_command(capsys):
     _require_sandbox()
-    assert autograde.main(["--check"]) == 0
+    assert autograde_main(["--check"]) == 0
     assert "the sandbox works here" in capsys.readouterr().out

@@ -13,7 +13,7 @@ import nbformat
 import pytest
 
 from runtime.paths import ROOT
-from utils import nbtools
+from tools import nbtools
 
 EXERCISES = sorted((ROOT / "exercises").glob("[0-9][0-9]_*.ipynb"))
 SOLUTIONS = sorted((ROOT / "solutions").glob("[0-9][0-9]_*.ipynb"))
@@ -24,7 +24,7 @@ SOLUTIONS = sorted((ROOT / "solutions").glob("[0-9][0-9]_*.ipynb"))
 # --------------------------------------------------------------------------------------
 def test_every_solution_has_an_exercise_and_back():
     assert {p.name for p in EXERCISES} == {p.name for p in SOLUTIONS}, (
-        "exercises/ and solutions/ hold different notebooks: run python -m utils.nbtools exercises")
+        "exercises/ and solutions/ hold different notebooks: run python -m tools.nbtools exercises")
 
 
 def test_exercises_in_sync_with_solutions(tmp_path):
@@ -32,13 +32,13 @@ def test_exercises_in_sync_with_solutions(tmp_path):
     assert {p.name for p in written} == {p.name for p in SOLUTIONS}
     stale = [p.name for p in SOLUTIONS
              if (tmp_path / p.name).read_bytes() != (ROOT / "exercises" / p.name).read_bytes()]
-    assert not stale, f"out of sync with their solutions (run python -m utils.nbtools exercises): {stale}"
+    assert not stale, f"out of sync with their solutions (run python -m tools.nbtools exercises): {stale}"
 
 
 def test_solutions_carry_nbgrader_metadata():
     want = nbtools.expected_files(ROOT)
     stale = [p.name for p in SOLUTIONS if p.read_text(encoding="utf-8") != want[p]]
-    assert not stale, f"solutions without up-to-date nbgrader metadata (run python -m utils.nbtools exercises): {stale}"
+    assert not stale, f"solutions without up-to-date nbgrader metadata (run python -m tools.nbtools exercises): {stale}"
 
 
 def test_generator_is_deterministic(tmp_path):
@@ -154,7 +154,7 @@ ALL_NOTEBOOKS = nbtools.all_notebooks(ROOT)
 @pytest.mark.parametrize("path", ALL_NOTEBOOKS, ids=[f"{p.parent.name}/{p.stem}" for p in ALL_NOTEBOOKS])
 def test_committed_notebook_is_clean(path):
     problems = nbtools.notebook_problems(path)
-    assert not problems, f"{path.relative_to(ROOT)}: {problems} (run python -m utils.nbtools strip)"
+    assert not problems, f"{path.relative_to(ROOT)}: {problems} (run python -m tools.nbtools strip)"
 
 
 def test_strip_is_idempotent(tmp_path):

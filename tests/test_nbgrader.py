@@ -27,12 +27,12 @@ SOLUTION = ROOT / "solutions" / "01_threads_blocks_grids.ipynb"
 ASSIGNMENT = "ps01"
 
 CONFIG = """\
-import utils.nbtools
+import tools.nbtools
 
 c = get_config()
 c.CourseDirectory.course_id = "gpu-kernels"
 c.CourseDirectory.root = {root!r}
-c.GenerateAssignment.preprocessors = utils.nbtools.GENERATE_ASSIGNMENT_PREPROCESSORS
+c.GenerateAssignment.preprocessors = tools.nbtools.GENERATE_ASSIGNMENT_PREPROCESSORS
 c.ExecutePreprocessor.timeout = 300
 """
 

@@ -23,7 +23,7 @@ pass. ``import utils`` installs this guard, and then
 
 This stops the cheap tricks, not a determined attacker: code in the same process can always
 reach the grader's memory (see README, "Grading and its limits"). For a classroom, grade with
-``python -m utils.autograde``, which runs each submission in a sandbox.
+``python -m tools.autograde``, which runs each submission in a sandbox.
 """
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """Notebook housekeeping: strip outputs, generate the exercises, check that all is in sync.
 
-    python -m utils.nbtools strip [FILES...]   # outputs, execution counts, machine metadata
-    python -m utils.nbtools exercises          # solutions/NN_*.ipynb -> exercises/NN_*.ipynb
-    python -m utils.nbtools check              # non-zero exit if anything is stale or dirty
+    python -m tools.nbtools strip [FILES...]   # outputs, execution counts, machine metadata
+    python -m tools.nbtools exercises          # solutions/NN_*.ipynb -> exercises/NN_*.ipynb
+    python -m tools.nbtools check              # non-zero exit if anything is stale or dirty
 
 ``solutions/NN_*.ipynb`` are the single source of the exercises. In a solution notebook
 
@@ -25,8 +25,8 @@ strings. Use this module's :class:`ClearSolutions` instead, so that nbgrader's r
 the same as ``exercises/``. In the course directory's ``nbgrader_config.py``::
 
     c = get_config()
-    c.GenerateAssignment.preprocessors = utils.nbtools.GENERATE_ASSIGNMENT_PREPROCESSORS
-    # (with ``import utils.nbtools`` above, and the course root on PYTHONPATH)
+    c.GenerateAssignment.preprocessors = tools.nbtools.GENERATE_ASSIGNMENT_PREPROCESSORS
+    # (with ``import tools.nbtools`` above, and the course root on PYTHONPATH)
 
 and run ``nbgrader`` with the course root on ``PYTHONPATH`` so that the notebooks'
 ``import utils`` works from nbgrader's folders (``PYTHONPATH=/path/to/course nbgrader ...``).
@@ -46,7 +46,7 @@ from pathlib import Path
 
 import nbformat
 
-from runtime.paths import ROOT
+from tools import ROOT
 
 __all__ = [
     "strip_notebook", "clear_solutions", "make_exercise", "add_grading_metadata",
@@ -375,17 +375,17 @@ def check(root: Path = ROOT) -> list[str]:
     for path, text in want.items():
         rel = path.relative_to(root)
         if not path.exists():
-            problems.append(f"{rel}: missing (run python -m utils.nbtools exercises)")
+            problems.append(f"{rel}: missing (run python -m tools.nbtools exercises)")
         elif path.read_text(encoding="utf-8") != text:
             what = ("nbgrader metadata or stripping" if path.parent.name == "solutions"
                     else "out of sync with its solution")
-            problems.append(f"{rel}: {what} (run python -m utils.nbtools exercises)")
+            problems.append(f"{rel}: {what} (run python -m tools.nbtools exercises)")
     for ex in sorted((root / "exercises").glob("*.ipynb")):
         if not (root / "solutions" / ex.name).exists():
             problems.append(f"{ex.relative_to(root)}: no solutions/{ex.name} to generate it from")
     for nb in all_notebooks(root):
         for p in notebook_problems(nb):
-            problems.append(f"{nb.relative_to(root)}: {p} (run python -m utils.nbtools strip)")
+            problems.append(f"{nb.relative_to(root)}: {p} (run python -m tools.nbtools strip)")
     return problems
 
 
@@ -396,7 +396,8 @@ _NBGRADER = {}
 
 
 def _nbgrader_parts():
-    """Built on first use: importing nbgrader takes a while, and learners do not need it."""
+    """Built on first use: importing nbgrader takes a while, and strip, exercises and check do not
+    need it."""
     if not _NBGRADER:
         from nbgrader.converters.generate_assignment import GenerateAssignment
         from nbgrader.preprocessors import ClearSolutions as NbgraderClearSolutions
@@ -428,7 +429,7 @@ def __getattr__(name):
 # command line
 # --------------------------------------------------------------------------------------
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m utils.nbtools", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m tools.nbtools", description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("strip", help="remove outputs, execution counts and machine metadata")
     p.add_argument("files", nargs="*", help="notebooks (default: notebooks/, exercises/, solutions/)")
