@@ -60,11 +60,6 @@ class _Case:
     kind: str = "mixed"
     note: str = ""
 
-    @property
-    def numel(self):
-        B, H, nq, nk, d = self.shape
-        return B * H * nq * d
-
 
 def _shapes(backward=False):
     from ..config import SIZES

@@ -266,13 +266,13 @@ _SAVE_STATS = ("save each row's mean and rstd (one float per row) for the backwa
                "normalizes row r stores mean[r] and rstd[r].")
 
 
-def _forward_tol(x, w, rstd, rtol, y=False):
-    """The error allowed in mean, rstd (``y=False``) or y: float32 x holds a row around 1000 only
-    to 6e-5 (1000 * 2^-24 * 4 at the most), and y = (x - mean) * rstd * w inherits that times
-    rstd * |w|; the message quotes the plain tolerance."""
+def _forward_tol(x, w, rstd, want, rtol, y=False):
+    """The error allowed in mean, rstd or (``y=True``) y, element by element: float32 x holds a
+    row around 1000 only to 6e-5 (1000 * 2^-24, four times over at the most), and y = (x - mean)
+    * rstd * w inherits that times rstd * |w|. (The message quotes the plain tolerance.)"""
     big = x.double().abs().amax(dim=1)
     carried = (2.0 ** -24) * 4 * (big * rstd * w.double().abs().max() if y else big)
-    return lambda want: _tol()["atol"] + (carried[:, None] if y else carried) + rtol * want.abs()
+    return _tol()["atol"] + (carried[:, None] if y else carried) + rtol * want.abs()
 
 
 def check_layernorm(fn, *, seed=None, eps=EPS):
@@ -312,7 +312,7 @@ def check_layernorm(fn, *, seed=None, eps=EPS):
                                  ("y", case.expected, tol["rtol"])):
             stat = name != "y"
             outs.append(Output(
-                name, want, tol=_forward_tol(x, w, rstd, rtol, y=not stat)(want),
+                name, want, tol=_forward_tol(x, w, rstd, want, rtol, y=not stat),
                 describe=lambda got, want, bad, name=name, rtol=rtol: _check.describe_mismatch(
                     got, want, mask=bad, what=name, atol=tol["atol"], rtol=rtol),
                 unwritten_text=(lambda m, name=name: f"{name} was never written ({int(m.sum())} of {m.numel()} rows "
