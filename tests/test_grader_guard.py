@@ -147,6 +147,7 @@ def _code_swap(fn, restore):
 HARNESS_TRICKS = {
     "utils.grading.Grader.fail": lambda mp, r: mp.setattr(utils.grading.Grader, "fail", _noop),
     "utils.grading.run_cases": lambda mp, r: mp.setattr(utils.grading, "run_cases", lambda *a, **k: 0.0),
+    "utils.grading.grade": lambda mp, r: mp.setattr(utils.grading, "grade", lambda *a, **k: 0.0),
     "utils.topics.relu.run_cases": lambda mp, r: mp.setattr(utils.topics.relu, "run_cases", lambda *a, **k: 0.0),
     "utils.topics.relu.same": lambda mp, r: mp.setattr(utils.topics.relu, "same", lambda *a, **k: True),
     "utils.check.mismatch_mask": lambda mp, r: mp.setattr(

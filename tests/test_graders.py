@@ -8,6 +8,7 @@ import grader_kernels as K
 import pytest
 import torch
 
+import kernels
 import utils
 
 needs_cuda_kernel = pytest.mark.skipif(
@@ -271,13 +272,15 @@ def test_race_detected_when_results_change_between_runs():
 
 def test_race_check_uses_the_emulator_random_schedule(monkeypatch):
     import contextlib
+
+    import runtime.backends.cuda as cuda_backend  # where the harness finds the emulator's schedule
     used = []
 
     @contextlib.contextmanager
     def schedule(kind, seed=None):
         used.append((kind, seed))
         yield
-    monkeypatch.setattr(utils, "emulation_schedule", schedule, raising=False)
+    monkeypatch.setattr(cuda_backend, "emulation_schedule", schedule)
     utils.check_relu(K.relu_ok)
     if utils.SIMULATE:
         assert used and all(kind == "random" for kind, _ in used)
@@ -597,7 +600,7 @@ def test_every_grader_is_in_the_table_of_torch_answers():
                                            f"{sorted(graders ^ set(TORCH_ANSWERS))}")
 
 
-def _grade(name, fn):
+def _grade(name, fn, **kwargs):
     grader = getattr(utils, name)
     if name == "check_custom_op":
         return grader(fn, torch.relu)
@@ -605,7 +608,61 @@ def _grade(name, fn):
         return grader("gelu", *fn, seed=1)
     if name in ("check_traffic", "check_shared"):
         return grader(fn, 1, 32, torch.randn(32, device=utils.DEVICE), reject=True)
-    return grader(fn, seed=1)
+    return grader(fn, seed=1, **kwargs)
+
+
+def _gelu_backward_kernel(dy, x):
+    """GELU's backward with lesson 11's bias + GELU kernel and a zero bias, for tensors of any shape."""
+    d = x.shape[-1]
+    backward = kernels.module("bias_gelu", "triton").bias_gelu_backward
+    return backward(dy.reshape(-1, d), x.reshape(-1, d), torch.zeros(d, device=x.device)).reshape(x.shape)
+
+
+def _right_kernel(grader):
+    """The first right kernel of ``RIGHT`` for ``grader``."""
+    return getattr(K, next(kernel for g, kernel in RIGHT if g == grader))
+
+
+def _triton(topic, name=None):
+    """The reference version of a topic's Triton launchers (``name``: another launcher of its module)."""
+    return kernels.get(topic, "triton") if name is None else getattr(kernels.module(topic, "triton"), name)
+
+
+#: A right launcher for every grader that grades a launcher (``utils.topics.CHECKS`` and
+#: ``check_gpt_op``): grader -> (a function that returns the launcher, the grader's keyword
+#: arguments). The first kernel of ``RIGHT`` where it has one, else the course's reference
+#: version (``kernels/``), as each topic's own tests grade it. ``check_custom_op`` grades an
+#: operator's registrations, and ``check_traffic`` / ``check_shared`` one launch's profile.
+REFERENCE_LAUNCHERS = {
+    **{grader: (lambda grader=grader: _right_kernel(grader), {}) for grader, _ in RIGHT},
+    "check_matmul": (lambda: _triton("matmul"), {}),
+    "check_matmul_fp16": (lambda: kernels.get("matmul_fp16", "cuda"), {}),
+    "check_layernorm": (lambda: lambda x, w, b: _triton("layernorm")(x, w, b, stats=True), {}),
+    "check_layernorm_backward": (lambda: _triton("layernorm", "layernorm_backward_partials"), {}),
+    "check_rmsnorm": (lambda: lambda x, w: _triton("layernorm", "rmsnorm")(x, w, stats=True), {}),
+    "check_attention": (lambda: _triton("attention", "attention_forward"), dict(lse=True)),
+    "check_attention_backward": (lambda: _triton("attention", "attention_backward"), {}),
+    "check_cross_entropy": (lambda: _triton("cross_entropy"), {}),
+    "check_embedding": (lambda: _triton("embedding", "embedding"), {}),
+    "check_embedding_backward": (lambda: _triton("embedding"), {}),
+    "check_adamw": (lambda: _triton("adamw"), {}),
+    "check_grad_norm": (lambda: _triton("adamw", "grad_norm"), {}),
+    "check_bias_gelu": (lambda: _triton("bias_gelu"), {}),
+    "check_bias_gelu_backward": (lambda: _triton("bias_gelu", "bias_gelu_backward"), {}),
+    "check_residual_layernorm": (lambda: _triton("residual_layernorm"), {}),
+    "check_gpt_op": (lambda: (_triton("gelu"), _gelu_backward_kernel), {}),
+}
+
+
+def grade_reference(name):
+    """Run grader ``name`` on its right launcher of ``REFERENCE_LAUNCHERS`` (seed 1)."""
+    launcher, kwargs = REFERENCE_LAUNCHERS[name]
+    return _grade(name, launcher(), **kwargs)
+
+
+def test_every_grader_has_a_reference_launcher():
+    want = set(utils.topics.CHECKS) | {"check_gpt_op"}
+    assert set(REFERENCE_LAUNCHERS) == want, f"add a right launcher: {sorted(want ^ set(REFERENCE_LAUNCHERS))}"
 
 
 @pytest.mark.parametrize("name", sorted(TORCH_ANSWERS))

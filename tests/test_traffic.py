@@ -88,12 +88,14 @@ def test_exercise_7_kernels_in_the_emulator(index, ratio, capsys):
 
 
 def test_on_a_gpu_without_ncu_traffic_is_not_graded_and_says_so(monkeypatch, capsys):
+    import importlib
+
     from utils import grading
 
     def no_ncu(*a, **k):
         raise RuntimeError("profiling on a GPU needs Nsight Compute (`ncu`)\nmore")
     monkeypatch.setattr(grading, "SIMULATE", False)
-    monkeypatch.setattr(grading, "_utils_attr", lambda name: no_ncu)
+    monkeypatch.setattr(importlib.import_module("utils.profile"), "profile", no_ncu)  # the checks' profiler
     assert utils.check_traffic(object(), 1, 32) is None
     assert "not measured on this GPU (profiling on a GPU needs Nsight Compute (`ncu`))" in capsys.readouterr().out
     # graded: the results were checked by the grader; the traffic grade is given in simulation,

@@ -18,10 +18,16 @@ Each grader takes ``fn``, a launcher that takes contiguous float32 tensors on
   never written, and changed guard elements were written past an end;
 * runs ``fn`` a second time (in simulation, CUDA C++ kernels under the emulator's random
   thread order) and compares: a result that changes between runs is a race;
-* compares with the topic's float64 reference using ``utils.TOLERANCES``, and names the
-  wrong elements as index ranges, with a hint about the usual cause.
+* checks that the inputs did not change, compares with the topic's float64 reference
+  using ``utils.TOLERANCES``, and names the wrong elements as index ranges, with a hint
+  about the usual cause;
+* rejects right values that torch or the course's reference computed instead of a kernel.
 
 A stub that raises ``NotImplementedError`` is reported as "not solved yet".
+
+All of this happens in one place, the grading loop ``grade``: a grader describes its cases
+and its outputs (``Output``: name, reference, tolerance, diagnosis) and the loop runs every
+call. ``success``, which prints "correct", refuses a grader whose calls did not go through it.
 """
 from __future__ import annotations
 
@@ -33,9 +39,12 @@ import os
 import re
 import struct
 import traceback
+from dataclasses import dataclass
+from typing import Callable
 
 import torch
 
+from runtime.backends import cuda as _cuda
 from runtime.backends import launches as _launches
 from runtime.backends.launches import record_launches
 from runtime.config import DEVICE, SIMULATE, SIZES
@@ -273,11 +282,6 @@ def _sync():
         torch.cuda.synchronize()
 
 
-def _utils_attr(name):
-    import utils  # the package is fully imported by the time a grader runs
-    return getattr(utils, name, None)
-
-
 def _fault_hint(msg: str) -> str:
     low = msg.lower()
     if "data race" in low:  # the race reports (emulator and simulators) name both accesses and the fix
@@ -355,24 +359,37 @@ def _is_race(msg: str) -> bool:
 class Case:
     """One input set: its label, input values (CPU), the float64 reference and how to build inputs."""
 
-    def __init__(self, label, values, expected, make=None, extra=None, resize=None):
+    def __init__(self, label, values, expected, make=None, extra=None, resize=None, kwargs=None):
         self.label = label
         self.resize = resize            # optional: n -> a Case of the same kind with n elements (probes)
         self.values = values            # tuple of CPU float32 tensors
         self.expected = expected        # CPU float64 tensor
         self.make = make                # optional: () -> (inputs, guards) for special layouts
         self.extra = extra or {}
+        self.kwargs = kwargs or {}      # keyword arguments of the call (AdamW's step and hyperparameters)
         self.numel = expected.numel() if expected.dim() else values[0].numel()
 
 
+_INT_OF_SIZE = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    """``t``'s bits on the CPU, as integers of its element size (NaN equals the same NaN)."""
+    t = t.detach().cpu().contiguous()
+    return t.view(_INT_OF_SIZE[t.element_size()]) if t.dtype != torch.bool else t
+
+
 class _Run:
-    def __init__(self, out, inputs, in_guards, allocs, launches=None, case=None):
+    def __init__(self, out, inputs, in_guards, allocs, launches=None, case=None, in_loop=False):
         self.case = case  # the Case it ran on (a rejection names it)
         self.out = out
         self.inputs = inputs
         self.in_guards = in_guards
         self.allocs = allocs
         self.launches = launches  # the kernels and torch operators the call ran (utils.record_launches)
+        self.in_loop = in_loop    # made by the grading loop (``grade``), or by a diagnosis it ran
+        self.outputs = {}         # the loop's outputs: name -> the tensor fn returned (or wrote into)
+        self.got = {}             # name -> that tensor as float64 on the CPU
 
 
 #: Grader name -> the aten operators (beyond allocation, views, fills, copies and casts) a
@@ -459,7 +476,10 @@ def refuse_torch_operator(op, grader: str) -> None:
 #: Every Grader made, in order, while a graded call (``graded``) runs: it checks their calls.
 #: Empty outside graded calls (nothing is kept).
 _made: list = []
-_graded_calls: list = []   # one entry per graded call running now
+#: One entry per graded call running now: (the grader, where its Graders start in ``_made``).
+_graded_calls: list = []
+#: Lists that ``graders_made`` fills with every Grader made while it is active.
+_watchers: list = []
 
 
 def graded(check):
@@ -476,7 +496,7 @@ def graded(check):
     def grader(*args, **kwargs):
         start = len(_made)
         out = io.StringIO()
-        _graded_calls.append(check)
+        _graded_calls.append((check, start))
         try:
             with contextlib.redirect_stdout(out):
                 result = check(*args, **kwargs)
@@ -491,8 +511,20 @@ def graded(check):
     return grader
 
 
+@contextlib.contextmanager
+def graders_made():
+    """The list of every ``Grader`` made inside the block, in order: how a test sees which
+    Graders a check made and whether their calls went through the grading loop."""
+    made: list = []
+    _watchers.append(made)
+    try:
+        yield made
+    finally:
+        _watchers.remove(made)
+
+
 #: The grader running now, by name: ``success`` asks it whether every call was the learner's
-#: own kernels' work before it prints "correct".
+#: own kernels' work, made by the grading loop, before it prints "correct".
 _running: dict = {}
 
 
@@ -508,18 +540,23 @@ class Grader:
         self.gen = torch.Generator().manual_seed(self.seed)
         self.case = None
         self.runs: list[_Run] = []   # every call of fn: success() checks that kernels did the work
+        self.looped = False          # the grading loop (``grade``) ran on this Grader
+        self._loop = None            # the loop running now (its diagnoses may ask for more runs)
         _running[name] = self
         if _graded_calls:
             _made.append(self)
+        for made in _watchers:
+            made.append(self)
 
     # -- failure -----------------------------------------------------------------------
-    def fail(self, what: str, hint: str | None = None, cause=None):
+    def fail(self, what: str, hint: str | None = None, cause=None, race_report=False):
         where = f" on {self.case.label}" if self.case is not None else ""
         text = f"{self.name} failed{where}:\n{what}"
         if hint:
             text += f"\nHint: {hint}"
         text += f"\n(Inputs came from seed {self.seed}: {self.name}(fn, seed={self.seed}) repeats them.)"
         err = GradingError(text)
+        err.race_report = race_report  # a race detector's report: the loop may add a grader's hint
         if cause is not None:
             raise err from cause
         raise err
@@ -534,12 +571,13 @@ class Grader:
             in_guards = [p[1] for p in pairs]
         allocs = _Allocations()
         _poison_allocator(case.expected.numel())
-        sched = _utils_attr("emulation_schedule") if schedule_seed is not None else None
+        # looked up at each call (a test may stand in for the emulator's schedule)
+        sched = getattr(_cuda, "emulation_schedule", None) if schedule_seed is not None else None
         ctx = sched("random", seed=schedule_seed) if sched is not None else contextlib.nullcontext()
-        fault_cls = _utils_attr("KernelFault")
+        fault_cls = getattr(_cuda, "KernelFault", None)
         try:
             with ctx, allocs.active(), record_launches() as launches:
-                out = self.fn(*inputs)
+                out = self.fn(*inputs, **case.kwargs)
                 _sync()
                 _guard.verify(self.name, out)  # the learner's function may have replaced something
         except NotImplementedError as e:
@@ -560,19 +598,23 @@ class Grader:
             if fault is not None and _is_race(str(fault)):
                 # the race detector's report names both accesses and the fix: it is the diagnosis
                 self.fail(f"the kernel has a race (on a GPU its result would depend on timing):\n{fault}",
-                          cause=fault)
+                          cause=fault, race_report=True)
             if fault is not None:
                 self.fail(f"the kernel faulted: {fault}", _fault_hint(str(fault)), cause=fault)
             if isinstance(e, IndexError):
                 self.fail(f"{type(e).__name__}: {e}", _fault_hint("index out of range"), cause=e)
             self.fail(f"your function raised {type(e).__name__}: {e}", _exception_hint(e, inputs), cause=e)
-        run = _Run(out, inputs, in_guards, allocs, launches, case)
+        run = _Run(out, inputs, in_guards, allocs, launches, case, in_loop=self._loop is not None)
         self.runs.append(run)
         return run
 
     # -- checks on one run -----------------------------------------------------------------
     def output_tensor(self, run: _Run, shape, *, scalar=False, dtypes=(torch.float32,)) -> torch.Tensor:
-        out = run.out
+        return self.as_output(run.out, shape, scalar=scalar, dtypes=dtypes)
+
+    def as_output(self, out, shape, *, scalar=False, dtypes=(torch.float32,)) -> torch.Tensor:
+        """``out`` (what ``fn`` returned for one output) as a tensor on DEVICE of ``shape`` and one
+        of ``dtypes`` (a scalar: one number, float64 allowed too), or a failure that says why not."""
         if out is None:
             self.fail("your function returned None: return the output tensor.")
         if isinstance(out, (tuple, list)) and len(out) == 1:
@@ -615,18 +657,26 @@ class Grader:
             self.fail(f"{what} has shape {tuple(out.shape)}, expected {tuple(shape)}.", hint)
 
     def check_guards(self, run: _Run, out: torch.Tensor, *, out_noun="output"):
+        self.check_output_guards(run, [(f"the {out_noun}", out)])
+
+    def check_output_guards(self, run: _Run, outputs, hint: str | None = None):
+        """Fail where ``fn`` wrote outside a tensor the harness handed out (an output, or a temporary
+        made with ``torch.empty``...): ``outputs`` is ``[(noun, tensor)]``, how the messages name
+        each output; ``hint``: the topic's own hint for a write outside (None: the usual ones)."""
         for g in run.allocs.records:
-            is_out = g.view.data_ptr() == out.data_ptr()
-            noun = f"the {out_noun}" if is_out else f"a temporary of shape {tuple(g.view.shape)} made with {g.how}"
+            named = [noun for noun, t in outputs if isinstance(t, torch.Tensor) and g.view.data_ptr() == t.data_ptr()]
+            noun = named[0] if named else f"a temporary of shape {tuple(g.view.shape)} made with {g.how}"
             after, before = g.written_after(), g.written_before()
             if after:
                 far = g.first_written_after()
                 self.fail(f"wrote {after} element{'s' if after > 1 else ''} past the end of {noun} "
                           f"(up to {far} element{'s' if far > 1 else ''} beyond it).",
-                          "is the last block masked (idx < n)? Threads of the tail block past n must not store.")
+                          hint or ("is the last block masked (idx < n)? Threads of the tail block past n must "
+                                   "not store."))
             if before:
                 self.fail(f"wrote {before} element{'s' if before > 1 else ''} before the start of {noun}.",
-                          "an index went negative: look for an off-by-one (i - 1) in the store's index.")
+                          hint or "an index went negative: look for an off-by-one (i - 1) in the store's index.")
+
     def check_input_guards(self, run: _Run, names):
         for i, g in enumerate(run.in_guards):
             if g.written_after() or g.written_before():
@@ -634,12 +684,16 @@ class Grader:
                 self.fail(f"wrote outside input {name} (past its end or before its start).",
                           "is every store masked, and does it go to the output, not the input?")
 
-    def check_inputs_unchanged(self, run: _Run, names):
+    def check_inputs_unchanged(self, run: _Run, names, written=()):
+        """Fail where ``fn`` changed an input, bit for bit; ``written``: the names of the inputs
+        that ``fn`` writes into by design (an in-place update), which may change."""
         for i, g in enumerate(run.in_guards):
-            now = g.view.detach().cpu().contiguous().view(torch.int32)
-            if not torch.equal(now, g.orig.view(torch.int32)):
-                name = names[i] if i < len(names) else f"input {i}"
-                changed = int((now != g.orig.view(torch.int32)).sum())
+            name = names[i] if i < len(names) else f"input {i}"
+            if name in written:
+                continue
+            now, orig = _bits(g.view), _bits(g.orig)
+            if not torch.equal(now, orig):
+                changed = int((now != orig).sum())
                 self.fail(f"your kernel changed its input {name} ({changed} element{'s' if changed > 1 else ''}).",
                           f"write the result into a new output tensor, not into {name} "
                           f"(for example out = torch.empty_like({name})).")
@@ -690,19 +744,44 @@ class Grader:
         for run in self.runs:
             self.check_launched(run)
 
-    def check_unwritten(self, run: _Run, out: torch.Tensor, hint_fn=None, case=None):
+    def check_unwritten(self, run: _Run, out: torch.Tensor, hint_fn=None, case=None, *, name=None, text=None):
+        """Fail where ``out`` still holds the grader's "never written" NaN. ``hint_fn``: a hint, or
+        ``(case, mask, grader) -> hint or None``; ``name``: the output's name, which starts the
+        message (None: the grader's only result); ``text``: ``mask -> the message`` instead."""
         mask = self.unwritten_mask(run, out)
         if mask is None:
             return
         if bool(mask.any()):
-            where = _check.describe_positions(mask) if mask.dim() else "the result"
-            hint = hint_fn(case, mask, self) if hint_fn else None
-            if hint is None:
-                hint = ("is the grid large enough (cdiv(n, BLOCK) blocks), and is the last block launched? "
-                        "Does every element get a thread?")
             one = int(mask.sum()) == 1
-            self.fail(f"{where} {'was' if one else 'were'} never written "
-                      f"({'it still holds' if one else 'they still hold'} the grader's NaN marker).", hint)
+            if text is not None:
+                what = text(mask)
+            else:
+                where = _check.describe_positions(mask) if mask.dim() else _the(name or RESULT)
+                start = f"{name}: " if name and mask.dim() else ""
+                what = (f"{start}{where} {'was' if one else 'were'} never written "
+                        f"({'it still holds' if one else 'they still hold'} the grader's NaN marker).")
+            hint = hint_fn(case, mask, self) if callable(hint_fn) else hint_fn
+            self.fail(what, hint or UNWRITTEN_HINT)
+
+    # -- the grading loop ------------------------------------------------------------------
+    def went_through_loop(self) -> bool:
+        """The grading loop (``grade``) ran on this Grader, and made every call of ``fn`` it made
+        (its diagnoses' extra calls included)."""
+        return self.looped and all(run.in_loop for run in self.runs)
+
+    def probe_outputs(self, case: Case):
+        """The outputs of ``fn`` on an extra input a diagnosis asks about (name -> float64
+        tensor), checked as the running loop checks every call, or None when that run fails
+        (the failure already reported stays the one reported)."""
+        if self._loop is None:
+            raise RuntimeError(f"{self.name}: probe_outputs asks the grading loop (grade), which is not running")
+        saved = self.case
+        try:
+            return self._loop.collect(case)[0].got
+        except GradingError:
+            return None
+        finally:
+            self.case = saved
 
 
 def produced_nan(nan: torch.Tensor, what: str, where: str | None = None) -> str:
@@ -743,60 +822,351 @@ def same(a: torch.Tensor, b: torch.Tensor, atol, rtol) -> bool:
     return not bool(_check.mismatch_mask(a, b, atol=atol, rtol=rtol).any())
 
 
-def run_cases(g: Grader, cases, *, names, shape_of, scalar=False, tol_of=None,
-               unwritten_hint=None, diagnose=None, dtypes=(torch.float32,)):
-    """The common loop: run, check structure, guards, races, unwritten, inputs, values."""
-    race = _race_indices(cases)
-    # a mid-size case first: several blocks and a tail, so the first failure has a telling pattern
+# --------------------------------------------------------------------------------------
+# The grading loop: every grader's calls of the learner's function go through it
+# --------------------------------------------------------------------------------------
+#: The name of a grader's only output ("the result changes between runs", "the result was never written").
+RESULT = "result"
+#: The usual causes of a result that changes between two runs on the same input.
+RACE_HINT = ("threads read shared memory that other threads write: is a __syncthreads() "
+             "(cuda.syncthreads()) missing between writing and reading it? Or several threads "
+             "update the same element without an atomic. (Elements that no thread writes also "
+             "change between runs: they hold whatever memory held before.)")
+#: The usual causes of elements never written, where an output names none of its own.
+UNWRITTEN_HINT = ("is the grid large enough (cdiv(n, BLOCK) blocks), and is the last block launched? "
+                  "Does every element get a thread?")
+
+
+def _the(name: str) -> str:
+    return name if name.startswith("the ") else f"the {name}"
+
+
+@dataclass
+class Output:
+    """One result of a graded call, and how the grading loop (``grade``) checks it.
+
+    ``name`` names it in the messages about its structure, its guards, elements never written
+    and races ("dq changes between runs"); a grader of one result calls it ``RESULT``.
+    ``what`` names it in the messages about wrong values (default: ``name``; a scalar reads
+    "the loss is 0.5, expected 0.25", a tensor "3 of 21 elements of the gradient are wrong"),
+    ``noun`` in those about a write past its end (default: "the <name>").
+
+    ``tol`` is ``dict(atol=, rtol=)`` (``utils.check``'s comparison, with its message) or the
+    allowed ``|got - expected|``, a number or a tensor of the expected value's shape (None:
+    ``utils.TOLERANCES[float32]``). The hooks: ``convert(grader, value, output) -> tensor``
+    (default ``Grader.as_output``: a tensor of ``shape`` and one of ``dtypes`` on DEVICE);
+    ``unwritten_text(mask) -> message`` and ``unwritten_hint`` (a hint, or ``(case, mask,
+    grader) -> hint``) for elements never written; ``nan_hint`` (a hint, or ``(run, nan) ->
+    hint``): when given, NaN that the kernel wrote fails first, with ``nan_where(nan)`` saying
+    where; ``mismatch(got, expected) -> wrong elements`` and ``describe(got, expected, bad) ->
+    message`` replace the comparison's own; ``diagnose(run, got, bad) -> hint`` names the likely
+    cause of wrong values (``run.got``: every output of the call, by name).
+    """
+    name: str
+    expected: torch.Tensor | None = None     # float64 on the CPU; None: the grader's ``check`` judges it
+    shape: tuple | None = None               # None: the expected value's shape
+    scalar: bool = False                     # one number: a 0-d or 1-element tensor, or a Python number
+    dtypes: tuple = (torch.float32,)         # the dtypes accepted, the first named in a message
+    tol: object = None
+    race_tol: object = None                  # the difference allowed between two runs (None: ``tol``)
+    what: str | None = None
+    noun: str | None = None
+    convert: Callable | None = None
+    unwritten_text: Callable | None = None
+    unwritten_hint: object = None
+    nan_hint: object = None
+    nan_where: Callable | None = None
+    mismatch: Callable | None = None
+    describe: Callable | None = None
+    diagnose: Callable | None = None
+    counted: bool = True                     # its error counts in the "max error" of the verdict
+
+    @property
+    def result_shape(self) -> tuple:
+        if self.scalar:
+            return ()
+        return tuple(self.shape if self.shape is not None else self.expected.shape)
+
+    @property
+    def subject(self) -> str:
+        return _the(RESULT) if self.name == RESULT else self.name
+
+    @staticmethod
+    def allowed(tol) -> tuple:
+        """``(atol, rtol)`` of ``utils.check.mismatch_mask`` for a tolerance as ``tol`` is given."""
+        if tol is None:
+            t = _check.tolerance(torch.float32)
+            return t["atol"], t["rtol"]
+        if isinstance(tol, dict):
+            return tol["atol"], tol["rtol"]
+        return tol, 0.0
+
+    def wrong(self, got) -> torch.Tensor:
+        if self.mismatch is not None:
+            return self.mismatch(got, self.expected)
+        atol, rtol = self.allowed(self.tol)
+        return _check.mismatch_mask(got, self.expected, atol=atol, rtol=rtol)
+
+    def message(self, got, bad) -> str:
+        want = self.expected
+        if self.describe is not None:
+            return self.describe(got, want, bad)
+        what = self.what or self.name
+        if self.tol is None or isinstance(self.tol, dict):
+            atol, rtol = self.allowed(self.tol)
+            return _check.describe_mismatch(got, want, mask=bad, what=what, atol=atol, rtol=rtol)
+        if got.dim() == 0:
+            return f"{what} is {float(got):.7g}, expected {float(want):.7g}."
+        # an allowed error per element: the message names the one where the error is furthest over it
+        tol_t = torch.as_tensor(self.tol, dtype=torch.float64, device=got.device)
+        atol = float(tol_t.min()) if tol_t.numel() else 0.0
+        if tol_t.numel() > 1:
+            excess = torch.where(bad, (got.double() - want.double()).abs() - tol_t, torch.full_like(tol_t, -1.0))
+            excess = torch.nan_to_num(excess, nan=float("inf"))
+            atol = float(tol_t.broadcast_to(got.shape).flatten()[int(excess.flatten().argmax())])
+        return _check.describe_mismatch(got, want, mask=bad, what=what.removeprefix("the "), atol=atol, rtol=0.0)
+
+
+def returned(g: Grader, run: _Run, names) -> tuple:
+    """What ``fn`` returned, one value per name: the value itself for one name, else the tuple
+    of ``names`` (anything else fails, with the tuple it must return)."""
+    out = run.out
+    if len(names) == 1:
+        return (out,)
+    if not isinstance(out, (tuple, list)) or len(out) != len(names):
+        g.fail(f"your function returned {type(out).__name__}"
+               f"{' of length ' + str(len(out)) if isinstance(out, (tuple, list)) else ''}: "
+               f"return the tuple ({', '.join(names)}).")
+    return tuple(out)
+
+
+def mid_size_first(cases) -> list:
+    """The order of the cases: a mid-size one first (several blocks and a tail, so that the first
+    failure shows a telling pattern), then the others as given."""
     first = min(range(len(cases)), key=lambda i: (abs(cases[i].numel - 1024), -cases[i].numel))
-    order = [first] + [i for i in range(len(cases)) if i != first]
-    worst = 0.0
-    for i in order:
-        case = cases[i]
-        g.case = case
-        run = g.call(case)
-        out = g.output_tensor(run, shape_of(case), scalar=scalar, dtypes=dtypes)
-        g.check_guards(run, out)
-        g.check_input_guards(run, names)
-        tol = tol_of(case) if tol_of else _check.tolerance(torch.float32)
-        got = out.detach().to("cpu", torch.float64).reshape(case.expected.shape)
-        g.check_unwritten(run, out, unwritten_hint or tail_hint, case)
-        if i in race:
-            run2 = g.call(case, schedule_seed=g.seed + i)
-            out2 = g.output_tensor(run2, shape_of(case), scalar=scalar, dtypes=dtypes)
-            got2 = out2.detach().to("cpu", torch.float64).reshape(case.expected.shape)
-            if not same(got, got2, tol["atol"], tol["rtol"]):
-                diff = _check.mismatch_mask(got, got2, atol=tol["atol"], rtol=tol["rtol"])
-                where = f"{_check.describe_positions(diff)} differ" if diff.dim() else "the result differs"
-                first = torch.nonzero(diff)[0].tolist() if diff.dim() else []
-                pos = tuple(first)
-                g.fail(f"the result changes between runs: a race? {where} between two runs on the "
-                       f"same input (first run {float(got[pos]):.7g}, second run {float(got2[pos]):.7g}; "
-                       f"expected {float(case.expected[pos]):.7g}).",
-                       "threads read shared memory that other threads write: is a __syncthreads() "
-                       "(cuda.syncthreads()) missing between writing and reading it? Or several threads "
-                       "update the same element without an atomic. (Elements that no thread writes also "
-                       "change between runs: they hold whatever memory held before.)")
-        g.check_inputs_unchanged(run, names)
-        bad = _check.mismatch_mask(got, case.expected, **tol)
-        if bool(bad.any()):
-            hint = diagnose(case, got, bad) if diagnose else None
-            msg = _check.describe_mismatch(got, case.expected, mask=bad, what="result", **tol)
-            g.fail(msg, hint)
-        g.check_launched(run)
-        worst = max(worst, _check.max_abs_err(got, case.expected))
-    return worst
+    return [first] + [i for i in range(len(cases)) if i != first]
 
 
-def success(name, cases, worst, sizes_text):
-    """Print a grader's verdict of "correct", once every call it made is known to be the
-    learner's kernels' work (``Grader.check_all_launched``)."""
+def largest_first(cases) -> list:
+    return sorted(range(len(cases)), key=lambda i: -cases[i].numel)
+
+
+def in_order(cases) -> list:
+    return list(range(len(cases)))
+
+
+def _race_message(o: Output, got, got2, bad) -> str:
+    if bad.dim():
+        where = f"{_check.describe_positions(bad)} differ"
+        pos = tuple(torch.nonzero(bad)[0].tolist())
+    else:
+        where, pos = f"{_the(o.name)} differs", ()
+    expected = f"; expected {float(o.expected[pos]):.7g}" if o.expected is not None else ""
+    return (f"{o.subject} changes between runs: a race? {where} between two runs on the same input "
+            f"(first run {float(got[pos]):.7g}, second run {float(got2[pos]):.7g}{expected}).")
+
+
+class _Loop:
+    """The grading loop of ``grade``: its settings, and one case at a time."""
+
+    def __init__(self, g, outputs, inputs, written, unpack, check, explain_error, race_hint, race_report_hint,
+                 guard_hint, defer, report_all):
+        self.g, self.outputs, self.inputs, self.written = g, outputs, tuple(inputs), tuple(written)
+        self.unpack, self.check, self.explain_error = unpack, check, explain_error
+        self.race_hint, self.race_report_hint, self.guard_hint = race_hint, race_report_hint, guard_hint
+        self.defer, self.report_all = defer, report_all
+
+    # -- one call: run, structure, guards, never written ----------------------------------------
+    def call(self, case, schedule_seed=None, explain=False) -> _Run:
+        try:
+            return self.g.call(case, schedule_seed=schedule_seed)
+        except GradingError as e:
+            if not explain:
+                raise
+            hint = None
+            if getattr(e, "race_report", False) and self.race_report_hint is not None:
+                h = self.race_report_hint
+                hint = h(str(e)) if callable(h) else h
+            elif self.explain_error is not None:
+                hint = self.explain_error(case, str(e))
+            if hint is None:
+                raise
+            raise GradingError(replace_hint(str(e), hint)) from None
+
+    def structure(self, run: _Run, outs) -> list:
+        """Each output of ``run`` as a tensor (``run.outputs``) and as float64 on the CPU
+        (``run.got``); the outputs ``fn`` returned (an optional one left out at the end is not)."""
+        g = self.g
+        values = tuple(self.unpack(run) if self.unpack is not None else returned(g, run, [o.name for o in outs]))
+        live = outs[:len(values)]
+        for o, v in zip(live, values):
+            t = o.convert(g, v, o) if o.convert is not None else g.as_output(
+                v, o.result_shape, scalar=o.scalar, dtypes=o.dtypes)
+            run.outputs[o.name] = t
+            run.got[o.name] = t.detach().to("cpu", torch.float64).reshape(o.result_shape)
+        return live
+
+    def collect(self, case, outs=None, explain=False):
+        g = self.g
+        outs = list(self.outputs(case)) if outs is None else outs
+        run = self.call(case, explain=explain)
+        live = self.structure(run, outs)
+        g.check_output_guards(run, [(o.noun or _the(o.name), run.outputs[o.name]) for o in live], self.guard_hint)
+        g.check_input_guards(run, self.inputs)
+        if self.check is not None:
+            self.check(run)
+        for o in live:
+            g.check_unwritten(run, run.outputs[o.name], o.unwritten_hint, case,
+                              name=None if o.name == RESULT else o.name, text=o.unwritten_text)
+        return run, live
+
+    # -- the checks after it ------------------------------------------------------------------
+    def race(self, case, i, run, live):
+        """The same case again, in another thread order: a result that changes is a race."""
+        g = self.g
+        run2 = g.call(case, schedule_seed=g.seed + i)
+        self.structure(run2, live)
+        for o in live:
+            got, got2 = run.got[o.name], run2.got[o.name]
+            atol, rtol = o.allowed(o.race_tol if o.race_tol is not None else o.tol)
+            bad = _check.mismatch_mask(got, got2, atol=atol, rtol=rtol)
+            if bool(bad.any()):
+                g.fail(_race_message(o, got, got2, bad), self.race_hint)
+
+    def nans(self, run, live):
+        for o in live:
+            if o.nan_hint is None:
+                continue
+            nan = torch.isnan(run.got[o.name])
+            if o.expected is not None:
+                nan &= ~torch.isnan(o.expected)
+            if bool(nan.any()):
+                hint = o.nan_hint(run, nan) if callable(o.nan_hint) else o.nan_hint
+                self.g.fail(produced_nan(nan, o.name, o.nan_where(nan) if o.nan_where else None), hint)
+
+    def values(self, run, live):
+        """Fail on the first output with wrong values (with ``report_all``: on all of them at
+        once); a failure the grader's ``defer`` puts off is returned instead."""
+        wrong = []
+        for o in live:
+            if o.expected is None:
+                continue
+            got = run.got[o.name]
+            bad = o.wrong(got)
+            if not bool(bad.any()):
+                continue
+            msg = o.message(got, bad)
+            if self.report_all is not None:
+                wrong.append((o.name, msg))
+                continue
+            hint = o.diagnose(run, got, bad) if o.diagnose is not None else None
+            if self.defer is not None and self.defer(run, o, msg, hint):
+                return run.case, msg, hint
+            self.g.fail(msg, hint)
+        if wrong:
+            names = [n for n, _ in wrong]
+            right = [o.name for o in live if o.expected is not None and o.name not in names]
+            self.g.fail(wrong[0][1] + f"\n(wrong: {', '.join(names)}; right: {', '.join(right) or 'none'}.)",
+                        self.report_all(run, names))
+        return None
+
+    def run(self, cases, order, races) -> float:
+        g = self.g
+        g.looped = True
+        g._loop = self
+        try:
+            worst, deferred = 0.0, None
+            race = set(races(cases))
+            for i in order(cases):
+                case = cases[i]
+                g.case = case
+                run, live = self.collect(case, explain=True)
+                if i in race:
+                    self.race(case, i, run, live)
+                g.check_inputs_unchanged(run, self.inputs, self.written)
+                self.nans(run, live)
+                put_off = self.values(run, live)
+                if put_off is not None:
+                    deferred = deferred or put_off
+                    continue
+                g.check_launched(run)
+                for o in live:
+                    if o.counted and o.expected is not None:
+                        worst = max(worst, _check.max_abs_err(run.got[o.name], o.expected))
+            if deferred is not None:
+                g.case = deferred[0]
+                g.fail(deferred[1], deferred[2])
+            return worst
+        finally:
+            g._loop = None
+
+
+def grade(g: Grader, cases, outputs, *, inputs, written=(), unpack=None, order=mid_size_first, races=None,
+          check=None, explain_error=None, race_hint=RACE_HINT, race_report_hint=None, guard_hint=None,
+          defer=None, report_all=None) -> float:
+    """The grading loop: every grader runs its calls of the learner's function through it, and
+    ``success`` refuses a grader whose calls did not. Returns the largest error of the outputs.
+
+    For each case, in the order ``order(cases)`` gives (a mid-size one first, unless a grader
+    says otherwise): call ``fn`` on fresh guarded inputs (``Grader.call``: stubs, faults and the
+    race detectors' reports become diagnoses); take its outputs, ``outputs(case)``, a list of
+    ``Output``, out of what it returned (``unpack(run)``, default ``returned``: one value, or the
+    tuple of the outputs' names) and check each one's type, device, shape and dtype; fail on a
+    write outside an output or a temporary (``guard_hint``: the topic's hint for it) or outside an
+    input; run ``check(run)``, the grader's own checks of the call; fail on elements never
+    written; for the cases ``races(cases)`` picks (default: every case on a GPU, one mid-size case
+    in simulation), run it again in another thread order and fail where an output changed
+    (``race_hint``); fail where an input changed (``inputs``: their names in order; ``written``:
+    the ones ``fn`` updates in place by design); fail on NaN the kernel wrote (outputs with a
+    ``nan_hint``), then on wrong values, with the output's diagnosis; and last reject right values
+    that torch or the course's reference computed (``Grader.check_launched``).
+
+    ``explain_error(case, text) -> hint or None`` replaces the hint of a failure of the first call
+    of a case; ``race_report_hint`` (a hint, or ``text -> hint``) is added to a race detector's
+    report, which has none. ``defer(run, output, message, hint) -> True`` puts a failure of wrong
+    values off until every other case has run (a case that says less than the others); with
+    ``report_all(run, wrong names) -> hint`` a case's wrong outputs are named together.
+    """
+    loop = _Loop(g, outputs, inputs, written, unpack, check, explain_error, race_hint, race_report_hint,
+                 guard_hint, defer, report_all)
+    return loop.run(cases, order, races or _race_indices)
+
+
+def run_cases(g: Grader, cases, *, names, shape_of, scalar=False, tol_of=None,
+              unwritten_hint=None, diagnose=None, dtypes=(torch.float32,)):
+    """``grade`` for a grader whose function returns one result (``RESULT``): ``shape_of(case)``
+    its shape, ``tol_of(case)`` its tolerance (``dict(atol=, rtol=)``), ``diagnose(case, got,
+    bad)`` the likely cause of wrong values, ``unwritten_hint(case, mask, grader)`` of elements
+    never written (default ``tail_hint``)."""
+    def outputs(case):
+        return [Output(RESULT, case.expected, shape=None if scalar else tuple(shape_of(case)), scalar=scalar,
+                       dtypes=dtypes, tol=tol_of(case) if tol_of else _check.tolerance(torch.float32),
+                       noun="the output", unwritten_hint=unwritten_hint or tail_hint,
+                       diagnose=(lambda run, got, bad: diagnose(run.case, got, bad)) if diagnose else None)]
+    return grade(g, cases, outputs, inputs=names)
+
+
+def success(name, cases=None, worst=0.0, sizes_text="", *, line=None):
+    """Print a grader's verdict of "correct" (``line``: in its own words), once every Grader it
+    made is known to have run its calls through the grading loop (``grade``) and every call to
+    be the learner's kernels' work (``Grader.check_all_launched``)."""
     g = _running.pop(name, None)
     if g is None:
         raise RuntimeError(f"{name}: success() without a running Grader named {name!r}: a grader is built on "
                            "utils.grading.Grader, which records what each call launched")
-    g.check_all_launched()
-    print(f"{name}: correct on {len(cases)} inputs ({sizes_text}), max error {worst:.3g}")
+    made = [h for h in _made[_graded_calls[-1][1]:] if h.name == name] if _graded_calls else []
+    for h in made or [g]:
+        if not h.went_through_loop():
+            raise RuntimeError(
+                f"{name}: success() refused: the grader's calls of the learner's function did not go through the "
+                "grading loop (utils.grading.grade, or run_cases), which makes the checks every grader owes: "
+                "guards, elements never written, a second run for races, inputs unchanged, the comparison with "
+                "the reference and that a kernel computed the result. Build the grader on grade().")
+    for h in made or [g]:
+        h.check_all_launched()
+    if line is None:
+        line = f"{name}: correct on {len(cases)} inputs ({sizes_text}), max error {worst:.3g}"
+    print(line)
 
 
 def sizes_text(sizes):
@@ -991,9 +1361,7 @@ def _profiled(kernel_or_profile, launch, kwargs, what: str, reject: bool = False
     is always measured; a launch that moved nothing fails there.)"""
     if hasattr(kernel_or_profile, "metrics") or hasattr(kernel_or_profile, "bytes_moved"):
         return kernel_or_profile
-    profile = _utils_attr("profile")
-    if profile is None:
-        raise RuntimeError("utils.profile is not available in this copy of the course")
+    from .profile import profile  # utils/profile.py, imported when an efficiency check first runs
     try:
         return profile(kernel_or_profile, *launch, **kwargs)
     except TypeError as e:

@@ -23,7 +23,7 @@ pass. ``import utils`` installs this guard, and then
 
 This stops the cheap tricks, not a determined attacker: code in the same process can always
 reach the grader's memory (see README, "Grading and its limits"). For a classroom, grade with
-``python -m tools.autograde``, which runs each submission in a sandbox.
+``python -m utils.autograde``, which runs each submission in a sandbox.
 """
 from __future__ import annotations
 
@@ -41,8 +41,8 @@ PROTECTED_MODULES = ("utils.guard", "utils.check", "utils.grading", "utils.ship"
                      "runtime.backends.launches")
 #: Globals of protected modules that tests replace on purpose and that cannot turn a wrong
 #: result into a pass: ``SIMULATE`` decides how a missing profiler on a GPU is reported and how
-#: many cases run twice; ``_utils_attr`` finds optional helpers (the emulator's schedule).
-UNGUARDED = {"utils.grading": {"SIMULATE", "_utils_attr"},
+#: many cases run twice.
+UNGUARDED = {"utils.grading": {"SIMULATE"},
              "runtime.backends.launches": {"_ACTIVE"},  # the recordings running now (one per graded call)
              "utils.guard": {"_State"}}  # the guard's own state: checked apart, see _STATE_KEYS
 #: torch functions the harness replaces itself while the learner's function runs (poisoned

@@ -16,7 +16,7 @@ import torch
 
 from runtime.config import DEVICE, SIMULATE
 
-from ..grading import Grader, randn, success
+from ..grading import Grader, Output, grade, in_order, randn, success
 from . import _multi
 from ._spec import FLOAT, Spec, Target, generator
 
@@ -120,9 +120,8 @@ def check_adamw(fn, *, seed=None):
     The grader runs 10 steps, with fresh gradients each, from zero moments, and compares
     every step with torch.optim.AdamW's float64 answer."""
     g = Grader("check_adamw", fn, seed)
-    worst = 0.0
     sizes = _sizes()
-    user_fn = fn
+    cases = []
     for n in sorted(sizes, key=lambda k: abs(k - 1025)):  # several blocks and a tail first
         p = randn(g.gen, n)
         m = torch.zeros(n)
@@ -133,72 +132,76 @@ def check_adamw(fn, *, seed=None):
         ref_p = ref.param_groups[0]["params"][0]
         for t in range(1, STEPS + 1):
             grad = randn(g.gen, n) * (1.0 + t)
-            before = (p, grad, m, v)
             ref_p.grad = grad.double()
             ref.step()
             want_p = ref_p.detach().clone()
             st = ref.state[ref_p]
             want_m, want_v = st["exp_avg"].clone(), st["exp_avg_sq"].clone()
-            g.fn = lambda *a, _t=t: user_fn(*a, step=_t, **GRADE_HYPER)
-            c = _multi.case(f"{n} parameters, step {t} of {STEPS}", (p, grad, m, v), want_p)
-            g.case = c
-            run = g.call(c)
-            ins = run.inputs
-            got_p, got_m, got_v = (x.detach().to("cpu", torch.float64) for x in (ins[0], ins[2], ins[3]))
-            if torch.equal(ins[0].detach().cpu(), p) and n > 1:
-                g.fail("params did not change: the step updates params, exp_avg and exp_avg_sq in place "
-                       "(write into the tensors passed in, not into new ones).")
-            g.check_input_guards(run, ("params", "grads", "exp_avg", "exp_avg_sq"))
-            hint = lambda: _adamw_hint(before, t, got_p)  # noqa: E731
-            # m = beta1 m + (1 - beta1) g may cancel to far less than its two terms. A float32 kernel
-            # rounds beta1 (0.9 becomes 0.9 - 2.4e-8, so (1 - beta1) g is off by 2.4e-7 of itself) and
-            # both products: up to ~2^-22 of the terms' size, more than 1e-5 |m| where they cancel and
-            # the gradients are large (up to ~60 among the GPU's 2^20 parameters); 2^-20 of it allowed
-            m_terms = GRADE_HYPER["beta1"] * m.double().abs() + (1 - GRADE_HYPER["beta1"]) * grad.double().abs()
-            worst = max(worst, _multi.compare(g, got_m, want_m, 1e-6 + 1e-5 * want_m.abs() + 2.0 ** -20 * m_terms,
-                                              "exp_avg (m)",
-                                              "m = beta1 * m + (1 - beta1) * g, before the update."))
-            worst = max(worst, _multi.compare(g, got_v, want_v, 1e-7 + 1e-5 * want_v.abs(), "exp_avg_sq (v)",
-                                              "v = beta2 * v + (1 - beta2) * g * g, before the update."))
-            worst = max(worst, _multi.compare(g, got_p, want_p, 1e-6 + 1e-5 * want_p.abs(), "params", hint))
-            g.check_launched(run)
+            cases.append(_multi.case(f"{n} parameters, step {t} of {STEPS}", (p, grad, m, v), want_p,
+                                     kwargs=dict(step=t, **GRADE_HYPER), step=t, m=want_m, v=want_v))
             p, m, v = want_p.float(), want_m.float(), want_v.float()  # the next step starts from the right state
-    g.fn = user_fn
-    print(f"check_adamw: {STEPS} steps match torch.optim.AdamW on {len(sizes)} parameter counts "
-          f"({min(sizes)} .. {max(sizes)}), max error {worst:.3g}")
+
+    def outputs(c):
+        p, grad, m, v = c.values
+        want_m, want_v = c.extra["m"], c.extra["v"]
+        # m = beta1 m + (1 - beta1) g may cancel to far less than its two terms. A float32 kernel
+        # rounds beta1 (0.9 becomes 0.9 - 2.4e-8, so (1 - beta1) g is off by 2.4e-7 of itself) and
+        # both products: up to ~2^-22 of the terms' size, more than 1e-5 |m| where they cancel and
+        # the gradients are large (up to ~60 among the GPU's 2^20 parameters); 2^-20 of it allowed
+        m_terms = GRADE_HYPER["beta1"] * m.double().abs() + (1 - GRADE_HYPER["beta1"]) * grad.double().abs()
+        return [Output("exp_avg", want_m, tol=1e-6 + 1e-5 * want_m.abs() + 2.0 ** -20 * m_terms, what="exp_avg (m)",
+                       diagnose=lambda run, got, bad: "m = beta1 * m + (1 - beta1) * g, before the update."),
+                Output("exp_avg_sq", want_v, tol=1e-7 + 1e-5 * want_v.abs(), what="exp_avg_sq (v)",
+                       diagnose=lambda run, got, bad: "v = beta2 * v + (1 - beta2) * g * g, before the update."),
+                Output("params", c.expected, tol=1e-6 + 1e-5 * c.expected.abs(),
+                       diagnose=lambda run, got, bad: _adamw_hint(run.case.values, run.case.extra["step"], got))]
+
+    def unpack(run):
+        params, _, exp_avg, exp_avg_sq = run.inputs   # updated in place: what fn returns is not graded
+        return exp_avg, exp_avg_sq, params
+
+    def params_changed(run):
+        if torch.equal(run.inputs[0].detach().cpu(), run.case.values[0]) and run.case.values[0].numel() > 1:
+            g.fail("params did not change: the step updates params, exp_avg and exp_avg_sq in place "
+                   "(write into the tensors passed in, not into new ones).")
+
+    worst = grade(g, cases, outputs, inputs=("params", "grads", "exp_avg", "exp_avg_sq"),
+                  written=("params", "exp_avg", "exp_avg_sq"), unpack=unpack, check=params_changed, order=in_order)
+    success("check_adamw", line=f"check_adamw: {STEPS} steps match torch.optim.AdamW on {len(sizes)} parameter "
+                                f"counts ({min(sizes)} .. {max(sizes)}), max error {worst:.3g}")
 
 
 def check_grad_norm(fn, *, seed=None):
     """``fn(grads)`` must return the L2 norm of the 1-D float32 tensor grads (a 0-d or 1-element
     tensor), or a tuple whose first element is it (as ``grad_norm`` returns (norm, scale))."""
     g = Grader("check_grad_norm", fn, seed)
-    worst = 0.0
     sizes = [1, 7, 1025, 20001] if SIMULATE else [1, 7, 1025, (1 << 24) + 3]
+    cases = []
     for n in sorted(sizes, key=lambda k: -k):
         x = randn(g.gen, n)
-        c = _multi.case(f"{n} gradients", (x,), grad_norm_ref64(x))
-        g.case = c
-        run = g.call(c)
-        if isinstance(run.out, (tuple, list)) and len(run.out) >= 1:
-            run.out = run.out[0]
-        got = g.output_tensor(run, (), scalar=True).detach().to("cpu", torch.float64).reshape(())
-        g.check_input_guards(run, ("grads",))
-        g.check_inputs_unchanged(run, ("grads",))
-        want = c.expected
+        cases.append(_multi.case(f"{n} gradients", (x,), grad_norm_ref64(x)))
 
-        def hint():
-            sq = float(want) ** 2
-            if abs(float(got) - sq) <= 1e-4 * (1 + sq):
-                return "that is the sum of squares: the norm is its square root."
-            if abs(float(got) - float(x.double().abs().sum())) <= 1e-4 * float(x.double().abs().sum()):
-                return "that is the sum of |g| (the L1 norm): the L2 norm is sqrt(sum of g^2)."
-            if 0 < float(got) < float(want):
-                return ("too small: only part of the gradient was added. Every block's partial sum must reach "
-                        "the total (a second pass over the partials, or an atomic add per block).")
-            return None
-        worst = max(worst, _multi.compare(g, got, want, 1e-6 + 1e-5 * float(want), "the norm", hint))
-        g.check_launched(run)
-    success("check_grad_norm", [None] * len(sizes), worst, f"sizes {min(sizes)} .. {max(sizes)}")
+    def hint(run, got, bad):
+        x, want = run.case.values[0], run.case.expected
+        sq = float(want) ** 2
+        if abs(float(got) - sq) <= 1e-4 * (1 + sq):
+            return "that is the sum of squares: the norm is its square root."
+        if abs(float(got) - float(x.double().abs().sum())) <= 1e-4 * float(x.double().abs().sum()):
+            return "that is the sum of |g| (the L1 norm): the L2 norm is sqrt(sum of g^2)."
+        if 0 < float(got) < float(want):
+            return ("too small: only part of the gradient was added. Every block's partial sum must reach "
+                    "the total (a second pass over the partials, or an atomic add per block).")
+        return None
+
+    def outputs(c):
+        return [Output("norm", c.expected, scalar=True, tol=1e-6 + 1e-5 * float(c.expected), what="the norm",
+                       diagnose=hint)]
+
+    def unpack(run):
+        return (run.out[0] if isinstance(run.out, (tuple, list)) and len(run.out) >= 1 else run.out,)
+
+    worst = grade(g, cases, outputs, inputs=("grads",), unpack=unpack, order=in_order)
+    success("check_grad_norm", cases, worst, f"sizes {min(sizes)} .. {max(sizes)}")
 
 
 SPEC = Spec(

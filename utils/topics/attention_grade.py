@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from .. import check as _check
-from ..grading import INPUT_GUARD_BITS, Grader, GradingError, _Guarded, produced_nan, success
+from ..grading import INPUT_GUARD_BITS, Case, Grader, GradingError, Output, _Guarded, grade, in_order, success
 from .attention_ref import (
     D_LARGE_COLS,
     DTYPE_NAMES,
@@ -60,11 +60,6 @@ class _Case:
     kind: str = "mixed"
     note: str = ""
 
-    @property
-    def numel(self):
-        B, H, nq, nk, d = self.shape
-        return B * H * nq * d
-
 
 def _shapes(backward=False):
     from runtime.config import SIZES
@@ -72,7 +67,7 @@ def _shapes(backward=False):
                                               else SIZES.attention_backward_grader_shapes)]
 
 
-def _make_inputs(case: _Case, dtype):
+def _make_inputs(case: _Case):
     """The case's tensors on the device in guarded buffers, in the case's layout."""
     guards, out = [], []
     for i, t in enumerate(case.values):
@@ -95,8 +90,8 @@ def _accepts_causal(fn) -> bool | None:
 
 
 class _AttentionGrader(Grader):
-    """The shared harness (poisoned outputs, guards, races, stubs), for functions that return
-    several tensors."""
+    """A Grader that passes ``causal=True`` to a causal check's function and names the
+    attention outputs (o, L, dq, ...) in its messages about them."""
 
     def __init__(self, name, fn, seed, causal):
         super().__init__(name, fn, seed)
@@ -107,12 +102,6 @@ class _AttentionGrader(Grader):
                                "the kernel (CAUSAL: tl.constexpr in Triton).")
         inner = fn
         self.fn = (lambda *a: inner(*a, causal=True)) if causal else inner
-
-    def run(self, case: _Case, dtype, schedule_seed=None):
-        from ..grading import Case as _HCase
-        hc = _HCase(case.label, (), torch.zeros(case.numel, dtype=torch.float64),
-                    make=lambda: _make_inputs(case, dtype))
-        return self.call(hc, schedule_seed=schedule_seed)
 
     def as_tensor(self, out, what, shape, dtypes):
         from runtime.config import DEVICE
@@ -127,36 +116,39 @@ class _AttentionGrader(Grader):
             self.fail(f"{what} has dtype {out.dtype}, expected {want}.")
         return out
 
-    def unwritten(self, run, out, what, hint):
-        mask = self.unwritten_mask(run, out)
-        if mask is None or not bool(mask.any()):
-            return
-        rows = mask.reshape(-1, mask.shape[-1]).any(dim=-1) if mask.dim() >= 2 else mask.reshape(-1)
-        where = _rows_text(mask)
-        self.fail(f"{where} of {what} {'was' if int(mask.sum()) == 1 else 'were'} never written (still the "
-                  f"grader's NaN marker, {int(rows.sum())} of {rows.numel()} rows).", hint)
 
-    def guards(self, run, outs):
-        for g in run.allocs.records:
-            names = [n for n, t in outs if t is not None and g.view.data_ptr() == t.data_ptr()]
-            noun = names[0] if names else f"a temporary of shape {tuple(g.view.shape)} made with {g.how}"
-            after, before = g.written_after(), g.written_before()
-            if after or before:
-                self.fail(f"wrote {after + before} element{'s' if after + before > 1 else ''} "
-                          f"{'past the end' if after else 'before the start'} of {noun}.",
-                          "is every store masked? A tile at the end of the rows (or of the keys) reaches past "
-                          "them: mask the rows >= Nq (and keys >= Nk) in tl.store / with an if in CUDA.")
-        for i, g in enumerate(run.in_guards):
-            if g.written_after() or g.written_before():
-                self.fail("wrote outside an input tensor (past its end or before its start).",
-                          "is every store masked, and does it go to an output, not an input?")
-            now = g.view.detach()
-            same = torch.equal(now.isnan(), g.orig.isnan()) and bool(
-                (now.nan_to_num(0) == g.orig.nan_to_num(0)).all())
-            if not same:
-                name = ("q", "k", "v", "o", "L", "dO")[i] if i < 6 else f"input {i}"
-                self.fail(f"your function changed its input {name}.",
-                          "write results into new tensors (torch.empty_like(q)), never into an input.")
+#: A write past the end of an attention output: a tile at the end of the rows or keys.
+_GUARD_HINT = ("is every store masked? A tile at the end of the rows (or of the keys) reaches past them: mask the "
+               "rows >= Nq (and keys >= Nk) in tl.store / with an if in CUDA.")
+
+
+def _unwritten_text(what):
+    def text(mask):
+        rows = mask.reshape(-1, mask.shape[-1]).any(dim=-1) if mask.dim() >= 2 else mask.reshape(-1)
+        return (f"{_rows_text(mask)} of {what} {'was' if int(mask.sum()) == 1 else 'were'} never written (still the "
+                f"grader's NaN marker, {int(rows.sum())} of {rows.numel()} rows).")
+    return text
+
+
+def _output(name, expected, shape, dtypes, tol, unwritten_hint, **hooks):
+    """An attention output as the grading loop checks it: its tolerance one allowed error per
+    element, its messages in rows of (batch, head)."""
+    return Output(name, expected, shape=shape, dtypes=dtypes, tol=tol, noun=name,
+                  convert=lambda g, value, o: g.as_tensor(value, o.name, o.result_shape, o.dtypes),
+                  unwritten_text=_unwritten_text(name), unwritten_hint=unwritten_hint,
+                  mismatch=lambda got, want: _wrong(got, want, tol),
+                  describe=lambda got, want, bad: _describe_wrong(got, want, tol, name, bad), **hooks)
+
+
+def _graded_case(case: _Case, expected):
+    """The grading loop's Case for an attention case (``extra["attn"]``); ``expected``: its first
+    output's float64 reference."""
+    return Case(case.label, case.values, expected, make=lambda: _make_inputs(case), extra=dict(attn=case))
+
+
+def _race_case(cases):
+    """The case run twice (in simulation and on a GPU): several tiles, of about 2048 elements."""
+    return {min(range(len(cases)), key=lambda i: abs(cases[i].numel - 2048))}
 
 
 def _rows_text(mask):
@@ -177,15 +169,19 @@ def _rows_text(mask):
     return text
 
 
-def _describe(got, ref, tol, what):
+def _wrong(got, ref, tol):
+    """The wrong values: beyond the tolerance, or not the reference's inf where it is inf (an
+    L row that sees no key)."""
     bad = ~((got - ref).abs() <= tol)
     # NaN where the reference is NaN never happens (the reference has none); inf L rows:
     if bool(torch.isinf(ref).any()):
         inf = torch.isinf(ref)
         bad = bad & ~(inf & (got == ref))
         bad = bad | (inf & (got != ref))
-    if not bool(bad.any()):
-        return None, bad
+    return bad
+
+
+def _describe_wrong(got, ref, tol, what, bad):
     idx = torch.nonzero(bad)[0].tolist()
     pos = tuple(idx)
     err = (got - ref).abs()
@@ -193,11 +189,18 @@ def _describe(got, ref, tol, what):
     err = torch.where(torch.isinf(ref) & (got == ref), torch.zeros_like(err), err)
     worst = float(err.max())
     where = _rows_text(bad)
-    msg = (f"{int(bad.sum())} of {bad.numel()} values of {what} are wrong: {where}.\n"
-           f"First wrong: {what}[{', '.join(map(str, pos))}] = {float(got[pos]):.7g}, expected "
-           f"{float(ref[pos]):.7g} (allowed error there {float(tol[pos] if tol.dim() else tol):.2g}); "
-           f"largest error {worst:.3g}.")
-    return msg, bad
+    return (f"{int(bad.sum())} of {bad.numel()} values of {what} are wrong: {where}.\n"
+            f"First wrong: {what}[{', '.join(map(str, pos))}] = {float(got[pos]):.7g}, expected "
+            f"{float(ref[pos]):.7g} (allowed error there {float(tol[pos] if tol.dim() else tol):.2g}); "
+            f"largest error {worst:.3g}.")
+
+
+def _describe(got, ref, tol, what):
+    """(the message, the wrong values) of ``got`` against ``ref``; (None, ...) where it is right."""
+    bad = _wrong(got, ref, tol)
+    if not bool(bad.any()):
+        return None, bad
+    return _describe_wrong(got, ref, tol, what, bad), bad
 
 
 # ----------------------------------------------------------------------------------------
@@ -521,64 +524,96 @@ def check_attention(fn, *, causal: bool = False, dtype=torch.float32, lse: bool 
     g = _AttentionGrader("check_attention", fn, seed, causal)
     # A row of equal scores first: an accumulator kept in float16 overflows there, by far, on every
     # draw. Any other failure on it is reported after the other cases, which say more.
-    cases = [_flat_case(g, dtype, causal, OVERFLOW_KEYS, d=16)] + _draw_cases(g, dtype, causal)
-    cases.append(_flat_case(g, dtype, causal, int(SIZES.attention_long_keys)))
-    deferred = None
+    attn = [_flat_case(g, dtype, causal, OVERFLOW_KEYS, d=16)] + _draw_cases(g, dtype, causal)
+    attn.append(_flat_case(g, dtype, causal, int(SIZES.attention_long_keys)))
     layout = _layout_case(g, dtype, causal)
-    refused = _try_layout(g, layout, dtype)
+    refused = _try_layout(g, layout)
     if refused is None:
-        cases.append(layout)
-    race_case = min(range(len(cases)), key=lambda i: abs(cases[i].numel - 2048))
-    worst = 0.0
-    checked_lse = False
-    for i, case in enumerate(cases):
-        g.case = case
-        o_got, l_got, run = _run_forward(g, case, dtype, lse)
-        o_ref = attention_ref64(*case.values[:3], causal=causal)
-        tol = output_tolerance(*case.values[:3], causal=causal, dtype=dtype)
-        if i == race_case:
-            o2, _, _ = _run_forward(g, case, dtype, lse, schedule_seed=g.seed + i)
-            if not bool((((o2 - o_got).abs() <= tol) | (o2.isnan() & o_got.isnan())).all()):
-                g.fail("the result changes between runs on the same input: a race (threads or programs "
-                       "write or read the same element without synchronization).",
-                       "a tile of scores or of P kept in shared memory needs a barrier between writing it "
-                       "and reading it, and another before it is overwritten by the next tile.")
-        nan = torch.isnan(o_got)
-        if bool(nan.any()):
-            g.fail(produced_nan(nan, "o", _rows_text(nan)), _nan_diagnosis(case, causal, o_got, l_got))
-        msg, bad = _describe(o_got, o_ref, tol, "o")
-        if msg:
-            hint = _forward_diagnosis(case, dtype, causal, o_got, bad, tol)
-            if _all_zero(o_got, o_ref):
-                hint = _zero_output_hint(g, cases, dtype, causal, lse) or hint
-            if case.kind == "flat" and "float16" not in hint and "accumulated in" not in hint:
-                deferred = deferred or (case, msg, hint)
-                continue
-            g.fail(msg, hint)
-        worst = max(worst, float((o_got - o_ref).abs().max()) if o_ref.numel() else 0.0)
-        if l_got is None:
-            continue
-        checked_lse = True
-        l_ref = attention_lse64(*case.values[:2], causal=causal)
-        l_tol = lse_tolerance(*case.values[:2], causal=causal, dtype=dtype)
-        msg, bad = _describe(l_got, l_ref, l_tol, "L")
-        if msg:
-            if causal and case.shape[2] > case.shape[3]:
-                empty = ~visible(case.shape[2], case.shape[3]).any(dim=1)
-                if bool(bad[..., empty].any()) and not bool(bad[..., ~empty].any()):
-                    g.fail(msg, "the queries that see no key must save L = +inf (so that the backward's "
-                                "exp(S - L) is 0 for them): m + log(l) there is -inf + log(0).")
-            if case.kind == "flat":
-                deferred = deferred or (case, msg, _lse_diagnosis(case, causal, l_got, bad))
-                continue
-            g.fail(msg, _lse_diagnosis(case, causal, l_got, bad))
-    if deferred is not None:
-        g.case = deferred[0]
-        g.fail(deferred[1], deferred[2])
+        attn.append(layout)
+    cases = [_graded_case(c, attention_ref64(*c.values[:3], causal=causal)) for c in attn]
+    for case in cases:
+        case.extra["tol"] = output_tolerance(*case.values[:3], causal=causal, dtype=dtype)
+    checked_lse = []
+
+    def o_hint(run, got, bad):
+        c = run.case.extra["attn"]
+        hint = _forward_diagnosis(c, dtype, causal, got, bad, run.case.extra["tol"])
+        if _all_zero(got, run.case.expected):
+            hint = _zero_output_hint(g, cases, causal) or hint
+        return hint
+
+    def l_hint(run, got, bad):
+        c = run.case.extra["attn"]
+        if causal and c.shape[2] > c.shape[3]:
+            empty = ~visible(c.shape[2], c.shape[3]).any(dim=1)
+            if bool(bad[..., empty].any()) and not bool(bad[..., ~empty].any()):
+                return ("the queries that see no key must save L = +inf (so that the backward's exp(S - L) is 0 "
+                        "for them): m + log(l) there is -inf + log(0).")
+        return _lse_diagnosis(c, causal, got, bad)
+
+    def outputs(case):
+        c = case.extra["attn"]
+        q, k, v = c.values[:3]
+        B, H, nq, nk, d = c.shape
+        return [_output("o", case.expected, (B, H, nq, d), (torch.float32, dtype), case.extra["tol"],
+                        "is every query row written? The grid needs cdiv(Nq, BLOCK_M) programs per batch and head "
+                        "(the last tile of queries is partial), and each program stores its rows.",
+                        nan_hint=lambda run, nan: _nan_diagnosis(c, causal, run.got["o"], run.got.get("L")),
+                        nan_where=_rows_text, diagnose=o_hint),
+                _output("L", attention_lse64(q, k, causal=causal), (B, H, nq), (torch.float32,),
+                        lse_tolerance(q, k, causal=causal, dtype=dtype),
+                        "save L for every query row at the end of the forward (L not saved?).",
+                        diagnose=l_hint, counted=False)]
+
+    def unpack(run):
+        out = run.out
+        o, l = out, None
+        if isinstance(out, (tuple, list)):
+            if len(out) == 2:
+                o, l = out
+            elif len(out) == 1:
+                o = out[0]
+            else:
+                g.fail(f"your function returned {len(out)} values: return o, or (o, L).")
+        if o is None:
+            g.fail("your function returned None: return the output tensor o (or (o, L)).")
+        if lse and l is None:
+            g.fail("your function returned only o: this check also grades the logsumexp the backward needs.",
+                   "return (o, L) where L (B, H, Nq), float32, holds m + log(l) of each query row: save it at the "
+                   "end of the forward (tl.store(L_ptr + ..., m + tl.log(l))).")
+        return (o,) if l is None else (o, l)   # L is graded when it is returned
+
+    def no_key_rows(run):
+        if "L" in run.got:
+            checked_lse.append(run.case)
+        B, H, nq, nk, d = run.case.extra["attn"].shape
+        if causal and nq > nk:
+            # NaN on exactly the rows that see no key: the classic mistake, named before a float16
+            # output's NaN could be taken for the grader's "never written" marker.
+            o64 = run.got["o"]
+            empty = ~visible(nq, nk).any(dim=1)
+            nan_rows = torch.isnan(o64).any(dim=-1)
+            if bool(nan_rows[..., empty].all()) and not bool(nan_rows[..., ~empty].any()):
+                g.fail(f"o is NaN on rows {int(empty.nonzero()[0])}..{int(empty.nonzero()[-1])}: the queries that "
+                       "see no key.",
+                       f"with Nq = {nq} > Nk = {nk} the causal mask (aligned to the bottom right, j <= i + Nk - Nq) "
+                       "leaves these queries no visible key: their running max stays -inf, exp(-inf - (-inf)) is "
+                       "NaN and l = 0. Shift by 0 while the max is -inf (tl.where(m == -inf, 0, m)), and write o = 0 "
+                       "(and L = +inf) where l == 0.")
+
+    def put_off(run, output, message, hint):
+        # a wrong row of equal scores is reported last, unless it is the float16 accumulator it tests
+        return run.case.extra["attn"].kind == "flat" and (
+            output.name == "L" or ("float16" not in hint and "accumulated in" not in hint))
+
+    worst = grade(g, cases, outputs, inputs=("q", "k", "v"), unpack=unpack, check=no_key_rows, order=in_order,
+                  races=_race_case, guard_hint=_GUARD_HINT, defer=put_off,
+                  race_hint="a tile of scores or of P kept in shared memory needs a barrier between writing it "
+                            "and reading it, and another before it is overwritten by the next tile.")
     extra = "" if refused is None else "; refuses transposed q, k, v clearly"
     what = "o and L" if checked_lse else "o"
-    shapes = ", ".join("x".join(map(str, c.shape)) for c in cases if c.layout == "contiguous")
-    views = ", ".join("x".join(map(str, c.shape)) for c in cases if c.layout != "contiguous")
+    shapes = ", ".join("x".join(map(str, c.shape)) for c in attn if c.layout == "contiguous")
+    views = ", ".join("x".join(map(str, c.shape)) for c in attn if c.layout != "contiguous")
     shapes += f"; as transposed views: {views}" if views else ""   # every input counted is listed
     success("check_attention", cases, worst,
             f"{what}, {DTYPE_NAMES[dtype]}{', causal' if causal else ''}; B x H x Nq x Nk x d = {shapes}{extra}")
@@ -590,21 +625,19 @@ def _all_zero(got, ref):
     return bool(rows.any()) and bool((got.abs().amax(dim=-1)[rows] == 0).all())
 
 
-def _zero_output_hint(g, cases, dtype, causal, need_lse):
+def _zero_output_hint(g, cases, causal):
     """o all 0: the loop over keys never ran (its end ``hi`` short, for every tile of queries
     the case has), or l ended NaN or 0 (then a right kernel's guard writes 0). A case with several
     tiles of queries tells them apart: a short ``hi`` leaves its later tiles some keys."""
-    big = [c for c in cases if c.kind == "mixed" and c.shape[2] >= 100 and c.layout == "contiguous"]
+    big = [c for c in cases if c.extra["attn"].kind == "mixed" and c.extra["attn"].shape[2] >= 100
+           and c.extra["attn"].layout == "contiguous"]
     if not big:
         return None
-    case = big[0]
-    saved = g.case
-    try:
-        o_got, _, _ = _run_forward(g, case, dtype, need_lse)
-    except GradingError:
+    got = g.probe_outputs(big[0])
+    if got is None:
         return None
-    finally:
-        g.case = saved
+    case = big[0].extra["attn"]
+    o_got = got["o"]
     q, k, v = (t.double() for t in case.values[:3])
     ref = attention_ref64(q, k, v, causal)
     if _all_zero(o_got, ref):
@@ -614,63 +647,20 @@ def _zero_output_hint(g, cases, dtype, causal, need_lse):
                 "= 0 * inf is NaN; the factor that rescales the old sums is alpha = exp(m - m_new), 0 on the first "
                 "tile. (Or the loop over keys never runs: check its end.)")
     if causal:
-        return _causal_tile_hint(q, k, v, o_got, ref, output_tolerance(*case.values[:3], causal=causal, dtype=dtype))
+        return _causal_tile_hint(q, k, v, o_got, ref, big[0].extra["tol"])
     return None
 
 
-def _try_layout(g, case, dtype):
+def _try_layout(g, case):
     """None if ``fn`` takes transposed views (its result is checked like any case), else the
     first line of its error when that error says "contiguous"."""
     try:
-        (ins, _guards) = _make_inputs(case, dtype)
+        (ins, _guards) = _make_inputs(case)
         g.fn(*ins)
     except Exception as e:
         if "contiguous" in str(e).lower():
             return str(e).splitlines()[0]
     return None
-
-
-def _run_forward(g, case, dtype, need_lse, schedule_seed=None):
-    B, H, nq, nk, d = case.shape
-    run = g.run(case, dtype, schedule_seed)
-    out = run.out
-    o, l = out, None
-    if isinstance(out, (tuple, list)):
-        if len(out) == 2:
-            o, l = out
-        elif len(out) == 1:
-            o = out[0]
-        else:
-            g.fail(f"your function returned {len(out)} values: return o, or (o, L).")
-    if o is None:
-        g.fail("your function returned None: return the output tensor o (or (o, L)).")
-    if need_lse and l is None:
-        g.fail("your function returned only o: this check also grades the logsumexp the backward needs.",
-               "return (o, L) where L (B, H, Nq), float32, holds m + log(l) of each query row: save it at the "
-               "end of the forward (tl.store(L_ptr + ..., m + tl.log(l))).")
-    o = g.as_tensor(o, "o", (B, H, nq, d), (torch.float32, dtype))
-    if l is not None:
-        l = g.as_tensor(l, "L", (B, H, nq), (torch.float32,))
-    g.guards(run, [("o", o), ("L", l)])
-    o64 = o.detach().to("cpu", torch.float64)
-    l64 = None if l is None else l.detach().to("cpu", torch.float64)
-    if g.causal and nq > nk:
-        # NaN on exactly the rows that see no key: the classic mistake, named before a float16
-        # output's NaN could be taken for the grader's "never written" marker.
-        empty = ~visible(nq, nk).any(dim=1)
-        nan_rows = torch.isnan(o64).any(dim=-1)
-        if bool(nan_rows[..., empty].all()) and not bool(nan_rows[..., ~empty].any()):
-            g.fail(f"o is NaN on rows {int(empty.nonzero()[0])}..{int(empty.nonzero()[-1])}: the queries that see "
-                   "no key.",
-                   f"with Nq = {nq} > Nk = {nk} the causal mask (aligned to the bottom right, j <= i + Nk - Nq) "
-                   "leaves these queries no visible key: their running max stays -inf, exp(-inf - (-inf)) is NaN "
-                   "and l = 0. Shift by 0 while the max is -inf (tl.where(m == -inf, 0, m)), and write o = 0 "
-                   "(and L = +inf) where l == 0.")
-    g.unwritten(run, o, "o", "is every query row written? The grid needs cdiv(Nq, BLOCK_M) programs per batch "
-                             "and head (the last tile of queries is partial), and each program stores its rows.")
-    if l is not None:
-        g.unwritten(run, l, "L", "save L for every query row at the end of the forward (L not saved?).")
-    return o64, l64, run
 
 
 # ----------------------------------------------------------------------------------------
@@ -776,63 +766,43 @@ def check_attention_backward(fn, *, causal: bool = False, dtype=torch.float32, s
         raise ValueError(f"check_attention_backward: dtype must be float32, float16 or bfloat16, got {dtype}")
     g = _AttentionGrader("check_attention_backward", fn, seed, causal)
     base = _draw_cases(g, dtype, causal, backward=True) + [_d_large_case(g, dtype, causal)]
-    cases = []
+    attn = []
     for c in base:
         vals = _backward_inputs(c, dtype, causal, g.gen)
-        cases.append(_Case(c.label, c.shape, vals, kind=c.kind))
-    race_case = min(range(len(cases)), key=lambda i: abs(cases[i].numel - 2048))
-    worst = 0.0
-    for i, case in enumerate(cases):
-        g.case = case
-        try:
-            gots = _run_backward(g, case, dtype)
-        except GradingError as e:
-            text = str(e)
-            if "race" not in text.lower() or "\nHint:" in text:
-                raise
-            # The race report names both accesses; in an attention backward it is nearly always dq.
-            raise GradingError(text.replace("\n(Inputs came from", "\nHint: " + _DQ_RACE + "\n(Inputs came from", 1)
-                               ) from None
-        q, k, v, o, lse, do = case.values
+        attn.append(_Case(c.label, c.shape, vals, kind=c.kind))
+    cases = []
+    for c in attn:
+        q, k, v, o, lse, do = c.values
         refs = attention_backward_ref64(q, k, v, do, causal)
-        tols = backward_tolerances(q, k, v, do, causal, dtype, o=o)
-        if i == race_case:
-            again = _run_backward(g, case, dtype, schedule_seed=g.seed + i)
-            for name, a, b, t in zip(("dq", "dk", "dv"), gots, again, tols):
-                if not bool(((a - b).abs() <= t).all()):
-                    g.fail(f"{name} changes between runs on the same input: a race.", _DQ_RACE)
-        wrong, first = [], None
-        for name, got, ref, tol in zip(("dq", "dk", "dv"), gots, refs, tols):
-            msg, _ = _describe(got, ref, tol, name)
-            if msg:
-                wrong.append(name)
-                first = first or msg
-        if wrong:
-            g.fail(first + (f"\n(wrong: {', '.join(wrong)}; right: "
-                            f"{', '.join(n for n in ('dq', 'dk', 'dv') if n not in wrong) or 'none'}.)"),
-                   _backward_diagnosis(case, causal, wrong, gots, refs, tols))
-        worst = max([worst] + [float((a - b).abs().max()) for a, b in zip(gots, refs) if b.numel()])
-    shapes = ", ".join("x".join(map(str, c.shape)) for c in cases)
+        cases.append(_graded_case(c, refs[0]))
+        cases[-1].extra.update(refs=refs, tols=backward_tolerances(q, k, v, do, causal, dtype, o=o))
+
+    def outputs(case):
+        B, H, nq, nk, d = case.extra["attn"].shape
+        unwritten = ("is every row written? The last tile of queries (for dq) or of keys (for dk and dv) is partial: "
+                     "the grid needs cdiv(N, BLOCK) programs.")
+        return [_output(name, ref, (B, H, n, d), (torch.float32, dtype), tol, unwritten)
+                for name, ref, tol, n in zip(("dq", "dk", "dv"), case.extra["refs"], case.extra["tols"],
+                                             (nq, nk, nk))]
+
+    def unpack(run):
+        out = run.out
+        if out is None:
+            g.fail("your function returned None: return (dq, dk, dv).")
+        if not isinstance(out, (tuple, list)) or len(out) != 3:
+            g.fail(f"your function returned {type(out).__name__}"
+                   f"{f' of {len(out)} values' if isinstance(out, (tuple, list)) else ''}: return (dq, dk, dv).")
+        return tuple(out)
+
+    def diagnosis(run, wrong):
+        gots = tuple(run.got[n] for n in ("dq", "dk", "dv"))
+        return _backward_diagnosis(run.case.extra["attn"], causal, wrong, gots, run.case.extra["refs"],
+                                   run.case.extra["tols"])
+
+    # a race report names both accesses; in an attention backward it is nearly always dq
+    worst = grade(g, cases, outputs, inputs=("q", "k", "v", "o", "L", "dO"), unpack=unpack, order=in_order,
+                  races=_race_case, guard_hint=_GUARD_HINT, race_hint=_DQ_RACE, race_report_hint=_DQ_RACE,
+                  report_all=diagnosis)
+    shapes = ", ".join("x".join(map(str, c.shape)) for c in attn)
     success("check_attention_backward", cases, worst,
             f"dq, dk, dv, {DTYPE_NAMES[dtype]}{', causal' if causal else ''}; B x H x Nq x Nk x d = {shapes}")
-
-
-def _run_backward(g, case, dtype, schedule_seed=None):
-    B, H, nq, nk, d = case.shape
-    run = g.run(case, dtype, schedule_seed)
-    out = run.out
-    if out is None:
-        g.fail("your function returned None: return (dq, dk, dv).")
-    if not isinstance(out, (tuple, list)) or len(out) != 3:
-        g.fail(f"your function returned {type(out).__name__}"
-               f"{f' of {len(out)} values' if isinstance(out, (tuple, list)) else ''}: return (dq, dk, dv).")
-    dq, dk, dv = out
-    dq = g.as_tensor(dq, "dq", (B, H, nq, d), (torch.float32, dtype))
-    dk = g.as_tensor(dk, "dk", (B, H, nk, d), (torch.float32, dtype))
-    dv = g.as_tensor(dv, "dv", (B, H, nk, d), (torch.float32, dtype))
-    g.guards(run, [("dq", dq), ("dk", dk), ("dv", dv)])
-    for t, name in ((dq, "dq"), (dk, "dk"), (dv, "dv")):
-        g.unwritten(run, t, name, "is every row written? The last tile of queries (for dq) or of keys (for dk "
-                                  "and dv) is partial: the grid needs cdiv(N, BLOCK) programs.")
-    return tuple(t.detach().to("cpu", torch.float64) for t in (dq, dk, dv))
-

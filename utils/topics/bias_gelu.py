@@ -12,7 +12,7 @@ import torch
 
 from runtime.config import DEVICE, SIMULATE
 
-from ..grading import Grader, randn, success
+from ..grading import Grader, Output, grade, largest_first, randn, success
 from . import _multi
 from ._spec import FLOAT, Spec, Target, generator
 
@@ -71,49 +71,44 @@ def _hint_forward(x, b, got):
 def check_bias_gelu(fn, *, seed=None):
     """``fn(x, b)`` must return gelu(x + b) (tanh approximation): x float32 (rows, cols), b (cols,)."""
     g = Grader("check_bias_gelu", fn, seed)
-    worst, cases = 0.0, []
+    cases = []
     for rows, cols in _shapes():
         x, b = randn(g.gen, rows, cols) * 3.0, randn(g.gen, cols)
         cases.append(_multi.case(f"a {rows}x{cols} input", (x, b), bias_gelu_ref64(x, b)))
-    for c in sorted(cases, key=lambda c: -c.expected.numel()):
-        g.case = c
-        run = g.call(c)
-        (got,), _ = _multi.outputs(g, run, [tuple(c.expected.shape)], ("y",))
-        g.check_input_guards(run, ("x", "b"))
-        g.check_inputs_unchanged(run, ("x", "b"))
-        worst = max(worst, _multi.compare(g, got, c.expected, bias_gelu_tol(c.values, c.expected), "y",
-                                          lambda: _hint_forward(*c.values, got)))
-        g.check_launched(run)
+
+    def outputs(c):
+        return [Output("y", c.expected, tol=bias_gelu_tol(c.values, c.expected),
+                       diagnose=lambda run, got, bad: _hint_forward(*run.case.values, got))]
+
+    worst = grade(g, cases, outputs, inputs=("x", "b"), order=largest_first)
     success("check_bias_gelu", cases, worst, "shapes " + ", ".join(f"{r}x{k}" for r, k in _shapes()))
+
+
+def _hint_backward(dy, x, b, got):
+    near = lambda a: bool(((got - a).abs() <= 1e-4 * (1 + a.abs())).all())  # noqa: E731
+    if near(bias_gelu_backward_ref64(dy, x, torch.zeros_like(b))):
+        return "gelu' is taken at x, not at x + b: the forward's input was x + b."
+    if near(bias_gelu_backward_ref64(torch.ones_like(dy), x, b)):
+        return "that is gelu'(x + b) alone: multiply by dy (the chain rule)."
+    if near(dy.double() * bias_gelu_ref64(x, b)):
+        return "that is dy * gelu(x + b): the backward needs the derivative gelu'(z), not gelu(z)."
+    return ("gelu'(z) = 0.5 (1 + t) + 0.5 z (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 z^2), "
+            "t = tanh(sqrt(2/pi) (z + 0.044715 z^3)).")
 
 
 def check_bias_gelu_backward(fn, *, seed=None):
     """``fn(dy, x, b)`` must return d(x + b) = dy * gelu'(x + b), float32 of x's shape."""
     g = Grader("check_bias_gelu_backward", fn, seed)
-    worst, cases = 0.0, []
+    cases = []
     for rows, cols in _shapes():
         dy, x, b = randn(g.gen, rows, cols), randn(g.gen, rows, cols) * 3.0, randn(g.gen, cols)
         cases.append(_multi.case(f"a {rows}x{cols} input", (dy, x, b), bias_gelu_backward_ref64(dy, x, b)))
-    for c in sorted(cases, key=lambda c: -c.expected.numel()):
-        g.case = c
-        run = g.call(c)
-        (got,), _ = _multi.outputs(g, run, [tuple(c.expected.shape)], ("dx",))
-        g.check_input_guards(run, ("dy", "x", "b"))
-        g.check_inputs_unchanged(run, ("dy", "x", "b"))
-        dy, x, b = c.values
 
-        def hint():
-            near = lambda a: bool(((got - a).abs() <= 1e-4 * (1 + a.abs())).all())  # noqa: E731
-            if near(bias_gelu_backward_ref64(dy, x, torch.zeros_like(b))):
-                return "gelu' is taken at x, not at x + b: the forward's input was x + b."
-            if near(bias_gelu_backward_ref64(torch.ones_like(dy), x, b)):
-                return "that is gelu'(x + b) alone: multiply by dy (the chain rule)."
-            if near(dy.double() * bias_gelu_ref64(x, b)):
-                return "that is dy * gelu(x + b): the backward needs the derivative gelu'(z), not gelu(z)."
-            return ("gelu'(z) = 0.5 (1 + t) + 0.5 z (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 z^2), "
-                    "t = tanh(sqrt(2/pi) (z + 0.044715 z^3)).")
-        worst = max(worst, _multi.compare(g, got, c.expected, 1e-5 + 1e-5 * c.expected.abs(), "dx", hint))
-        g.check_launched(run)
+    def outputs(c):
+        return [Output("dx", c.expected, tol=1e-5 + 1e-5 * c.expected.abs(),
+                       diagnose=lambda run, got, bad: _hint_backward(*run.case.values, got))]
+
+    worst = grade(g, cases, outputs, inputs=("dy", "x", "b"), order=largest_first)
     success("check_bias_gelu_backward", cases, worst, "shapes " + ", ".join(f"{r}x{k}" for r, k in _shapes()))
 
 

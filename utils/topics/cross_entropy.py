@@ -14,7 +14,7 @@ import torch
 
 from runtime.config import DEVICE, SIMULATE
 
-from ..grading import Grader, randn, success
+from ..grading import Grader, Output, grade, largest_first, randn, success
 from . import _multi
 from ._spec import FLOAT, Spec, Target, generator
 
@@ -124,11 +124,6 @@ def _cases(g, dtype):
     return cases
 
 
-def _call_outputs(g, run, c):
-    return _multi.outputs(g, run, ["scalar", tuple(c.expected.shape)], ("loss", "grad"),
-                          dtypes=(c.values[0].dtype, torch.float32))
-
-
 def _diagnose(g, c, loss, grad):
     """The likely cause of a wrong loss or gradient (None: no known mistake)."""
     x, t = c.values
@@ -182,33 +177,29 @@ def check_cross_entropy(fn, *, seed=None, dtype=torch.float32):
     ``dtype=torch.bfloat16`` grades bfloat16 logits (the sums stay in float32)."""
     g = Grader("check_cross_entropy", fn, seed)
     cases = _cases(g, dtype)
-    worst = 0.0
-    # the largest case first: several rows of each kind, ignored rows among them
-    order = sorted(range(len(cases)), key=lambda i: -cases[i].expected.numel())
-    race_at = max(range(len(cases)), key=lambda i: cases[i].expected.numel())
-    for i in order:
-        c = cases[i]
-        g.case = c
-        run = g.call(c)
-        (loss, grad), _ = _call_outputs(g, run, c)
-        g.check_input_guards(run, ("logits", "targets"))
+
+    def hint(run, got, bad):
+        return _diagnose(g, run.case, run.got["loss"], run.got["grad"])
+
+    def outputs(c):
         x = c.values[0]
         tol = cross_entropy_tol((x, c.values[1]), c.expected)
         if dtype != torch.float32:
             tol = tol + 2.0 ** -8 * c.expected.abs() + 1e-6
         want_loss = c.extra["loss"]
         loss_tol = 1e-5 * (1 + abs(float(want_loss))) + 16 * (2.0 ** -24) * float(x.double().abs().max())
-        hint = lambda: _diagnose(g, c, loss, grad)  # noqa: E731
-        worst = max(worst, _multi.compare(g, loss, want_loss, loss_tol, "the loss", hint))
-        worst = max(worst, _multi.compare(g, grad, c.expected, tol, "the gradient", hint))
-        if i == race_at:
-            changed = _multi.rerun_differs(g, c, ["scalar", tuple(c.expected.shape)], ("loss", "grad"),
-                                           [loss, grad], rtol=1e-4, dtypes=(dtype, torch.float32))
-            if changed:
-                g.fail(f"{changed[0]} changes between two runs on the same input ({changed[1]} values): a race.",
-                       "every row is one block's (one program's): do its threads share scratch memory without "
-                       "a barrier between writing and reading it?")
-        g.check_launched(run)
+        between_runs = dict(atol=1e-4, rtol=1e-4)
+        return [Output("loss", want_loss, scalar=True, dtypes=(x.dtype, torch.float32), tol=loss_tol,
+                       race_tol=between_runs, what="the loss", diagnose=hint),
+                Output("grad", c.expected, dtypes=(x.dtype, torch.float32), tol=tol, race_tol=between_runs,
+                       what="the gradient", diagnose=hint)]
+
+    # the largest case first (several rows of each kind, ignored rows among them), and run twice
+    worst = grade(g, cases, outputs, inputs=("logits", "targets"), order=largest_first,
+                  races=lambda cs: {max(range(len(cs)), key=lambda i: cs[i].numel)},
+                  written=("logits",),   # the gradient may be written over the logits (in place)
+                  race_hint="every row is one block's (one program's): do its threads share scratch memory without "
+                            "a barrier between writing and reading it?")
     success("check_cross_entropy", cases, worst, "shapes " + ", ".join(f"{r}x{c}" for r, c in _shapes()))
 
 

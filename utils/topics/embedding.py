@@ -18,7 +18,7 @@ import torch
 
 from runtime.config import DEVICE, SIMULATE
 
-from ..grading import Grader, GradingError, randn, success
+from ..grading import Grader, Output, grade, in_order, largest_first, randn, success
 from . import _multi
 from ._spec import FLOAT, Spec, Target, generator
 
@@ -117,33 +117,25 @@ def check_embedding_backward(fn, *, seed=None):
     with repeats, dout float32 (tokens, D), dweight float32 (V, D) and nonzero (tied weights)."""
     g = Grader("check_embedding_backward", fn, seed)
     cases = _cases(g)
-    worst = 0.0
-    order = sorted(range(len(cases)), key=lambda i: -cases[i].expected.numel())  # the largest first
-    for i in order:
-        c = cases[i]
-        g.case = c
-        try:
-            run = g.call(c)
-        except GradingError as e:
-            text = str(e)
-            if "race" not in text:
-                raise
-            raise GradingError(text.split("\n(Inputs came")[0] + "\nHint: " + _RACE_HINT +
-                               f"\n(Inputs came from seed {g.seed}: check_embedding_backward(fn, seed={g.seed}) "
-                               "repeats them.)") from None
-        dweight_in = run.inputs[2]
+
+    def unpack(run):
         out = run.out[0] if isinstance(run.out, (tuple, list)) and len(run.out) == 1 else run.out
         if out is None:
             g.fail("your function returned None: return dweight (the tensor you added into).")
-        (got,), _ = _multi.outputs(g, run, [tuple(c.expected.shape)], ("dweight",))
-        if (isinstance(out, torch.Tensor) and out.data_ptr() != dweight_in.data_ptr()
-                and torch.equal(dweight_in.detach().cpu(), c.values[2])):
+        return (out,)
+
+    def in_place(run):
+        c, dweight_in, out = run.case, run.inputs[2], run.outputs["dweight"]
+        if out.data_ptr() != dweight_in.data_ptr() and torch.equal(dweight_in.detach().cpu(), c.values[2]):
             g.fail("dweight itself was not changed: the gradient must be added into the dweight passed in "
                    "(in place), so that the tied LM head's gradient and the embedding's end up together.")
-        g.check_input_guards(run, ("ids", "dout", "dweight"))
-        tol = embedding_tol(c.values, c.expected)
-        worst = max(worst, _multi.compare(g, got, c.expected, tol, "dweight", lambda: _diagnose(c, got)))
-        g.check_launched(run)
+
+    def outputs(c):
+        return [Output("dweight", c.expected, tol=embedding_tol(c.values, c.expected),
+                       diagnose=lambda run, got, bad: _diagnose(run.case, got))]
+
+    worst = grade(g, cases, outputs, inputs=("ids", "dout", "dweight"), written=("dweight",), unpack=unpack,
+                  check=in_place, order=largest_first, race_report_hint=_RACE_HINT)
     success("check_embedding_backward", cases, worst,
             "shapes " + ", ".join(f"{n} tokens x {v}x{d}" for n, v, d in _shapes()))
 
@@ -152,22 +144,18 @@ def check_embedding(fn, *, seed=None):
     """``fn(ids, weight)`` must return ``weight[ids]``: for each token its row of the table,
     shape ``ids.shape + (D,)``."""
     g = Grader("check_embedding", fn, seed)
-    worst = 0.0
     cases = []
     for n, vocab, dim in _shapes():
         ids = torch.randint(0, vocab, (n,), generator=g.gen)
         w = randn(g.gen, vocab, dim)
         cases.append(_multi.case(f"{n} tokens, a {vocab}x{dim} table", (ids, w), embedding_forward_ref64(ids, w)))
-    for c in cases:
-        g.case = c
-        run = g.call(c)
-        (got,), _ = _multi.outputs(g, run, [tuple(c.expected.shape)], ("out",))
-        g.check_input_guards(run, ("ids", "weight"))
-        g.check_inputs_unchanged(run, ("ids", "weight"))
-        worst = max(worst, _multi.compare(g, got, c.expected, 0.0, "out",
-                                          "out[i] = weight[ids[i]]: the row of the table is the token's id "
-                                          "(ids[i]), not the token's position i; each row is D floats."))
-        g.check_launched(run)
+
+    def outputs(c):
+        return [Output("out", c.expected, tol=0.0,
+                       diagnose=lambda run, got, bad: "out[i] = weight[ids[i]]: the row of the table is the token's "
+                                                      "id (ids[i]), not the token's position i; each row is D floats.")]
+
+    worst = grade(g, cases, outputs, inputs=("ids", "weight"), order=in_order)
     success("check_embedding", cases, worst, "shapes " + ", ".join(f"{n} tokens x {v}x{d}" for n, v, d in _shapes()))
 
 

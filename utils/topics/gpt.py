@@ -24,7 +24,7 @@ import torch
 from runtime.backends.launches import record_launches
 
 from .. import check as _check
-from ..grading import Case, Grader, GradingError, label_shape, randn, run_cases
+from ..grading import Case, Grader, GradingError, graded, label_shape, randn, run_cases, success
 
 __all__ = ["check_gpt_op", "gelu_ref64", "gelu_backward_ref64", "MODEL_OPS"]
 
@@ -126,15 +126,13 @@ def _where(call, n_layer):
 
 
 def _model_check(g, op, fwd, bwd, ref_f, ref_b):
-    import utils
-
-    from ..gpt import GPT, GPTConfig, gradient_check
+    from ..gpt import GPT, GPTConfig, gradient_check, race_checks_off
     cfg = GPTConfig(**_CFG)
     rec = {"calls": [], "forward": fwd, "backward": bwd}
     base = GPT(cfg, "torch", seed=None).ops      # torch's kernels elsewhere: your operator is the one on trial
     ops = base.replace(**{op: lambda x: _Plugged.apply(x, rec)})
     try:
-        with utils.race_checks_off():
+        with race_checks_off():
             rep = gradient_check(cfg, ops=ops, dtype=torch.float32, batch=_BATCH, T=cfg.block_size, seed=g.seed)
     except GradingError:
         raise
@@ -190,6 +188,7 @@ def _model_check(g, op, fwd, bwd, ref_f, ref_b):
     return rep, len(calls)
 
 
+@graded
 def check_gpt_op(op, forward, backward, *, seed=None):
     """Your ``forward`` and ``backward`` of operator ``op`` ("gelu") in lesson 11's model: the
     model's loss and every gradient against torch's, then each function alone on the harness."""
@@ -199,21 +198,22 @@ def check_gpt_op(op, forward, backward, *, seed=None):
         if not callable(fn):
             raise TypeError(f"check_gpt_op expects your {name} function, got {type(fn).__name__}")
     ref_f, ref_b = MODEL_OPS[op]
-    g = Grader("check_gpt_op", forward, seed)
-    rep, n_calls = _model_check(g, op, forward, backward, ref_f, ref_b)
+    # In the model, autograd calls the functions (each call's launches are judged there); alone,
+    # each function is graded by the grading loop.
+    gf = Grader("check_gpt_op", forward, seed)
+    rep, n_calls = _model_check(gf, op, forward, backward, ref_f, ref_b)
     # each function alone: odd sizes, poison, guards, a second run, torch doing the work
     shape = (7, 131)
-    x = randn(g.gen, *shape) * 3
-    dy = randn(g.gen, *shape)
+    x = randn(gf.gen, *shape) * 3
+    dy = randn(gf.gen, *shape)
     fwd_case = Case(label_shape(shape) + f" ({op} forward)", (x,), ref_f(x))
-    gf = Grader("check_gpt_op", forward, g.seed)
     run_cases(gf, [fwd_case], names=("x",), shape_of=lambda c: c.expected.shape,
               diagnose=lambda c, got, bad: _gelu_hint(c.values[0], None, got, "forward"))
     bwd_case = Case(label_shape(shape) + f" ({op} backward)", (dy, x), ref_b(dy, x))
-    gb = Grader("check_gpt_op", backward, g.seed)
+    gb = Grader("check_gpt_op", backward, gf.seed)
     run_cases(gb, [bwd_case], names=("dy", "x"), shape_of=lambda c: c.expected.shape,
               diagnose=lambda c, got, bad: _gelu_hint(c.values[1], c.values[0], got, "backward"))
-    print(f"check_gpt_op: the model with your {op} ({n_calls} forward and backward calls) matches torch's: "
-          f"loss {rep.loss:.6f} vs {rep.loss_ref:.6f}, {len(rep.rows)} gradients within "
-          f"{rep.max_rel:.2g} (relative; float32 tolerance {rep.tol:.0e}); alone on a {shape[0]}x{shape[1]} input: "
-          "correct")
+    success("check_gpt_op", line=(
+        f"check_gpt_op: the model with your {op} ({n_calls} forward and backward calls) matches torch's: loss "
+        f"{rep.loss:.6f} vs {rep.loss_ref:.6f}, {len(rep.rows)} gradients within {rep.max_rel:.2g} (relative; float32 "
+        f"tolerance {rep.tol:.0e}); alone on a {shape[0]}x{shape[1]} input: correct"))

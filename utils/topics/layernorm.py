@@ -17,13 +17,16 @@ from kernels.cuda.layernorm import EPS  # the epsilon every language's kernels u
 
 from .. import check as _check
 from ..grading import (
+    Case,
     Grader,
     GradingError,
+    Output,
+    grade,
     grader_shapes,
+    in_order,
     label_shape,
-    produced_nan,
     randn,
-    replace_hint,
+    returned,
     shapes_text,
     success,
 )
@@ -170,22 +173,6 @@ def _bad(got, want, atol, rtol):
     return _check.mismatch_mask(got, want, atol=atol, rtol=rtol)
 
 
-def _outputs(g, run, shapes, names):
-    out = run.out
-    if not isinstance(out, (tuple, list)) or len(out) != len(shapes):
-        g.fail(f"your function returned {type(out).__name__}"
-               f"{' of length ' + str(len(out)) if isinstance(out, (tuple, list)) else ''}: "
-               f"return the tuple ({', '.join(names)}).")
-    res = []
-    for o, shape, name in zip(out, shapes, names):
-        run.out = o
-        t = g.output_tensor(run, shape)
-        g.check_guards(run, t, out_noun=name)
-        res.append(t)
-    run.out = out
-    return res
-
-
 def _stats_mistakes(x, got_mean, got_rstd, eps):
     """The likely cause of wrong statistics, in words (None: no known mistake)."""
     x64 = x.double()
@@ -251,7 +238,6 @@ def _y_mistakes(x, w, b, got_y, mean, rstd):
 def _row_stride_hint(g, eps):
     """After an out-of-bounds access: is the kernel right when cols is a power of two (so that
     BLOCK = next_power_of_2(cols) equals cols)? Then the row's offset uses BLOCK, not cols."""
-    from ..grading import Case
     x = randn(g.gen, 4, 64)
     w, b = 1.0 + 0.5 * randn(g.gen, 64), 0.5 * randn(g.gen, 64)
     saved = g.case
@@ -271,6 +257,24 @@ def _row_stride_hint(g, eps):
     return None
 
 
+#: What a wrong statistic or y usually needs, when no known mistake explains it.
+_STATS_HINT = ("compute mean, then var = mean((x - mean)^2) (divided by N), rstd = 1/sqrt(var + eps), "
+               "y = (x - mean) * rstd * w + b.")
+_NAN_HINT = ("a NaN comes from 0 / 0, 0 * inf or inf - inf: is eps inside the square root (rstd = 1/sqrt(var + eps)), "
+             "and are the lanes past the row's end loaded with other=0.0 and kept out of the sums?")
+_SAVE_STATS = ("save each row's mean and rstd (one float per row) for the backward: the program/block that "
+               "normalizes row r stores mean[r] and rstd[r].")
+
+
+def _forward_tol(x, w, rstd, want, rtol, y=False):
+    """The error allowed in mean, rstd or (``y=True``) y, element by element: float32 x holds a
+    row around 1000 only to 6e-5 (1000 * 2^-24, four times over at the most), and y = (x - mean)
+    * rstd * w inherits that times rstd * |w|. (The message quotes the plain tolerance.)"""
+    big = x.double().abs().amax(dim=1)
+    carried = (2.0 ** -24) * 4 * (big * rstd * w.double().abs().max() if y else big)
+    return _tol()["atol"] + (carried[:, None] if y else carried) + rtol * want.abs()
+
+
 def check_layernorm(fn, *, seed=None, eps=EPS):
     """``fn(x, w, b)`` must return ``(y, mean, rstd)``: y the LayerNorm of each row of the 2-D
     float32 x (biased variance, eps inside the square root), mean and rstd the float32
@@ -278,62 +282,57 @@ def check_layernorm(fn, *, seed=None, eps=EPS):
     """
     g = Grader("check_layernorm", fn, seed)
     shapes = _shapes()
-    cases = _cases(g, shapes)
     tol = _tol()
-    worst = 0.0
-    from ..grading import Case
-    order = sorted(range(len(cases)), key=lambda i: abs(cases[i][0].numel() - 1024))
-    for i in order:
-        x, w, b = cases[i]
+    cases = []
+    for x, w, b in _cases(g, shapes):
         mean, rstd = layernorm_stats64(x, eps)
-        y = layernorm_ref64(x, w, b, eps)
-        case = Case(label_shape(tuple(x.shape)) + " (some rows around 1000, some constant)", (x, w, b), y)
-        g.case = case
-        try:
-            run = g.call(case)
-        except GradingError as e:
-            if not any(w_ in str(e).lower() for w_ in ("out of bounds", "past the end", "off-by-one", "outside")):
-                raise
-            hint = _row_stride_hint(g, eps)
-            if hint is None:
-                raise
-            raise GradingError(replace_hint(str(e), hint)) from None
-        got_y, got_mean, got_rstd = _outputs(g, run, [y.shape, mean.shape, rstd.shape], ("y", "mean", "rstd"))
-        for t, name in ((got_mean, "mean"), (got_rstd, "rstd")):
-            m = g.unwritten_mask(run, t)
-            if m is not None and bool(m.any()):
-                g.fail(f"{name} was never written ({int(m.sum())} of {m.numel()} rows still hold the grader's "
-                       "NaN marker).", "save each row's mean and rstd (one float per row) for the backward: "
-                       "the program/block that normalizes row r stores mean[r] and rstd[r].")
-        g.check_unwritten(run, got_y, None, case)
-        g.check_inputs_unchanged(run, ("x", "w", "b"))
-        gy, gm, gr = (t.detach().to("cpu", torch.float64) for t in (got_y, got_mean, got_rstd))
-        hint = _stats_mistakes(x, gm, gr, eps)
-        for got, name in ((gm, "mean"), (gr, "rstd"), (gy, "y")):
-            nan = torch.isnan(got)
-            if bool(nan.any()):
-                g.fail(produced_nan(nan, name), hint or "a NaN comes from 0 / 0, 0 * inf or inf - inf: is eps inside "
-                       "the square root (rstd = 1/sqrt(var + eps)), and are the lanes past the row's end loaded with "
-                       "other=0.0 and kept out of the sums?")
+        cases.append(Case(label_shape(tuple(x.shape)) + " (some rows around 1000, some constant)", (x, w, b),
+                          layernorm_ref64(x, w, b, eps), extra=dict(mean=mean, rstd=rstd)))
+
+    def stats_hint(run):
+        return _stats_mistakes(run.case.values[0], run.got["mean"], run.got["rstd"], eps)
+
+    def values_hint(run, got, bad):
+        hint = stats_hint(run)
         if hint is None:
-            mean_ok = torch.allclose(gm, mean, rtol=1e-4, atol=1e-4 + 1e-6 * float(x.abs().max()))
-            rstd_ok = torch.allclose(gr, rstd, rtol=1e-3, atol=1e-5)
+            x, w, b = run.case.values
+            gm, gr = run.got["mean"], run.got["rstd"]
+            mean_ok = torch.allclose(gm, run.case.extra["mean"], rtol=1e-4, atol=1e-4 + 1e-6 * float(x.abs().max()))
+            rstd_ok = torch.allclose(gr, run.case.extra["rstd"], rtol=1e-3, atol=1e-5)
             if mean_ok and rstd_ok:  # with the kernel's own statistics: on a row around 1000 the mean's
                 # float32 rounding (6e-5) times w would hide the mistake in y behind a float64 xhat
-                hint = _y_mistakes(x, w, b, gy, gm, gr)
-        for got, want, name, rt in ((gm, mean, "mean", tol["rtol"]), (gr, rstd, "rstd", 1e-4),
-                                    (gy, y, "y", tol["rtol"])):
-            # y of a row around 1000 is (x - mean) * rstd: float32 x holds 1000 + d only to 6e-5,
-            # so y inherits about 6e-5 * rstd of absolute error; the tolerance says so.
-            atol = tol["atol"] + (2.0 ** -24) * 4 * (
-                x.double().abs().amax(dim=1) * rstd * w.double().abs().max())[:, None] \
-                if name == "y" else tol["atol"] + (2.0 ** -24) * 4 * x.double().abs().amax(dim=1)
-            bad = ~((got - want).abs() <= atol + rt * want.abs())
-            if bool(bad.any()):
-                msg = _check.describe_mismatch(got, want, mask=bad, what=name, atol=tol["atol"], rtol=rt)
-                g.fail(msg, hint or ("compute mean, then var = mean((x - mean)^2) (divided by N), "
-                                     "rstd = 1/sqrt(var + eps), y = (x - mean) * rstd * w + b."))
-            worst = max(worst, float((got - want).abs().max()) if got.numel() else 0.0)
+                hint = _y_mistakes(x, w, b, run.got["y"], gm, gr)
+        return hint or _STATS_HINT
+
+    def outputs(case):
+        x, w, _ = case.values
+        rstd = case.extra["rstd"]
+        outs = []
+        for name, want, rtol in (("mean", case.extra["mean"], tol["rtol"]), ("rstd", rstd, 1e-4),
+                                 ("y", case.expected, tol["rtol"])):
+            stat = name != "y"
+            outs.append(Output(
+                name, want, tol=_forward_tol(x, w, rstd, want, rtol, y=not stat),
+                describe=lambda got, want, bad, name=name, rtol=rtol: _check.describe_mismatch(
+                    got, want, mask=bad, what=name, atol=tol["atol"], rtol=rtol),
+                unwritten_text=(lambda m, name=name: f"{name} was never written ({int(m.sum())} of {m.numel()} rows "
+                                                     "still hold the grader's NaN marker).") if stat else None,
+                unwritten_hint=_SAVE_STATS if stat else None,
+                nan_hint=lambda run, nan: stats_hint(run) or _NAN_HINT, diagnose=values_hint))
+        return outs
+
+    def unpack(run):
+        y, mean, rstd = returned(g, run, ("y", "mean", "rstd"))
+        return mean, rstd, y   # checked in this order: the statistics say more than y
+
+    def explain_error(case, text):
+        # a read or write past the end: right when cols is a power of two?
+        if any(w_ in text.lower() for w_ in ("out of bounds", "past the end", "off-by-one", "outside")):
+            return _row_stride_hint(g, eps)
+        return None
+
+    worst = grade(g, cases, outputs, inputs=("x", "w", "b"), unpack=unpack, explain_error=explain_error,
+                  order=lambda cs: sorted(range(len(cs)), key=lambda i: abs(cs[i].numel - 1024)))
     success("check_layernorm", cases, worst, shapes_text(shapes))
 
 
@@ -416,6 +415,21 @@ def _partial_hint(name, got, per_row):
     return None
 
 
+_BACKWARD_RACE = ("dx: a __syncthreads() must separate the two row reductions (sum of dy*w and sum of dy*w*xhat) "
+                  "when they reuse the same shared scratch; dw/db: several blocks adding into one element need "
+                  "atomicAdd or per-block partials.")
+
+
+def _backward_race_report(text):
+    """The hint for a race detector's report in a LayerNorm backward: which of its two races."""
+    if "shared memory" in text:
+        return ("the two row reductions (sum of dy*w*xhat, then sum of dy*w) share scratch memory: a __syncthreads() "
+                "must separate them, or the second overwrites the first's partial sums while a slow warp still "
+                "reads them.")
+    return ("several blocks add into the same dw/db element with a plain +=: a read-add-write of one block "
+            "overwrites another's. Use atomicAdd, or per-block partial sums and a second kernel that adds them.")
+
+
 def check_layernorm_backward(fn, *, seed=None, eps=EPS):
     """``fn(dy, x, w, mean, rstd)`` must return ``(dx, dw, db)`` of LayerNorm, with mean and
     rstd the statistics the forward saved (float32, one per row).
@@ -425,118 +439,101 @@ def check_layernorm_backward(fn, *, seed=None, eps=EPS):
     """
     g = Grader("check_layernorm_backward", fn, seed)
     shapes = _shapes()
-    cases = _backward_cases(g, shapes, eps)
-    from ..grading import Case, _race_indices
-    worst = 0.0
-    order = sorted(range(len(cases)), key=lambda i: abs(cases[i][0].numel() - 1024))
-    race = _race_indices([Case("", c, c[0].double()) for c in cases])
-    for i in order:
-        dy, x, w, mean, rstd = cases[i]
+    tol = _tol()
+    cases = []
+    for dy, x, w, mean, rstd in _backward_cases(g, shapes, eps):
         dx, dw, db = layernorm_backward_ref64(dy, x, w, eps, mean, rstd)
-        case = Case(label_shape(tuple(x.shape)), (dy, x, w, mean, rstd), dx)
-        g.case = case
-        try:
-            run = g.call(case)
-        except GradingError as e:
-            text = str(e)
-            if "race" in text:
-                if "shared memory" in text:
-                    hint = ("the two row reductions (sum of dy*w*xhat, then sum of dy*w) share scratch memory: "
-                            "a __syncthreads() must separate them, or the second overwrites the first's partial "
-                            "sums while a slow warp still reads them.")
-                else:
-                    hint = ("several blocks add into the same dw/db element with a plain +=: a read-add-write "
-                            "of one block overwrites another's. Use atomicAdd, or per-block partial sums and a "
-                            "second kernel that adds them.")
-                raise GradingError(text.split("\n(Inputs came")[0] + "\nHint: " + hint +
-                                   f"\n(Inputs came from seed {g.seed}: check_layernorm_backward(fn, seed={g.seed}) "
-                                   "repeats them.)") from None
-            if re.search(r"index \d+ is out of bounds for axis 0 with size", text):
-                raise GradingError(replace_hint(text, (
-                    "a loop runs past the rows of a 2-D array (axis 0): the partial sums of column c are p[0, c] .. "
-                    "p[p.shape[0] - 1, c], one per block, so the loop over them is range(p.shape[0]), not "
-                    "range(p.shape[1]) (the columns)."))) from None
-            raise
-        outs = _outputs(g, run, [dx.shape, dw.shape, db.shape], ("dx", "dw", "db"))
-        for t, name in zip(outs, ("dx", "dw", "db")):
-            g.check_unwritten(run, t, None, case)
-        g.check_inputs_unchanged(run, ("dy", "x", "w", "mean", "rstd"))
-        got = [t.detach().to("cpu", torch.float64) for t in outs]
-        if i in race:
-            run2 = g.call(case, schedule_seed=g.seed + i)
-            outs2 = _outputs(g, run2, [dx.shape, dw.shape, db.shape], ("dx", "dw", "db"))
-            for a, b2, name in zip(got, outs2, ("dx", "dw", "db")):
-                b2 = b2.detach().to("cpu", torch.float64)
-                if not torch.allclose(a, b2, atol=1e-4, rtol=1e-4, equal_nan=True):
-                    g.fail(f"{name} changes between two runs on the same input: a race.",
-                           "dx: a __syncthreads() must separate the two row reductions (sum of dy*w and sum "
-                           "of dy*w*xhat) when they reuse the same shared scratch; dw/db: several blocks "
-                           "adding into one element need atomicAdd or per-block partials.")
+        cases.append(Case(label_shape(tuple(x.shape)), (dy, x, w, mean, rstd), dx, extra=dict(dw=dw, db=db)))
+
+    def outputs(case):
+        dy, x, w, mean, rstd = case.values
         xhat = (x.double() - mean.double()[:, None]) * rstd.double()[:, None]
-        per_dw = dy.double() * xhat
-        per_db = dy.double()
-        tol = _tol()
-        for gt, want, name, terms in ((got[0], dx, "dx", None), (got[1], dw, "dw", per_dw), (got[2], db, "db", per_db)):
+        dw = case.extra["dw"]
+        outs = []
+        for name, want, terms in (("dx", case.expected, None), ("dw", dw, dy.double() * xhat),
+                                  ("db", case.extra["db"], dy.double())):
             if terms is not None:
                 # a float32 sum over rows: its error grows with the sum of |terms|
                 atol = tol["atol"] + 4e-7 * max(1.0, x.shape[0] ** 0.5) * terms.abs().sum(dim=0)
             else:
                 atol = tol["atol"] + 1e-6 * (dy.double().abs() * w.double().abs()).amax(dim=1, keepdim=True) \
                     * rstd.double()[:, None] * 4
-            bad = ~((gt - want).abs() <= atol + tol["rtol"] * want.abs())
-            if bool(bad.any()):
-                hint = None
-                if terms is not None:
-                    hint = _reduction_hint(name, gt, want, terms, dy, x, mean, dw)
-                if terms is not None and x.shape[0] > 1 and hint is None:
-                    hint = _partial_hint(name, gt, terms)
-                if name == "dx" and hint is None:
-                    hint = _dx_hint(gt, dy, x, w, mean, rstd)
-                msg = _check.describe_mismatch(gt, want, mask=bad, what=name, atol=tol["atol"], rtol=tol["rtol"])
-                if hint is None and name != "dx":
-                    hint = (f"{name} sums over every row of every block: {'dy * xhat' if name == 'dw' else 'dy'} "
-                            "for each column, with xhat = (x - mean) * rstd.")
-                g.fail(msg, hint or "dx needs two row sums (dy*w and dy*w*xhat) before any element is written: "
-                       "dx = (dy*w - xhat * mean(dy*w*xhat) - mean(dy*w)) * rstd.")
-            worst = max(worst, float((gt - want).abs().max()) if gt.numel() else 0.0)
+            outs.append(Output(
+                name, want, tol=atol + tol["rtol"] * want.abs(), race_tol=dict(atol=1e-4, rtol=1e-4),
+                describe=lambda got, want, bad, name=name: _check.describe_mismatch(
+                    got, want, mask=bad, what=name, atol=tol["atol"], rtol=tol["rtol"]),
+                diagnose=lambda run, got, bad, name=name, terms=terms: _backward_hint(name, got, run.case, terms)))
+        return outs
+
+    def explain_error(case, text):
+        if re.search(r"index \d+ is out of bounds for axis 0 with size", text):
+            return ("a loop runs past the rows of a 2-D array (axis 0): the partial sums of column c are p[0, c] .. "
+                    "p[p.shape[0] - 1, c], one per block, so the loop over them is range(p.shape[0]), not "
+                    "range(p.shape[1]) (the columns).")
+        return None
+
+    worst = grade(g, cases, outputs, inputs=("dy", "x", "w", "mean", "rstd"), explain_error=explain_error,
+                  order=lambda cs: sorted(range(len(cs)), key=lambda i: abs(cs[i].numel - 1024)),
+                  race_hint=_BACKWARD_RACE, race_report_hint=_backward_race_report)
     success("check_layernorm_backward", cases, worst, shapes_text(shapes))
+
+
+def _backward_hint(name, got, case, terms):
+    """The likely cause of a wrong dx, dw or db."""
+    dy, x, w, mean, rstd = case.values
+    want = case.expected if name == "dx" else case.extra[name]
+    hint = None
+    if terms is not None:
+        hint = _reduction_hint(name, got, want, terms, dy, x, mean, case.extra["dw"])
+    if terms is not None and x.shape[0] > 1 and hint is None:
+        hint = _partial_hint(name, got, terms)
+    if name == "dx" and hint is None:
+        hint = _dx_hint(got, dy, x, w, mean, rstd)
+    if hint is None and name != "dx":
+        hint = (f"{name} sums over every row of every block: {'dy * xhat' if name == 'dw' else 'dy'} "
+                "for each column, with xhat = (x - mean) * rstd.")
+    return hint or ("dx needs two row sums (dy*w and dy*w*xhat) before any element is written: "
+                    "dx = (dy*w - xhat * mean(dy*w*xhat) - mean(dy*w)) * rstd.")
 
 
 def check_rmsnorm(fn, *, seed=None, eps=EPS):
     """``fn(x, w)`` must return ``(y, rstd)``: y = x * rstd * w per row, rstd = 1/sqrt(mean(x^2) + eps)."""
     g = Grader("check_rmsnorm", fn, seed)
     shapes = _shapes()
-    cases = _cases(g, shapes)
     tol = _tol()
-    worst = 0.0
-    from ..grading import Case
-    for x, w, _ in cases:
+    cases = []
+    for x, w, _ in _cases(g, shapes):
         x64 = x.double()
-        rstd = 1.0 / torch.sqrt((x64 * x64).mean(dim=1) + eps)
-        y = rmsnorm_ref64(x, w, eps)
-        case = Case(label_shape(tuple(x.shape)), (x, w), y)
-        g.case = case
-        run = g.call(case)
-        got_y, got_rstd = _outputs(g, run, [y.shape, rstd.shape], ("y", "rstd"))
-        m = g.unwritten_mask(run, got_rstd)
-        if m is not None and bool(m.any()):
-            g.fail("rstd was never written.", "save each row's rstd (one float per row) for the backward.")
-        g.check_unwritten(run, got_y, None, case)
-        g.check_inputs_unchanged(run, ("x", "w"))
-        gy, gr = got_y.detach().double().cpu(), got_rstd.detach().double().cpu()
-        for got, want, name in ((gr, rstd, "rstd"), (gy, y, "y")):
-            bad = ~((got - want).abs() <= tol["atol"] + 1e-4 * want.abs())
-            if bool(bad.any()):
-                hint = None
-                layernorm_rstd = 1 / torch.sqrt(x64.var(dim=1, unbiased=False) + eps)
-                if name == "rstd" and torch.allclose(got, layernorm_rstd, rtol=1e-4):
-                    hint = ("that is LayerNorm's rstd: RMSNorm does not subtract the mean "
-                            "(rstd = 1/sqrt(mean(x^2) + eps)).")
-                elif name == "rstd" and torch.allclose(got, 1 / (torch.sqrt((x64 * x64).mean(dim=1)) + eps), rtol=1e-4):
-                    hint = "eps is added outside the square root: rstd = 1 / sqrt(mean(x^2) + eps)."
-                g.fail(_check.describe_mismatch(got, want, mask=bad, what=name, atol=tol["atol"], rtol=1e-4),
-                       hint or "rstd = 1/sqrt(mean(x^2) + eps) over the whole row, y = x * rstd * w.")
-            worst = max(worst, float((got - want).abs().max()) if got.numel() else 0.0)
+        cases.append(Case(label_shape(tuple(x.shape)), (x, w), rmsnorm_ref64(x, w, eps),
+                          extra=dict(rstd=1.0 / torch.sqrt((x64 * x64).mean(dim=1) + eps))))
+
+    def rstd_hint(run, got, bad):
+        x64 = run.case.values[0].double()
+        layernorm_rstd = 1 / torch.sqrt(x64.var(dim=1, unbiased=False) + eps)
+        if torch.allclose(got, layernorm_rstd, rtol=1e-4):
+            return "that is LayerNorm's rstd: RMSNorm does not subtract the mean (rstd = 1/sqrt(mean(x^2) + eps))."
+        if torch.allclose(got, 1 / (torch.sqrt((x64 * x64).mean(dim=1)) + eps), rtol=1e-4):
+            return "eps is added outside the square root: rstd = 1 / sqrt(mean(x^2) + eps)."
+        return "rstd = 1/sqrt(mean(x^2) + eps) over the whole row, y = x * rstd * w."
+
+    def outputs(case):
+        outs = []
+        for name, want in (("rstd", case.extra["rstd"]), ("y", case.expected)):
+            outs.append(Output(
+                name, want, tol=tol["atol"] + 1e-4 * want.abs(),
+                describe=lambda got, want, bad, name=name: _check.describe_mismatch(
+                    got, want, mask=bad, what=name, atol=tol["atol"], rtol=1e-4),
+                unwritten_text=(lambda m: "rstd was never written.") if name == "rstd" else None,
+                unwritten_hint="save each row's rstd (one float per row) for the backward." if name == "rstd" else None,
+                diagnose=rstd_hint if name == "rstd" else
+                (lambda run, got, bad: "rstd = 1/sqrt(mean(x^2) + eps) over the whole row, y = x * rstd * w.")))
+        return outs
+
+    def unpack(run):
+        y, rstd = returned(g, run, ("y", "rstd"))
+        return rstd, y
+
+    worst = grade(g, cases, outputs, inputs=("x", "w"), unpack=unpack, order=in_order)
     success("check_rmsnorm", cases, worst, shapes_text(shapes))
 
 

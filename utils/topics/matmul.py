@@ -12,6 +12,8 @@ import re
 
 import torch
 
+from runtime.backends import cuda as _cuda
+
 from .. import check as _check
 from ..grading import Case, Grader, GradingError, guarded_input, run_cases, success
 from ._spec import FLOAT, Baseline, Spec, Target, generator
@@ -254,8 +256,7 @@ def check_matmul(fn, *, dtype=torch.float32, allow_tf32=False, seed=None):
         means the barrier between loading a tile and using it is missing."""
         ok, _, _ = run_probe((16, 16, 16))
         if ok and SIMULATE:
-            sched = getattr(__import__("utils"), "emulation_schedule")
-            with sched("random", seed=g.seed):
+            with _cuda.emulation_schedule("random", seed=g.seed):
                 ok, _, _ = run_probe((16, 16, 16))
         return ok
 

@@ -9,7 +9,7 @@ import torch
 
 from runtime.config import DEVICE, SIMULATE
 
-from ..grading import Grader, randn, success
+from ..grading import Grader, Output, grade, largest_first, randn, returned, success
 from . import _multi
 from ._spec import FLOAT, Spec, Target, generator
 from .layernorm import EPS, layernorm_ref64, layernorm_tol
@@ -48,45 +48,46 @@ def _shapes():
     return [(1, 1), (7, 3), (9, 300)] if SIMULATE else [(1, 1), (7, 3), (1023, 768), (16384, 768)]
 
 
+def _hint_y(x, r, w, b, want, y):
+    near = lambda a: bool(((y - a).abs() <= 1e-3 * (1 + a.abs())).all())  # noqa: E731
+    if near(layernorm_ref64(x, w, b)):
+        return "y is the LayerNorm of x: it normalizes h = x + r, the sum."
+    if near(layernorm_ref64(x, w, b) + r.double()):
+        return "r was added after the LayerNorm: y = LayerNorm(x + r)."
+    big = (r.double().mean(dim=1).abs() > 100)
+    ok = ((y - want).abs() <= 1e-3 * (1 + want.abs())).all(dim=1)
+    if bool(big.any()) and bool(ok[~big].all()) and not bool(ok[big].all()):
+        return ("right on ordinary rows, wrong on rows with a large mean (around 1000): E[h^2] - E[h]^2 in "
+                "float32 cancels; subtract the mean first (two passes over the row).")
+    return "y = (h - mean) * rstd * w + b; mean and the biased variance of each row of h, eps inside the sqrt."
+
+
 def check_residual_layernorm(fn, *, seed=None):
     """``fn(x, r, w, b)`` must return ``(h, y)``: h = x + r and y = LayerNorm(h) (biased
     variance, eps 1e-5 inside the square root) with weight w and bias b; all float32."""
     g = Grader("check_residual_layernorm", fn, seed)
-    worst, cases = 0.0, []
+    cases = []
     for rows, cols in _shapes():
         x, r = randn(g.gen, rows, cols), randn(g.gen, rows, cols)
         r[2::3] += 1000.0
         w, b = 1.0 + 0.5 * randn(g.gen, cols), 0.5 * randn(g.gen, cols)
         cases.append(_multi.case(f"a {rows}x{cols} input (rows around 1000)", (x, r, w, b),
                                  residual_layernorm_ref64(x, r, w, b)))
-    for c in sorted(cases, key=lambda c: -c.expected.numel()):
-        g.case = c
-        run = g.call(c)
-        if isinstance(run.out, (tuple, list)) and len(run.out) > 2:
-            run.out = tuple(run.out[:2])  # (h, y, mean, rstd) with the statistics: h and y are graded
-        shape = tuple(c.expected.shape)
-        (h, y), _ = _multi.outputs(g, run, [shape, shape], ("h", "y"))
-        g.check_input_guards(run, ("x", "r", "w", "b"))
-        g.check_inputs_unchanged(run, ("x", "r", "w", "b"))
-        x, r, w, b = c.values
-        want_h = (x + r).double()
-        worst = max(worst, _multi.compare(g, h, want_h, 0.0, "h",
-                                          "h = x + r, element by element (the residual stream the next block uses)."))
 
-        def hint():
-            near = lambda a: bool(((y - a).abs() <= 1e-3 * (1 + a.abs())).all())  # noqa: E731
-            if near(layernorm_ref64(x, w, b)):
-                return "y is the LayerNorm of x: it normalizes h = x + r, the sum."
-            if near(layernorm_ref64(x, w, b) + r.double()):
-                return "r was added after the LayerNorm: y = LayerNorm(x + r)."
-            big = (r.double().mean(dim=1).abs() > 100)
-            ok = ((y - c.expected).abs() <= 1e-3 * (1 + c.expected.abs())).all(dim=1)
-            if bool(big.any()) and bool(ok[~big].all()) and not bool(ok[big].all()):
-                return ("right on ordinary rows, wrong on rows with a large mean (around 1000): E[h^2] - E[h]^2 in "
-                        "float32 cancels; subtract the mean first (two passes over the row).")
-            return "y = (h - mean) * rstd * w + b; mean and the biased variance of each row of h, eps inside the sqrt."
-        worst = max(worst, _multi.compare(g, y, c.expected, residual_layernorm_tol(c.values, c.expected), "y", hint))
-        g.check_launched(run)
+    def outputs(c):
+        x, r, w, b = c.values
+        return [Output("h", (x + r).double(), tol=0.0,
+                       diagnose=lambda run, got, bad: "h = x + r, element by element (the residual stream the next "
+                                                      "block uses)."),
+                Output("y", c.expected, tol=residual_layernorm_tol(c.values, c.expected),
+                       diagnose=lambda run, got, bad: _hint_y(*run.case.values, run.case.expected, got))]
+
+    def unpack(run):
+        if isinstance(run.out, (tuple, list)) and len(run.out) > 2:
+            return tuple(run.out[:2])  # (h, y, mean, rstd) with the statistics: h and y are graded
+        return returned(g, run, ("h", "y"))
+
+    worst = grade(g, cases, outputs, inputs=("x", "r", "w", "b"), unpack=unpack, order=largest_first)
     success("check_residual_layernorm", cases, worst, "shapes " + ", ".join(f"{r}x{k}" for r, k in _shapes()))
 
 
