@@ -146,3 +146,20 @@ def test_a_global_that_is_not_a_constexpr_is_refused_as_on_a_gpu():
         _kernel_calling_a_helper_with_a_plain_global[(1,)](x)
     chain = f"{e.value} {e.value.__cause__}"   # a GPU's CompilationError carries the NameError
     assert re.search(r"(?s)global variable _PLAIN_FLAG.*constexpr", chain), chain
+
+
+@triton.jit
+def _exchange_kernel(p_ptr, v_ptr, old_ptr, N: tl.constexpr):
+    i = tl.arange(0, N)
+    tl.store(old_ptr + i, tl.atomic_xchg(p_ptr + i, tl.load(v_ptr + i)))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int32])
+def test_atomic_exchange_of_floats_runs_as_on_a_gpu(dtype):
+    """tl.atomic_xchg exchanges a float's bits, as a GPU does (the stock interpreter takes
+    integers only): the memory gets the new values, the result holds the old ones."""
+    p = torch.tensor([1.5, -2.0, 3.25, 4.0, -0.0, 6.0, 1e-30, 8.0], device=utils.DEVICE).to(dtype)
+    v = torch.tensor([9.0, 8.5, -7.0, 0.1, 5.0, -6.5, 2.0, 1e30], device=utils.DEVICE).to(dtype)
+    before, old = p.clone(), torch.empty_like(p)
+    _exchange_kernel[(1,)](p, v, old, N=8)
+    assert torch.equal(p, v) and torch.equal(old, before)

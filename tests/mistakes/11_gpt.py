@@ -14,11 +14,7 @@ MISTAKES = [
          gpu="two programs must update one row at the same time to lose one, which a GPU may not do"),
     Mistake("embedding_overwrites", EB, "    tl.atomic_add(dweight_ptr + row * dim + cols, g, mask=mask)\n",
             "    tl.atomic_xchg(dweight_ptr + row * dim + cols, g, mask=mask)\n",
-            cause=r"add|overwr|lost", not_words=("NaN marker",),
-            xfail="Triton's interpreter cannot run tl.atomic_xchg on float32 (it raises 'Unsupported data type'), "
-                  "so in simulation the mutation stops with that error instead of overwriting dweight; its cause "
-                  "matched before only because the grader added its race hint to any message containing 'race' "
-                  "(as 'traceback' does)"),
+            cause=r"add|overwr|lost", not_words=("NaN marker",)),
     # exercise 2: cross entropy
     Mistake("ce_no_max", CE, "        s += tl.exp(tl.load(x_row + offs, mask=offs < cols, other=float(\"-inf\")) - mx)",
             "        s += tl.exp(tl.load(x_row + offs, mask=offs < cols, other=float(\"-inf\")))",

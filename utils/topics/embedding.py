@@ -104,11 +104,30 @@ def _diagnose(c, got):
         r = int(torch.nonzero(repeated & ~rows_ok)[0])
         return (f"the rows of ids that appear once are right, those of repeated ids are not (row {r}: id {r} "
                 f"appears {int(counts[r])} times): updates were lost. " + _RACE_HINT)
+    wrong = torch.nonzero(~rows_ok).flatten().tolist()
+    if wrong and all(_partial_sum(got[r], dout.double()[ids.long() == r]) for r in wrong[:8]):
+        r = wrong[0]
+        return (f"row {r} of dweight (and every wrong row checked) holds a sum of some of its tokens' gradients and "
+                "nothing of the value dweight held before: the update overwrote the row (a store, or an atomic "
+                "exchange) instead of adding into it. Add into dweight (dweight[ids[i]] += dout[i], with an atomic "
+                "add where several tokens or programs share a row).")
     touched = counts > 0
     if bool((~touched).any()) and not bool(rows_ok[~touched].all()):
         return "rows of dweight whose id appears in no token changed: only the rows of the ids given may change."
     del d
     return None
+
+
+def _partial_sum(row, grads, most: int = 10) -> bool:
+    """Whether ``row`` is the sum of a nonempty subset of ``grads`` (a few tokens' gradients) alone."""
+    k = grads.shape[0]
+    if k == 0 or k > most:
+        return False
+    for pick in range(1, 2 ** k):
+        s = sum(grads[i] for i in range(k) if pick >> i & 1)
+        if bool(((row - s).abs() <= 1e-4 * (1 + s.abs())).all()):
+            return True
+    return False
 
 
 def check_embedding_backward(fn, *, seed=None):

@@ -606,6 +606,8 @@ def apply() -> bool:
     from . import tensor_core
     B = interp.InterpreterBuilder
     np_dtype = interp._get_np_dtype
+    import triton.language as tl
+    _XCHG_BITS = {4: (np.int32, tl.int32), 8: (np.int64, tl.int64)}
 
     original_load = B.create_masked_load
     original_store = B.create_masked_store
@@ -633,6 +635,13 @@ def apply() -> bool:
         _check_bounds(self, ptr, mask, "atomic")
         _record(self, ptr, mask, "atomic")
         _profile(self, ptr, mask, "atomic")
+        if rmwOp == interp._ir.ATOMIC_OP.XCHG and val.data.dtype.kind == "f" and val.data.dtype.itemsize in _XCHG_BITS:
+            # tl.atomic_xchg of floats, which a GPU exchanges as bits: the interpreter's C++ side
+            # takes integers only, so the float's bits go through as an integer of its width.
+            np_int, tl_int = _XCHG_BITS[val.data.dtype.itemsize]
+            bits = interp.TensorHandle(val.data.view(np_int), tl_int)
+            old = original_rmw(self, rmwOp, ptr, bits, mask, *rest, **kw)
+            return interp.TensorHandle(old.data.view(val.data.dtype), val.dtype.scalar)
         return original_rmw(self, rmwOp, ptr, val, mask, *rest, **kw)
 
     def create_atomic_cas(self, ptr, cmp, val, *rest, **kw):
