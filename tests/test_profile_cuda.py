@@ -541,16 +541,16 @@ class _FakeOccupancy:
 
 
 @sim
-def test_occupancy_comes_from_utils_occupancy_with_the_kernels_registers(copy, monkeypatch):
+def test_occupancy_comes_from_the_occupancy_calculator_with_the_kernels_registers(copy, monkeypatch):
     import sys
     import types
 
     from runtime.backends.cuda import _profile
     calls = []
-    fake = types.ModuleType("utils.occupancy")
+    fake = types.ModuleType("runtime.occupancy")
     fake.occupancy = lambda block, registers_per_thread, shared_per_block: calls.append(
         (block, registers_per_thread, shared_per_block)) or _FakeOccupancy()
-    monkeypatch.setitem(sys.modules, "utils.occupancy", fake)
+    monkeypatch.setitem(sys.modules, "runtime.occupancy", fake)
     monkeypatch.setattr(_profile, "gpu_compile_info", lambda k: {"resources": {"registers": 40, "shared_bytes": 128}})
     p = copy.profile[1, 96, 256](torch.randn(96), torch.zeros(96), 96, 1, 0)
     assert calls == [(96, 40, 128 + 256)]
