@@ -300,7 +300,7 @@ def part_host():
     then where a LayerNorm launcher's host time goes, step by step."""
     import benchmarks.launch_overhead as lo
     import kernels
-    from kernels.cuda.layernorm import check_norm_inputs, row_stats
+    from kernels.frames.layernorm import check_norm_inputs, row_stats
     from kernels.triton import layernorm as tln
 
     lo.main(["--out", str(OUT[0].parent)])

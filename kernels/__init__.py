@@ -3,8 +3,14 @@
     kernels/cuda/<op>.cu     CUDA C++ source        kernels/cuda/<op>.py     its launchers
     kernels/numba/<op>.py    numba.cuda.jit kernels and launchers
     kernels/triton/<op>.py   @triton.jit kernels and launchers
+    kernels/frames/<op>.py   what the three languages' launchers share: the input rules, the
+                             steps around the kernels (check, allocate, skip empty input),
+                             shared constants and the PyTorch references
+    kernels/_launch.py       what every launcher needs (cdiv, sm_count, version_index, ...)
     kernels/ops.py           the kernels as torch.library ops (torch.ops.course.X), above them
 
+A language's module imports its topic's frame from ``kernels.frames``, never from another
+language's module; a frame imports only the runtime, ``kernels._launch`` and other frames.
 Every launcher takes torch tensors on ``runtime.DEVICE`` and returns torch tensors, so
 notebooks, exercises, tests and benchmarks call the same code. ``kernels.get`` is the
 one loader:

@@ -11,8 +11,9 @@ the source reader and the version index.
     version_index(index, v1=launcher, ...)       a topic's ``VERSIONS``, each description read from
                                                  its version index (the ``.cu`` header or the module docstring)
 
-The CUDA C++, Numba and Triton modules import them from here; ``kernels/cuda/<topic>.py``
-re-exports ``cdiv`` and ``sm_count`` so a lesson can write ``red_cuda.cdiv(n, 256)``.
+The CUDA C++, Numba and Triton modules and the topics' frames (``kernels/frames/``) import them
+from here; ``kernels/cuda/<topic>.py`` re-exports ``cdiv`` and ``sm_count`` so a lesson can write
+``red_cuda.cdiv(n, 256)``.
 """
 from __future__ import annotations
 

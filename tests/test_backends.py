@@ -106,7 +106,7 @@ def test_every_import_points_down():
 @pytest.mark.parametrize("module, lazy_import", [
     # circles the layout removed, put back as the lazy imports they would be
     ("runtime.backends.numba.races", "from .simulator import _describe_site"),
-    ("kernels.cuda.layernorm", "import utils"),
+    ("kernels.frames.layernorm", "import utils"),  # utils.topics.layernorm reads its EPS
     ("utils.gpt", "import utils"),
 ])
 def test_the_circle_check_finds_a_lazy_import_that_closes_a_circle(module, lazy_import):
@@ -127,6 +127,56 @@ def test_the_floor_check_finds_an_import_that_climbs(module, upward):
     text, is_pkg = sources[module]
     sources[module] = (text + f"\n\ndef _late():\n    {upward}\n", is_pkg)
     assert any(c.startswith(module + " -> ") for c in _climbing(_import_graph(sources)))
+
+
+#: The kernels' languages: each has a folder kernels/<lang>/ of topic modules.
+LANGUAGES = ("cuda", "numba", "triton")
+
+
+def _crossings(graph) -> list[str]:
+    """Imports that break the kernels' layout: a frame (``kernels.frames.*``) that imports more of
+    the course than the runtime, ``kernels._launch`` and other frames, or a language's module
+    that imports another language's module (a frame is imported from ``kernels.frames``)."""
+    out = []
+    for m, deps in graph.items():
+        parts = m.split(".")
+        if parts[0] != "kernels" or len(parts) < 2:
+            continue
+        for d in deps:
+            dparts = d.split(".")
+            if parts[1] == "frames":
+                ok = dparts[0] == "runtime" or d == "kernels._launch" or dparts[:2] == ["kernels", "frames"]
+            elif parts[1] in LANGUAGES:
+                ok = not (dparts[0] == "kernels" and len(dparts) > 1 and dparts[1] in LANGUAGES
+                          and dparts[1] != parts[1])
+            else:
+                ok = True
+            if not ok:
+                out.append(f"{m} -> {d}")
+    return sorted(out)
+
+
+def test_frames_are_language_neutral():
+    """A topic's frame (kernels/frames/<topic>.py: input rules, the steps around the kernels,
+    shared constants, references) stands on the runtime and ``kernels._launch`` only; the CUDA
+    C++, Numba and Triton modules take it from there, never from another language's module."""
+    sources = _sources(("kernels",))
+    assert "kernels.frames.softmax" in sources
+    crossings = _crossings(_import_graph(sources))
+    assert not crossings, "imports across the kernels' languages:\n" + "\n".join(crossings)
+
+
+@pytest.mark.parametrize("module, crossing", [
+    ("kernels.frames.softmax", "from kernels.cuda.softmax import kernel"),
+    ("kernels.frames.attention", "import kernels.triton.attention"),
+    ("kernels.numba.softmax", "from kernels.cuda.softmax import softmax_frame"),
+    ("kernels.triton.layernorm", "from kernels.numba import layernorm"),
+])
+def test_the_frame_check_finds_an_import_across_languages(module, crossing):
+    sources = _sources(("kernels",))
+    text, is_pkg = sources[module]
+    sources[module] = (text + f"\n\ndef _late():\n    {crossing}\n", is_pkg)
+    assert any(c.startswith(module + " -> ") for c in _crossings(_import_graph(sources)))
 
 
 def test_the_moved_modules_keep_the_flat_api():

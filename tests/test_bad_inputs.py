@@ -25,7 +25,7 @@ import torch.nn.functional as F
 
 import kernels
 import utils
-from kernels.cuda.attention import attention_backward_ref, attention_ref, causal_mask
+from kernels.frames.attention import attention_backward_ref, attention_ref, causal_mask
 
 LANGS = ("cuda", "numba", "triton")
 OTHER_DEVICE = "meta" if utils.SIMULATE else "cpu"

@@ -558,3 +558,29 @@ def test_stale_topics_follow_the_sources(tmp_path, capsys):
     ub.show_recorded("gelu", path)
     assert "measured on an earlier version of this kernel" in capsys.readouterr().out
     assert "earlier version" in ub.recorded_label("gelu", path)
+
+
+def test_topic_files_follow_every_import_and_the_frame(tmp_path):
+    """Imports one after the other, an import in parentheses over several lines (its comments
+    with parentheses of their own) and the topic's frame are all among the topic's files."""
+    from utils import sources
+    from utils.topics import TOPICS as ALL_TOPICS
+    root = tmp_path / "course"
+    files = {"utils/topics/relu.py": "spec", "kernels/_launch.py": "", "kernels/cuda/common.h": "h",
+             "kernels/cuda/relu.py": "from kernels._launch import cdiv\nfrom kernels.cuda.helper import k\n",
+             "kernels/cuda/helper.py": 'SOURCE = "relu.cu"\n', "kernels/cuda/relu.cu": '#include "common.h"\n',
+             "kernels/frames/relu.py": "",  # the frame counts even where no language imports it
+             "kernels/numba/relu.py": ("from kernels.frames.shared import (  # the rules (defined once)\n"
+                                       "    a,  # noqa: F401  (importable)\n    b,\n)\n"
+                                       "from kernels.frames import extra as x\n"),
+             "kernels/frames/shared.py": "", "kernels/frames/extra.py": "",
+             "kernels/triton/gelu.py": "from kernels.frames.gelu import g\n", "kernels/frames/gelu.py": ""}
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    got = sources.topic_files("relu", sources._reader(root))
+    assert got == sorted(f for f in files if "gelu" not in f)
+    # the course's own topics: each with its frame; matmul_fp16's kernel is matmul.cu's
+    for topic in ALL_TOPICS:
+        assert f"kernels/frames/{topic}.py" in sources.topic_files(topic), topic
+    assert {"kernels/cuda/matmul.cu", "kernels/frames/matmul.py"} <= set(sources.topic_files("matmul_fp16"))

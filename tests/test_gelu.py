@@ -8,6 +8,7 @@ import torch
 import kernels
 import utils
 from kernels.cuda import gelu as gelu_cuda
+from kernels.frames import gelu as gelu_frame
 
 LANGS = kernels.LANGUAGES
 ALL_VERSIONS = [(lang, name) for lang in LANGS for name, _ in kernels.versions("gelu", lang)]
@@ -94,20 +95,21 @@ def test_special_values_follow_pytorch():
 
 def test_pytorch_baselines_agree():
     x = inputs(4099)
-    assert_gelu(gelu_cuda.gelu_ref(x), x)
-    assert gelu_cuda.gelu_ref(x).dtype == torch.float32
-    for name, (description, fn) in gelu_cuda.BASELINES.items():
+    assert_gelu(gelu_frame.gelu_ref(x), x)
+    assert gelu_frame.gelu_ref(x).dtype == torch.float32
+    for name, (description, fn) in gelu_frame.BASELINES.items():
         if name != "torch.compile":  # compiles for tens of seconds on a CPU: the slow test below
             assert_gelu(fn(x), x)
-    for mod in ("numba", "triton"):  # one definition, shared
-        assert kernels.module("gelu", mod).gelu_unfused_torch is gelu_cuda.gelu_unfused_torch
+    for lang in LANGS:  # one definition, in the frame, that every language's module re-exports
+        mod = kernels.module("gelu", lang)
+        assert mod.gelu_unfused_torch is gelu_frame.gelu_unfused_torch and mod.BASELINES is gelu_frame.BASELINES
 
 
 @pytest.mark.slow
 def test_torch_compile_baseline():
     """torch.compile of the op-by-op formula: compiles for tens of seconds on a CPU."""
     x = inputs(4099)
-    assert_gelu(gelu_cuda.gelu_compiled(x), x)
+    assert_gelu(gelu_frame.gelu_compiled(x), x)
 
 
 def test_unfused_is_one_op_per_step():
@@ -122,8 +124,8 @@ def test_unfused_is_one_op_per_step():
                 if e.name.startswith("aten::") and e.name not in ("aten::empty", "aten::empty_like",
                                                                    "aten::empty_strided")]
 
-    unfused = aten_ops(gelu_cuda.gelu_unfused_torch)
-    fused = aten_ops(gelu_cuda.gelu_torch)
+    unfused = aten_ops(gelu_frame.gelu_unfused_torch)
+    fused = aten_ops(gelu_frame.gelu_torch)
     compute = [op for op in unfused if op in ("aten::mul", "aten::add", "aten::tanh")]
     assert len(compute) == 9, unfused
     assert "aten::gelu" in fused and not any(op in fused for op in ("aten::mul", "aten::tanh"))

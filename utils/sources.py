@@ -1,9 +1,11 @@
 """Which source files a topic's recorded numbers measured, and one hash of them.
 
 A topic's numbers in a GPU's record (``benchmarks/results/<gpu>.json``) depend on its kernels
-and launchers (``kernels/{cuda,numba,triton}/<topic>.py``, ``kernels/cuda/<topic>.cu``), the kernel modules
-and headers those import or include (``kernels/cuda/common.h``, another topic's module), and
-its spec (``utils/topics/<topic>.py``: inputs, bytes, baselines). ``topic_files`` follows
+and launchers (``kernels/{cuda,numba,triton}/<topic>.py``, ``kernels/cuda/<topic>.cu``), its frame
+(``kernels/frames/<topic>.py``: the input rules and the steps around the kernels that the three
+languages share), the kernel modules and headers those import or include (``kernels/cuda/common.h``,
+another topic's module or frame), and its spec (``utils/topics/<topic>.py``: inputs, bytes,
+baselines). ``topic_files`` follows
 those imports and includes; ``topic_hash`` hashes the files' paths and contents. A run of
 ``python -m benchmarks`` writes each measured topic's hash into the results file
 (``topic_sources``); ``python -m benchmarks --stale`` lists the topics whose files changed
@@ -30,7 +32,10 @@ ROOT = Path(__file__).resolve().parents[1]
 LANGUAGES = ("cuda", "numba", "triton")
 HASH_CHARS = 16
 
-_PY_FROM = re.compile(r"^\s*from\s+kernels((?:\.\w+)*)\s+import\s+\(?([\w\s,]+)", re.M)
+#: ``from kernels.x import a, b`` (to the end of its line) or ``from kernels.x import (...)`` (to the
+#: closing parenthesis, over several lines), read in the text without its comments.
+_PY_FROM = re.compile(r"^[ \t]*from[ \t]+kernels((?:\.\w+)*)[ \t]+import[ \t]+(\([^)]*\)|[^\n]*)", re.M)
+_COMMENT = re.compile(r"#[^\n]*")
 _PY_IMPORT = re.compile(r"^\s*import\s+kernels((?:\.\w+)+)", re.M)
 _INCLUDE = re.compile(r'^\s*#\s*include\s+"([\w./-]+)"', re.M)
 _CU_FILE = re.compile(r'["\'/](\w+\.(?:cu|cuh|h))["\']')
@@ -66,16 +71,17 @@ def _module_file(dotted: str, read) -> str | None:
 def _deps(rel: str, text: str, read) -> list[str]:
     out = []
     if rel.endswith(".py"):
-        for mod, names in _PY_FROM.findall(text):
+        code = _COMMENT.sub("", text)
+        for mod, names in _PY_FROM.findall(code):
             found = _module_file(mod, read) if mod else None
             if found and not found.endswith("__init__.py"):
                 out.append(found)
-            for name in re.split(r"[\s,]+", names):
-                if name:
+            for name in re.findall(r"\w+", names):
+                if name != "as":
                     sub = _module_file(f"{mod}.{name}", read)
                     if sub and not sub.endswith("__init__.py"):
                         out.append(sub)
-        for mod in _PY_IMPORT.findall(text):
+        for mod in _PY_IMPORT.findall(code):
             found = _module_file(mod, read)
             if found and not found.endswith("__init__.py"):
                 out.append(found)
@@ -92,7 +98,7 @@ def _deps(rel: str, text: str, read) -> list[str]:
 def topic_files(topic: str, read: Callable[[str], bytes | None] | None = None) -> list[str]:
     """The files (paths from the course root, sorted) that ``topic``'s measurements depend on."""
     read = read or _reader(ROOT)
-    todo = [f"utils/topics/{topic}.py", f"kernels/cuda/{topic}.cu"]
+    todo = [f"utils/topics/{topic}.py", f"kernels/cuda/{topic}.cu", f"kernels/frames/{topic}.py"]
     todo += [f"kernels/{lang}/{topic}.py" for lang in LANGUAGES]
     seen: dict[str, bytes] = {}
     while todo:

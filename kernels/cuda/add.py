@@ -16,40 +16,25 @@ import torch
 
 import runtime
 from kernels._launch import capped_grid, cdiv, inputs_and_output, version_index
-from runtime.inputs import INT32_MAX, check_same_shape, check_tensor
+from kernels.frames.add import (  # the frame: input rules and reference, shared by the three languages
+    MAX_GRID_Y,  # noqa: F401  (importable from here too)
+    NO_BROADCAST,  # noqa: F401
+    add_2d_input,
+    add_ref,  # noqa: F401
+    check_grid_rows,
+)
+from runtime.inputs import INT32_MAX
 
 SOURCE = runtime.KERNELS_DIR / "cuda" / "add.cu"
 BLOCK_SIZE = 256
 #: 2-D blocks: 32 threads along a row (one warp: a coalesced access), 8 rows.
 BLOCK_2D = (32, 8)
-#: How a shape error ends: the kernels take x and y of one shape, they do not broadcast.
-NO_BROADCAST = "these kernels add tensors of the same shape (no broadcasting)"
-MAX_GRID_Y = runtime.config.MAX_GRID[1]  # CUDA's limit on gridDim.y (and z); gridDim.x may reach 2^31 - 1
 
 
 @functools.lru_cache(maxsize=None)
 def kernel(name: str):
     """A kernel of add.cu, compiled once: ``kernel("add_kernel")[grid, block](...)``."""
     return runtime.cuda_kernel(SOURCE, name)
-
-
-def add_2d_input(x, y) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The input rules of every add_2d, in all three languages: x and y float32 matrices of
-    one shape on the course's device (a clear error otherwise), returned as they are (strided
-    views too), and a new output of their shape."""
-    check_tensor(x, "x", op="add_2d")
-    check_tensor(y, "y", op="add_2d")
-    check_same_shape(x, y, op="add_2d", hint=NO_BROADCAST)
-    if x.dim() != 2:
-        raise ValueError(f"add_2d adds matrices: expected 2-D tensors, got shape {tuple(x.shape)}")
-    return x, y, torch.empty(x.shape, dtype=x.dtype, device=x.device)
-
-
-def check_grid_rows(rows: int, blocks_y: int) -> None:
-    """A clear error when a 2-D grid needs more blocks along y than CUDA allows."""
-    if blocks_y > MAX_GRID_Y:
-        raise ValueError(f"{rows} rows need {blocks_y} blocks along y, more than CUDA's "
-                         f"{MAX_GRID_Y}: use add() on the flattened tensors instead")
 
 
 def add_v1(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -111,7 +96,3 @@ def _span(m: torch.Tensor) -> torch.Tensor:
 VERSIONS = version_index(SOURCE, v1=add_v1, v2=add_grid_stride)
 REFERENCE = "v2"
 add = VERSIONS[REFERENCE][1]
-
-
-def add_ref(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    return x + y

@@ -9,43 +9,28 @@
 from __future__ import annotations
 
 import functools
-import math
 
 import torch
 
 import runtime
 from kernels._launch import version_index
-from runtime.inputs import INT32_MAX, check_input, check_tensor  # noqa: F401  (the shared input rules)
+from kernels.frames.bias_gelu import (  # the frame: input rules and references, shared by the three languages
+    MAX_BLOCKS,  # noqa: F401  (importable from here too)
+    SQRT_2_OVER_PI,  # noqa: F401
+    THREADS,
+    bias_gelu_backward_ref,  # noqa: F401
+    bias_gelu_ref,  # noqa: F401
+    check_bias_backward_inputs,
+    check_bias_inputs,
+    grid_for,
+)
 
 SOURCE = runtime.KERNELS_DIR / "cuda" / "bias_gelu.cu"
-THREADS = 64 if runtime.SIMULATE else 256
-MAX_BLOCKS = 8 if runtime.SIMULATE else 132 * 16
 
 
 @functools.lru_cache(maxsize=None)
 def kernel(name: str):
     return runtime.cuda_kernel(SOURCE, name)
-
-
-def grid_for(n):
-    return max(1, min((n + THREADS - 1) // THREADS, MAX_BLOCKS))
-
-
-def check_bias_inputs(x, b, op, name="x"):
-    x = check_input(x, name, ndim=2, max_numel=INT32_MAX, op=op)
-    b = check_input(b, "b", ndim=1, op=op)
-    if b.shape[0] != x.shape[1]:
-        raise ValueError(f"{op}: b must have shape ({x.shape[1]},), one value per column of {name}, "
-                         f"got {tuple(b.shape)}")
-    return x, b
-
-
-def check_bias_backward_inputs(dy, x, b, op="bias_gelu_backward"):
-    x, b = check_bias_inputs(x, b, op)
-    dy = check_input(dy, "dy", ndim=2, op=op)
-    if dy.shape != x.shape:
-        raise ValueError(f"{op}: dy must have x's shape {tuple(x.shape)}, got {tuple(dy.shape)}")
-    return dy, x, b
 
 
 def bias_gelu_unfused(x, b):
@@ -79,16 +64,3 @@ def bias_gelu_backward(dy, x, b):
 VERSIONS = version_index(SOURCE, v1=bias_gelu_unfused, v2=bias_gelu_fused)
 REFERENCE = "v2"
 bias_gelu = VERSIONS[REFERENCE][1]
-
-
-def bias_gelu_ref(x, b):
-    return torch.nn.functional.gelu(x.double() + b.double(), approximate="tanh")
-
-
-def bias_gelu_backward_ref(dy, x, b):
-    z = (x.double() + b.double()).requires_grad_(True)
-    torch.nn.functional.gelu(z, approximate="tanh").backward(dy.double())
-    return z.grad
-
-
-SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)

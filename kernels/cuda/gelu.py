@@ -7,7 +7,7 @@ On a GPU the kernels are compiled with NVRTC and run for real; in simulation the
 CPU emulator runs them (``runtime.cuda_kernel`` decides). The header of ``gelu.cu`` lists the
 versions (``VERSIONS`` below: ``gelu_v1``, ``gelu_v2``).
 
-PyTorch baselines (the numba and triton modules re-export them):
+PyTorch baselines (defined in ``kernels/frames/gelu.py``; the three language modules re-export them):
 
     gelu_ref             the reference: float64 tanh-GELU, cast back to the input dtype
     gelu_unfused_torch   the formula written op by op: one kernel (and one round trip
@@ -20,17 +20,23 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 import runtime
 from kernels._launch import cdiv, inputs_and_output, version_index
+from kernels.frames.gelu import (  # noqa: F401  (the reference and the baselines, defined once)
+    BASELINES,
+    COEFF,
+    SQRT_2_OVER_PI,
+    gelu_compiled,
+    gelu_ref,
+    gelu_torch,
+    gelu_unfused_torch,
+)
 from runtime.inputs import INT32_MAX
 
 SOURCE = Path(__file__).with_name("gelu.cu")
 #: Threads per block. Any multiple of 32 works; 256 keeps many blocks resident per SM.
 BLOCK_SIZE = 256
-SQRT_2_OVER_PI = 0.7978845608  # sqrt(2 / pi)
-COEFF = 0.044715
 
 _compiled = {}
 
@@ -78,43 +84,3 @@ gelu = gelu_v2
 
 VERSIONS = version_index(SOURCE, v1=gelu_v1, v2=gelu_v2)
 REFERENCE = "v2"
-
-
-# ----------------------------------------------------------------------------------------
-# PyTorch baselines
-# ----------------------------------------------------------------------------------------
-def gelu_ref(x: torch.Tensor) -> torch.Tensor:
-    """The reference: tanh-GELU computed in float64, returned in the input's dtype."""
-    return F.gelu(x.double(), approximate="tanh").to(x.dtype)
-
-
-def gelu_unfused_torch(x: torch.Tensor) -> torch.Tensor:
-    """The formula written op by op. Eager PyTorch runs each operation as its own kernel,
-    which reads its inputs from memory and writes its result back: 9 kernels, 9 round trips."""
-    return 0.5 * x * (1 + torch.tanh(SQRT_2_OVER_PI * (x + COEFF * x * x * x)))
-
-
-def gelu_torch(x: torch.Tensor) -> torch.Tensor:
-    """PyTorch's own fused GELU kernel (tanh approximation)."""
-    return F.gelu(x, approximate="tanh")
-
-
-_compiled_unfused = None
-
-
-def gelu_compiled(x: torch.Tensor) -> torch.Tensor:
-    """``torch.compile(gelu_unfused_torch)``: Inductor fuses the 9 ops into one kernel
-    (Triton on a GPU, C++ on a CPU). Compiled on the first call (seconds)."""
-    global _compiled_unfused
-    if _compiled_unfused is None:
-        _compiled_unfused = torch.compile(gelu_unfused_torch)
-    return _compiled_unfused(x)
-
-
-#: The PyTorch variants of the fusion comparison: name -> (description, function). The
-#: names are the ``variant`` names of the recorded benchmark results.
-BASELINES = {
-    "torch op-by-op": ("the formula op by op (one kernel per op)", gelu_unfused_torch),
-    "torch": ('F.gelu(x, approximate="tanh")', gelu_torch),
-    "torch.compile": ("torch.compile of the op-by-op formula", gelu_compiled),
-}

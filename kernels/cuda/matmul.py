@@ -21,11 +21,15 @@ import torch
 
 import runtime
 from kernels._launch import cdiv, cuda_source, version_index
-from runtime.inputs import INT32_MAX, check_tensor
+from kernels.frames.matmul import (  # the frame: input rules and reference, shared by the three languages
+    FP32,  # noqa: F401  (importable from here too)
+    HALF,
+    check_operands,  # noqa: F401
+    matmul_ref,  # noqa: F401
+    prepare_operands,
+)
 
 SOURCE = runtime.KERNELS_DIR / "cuda" / "matmul.cu"
-FP32 = (torch.float32,)
-HALF = (torch.float16, torch.bfloat16)
 
 
 @functools.lru_cache(maxsize=None)
@@ -37,33 +41,6 @@ def kernel(name: str):
 def source(name: str) -> str:
     """The text of one kernel or helper of matmul.cu (its comment block and body)."""
     return cuda_source(name, SOURCE)
-
-
-def check_operands(a, b, *, op: str, dtypes=FP32) -> tuple[torch.Tensor, torch.Tensor]:
-    """A (M, K) and B (K, N) as contiguous tensors on the course's device, or a clear error."""
-    for name, t in (("a", a), ("b", b)):
-        check_tensor(t, name, op=op, dtypes=dtypes)
-        if t.dim() != 2:
-            raise ValueError(f"{op}: {name} must be 2-D, got shape {tuple(t.shape)}")
-    if a.shape[1] != b.shape[0]:
-        raise ValueError(f"{op}: shapes {tuple(a.shape)} and {tuple(b.shape)} cannot be multiplied "
-                         f"(a has {a.shape[1]} columns, b has {b.shape[0]} rows)")
-    if a.dtype != b.dtype:
-        raise TypeError(f"{op}: a is {a.dtype} but b is {b.dtype}: give both the same dtype")
-    if max(a.numel(), b.numel(), a.shape[0] * b.shape[1]) > INT32_MAX:
-        raise ValueError(f"{op}: a matrix of more than {INT32_MAX} elements: split the product")
-    return a.contiguous(), b.contiguous()
-
-
-def prepare_operands(a, b, op, dtypes=FP32):
-    """``(a, b, c, M, N, K)``: the checked operands (``check_operands``) and a new float32 C
-    (M, N), zeroed when K == 0 (zero is the right answer; for K > 0 the kernels write every
-    element). The CUDA C++ and Numba launchers start with it."""
-    a, b = check_operands(a, b, op=op, dtypes=dtypes)
-    M, K = a.shape
-    N = b.shape[1]
-    c = (torch.zeros if K == 0 else torch.empty)((M, N), dtype=torch.float32, device=a.device)
-    return a, b, c, M, N, K
 
 
 def matmul_naive(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -144,11 +121,3 @@ VERSIONS = version_index(SOURCE, v1=matmul_naive, v2=matmul_tiled, v3=matmul_reg
 REFERENCE = "v4"
 matmul = VERSIONS[REFERENCE][1]
 #: v5 (tensor cores, float16/bfloat16 inputs) is the topic matmul_fp16: kernels/cuda/matmul_fp16.py.
-
-
-def matmul_ref(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """C = A @ B: in float32 for float16/bfloat16 inputs (as the kernels return it), else in
-    the inputs' dtype."""
-    if a.dtype in HALF:
-        return a.float() @ b.float()
-    return a @ b

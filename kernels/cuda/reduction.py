@@ -15,8 +15,17 @@ import functools
 import torch
 
 import runtime
-from kernels._launch import cdiv, cuda_source, sm_count, version_index, whole_warps
-from runtime.inputs import INT32_MAX, check_input  # the shared input rules
+from kernels._launch import cdiv, cuda_source, sm_count, version_index, whole_warps  # noqa: F401  (lesson 04: red_cuda.sm_count())
+from kernels.frames.reduction import (  # the frame: input rules and references, shared by the three languages
+    num_blocks_grid_stride,
+    row_max_frame,
+    row_max_input,  # noqa: F401  (importable from here too)
+    row_max_ref,  # noqa: F401
+    sum_frame,
+    sum_input,  # noqa: F401
+    sum_ref,  # noqa: F401
+)
+from runtime.inputs import INT32_MAX
 
 SOURCE = runtime.KERNELS_DIR / "cuda" / "reduction.cu"
 BLOCK_SIZE = 256        # threads per block; a power of two (the shared-memory trees need it)
@@ -38,22 +47,6 @@ def source(name: str, path=SOURCE) -> str:
 def _check_int_range(n: int, what: str) -> None:
     if n > INT32_MAX:
         raise ValueError(f"{what} indexes with int: at most {INT32_MAX} elements, got {n}")
-
-
-def sum_input(x) -> tuple[torch.Tensor, torch.Tensor]:
-    """The input rules of every sum, in all three languages: x as a flat contiguous float32
-    tensor (or a clear error), and the output, a 0-d 0 (the sum of no elements, as torch.sum)."""
-    x = check_input(x, op="sum").reshape(-1)
-    return x, torch.zeros((), dtype=torch.float32, device=x.device)
-
-
-def sum_frame(x, launch) -> torch.Tensor:
-    """What every sum launcher does around its kernels, in all three languages: check x
-    (``sum_input``), make out (0), call ``launch(x, out, n)`` unless x is empty, and return out."""
-    x, out = sum_input(x)
-    if x.numel():
-        launch(x, out, x.numel())
-    return out
 
 
 def _one_thread_per_element(x: torch.Tensor, name: str, shared_bytes: int = 0) -> torch.Tensor:
@@ -103,18 +96,6 @@ def sum_warp(x: torch.Tensor) -> torch.Tensor:
     return _one_thread_per_element(x, "sum_warp_kernel")
 
 
-def num_blocks_grid_stride(n: int, block: int = BLOCK_SIZE, per_thread: int = 16) -> int:
-    """How many blocks a grid-stride reduction launches.
-
-    Four blocks of 256 threads per SM: 1024 threads, each with four 16-byte loads in
-    flight, keep about 64 KB per SM on its way from memory, enough to cover its latency.
-    All of them are resident at once (one wave), so no SM runs a lonely last block while
-    the others idle. Fewer blocks when the data is small (``per_thread`` elements each at
-    least). More blocks would only add partial sums to the second pass.
-    """
-    return max(1, min(cdiv(n, block * per_thread), sm_count() * 4))
-
-
 def sum_two_pass(x: torch.Tensor) -> torch.Tensor:
     """v5: grid-stride + float4 + warp shuffles, one partial per block, then one block sums them."""
     def launch(x, out, n):
@@ -122,30 +103,11 @@ def sum_two_pass(x: torch.Tensor) -> torch.Tensor:
             # float4 loads need 16-byte aligned addresses; a view that starts mid-storage
             # (x[1:]) may not be. A fresh copy is aligned.
             x = x.clone()
-        blocks = num_blocks_grid_stride(n)
+        blocks = num_blocks_grid_stride(n, BLOCK_SIZE)
         partials = torch.empty(blocks, dtype=torch.float32, device=x.device)
         kernel("sum_partials_kernel")[blocks, BLOCK_SIZE](x, partials, n)
         kernel("sum_final_kernel")[1, FINAL_BLOCK](partials, out, blocks)
     return sum_frame(x, launch)
-
-
-def row_max_input(x) -> tuple[torch.Tensor, torch.Tensor]:
-    """The input rules of every row_max, in all three languages: x as a contiguous 2-D float32
-    tensor (or a clear error), and the output, one -inf per row (the max of no columns)."""
-    x = check_input(x, op="row_max")
-    if x.dim() != 2:
-        raise ValueError(f"row_max expects a 2-D tensor, got shape {tuple(x.shape)}")
-    return x, torch.full((x.shape[0],), float("-inf"), dtype=torch.float32, device=x.device)
-
-
-def row_max_frame(x, launch) -> torch.Tensor:
-    """What every row_max launcher does around its kernel, in all three languages: check x
-    (``row_max_input``), make out (-inf), call ``launch(x, out, rows, cols)`` unless x is
-    empty, and return out."""
-    x, out = row_max_input(x)
-    if x.numel():
-        launch(x, out, *x.shape)
-    return out
 
 
 def row_max(x: torch.Tensor) -> torch.Tensor:
@@ -163,11 +125,3 @@ VERSIONS = version_index(
     SOURCE, v0=sum_racy, v1=sum_atomic, v2=sum_interleaved, v3=sum_sequential, v4=sum_warp, v5=sum_two_pass)
 REFERENCE = "v5"
 sum = VERSIONS[REFERENCE][1]  # the topic's launcher is called sum
-
-
-def sum_ref(x: torch.Tensor) -> torch.Tensor:
-    return torch.sum(x)
-
-
-def row_max_ref(x: torch.Tensor) -> torch.Tensor:
-    return torch.amax(x, dim=-1)

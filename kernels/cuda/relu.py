@@ -15,6 +15,7 @@ import torch
 
 import runtime
 from kernels._launch import cdiv, inputs_and_output, version_index
+from kernels.frames.relu import relu_backward_input, relu_ref  # noqa: F401  (the shared input rules, the reference)
 from runtime.inputs import INT32_MAX
 
 SOURCE = runtime.KERNELS_DIR / "cuda" / "relu.cu"
@@ -58,13 +59,6 @@ def relu_vec4(x: torch.Tensor) -> torch.Tensor:
     return y
 
 
-def relu_backward_input(grad_out, x, max_numel=None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The input rules of every relu_backward, in all three languages: grad_out and x
-    contiguous float32 tensors of one shape (or a clear error), and a new grad_in."""
-    return inputs_and_output(grad_out, x, op="relu_backward", names=("grad_out", "x"), max_numel=max_numel,
-                             hint="grad_out is the gradient of relu(x), of x's shape")
-
-
 def relu_backward(grad_out: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """dL/dx of ReLU: grad_out where x > 0, else 0 (new tensor, shape of x)."""
     grad_out, x, grad_in = relu_backward_input(grad_out, x, max_numel=INT32_MAX)  # the kernel indexes with int
@@ -77,7 +71,3 @@ def relu_backward(grad_out: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
 VERSIONS = version_index(SOURCE, v1=relu_v1, v2=relu_vec4)
 REFERENCE = "v2"
 relu = VERSIONS[REFERENCE][1]
-
-
-def relu_ref(x: torch.Tensor) -> torch.Tensor:
-    return torch.relu(x)

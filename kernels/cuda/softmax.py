@@ -15,12 +15,17 @@ import torch
 
 import runtime
 from kernels._launch import cdiv, cuda_source, sm_count, version_index, whole_warps
-from runtime.inputs import INT32_MAX, check_input  # the shared input rules
+from kernels.frames.softmax import (  # the frame: input rules and reference, shared by the three languages
+    MAX_THREADS,
+    check_fused_cols,
+    softmax_frame,
+    softmax_input,  # noqa: F401  (importable from here too)
+    softmax_ref,  # noqa: F401
+)
 
 SOURCE = runtime.KERNELS_DIR / "cuda" / "softmax.cu"
 #: Elements per thread the fused kernel can hold in registers (one kernel each).
 FUSED_ITEMS = (1, 2, 4, 8, 16)
-MAX_THREADS = 1024
 #: The longest row v2 can hold: 16 registers x 1024 threads.
 FUSED_MAX_COLS = FUSED_ITEMS[-1] * MAX_THREADS
 
@@ -34,32 +39,6 @@ def kernel(name: str):
 def source(name: str) -> str:
     """The text of one kernel or helper of softmax.cu (its comment block and body)."""
     return cuda_source(name, SOURCE)
-
-
-def softmax_input(x) -> tuple[torch.Tensor, torch.Tensor]:
-    """The input rules of every softmax launcher, in all three languages: x as a contiguous
-    2-D float32 tensor that int32 indexes reach (or a clear error), and a new y of its shape."""
-    x = check_input(x, ndim=2, max_numel=INT32_MAX, op="softmax")
-    return x, torch.empty_like(x)
-
-
-def softmax_frame(x, launch) -> torch.Tensor:
-    """What every softmax launcher does around its kernels, in all three languages: check x
-    (``softmax_input``), make y, call ``launch(x, y, rows, cols)`` unless x is empty, and
-    return y."""
-    x, y = softmax_input(x)
-    if x.numel():
-        launch(x, y, *x.shape)
-    return y
-
-
-def check_fused_cols(cols: int, items: int, threads: int = MAX_THREADS) -> None:
-    """v2's limit, in CUDA C++ and Numba: a row must fit in one block's registers, ``items``
-    per thread x ``threads`` threads (a clear error otherwise)."""
-    if cols > items * threads:
-        raise ValueError(f"rows of {cols} columns do not fit in one block's registers (at most "
-                         f"{items * threads} = {items} per thread x {threads} threads): "
-                         "use the online softmax (v3) for long rows")
 
 
 def threads_for(cols: int, per_thread: int) -> int:
@@ -176,7 +155,3 @@ VERSIONS = version_index(
     v6=softmax_auto_onchip)
 REFERENCE = "v6"
 softmax = VERSIONS[REFERENCE][1]
-
-
-def softmax_ref(x: torch.Tensor) -> torch.Tensor:
-    return torch.softmax(x, dim=-1)

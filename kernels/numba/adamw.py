@@ -13,7 +13,7 @@ import math
 
 import runtime
 from kernels._launch import cdiv, version_index
-from kernels.cuda.adamw import MAX_BLOCKS, NORM_BLOCKS, adamw_tensors, check_hyper, prepare_grad_norm
+from kernels.frames.adamw import MAX_BLOCKS, NORM_BLOCKS, adamw_tensors, check_hyper, prepare_grad_norm
 
 from numba import cuda, float32
 

@@ -17,7 +17,7 @@ import torch
 
 import runtime  # (before numba: it picks the simulator or the GPU)
 from kernels._launch import capped_grid, cdiv, inputs_and_output, version_index
-from kernels.cuda.add import add_2d_input, check_grid_rows  # the shared input rules
+from kernels.frames.add import add_2d_input, check_grid_rows  # the shared input rules
 
 from numba import cuda
 

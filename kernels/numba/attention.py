@@ -29,7 +29,7 @@ import torch
 
 import runtime  # must come before numba: it picks the simulator or the GPU
 from kernels._launch import cdiv, version_index
-from kernels.cuda.attention import (  # the shared input rules
+from kernels.frames.attention import (  # the shared input rules
     attention_ref,  # noqa: F401  (the reference, defined once)
     backward_designs,
     check_backward_inputs,

@@ -14,7 +14,7 @@ import torch
 
 import runtime
 from kernels._launch import version_index
-from kernels.cuda.bias_gelu import THREADS, check_bias_backward_inputs, check_bias_inputs, grid_for
+from kernels.frames.bias_gelu import THREADS, check_bias_backward_inputs, check_bias_inputs, grid_for
 
 from numba import cuda, float32
 

@@ -20,7 +20,7 @@ import torch
 
 import runtime
 from kernels._launch import version_index
-from kernels.cuda.cross_entropy import IGNORE_INDEX, prepare_backward, prepare_forward, prepare_mean_loss
+from kernels.frames.cross_entropy import IGNORE_INDEX, prepare_backward, prepare_forward, prepare_mean_loss
 from kernels.numba.reduction import block_max_all, block_sum_all
 
 from numba import cuda, float32

@@ -15,7 +15,7 @@ import math
 
 import runtime
 from kernels._launch import cdiv, version_index
-from kernels.cuda.embedding import CHUNK, backward_frame, chunk_partials, forward_frame
+from kernels.frames.embedding import CHUNK, backward_frame, chunk_partials, forward_frame
 
 from numba import cuda
 

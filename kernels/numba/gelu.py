@@ -20,8 +20,9 @@ import numpy as np
 
 import runtime  # noqa: F401  (must come before numba: it picks the GPU or the simulator)
 from kernels._launch import version_index
-from kernels.cuda.gelu import BASELINES, INT32_MAX, gelu_compiled, gelu_ref, gelu_torch, gelu_unfused_torch  # noqa: F401  (the baselines)
+from kernels.frames.gelu import BASELINES, gelu_compiled, gelu_ref, gelu_torch, gelu_unfused_torch  # noqa: F401  (the baselines)
 from kernels.numba.relu import items_kernel, launch_map  # 256 threads per block
+from runtime.inputs import INT32_MAX
 
 from numba import cuda
 

@@ -22,7 +22,7 @@ import torch
 
 import runtime  # must come before numba: it picks the simulator or the GPU
 from kernels._launch import cdiv, version_index
-from kernels.cuda.layernorm import EPS, norm_backward, norm_forward
+from kernels.frames.layernorm import EPS, norm_backward, norm_forward
 from kernels.numba.reduction import block_sum_all, warp_sum_all
 
 from numba import cuda, float32

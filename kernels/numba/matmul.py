@@ -15,7 +15,7 @@ import torch
 
 import runtime  # must come before numba: it picks the simulator or the GPU
 from kernels._launch import cdiv, version_index
-from kernels.cuda.matmul import matmul_ref, prepare_operands  # noqa: F401  (the shared input rules and reference)
+from kernels.frames.matmul import matmul_ref, prepare_operands  # noqa: F401  (the shared input rules and reference)
 
 from numba import cuda, float32
 

@@ -12,7 +12,7 @@ import torch
 
 import runtime  # must come before numba: it picks the simulator or the GPU
 from kernels._launch import cdiv, version_index
-from kernels.cuda.matmul import HALF, matmul_ref, prepare_operands
+from kernels.frames.matmul_fp16 import HALF, matmul_fp16_ref, matmul_ref, prepare_operands  # noqa: F401  (the references)
 
 from numba import cuda, float32
 
@@ -40,4 +40,3 @@ def matmul_fp16(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 VERSIONS = version_index(__doc__, v1=matmul_fp16)
 REFERENCE = "v1"
-matmul_fp16_ref = matmul_ref

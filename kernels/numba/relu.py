@@ -19,7 +19,7 @@ import torch
 
 import runtime  # before numba: it picks the simulator or the GPU
 from kernels._launch import capped_grid, cdiv, inputs_and_output, version_index
-from kernels.cuda.relu import relu_backward_input
+from kernels.frames.relu import relu_backward_input
 
 from numba import cuda
 

@@ -12,7 +12,7 @@ import math
 
 import runtime
 from kernels._launch import version_index
-from kernels.cuda.residual_layernorm import EPS, THREADS, fused_frame, grid_for, unfused_frame
+from kernels.frames.residual_layernorm import EPS, THREADS, fused_frame, grid_for, unfused_frame
 from kernels.numba.layernorm import layernorm
 from kernels.numba.reduction import block_sum_all
 

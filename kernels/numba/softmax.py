@@ -16,7 +16,7 @@ import torch
 
 import runtime  # must come before numba: it picks the simulator or the GPU
 from kernels._launch import cdiv, version_index, whole_warps
-from kernels.cuda.softmax import check_fused_cols, softmax_frame, softmax_ref  # noqa: F401  (the reference, defined once)
+from kernels.frames.softmax import MAX_THREADS, check_fused_cols, softmax_frame, softmax_ref  # noqa: F401  (the reference, defined once)
 from kernels.numba.reduction import block_max_all, block_sum_all, row_max_kernel, warp_sum_all  # noqa: F401  (attention uses warp_sum_all)
 
 from numba import cuda, float32
@@ -24,7 +24,6 @@ from numba import cuda, float32
 FULL_MASK = 0xFFFFFFFF
 #: Elements per thread v2 keeps in registers: a local array needs a compile-time size.
 ITEMS = 16
-MAX_THREADS = 1024
 FUSED_MAX_COLS = ITEMS * MAX_THREADS
 #: Threads per block of the row-wise kernels (smaller in simulation: one Python thread each).
 ROW_THREADS = 64 if runtime.SIMULATE else 256

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import runtime
 from kernels._launch import version_index
-from kernels.cuda.adamw import adamw_tensors, check_hyper, prepare_grad_norm
+from kernels.frames.adamw import adamw_tensors, check_hyper, prepare_grad_norm
 
 import triton
 import triton.language as tl

@@ -17,7 +17,7 @@ import torch
 
 import runtime  # (before triton: it switches on the interpreter in simulation)
 from kernels._launch import inputs_and_output, version_index
-from kernels.cuda.add import add_2d_input  # the shared input rules
+from kernels.frames.add import add_2d_input  # the shared input rules
 
 import triton
 import triton.language as tl

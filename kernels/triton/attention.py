@@ -44,7 +44,7 @@ import torch
 
 import runtime  # configures the interpreter before triton loads
 from kernels._launch import version_index
-from kernels.cuda.attention import (  # the shared input rules
+from kernels.frames.attention import (  # the shared input rules
     attention_ref,  # noqa: F401  (the reference, defined once)
     backward_designs,
     check_backward_inputs,

@@ -15,7 +15,7 @@ import torch
 
 import runtime
 from kernels._launch import version_index
-from kernels.cuda.bias_gelu import check_bias_backward_inputs, check_bias_inputs
+from kernels.frames.bias_gelu import check_bias_backward_inputs, check_bias_inputs
 
 import triton
 import triton.language as tl

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import runtime
 from kernels._launch import version_index
-from kernels.cuda.embedding import CHUNK, backward_frame, chunk_partials, forward_frame
+from kernels.frames.embedding import CHUNK, backward_frame, chunk_partials, forward_frame
 
 import triton
 import triton.language as tl

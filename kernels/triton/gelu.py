@@ -21,7 +21,8 @@ import torch
 
 import runtime  # noqa: F401  (must come before triton: it picks the GPU or the interpreter)
 from kernels._launch import inputs_and_output, version_index
-from kernels.cuda.gelu import BASELINES, INT32_MAX, gelu_compiled, gelu_ref, gelu_torch, gelu_unfused_torch  # noqa: F401  (the baselines)
+from kernels.frames.gelu import BASELINES, gelu_compiled, gelu_ref, gelu_torch, gelu_unfused_torch  # noqa: F401  (the baselines)
+from runtime.inputs import INT32_MAX
 
 import triton
 import triton.language as tl

@@ -31,7 +31,7 @@ import torch
 
 import runtime  # configures the interpreter before triton loads
 from kernels._launch import sm_count, version_index
-from kernels.cuda.layernorm import EPS, norm_backward, norm_forward, stats_dtype
+from kernels.frames.layernorm import EPS, norm_backward, norm_forward, stats_dtype
 
 import triton
 import triton.language as tl

@@ -26,13 +26,11 @@ import torch
 
 import runtime  # configures the interpreter before triton loads
 from kernels._launch import version_index
-from kernels.cuda.matmul import HALF, check_operands, matmul_ref  # noqa: F401  (shared rules, reference)
+from kernels.frames.matmul import FP32, HALF, check_operands, matmul_ref  # noqa: F401  (shared rules, reference)
 from runtime.backends.triton.compat import autotune
 
 import triton
 import triton.language as tl
-
-FP32 = (torch.float32,)
 
 
 def _configs(fp32: bool):

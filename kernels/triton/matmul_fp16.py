@@ -9,9 +9,9 @@ The kernels, and the version index with v1 (v2's exact-fp32 twin), are in kernel
 from __future__ import annotations
 
 from kernels._launch import version_index
+from kernels.frames.matmul_fp16 import matmul_fp16_ref, matmul_ref  # noqa: F401  (the reference, defined once)
 from kernels.triton import matmul as matmul_module
-from kernels.triton.matmul import matmul_fp16, matmul_ref, matmul_tma
+from kernels.triton.matmul import matmul_fp16, matmul_tma
 
 VERSIONS = version_index(matmul_module.__doc__, v2=matmul_fp16, v3=matmul_tma)
 REFERENCE = "v3"
-matmul_fp16_ref = matmul_ref

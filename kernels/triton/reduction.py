@@ -18,7 +18,7 @@ import torch
 
 import runtime  # noqa: F401  (configures the interpreter before triton loads)
 from kernels._launch import version_index
-from kernels.cuda.reduction import num_blocks_grid_stride, row_max_frame, row_max_ref, sum_frame, sum_ref  # noqa: F401  (the references, defined once)
+from kernels.frames.reduction import num_blocks_grid_stride, row_max_frame, row_max_ref, sum_frame, sum_ref  # noqa: F401  (the references, defined once)
 
 import triton
 import triton.language as tl

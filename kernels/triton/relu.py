@@ -17,7 +17,7 @@ import torch
 
 import runtime  # noqa: F401  (before triton: it switches on the interpreter in simulation)
 from kernels._launch import inputs_and_output, version_index
-from kernels.cuda.relu import relu_backward_input
+from kernels.frames.relu import relu_backward_input
 
 import triton
 import triton.language as tl

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import runtime
 from kernels._launch import version_index
-from kernels.cuda.residual_layernorm import EPS, fused_frame, unfused_frame
+from kernels.frames.residual_layernorm import EPS, fused_frame, unfused_frame
 from kernels.triton.layernorm import layernorm
 
 import triton

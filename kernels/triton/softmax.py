@@ -18,7 +18,7 @@ import torch
 
 import runtime  # noqa: F401  (configures the interpreter before triton loads)
 from kernels._launch import sm_count, version_index
-from kernels.cuda.softmax import softmax_frame, softmax_ref  # noqa: F401  (the reference, defined once)
+from kernels.frames.softmax import softmax_frame, softmax_ref  # noqa: F401  (the reference, defined once)
 from kernels.triton.reduction import row_max_kernel
 
 import triton
