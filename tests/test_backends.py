@@ -3,9 +3,9 @@ anywhere in the course's packages, and every import points down a floor (runtime
 utils, then the tools and benchmarks that use them)."""
 from __future__ import annotations
 
-import ast
 from pathlib import Path
 
+import import_graph
 import pytest
 import torch
 
@@ -19,70 +19,11 @@ FLOORS = {"runtime": 0, "kernels": 1, "utils": 2, "extensions": 3, "tools": 3, "
 # --------------------------------------------------------------------------------------
 # No import circles, no import that climbs
 # --------------------------------------------------------------------------------------
-def _module_name(path: Path) -> str:
-    rel = path.relative_to(ROOT).with_suffix("")
-    parts = list(rel.parts)
-    if parts[-1] == "__init__":
-        parts.pop()
-    return ".".join(parts)
-
-
-def _imports(mod: str, text: str, is_pkg: bool, known) -> set[str]:
-    """The course's modules that ``mod`` imports, at module level or inside a function (a lazy
-    import that closes a circle is still a circle: it only hides it until that call)."""
-    package = mod if is_pkg else mod.rpartition(".")[0]
-    deps = set()
-    for node in ast.walk(ast.parse(text)):
-        names = []
-        if isinstance(node, ast.Import):
-            names = [a.name for a in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")
-                base = base[:len(base) - (node.level - 1)]
-                target = ".".join(base + ([node.module] if node.module else []))
-            else:
-                target = node.module or ""
-            # `from . import x`: x may be a submodule
-            subs = [f"{target}.{a.name}" for a in node.names]
-            names = [s for s in subs if s in known] or [target]
-        for n in names:
-            while n and n not in known:  # `import runtime.backends.cuda._toolchain` -> that module
-                n = n.rpartition(".")[0]
-            if n and n != mod:
-                deps.add(n)
-    return deps
-
-
-def _import_graph(sources: dict[str, tuple[str, bool]]) -> dict[str, set[str]]:
-    """module -> the course's modules it imports. ``sources``: module -> (text, is_package)."""
-    return {mod: _imports(mod, text, is_pkg, sources) for mod, (text, is_pkg) in sources.items()}
-
-
-def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
-    found, state, stack = [], {}, []
-
-    def visit(m):
-        state[m] = 1
-        stack.append(m)
-        for d in sorted(graph.get(m, ())):
-            if state.get(d) == 1:
-                found.append(stack[stack.index(d):] + [d])
-            elif d not in state:
-                visit(d)
-        stack.pop()
-        state[m] = 2
-
-    for m in sorted(graph):
-        if m not in state:
-            visit(m)
-    return found
-
-
 def _sources(packages=tuple(FLOORS)) -> dict[str, tuple[str, bool]]:
-    return {_module_name(p): (p.read_text(), p.name == "__init__.py")
-            for pkg in packages for p in sorted((ROOT / pkg).rglob("*.py"))
-            if ".cache" not in p.parts and "build" not in p.parts}
+    return import_graph.sources(*packages)
+
+
+_import_graph, _cycles = import_graph.graph, import_graph.cycles
 
 
 def test_no_import_circles_anywhere():

@@ -9,11 +9,11 @@
 """
 from __future__ import annotations
 
-import ast
 import importlib
 import sys
 from pathlib import Path
 
+import import_graph
 import pytest
 import torch
 from torch._library.custom_ops import CustomOpDef
@@ -47,31 +47,12 @@ def test_no_op_is_registered_outside_kernels_ops():
     assert not found, f"torch.library ops outside kernels/ops.py: {found}"
 
 
-def _module_name(path: Path) -> str:
-    parts = list(path.relative_to(ROOT).with_suffix("").parts)
-    if parts[-1] == "__init__":
-        parts.pop()
-    return ".".join(parts)
+_KNOWN = import_graph.sources("runtime", "kernels", "utils")
 
 
 def _imports(text: str, module: str, is_package: bool) -> set[str]:
-    """The modules ``text`` imports (at module level or inside functions), absolute names;
-    ``from a import b`` counts as both ``a`` and ``a.b`` (b may be a submodule)."""
-    package = module if is_package else module.rpartition(".")[0]
-    out = set()
-    for node in ast.walk(ast.parse(text)):
-        if isinstance(node, ast.Import):
-            out |= {a.name for a in node.names}
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")
-                base = base[:len(base) - (node.level - 1)]
-                target = ".".join(base + ([node.module] if node.module else []))
-            else:
-                target = node.module or ""
-            out.add(target)
-            out |= {f"{target}.{a.name}" for a in node.names}
-    return out
+    """The course's modules ``text`` imports (at module level or inside functions)."""
+    return import_graph.imports(module, text, is_package, _KNOWN)
 
 
 def _kernel_modules_importing_ops(sources: dict[Path, str]) -> list[str]:
@@ -79,7 +60,7 @@ def _kernel_modules_importing_ops(sources: dict[Path, str]) -> list[str]:
     for path, text in sources.items():
         if path == OPS_FILE:
             continue
-        names = _imports(text, _module_name(path), path.name == "__init__.py")
+        names = _imports(text, import_graph.module_name(path), path.name == "__init__.py")
         if any(n == "kernels.ops" or n.startswith("kernels.ops.") for n in names):
             bad.append(str(path.relative_to(ROOT)))
     return bad

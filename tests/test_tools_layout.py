@@ -4,83 +4,36 @@ starts alone, as the sandbox starts it (by path, in isolated mode, nothing of th
 its path)."""
 from __future__ import annotations
 
-import ast
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+import import_graph
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 RUNNER = ROOT / "tools" / "autograde" / "runner.py"
 
 
-def _module_name(path: Path) -> str:
-    parts = list(path.relative_to(ROOT).with_suffix("").parts)
-    if parts[-1] == "__init__":
-        parts.pop()
-    return ".".join(parts)
-
-
 def _sources(package: str) -> dict[str, tuple[str, bool]]:
-    """module -> (its text, whether it is a package's __init__.py), for every file of ``package``."""
-    return {_module_name(p): (p.read_text(), p.name == "__init__.py") for p in sorted((ROOT / package).rglob("*.py"))}
+    return import_graph.sources(package)
 
 
-def _imports(mod: str, text: str, is_pkg: bool, modules=()) -> set[str]:
-    """Every module ``text`` imports, at module level or inside a function (a lazy import that
-    closes a circle is still a circle), as absolute names. ``from pkg import x`` gives ``pkg.x``
-    where that is one of ``modules``, else ``pkg``."""
-    package = mod if is_pkg else mod.rpartition(".")[0]
-    found = set()
-    for node in ast.walk(ast.parse(text)):
-        if isinstance(node, ast.Import):
-            found.update(a.name for a in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")
-                base = base[:len(base) - (node.level - 1)]
-                target = ".".join(base + ([node.module] if node.module else []))
-            else:
-                target = node.module or ""
-            subs = {f"{target}.{a.name}" for a in node.names} & set(modules)
-            found.update(subs or {target})
-    return found
+def _imports(mod: str, text: str, is_pkg: bool) -> set[str]:
+    """Every module of the course ``text`` imports (utils, tools and what they import)."""
+    return import_graph.imports(mod, text, is_pkg, _ALL)
+
+
+_ALL = import_graph.sources("runtime", "kernels", "utils", "tools", "benchmarks", "extensions", "tests")
 
 
 def _graph(sources: dict[str, tuple[str, bool]]) -> dict[str, set[str]]:
-    graph = {}
-    for mod, (text, is_pkg) in sources.items():
-        deps = set()
-        for name in _imports(mod, text, is_pkg, sources):
-            while name and name not in sources:       # `from .sandbox import Limits` -> the module
-                name = name.rpartition(".")[0]
-            if name and name != mod:
-                deps.add(name)
-        graph[mod] = deps
-    return graph
+    return import_graph.graph(sources)
 
 
-def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
-    found, state, stack = [], {}, []
-
-    def visit(m):
-        state[m] = 1
-        stack.append(m)
-        for d in sorted(graph.get(m, ())):
-            if state.get(d) == 1:
-                found.append(stack[stack.index(d):] + [d])
-            elif d not in state:
-                visit(d)
-        stack.pop()
-        state[m] = 2
-
-    for m in sorted(graph):
-        if m not in state:
-            visit(m)
-    return found
+_cycles = import_graph.cycles
 
 
 def test_utils_never_imports_tools():
@@ -114,7 +67,7 @@ def test_the_circle_check_finds_a_lazy_import_that_closes_a_circle(module, lazy_
 def test_the_runner_imports_nothing_of_the_course():
     text = RUNNER.read_text()
     names = _imports("tools.autograde.runner", text, False)
-    first_party = {"tools", "utils", "kernels", "benchmarks", "tests", "extensions"}
+    first_party = {"runtime", "tools", "utils", "kernels", "benchmarks", "tests", "extensions"}
     assert not {n for n in names if n.split(".")[0] in first_party}, names
 
 
