@@ -18,6 +18,7 @@ from here; ``kernels/cuda/<topic>.py`` re-exports ``cdiv`` and ``sm_count`` so a
 from __future__ import annotations
 
 import ast
+import functools
 import re
 import sys
 from collections import OrderedDict
@@ -34,6 +35,18 @@ from runtime.inputs import check_input, check_same_shape
 SIM_SM_COUNT = 4
 #: How the shape error of an elementwise launcher ends.
 ONE_SHAPE = "the kernels take tensors of one shape (no broadcasting)"
+
+
+def cuda_kernels(source: Path):
+    """``kernel(name)`` for a CUDA C++ module: the kernel ``name`` of the ``.cu`` file ``source``,
+    compiled on first use and kept (``kernel("relu_kernel")[grid, block](...)``)."""
+
+    @functools.lru_cache(maxsize=None)
+    def kernel(name: str):
+        return runtime.cuda_kernel(source, name)
+
+    kernel.__doc__ = f"A kernel of {Path(source).name}, compiled once: kernel(name)[grid, block](...)."
+    return kernel
 
 
 def cdiv(a: int, b: int) -> int:

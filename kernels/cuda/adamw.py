@@ -12,10 +12,8 @@ optional 1-element float32 tensor that multiplies g (the ``scale`` of ``grad_nor
 """
 from __future__ import annotations
 
-import functools
-
 import runtime
-from kernels._launch import cdiv, version_index
+from kernels._launch import cdiv, cuda_kernels, version_index
 from kernels.frames.adamw import (  # the frame: input rules and references, shared by the three languages
     DEFAULTS,  # noqa: F401  (importable from here too)
     MAX_BLOCKS,
@@ -33,9 +31,7 @@ SOURCE = runtime.KERNELS_DIR / "cuda" / "adamw.cu"
 THREADS = 64 if runtime.SIMULATE else 256
 
 
-@functools.lru_cache(maxsize=None)
-def kernel(name: str):
-    return runtime.cuda_kernel(SOURCE, name)
+kernel = cuda_kernels(SOURCE)  # kernel(name): a kernel of the .cu file, compiled once
 
 
 def grid_for(n):

@@ -10,12 +10,10 @@ cached, so every launcher is self-contained: sizes come from its inputs, nothing
 """
 from __future__ import annotations
 
-import functools
-
 import torch
 
 import runtime
-from kernels._launch import capped_grid, cdiv, inputs_and_output, version_index
+from kernels._launch import capped_grid, cdiv, cuda_kernels, inputs_and_output, version_index
 from kernels.frames.add import (  # the frame: input rules and reference, shared by the three languages
     MAX_GRID_Y,  # noqa: F401  (importable from here too)
     NO_BROADCAST,  # noqa: F401
@@ -31,10 +29,7 @@ BLOCK_SIZE = 256
 BLOCK_2D = (32, 8)
 
 
-@functools.lru_cache(maxsize=None)
-def kernel(name: str):
-    """A kernel of add.cu, compiled once: ``kernel("add_kernel")[grid, block](...)``."""
-    return runtime.cuda_kernel(SOURCE, name)
+kernel = cuda_kernels(SOURCE)  # kernel(name): a kernel of the .cu file, compiled once
 
 
 def add_v1(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:

@@ -8,14 +8,13 @@ key j when j <= i + Nk - Nq. A query that sees no key gets o = 0 and L = +inf.
 """
 from __future__ import annotations
 
-import functools
 import math
 from collections import OrderedDict
 
 import torch
 
 import runtime
-from kernels._launch import cdiv, cuda_source, version_index
+from kernels._launch import cdiv, cuda_kernels, cuda_source, version_index
 from kernels.frames.attention import (  # the frame: input rules and references, shared by the three languages
     ALL,  # noqa: F401  (importable from here too)
     DQ_MODES,  # noqa: F401
@@ -45,10 +44,7 @@ BWD_THREADS = 256
 MAX_D_SIMT = 128             # v2 and the backward keep up to 128 columns per row
 
 
-@functools.lru_cache(maxsize=None)
-def kernel(name: str):
-    """A kernel of attention.cu, compiled once."""
-    return runtime.cuda_kernel(SOURCE, name)
+kernel = cuda_kernels(SOURCE)  # kernel(name): a kernel of the .cu file, compiled once
 
 
 def source(name: str) -> str:

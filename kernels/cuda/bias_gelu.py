@@ -8,12 +8,10 @@
 """
 from __future__ import annotations
 
-import functools
-
 import torch
 
 import runtime
-from kernels._launch import version_index
+from kernels._launch import cuda_kernels, version_index
 from kernels.frames.bias_gelu import (  # the frame: input rules and references, shared by the three languages
     MAX_BLOCKS,  # noqa: F401  (importable from here too)
     SQRT_2_OVER_PI,  # noqa: F401
@@ -28,9 +26,7 @@ from kernels.frames.bias_gelu import (  # the frame: input rules and references,
 SOURCE = runtime.KERNELS_DIR / "cuda" / "bias_gelu.cu"
 
 
-@functools.lru_cache(maxsize=None)
-def kernel(name: str):
-    return runtime.cuda_kernel(SOURCE, name)
+kernel = cuda_kernels(SOURCE)  # kernel(name): a kernel of the .cu file, compiled once
 
 
 def bias_gelu_unfused(x, b):

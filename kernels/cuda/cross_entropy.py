@@ -14,12 +14,10 @@ not needed after the backward): no second (rows, V) buffer.
 """
 from __future__ import annotations
 
-import functools
-
 import torch
 
 import runtime
-from kernels._launch import version_index
+from kernels._launch import cuda_kernels, version_index
 from kernels.frames.cross_entropy import (  # the frame: input rules and references, shared by the three languages
     IGNORE_INDEX,
     LOGIT_DTYPES,  # noqa: F401  (importable from here too)
@@ -36,9 +34,7 @@ SOURCE = runtime.KERNELS_DIR / "cuda" / "cross_entropy.cu"
 ROW_THREADS = 64 if runtime.SIMULATE else 1024
 
 
-@functools.lru_cache(maxsize=None)
-def kernel(name: str):
-    return runtime.cuda_kernel(SOURCE, name)
+kernel = cuda_kernels(SOURCE)  # kernel(name): a kernel of the .cu file, compiled once
 
 
 def _ctype(x):

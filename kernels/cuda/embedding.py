@@ -14,10 +14,8 @@ shares the embedding's table) both gradients must end up in the same tensor.
 """
 from __future__ import annotations
 
-import functools
-
 import runtime
-from kernels._launch import cdiv, version_index
+from kernels._launch import cdiv, cuda_kernels, version_index
 from kernels.frames.embedding import (  # the frame: input rules and references, shared by the three languages
     CHUNK,
     backward_frame,
@@ -34,9 +32,7 @@ SOURCE = runtime.KERNELS_DIR / "cuda" / "embedding.cu"
 THREADS = 64 if runtime.SIMULATE else 256
 
 
-@functools.lru_cache(maxsize=None)
-def kernel(name: str):
-    return runtime.cuda_kernel(SOURCE, name)
+kernel = cuda_kernels(SOURCE)  # kernel(name): a kernel of the .cu file, compiled once
 
 
 def embedding(ids, weight):

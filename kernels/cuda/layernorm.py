@@ -20,7 +20,7 @@ import functools
 import torch
 
 import runtime
-from kernels._launch import cdiv, cuda_source, sm_count, version_index
+from kernels._launch import cdiv, cuda_kernels, cuda_source, sm_count, version_index
 from kernels.frames.layernorm import (  # the frame: input rules and references, shared by the three languages
     EPS,
     F32,  # noqa: F401  (importable from here too)
@@ -42,10 +42,7 @@ REG_MAX_COLS = REG_ITEMS[-1] * MAX_THREADS
 WARP_MAX_COLS = 256
 
 
-@functools.lru_cache(maxsize=None)
-def kernel(name: str):
-    """A kernel of layernorm.cu, compiled once."""
-    return runtime.cuda_kernel(SOURCE, name)
+kernel = cuda_kernels(SOURCE)  # kernel(name): a kernel of the .cu file, compiled once
 
 
 def source(name: str) -> str:

@@ -15,12 +15,10 @@ Non-contiguous inputs (a transposed view, a slice) are copied to contiguous ones
 """
 from __future__ import annotations
 
-import functools
-
 import torch
 
 import runtime
-from kernels._launch import cdiv, cuda_source, version_index
+from kernels._launch import cdiv, cuda_kernels, cuda_source, version_index
 from kernels.frames.matmul import (  # the frame: input rules and reference, shared by the three languages
     FP32,  # noqa: F401  (importable from here too)
     HALF,
@@ -32,10 +30,7 @@ from kernels.frames.matmul import (  # the frame: input rules and reference, sha
 SOURCE = runtime.KERNELS_DIR / "cuda" / "matmul.cu"
 
 
-@functools.lru_cache(maxsize=None)
-def kernel(name: str):
-    """A kernel of matmul.cu, compiled once."""
-    return runtime.cuda_kernel(SOURCE, name)
+kernel = cuda_kernels(SOURCE)  # kernel(name): a kernel of the .cu file, compiled once
 
 
 def source(name: str) -> str:

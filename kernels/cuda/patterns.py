@@ -7,10 +7,8 @@ hardware counts (coalescing, bank conflicts, divergence, atomics).
 """
 from __future__ import annotations
 
-import functools
-
 import runtime
-from kernels._launch import cuda_source
+from kernels._launch import cuda_kernels, cuda_source
 
 SOURCE = runtime.KERNELS_DIR / "cuda" / "patterns.cu"
 TILE = 32          # patterns.cu's TILE: a transpose block covers a 32 x 32 tile
@@ -18,10 +16,7 @@ TILE_ROWS = 8      # ... with 32 x 8 threads
 REDUCE_BLOCK = 256  # patterns.cu's REDUCE_BLOCK: reduce_strided_index_kernel's block size
 
 
-@functools.lru_cache(maxsize=None)
-def kernel(name: str):
-    """A kernel of patterns.cu, compiled once."""
-    return runtime.cuda_kernel(SOURCE, name)
+kernel = cuda_kernels(SOURCE)  # kernel(name): a kernel of the .cu file, compiled once
 
 
 def source(name: str) -> str:

@@ -10,12 +10,10 @@ empty tensor is 0, as with ``torch.sum``.
 """
 from __future__ import annotations
 
-import functools
-
 import torch
 
 import runtime
-from kernels._launch import cdiv, cuda_source, sm_count, version_index, whole_warps  # noqa: F401  (lesson 04: red_cuda.sm_count())
+from kernels._launch import cdiv, cuda_kernels, cuda_source, sm_count, version_index, whole_warps  # noqa: F401  (lesson 04: red_cuda.sm_count())
 from kernels.frames.reduction import (  # the frame: input rules and references, shared by the three languages
     num_blocks_grid_stride,
     row_max_frame,
@@ -32,10 +30,7 @@ BLOCK_SIZE = 256        # threads per block; a power of two (the shared-memory t
 FINAL_BLOCK = 1024      # the one block of the second pass
 
 
-@functools.lru_cache(maxsize=None)
-def kernel(name: str):
-    """A kernel of reduction.cu, compiled once: ``kernel("sum_warp_kernel")[grid, block](...)``."""
-    return runtime.cuda_kernel(SOURCE, name)
+kernel = cuda_kernels(SOURCE)  # kernel(name): a kernel of the .cu file, compiled once
 
 
 def source(name: str, path=SOURCE) -> str:

@@ -9,12 +9,10 @@ cached, so a launcher is self-contained: sizes come from its input, nothing else
 """
 from __future__ import annotations
 
-import functools
-
 import torch
 
 import runtime
-from kernels._launch import cdiv, inputs_and_output, version_index
+from kernels._launch import cdiv, cuda_kernels, inputs_and_output, version_index
 from kernels.frames.relu import relu_backward_input, relu_ref  # noqa: F401  (the shared input rules, the reference)
 from runtime.inputs import INT32_MAX
 
@@ -22,10 +20,7 @@ SOURCE = runtime.KERNELS_DIR / "cuda" / "relu.cu"
 BLOCK_SIZE = 256
 
 
-@functools.lru_cache(maxsize=None)
-def kernel(name: str):
-    """A kernel of relu.cu, compiled once: ``kernel("relu_kernel")[grid, block](...)``."""
-    return runtime.cuda_kernel(SOURCE, name)
+kernel = cuda_kernels(SOURCE)  # kernel(name): a kernel of the .cu file, compiled once
 
 
 def relu_v1(x: torch.Tensor) -> torch.Tensor:

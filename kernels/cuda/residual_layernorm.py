@@ -8,10 +8,8 @@
 """
 from __future__ import annotations
 
-import functools
-
 import runtime
-from kernels._launch import version_index
+from kernels._launch import cuda_kernels, version_index
 from kernels.cuda.layernorm import layernorm
 from kernels.frames.residual_layernorm import (  # the frame: input rules and reference, shared by the three languages
     EPS,
@@ -28,9 +26,7 @@ from kernels.frames.residual_layernorm import (  # the frame: input rules and re
 SOURCE = runtime.KERNELS_DIR / "cuda" / "residual_layernorm.cu"
 
 
-@functools.lru_cache(maxsize=None)
-def kernel(name: str):
-    return runtime.cuda_kernel(SOURCE, name)
+kernel = cuda_kernels(SOURCE)  # kernel(name): a kernel of the .cu file, compiled once
 
 
 def residual_layernorm_unfused(x, r, w, b, eps=EPS, stats=False):

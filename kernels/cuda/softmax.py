@@ -9,12 +9,10 @@ header lists the versions.
 """
 from __future__ import annotations
 
-import functools
-
 import torch
 
 import runtime
-from kernels._launch import cdiv, cuda_source, sm_count, version_index, whole_warps
+from kernels._launch import cdiv, cuda_kernels, cuda_source, sm_count, version_index, whole_warps
 from kernels.frames.softmax import (  # the frame: input rules and reference, shared by the three languages
     MAX_THREADS,
     check_fused_cols,
@@ -30,10 +28,7 @@ FUSED_ITEMS = (1, 2, 4, 8, 16)
 FUSED_MAX_COLS = FUSED_ITEMS[-1] * MAX_THREADS
 
 
-@functools.lru_cache(maxsize=None)
-def kernel(name: str):
-    """A kernel of softmax.cu, compiled once."""
-    return runtime.cuda_kernel(SOURCE, name)
+kernel = cuda_kernels(SOURCE)  # kernel(name): a kernel of the .cu file, compiled once
 
 
 def source(name: str) -> str:
