@@ -187,13 +187,20 @@ def test_benchmark_command_refuses_without_a_gpu():
     assert "Traceback" not in p.stderr
 
 
-def test_launch_overhead_benchmark_refuses_without_a_gpu(tmp_path):
-    env = dict(os.environ, COURSE_SIMULATE="1", PYTHONPATH=str(ROOT))
-    p = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "launch_overhead.py"), "--out", str(tmp_path)],
-                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
-    assert p.returncode == 2 and "simulation" in p.stdout and "launch-overhead.json" in p.stdout
-    assert not list(tmp_path.iterdir()), "nothing is written without a GPU"
-    recorded = json.loads((ROOT / "benchmarks" / "results" / "launch-overhead.json").read_text())
+@pytest.mark.parametrize("how", ["module", "file"])
+def test_launch_overhead_benchmark_refuses_without_a_gpu(tmp_path, how):
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["COURSE_SIMULATE"] = "1"
+    # python -m from the course's root, or the script as a file from elsewhere (no PYTHONPATH)
+    run = ["-m", "benchmarks.lessons.launch_overhead"] if how == "module" else \
+        [str(ROOT / "benchmarks" / "lessons" / "launch_overhead.py")]
+    out = tmp_path / "out"
+    out.mkdir()
+    p = subprocess.run([sys.executable, *run, "--out", str(out)], cwd=ROOT if how == "module" else tmp_path,
+                       env=env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2 and "simulation" in p.stdout and "launch-overhead.json" in p.stdout, p.stderr[-2000:]
+    assert not list(out.iterdir()), "nothing is written without a GPU"
+    recorded = json.loads((utils.LESSON_RESULTS_DIR / "launch-overhead.json").read_text())
     assert all(r["median_us"] > 0 for r in recorded["per_launch"].values())
 
 
@@ -417,7 +424,7 @@ def _git_repo(path: Path) -> Path:
     path.mkdir()
     git("init", "-q")
     (path / "kernel.cu").write_text("// v1\n")
-    (path / "benchmarks" / "results").mkdir(parents=True)
+    (path / "benchmarks" / "results" / "records").mkdir(parents=True)
     git("add", "kernel.cu")
     git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "one")
     return path
@@ -431,7 +438,7 @@ def test_source_commit_names_head_and_uncommitted_code(tmp_path, monkeypatch):
                           text=True, check=True).stdout.strip()
     assert utils.source_commit() == {"commit": head, "commit_dirty": False}
     # A results file written by the run does not make the measured code differ ...
-    (repo / "benchmarks" / "results" / "h100.json").write_text("{}")
+    (repo / "benchmarks" / "results" / "records" / "h100.json").write_text("{}")
     assert utils.source_commit()["commit_dirty"] is False
     # ... an edited kernel does, and the label says so.
     (repo / "kernel.cu").write_text("// v2\n")
@@ -515,7 +522,7 @@ def test_a_missed_target_says_why(monkeypatch):
 # Source hashes: a recorded figure knows which version of the kernels it measured
 # --------------------------------------------------------------------------------------
 def test_every_recorded_topic_carries_the_hash_of_its_sources():
-    data = json.loads((ROOT / "benchmarks" / "results" / "h100.json").read_text())
+    data = json.loads((utils.RECORDS_DIR / "h100.json").read_text())
     recorded = {r["topic"] for r in data["rows"] if r.get("topic") != "copy"}
     hashes = data.get("topic_sources") or {}
     missing = sorted(t for t in recorded if not (hashes.get(t) or {}).get("hash"))
@@ -546,7 +553,7 @@ def test_stale_topics_follow_the_sources(tmp_path, capsys):
     assert set(stale) == {"relu", "softmax"} and "changed" in stale["relu"] and stale["softmax"] == "never recorded"
     # the command line, and the note a notebook shows, on the real results file
     path = tmp_path / "h100.json"
-    real = json.loads((ROOT / "benchmarks" / "results" / "h100.json").read_text())
+    real = json.loads((utils.RECORDS_DIR / "h100.json").read_text())
     real["topic_sources"]["relu"] = sources.topic_hash("relu")
     real["topic_sources"]["gelu"] = {"hash": "0" * 16, "files": []}
     path.write_text(json.dumps(real))
@@ -558,3 +565,4 @@ def test_stale_topics_follow_the_sources(tmp_path, capsys):
     ub.show_recorded("gelu", path)
     assert "measured on an earlier version of this kernel" in capsys.readouterr().out
     assert "earlier version" in ub.recorded_label("gelu", path)
+
