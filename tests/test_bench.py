@@ -4,6 +4,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -566,3 +567,51 @@ def test_stale_topics_follow_the_sources(tmp_path, capsys):
     assert "measured on an earlier version of this kernel" in capsys.readouterr().out
     assert "earlier version" in ub.recorded_label("gelu", path)
 
+
+# --------------------------------------------------------------------------------------
+# The layout: the command at the top, the other scripts in rooms, results by kind
+# --------------------------------------------------------------------------------------
+#: benchmarks/'s own files at its top: the `python -m benchmarks` command and its modules.
+CORE = {"__init__.py", "__main__.py", "run.py", "harness.py", "topics.py", "report.py", "validation.py",
+        "attention.py", "layernorm.py", "rerecord_gpu_run.sh"}
+ROOMS = ("tune", "lessons", "simulators")
+
+
+def test_the_command_is_at_the_top_and_every_other_script_in_a_room():
+    top = ROOT / "benchmarks"
+    files = {p.name for p in top.iterdir() if p.is_file()}
+    assert files == CORE, f"move these into a room (tune/, lessons/, simulators/): {sorted(files - CORE)}"
+    folders = {p.name for p in top.iterdir() if p.is_dir() and p.name != "__pycache__" and not p.name.startswith(".")}
+    assert folders == {*ROOMS, "results"}
+
+
+@pytest.mark.parametrize("room", ROOMS)
+def test_each_room_indexes_its_scripts_and_names_them_by_the_rule(room):
+    folder = ROOT / "benchmarks" / room
+    index = importlib.import_module(f"benchmarks.{room}").__doc__
+    scripts = sorted(p for p in folder.iterdir() if p.suffix in (".py", ".sh") and p.name != "__init__.py")
+    assert scripts, room
+    for p in scripts:
+        # lower_snake_case, named for what it measures: no lesson number, no "bench", no "_gpu"
+        # that only says where it runs ("_vs_gpu" is a measurement); a GPU session is
+        # <subject>_gpu_run.sh
+        stem = p.stem[:-len("_gpu_run")] if p.suffix == ".sh" else p.stem
+        assert p.suffix == ".py" or p.stem.endswith("_gpu_run"), p.name
+        assert re.fullmatch(r"[a-z][a-z0-9]*(_[a-z0-9]+)*", stem), p.name
+        assert not re.search(r"lesson|bench|(?<!_vs)_gpu(_|$)", stem), p.name
+        # listed in the room's index, at the start of a line
+        name = p.name if p.suffix == ".sh" else p.stem
+        assert re.search(rf"^\s+{re.escape(name)}\s", index, re.M), f"{p.name} is missing from {room}/__init__.py"
+
+
+def test_results_are_grouped_by_kind():
+    kinds = {utils.RECORDS_DIR, utils.LESSON_RESULTS_DIR, utils.SIMULATOR_RESULTS_DIR, utils.TUNE_RESULTS_DIR,
+             utils.VALIDATION_DIR}
+    assert {k.parent for k in kinds} == {utils.RESULTS_DIR}
+    top = {p for p in utils.RESULTS_DIR.iterdir() if not p.name.startswith(".")}
+    assert top == kinds, f"not in a kind's folder: {sorted(p.name for p in top - kinds)}"
+    # every GPU's record is in records/, and only there
+    for kind in kinds - {utils.RECORDS_DIR}:
+        assert not utils.recorded_gpus(kind), kind
+    assert {g["machine"] for g in utils.recorded_gpus()} >= {"h100", "h200"}
+    assert {p.name for p in utils.VALIDATION_DIR.iterdir()} >= {"cpu-validation.txt", "h100-validation.txt"}

@@ -315,3 +315,26 @@ def test_every_lesson_reads_the_newest_gpu_recording():
             for m in pinned.finditer("".join(cell["source"]))]
     assert not hits, "notebooks read one GPU's file by name: " + "; ".join(hits)
 
+
+def test_every_recording_a_lesson_reads_is_where_it_looks():
+    """The files the notebooks read, by pattern (``utils.recorded_gpu_file``) or through a
+    results folder's name (``utils.LESSON_RESULTS_DIR / "gpt-train.json"``), are there."""
+    import re
+    by_pattern = re.compile(r"""recorded_gpu_file\(\s*["']([^"']+)["']""")
+    by_folder = re.compile(r"""utils\.([A-Z_]*(?:RESULTS|RECORDS|VALIDATION)_DIR)\s*/\s*["']([^"']+)["']""")
+    read, missing = [], []
+    for nb in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        for cell in json.loads(nb.read_text())["cells"]:
+            if cell["cell_type"] != "code":
+                continue
+            src = "".join(cell["source"])
+            for pattern in by_pattern.findall(src):
+                read.append(pattern)
+                if utils.recorded_gpu_file(pattern)[0] is None:
+                    missing.append(f"{nb.name}: {pattern}")
+            for folder, name in by_folder.findall(src):
+                read.append(name)
+                if not (getattr(utils, folder) / name).is_file():
+                    missing.append(f"{nb.name}: utils.{folder} / {name!r}")
+    assert len(read) >= 10, read   # the lessons read them: a pattern that no longer finds them reads nothing
+    assert not missing, "notebooks read files that are not there: " + "; ".join(missing)
