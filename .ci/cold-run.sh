@@ -13,12 +13,12 @@
 #   one), else `./course` creates .venv in the clone and installs requirements.txt (minutes, and
 #   the network), exactly as for a newcomer. The record says which.
 # * --log FILE keeps pytest's whole output.
-# * The record goes to FILE (default benchmarks/results/cpu-validation.txt of this repository):
-#   pytest's wall time and summary, the time of each file (the sum of its tests' setup, call and
-#   teardown), the slowest tests, and the machine. Commit it.
+# * The record goes to FILE (default benchmarks/results/validation/cpu-validation.txt of this
+#   repository): pytest's wall time and summary, the time of each file (the sum of its tests'
+#   setup, call and teardown), the slowest tests, and the machine. Commit it.
 set -uo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
-out=$here/benchmarks/results/cpu-validation.txt
+out=$here/benchmarks/results/validation/cpu-validation.txt
 keep_home=0
 log=
 while [ $# -gt 0 ]; do

@@ -4,9 +4,9 @@
 # test), and write a summary. Usage:  bash .ci/gpu-validate.sh [OUTDIR [PYTEST ARGS...]]
 # The summary goes to OUTDIR/<gpu>-validation.txt, named from the GPU by the rule of the GPU
 # records (utils.gpu_slug: h100-validation.txt on an H100, h200-validation.txt on an H200);
-# commit it as benchmarks/results/<gpu>-validation.txt. Its first lines name the GPU and the
-# code tested (`code: commit <hash>`, "plus uncommitted changes" when the tree differed from
-# it); in a copy without .git, set COURSE_COMMIT to that commit's hash.
+# commit it in benchmarks/results/validation/. Its first lines name the GPU and the code tested
+# (`code: commit <hash>`, "plus uncommitted changes" when the tree differed from it); in a copy
+# without .git, set COURSE_COMMIT to that commit's hash.
 # A change to kernels/, utils/, notebooks/, exercises/ or solutions/ ends with one such call at
 # its final commit: `python -m benchmarks --stale` reads the newest summary's `code:` line and
 # says when one is due.

@@ -1,21 +1,28 @@
 #!/usr/bin/env bash
 # Bring a GPU's records up to date, on the GPU machine, from the repository root. STEPS picks
-# the steps (default: "stale overhead simvsgpu paths"); each writes into benchmarks/results/:
+# the steps (default: "stale overhead simvsgpu paths"); each writes into its kind of
+# benchmarks/results/ (records/, lessons/, simulators/):
 #   stale      python -m benchmarks --update --stale: the topics whose kernels changed since
-#              their most recent record, measured into this GPU's file (<gpu>.json, .md, plots)
-#   overhead   benchmarks/launch_overhead.py: what one launch costs the host (launch-overhead.json)
-#   simvsgpu   benchmarks/sim_vs_gpu.py --record: every catalog verdict graded on this GPU
+#              their most recent record, measured into this GPU's file (records/<gpu>.json,
+#              .md, plots)
+#   overhead   benchmarks.lessons.launch_overhead: what one launch costs the host
+#              (lessons/launch-overhead.json)
+#   simvsgpu   benchmarks.simulators.sim_vs_gpu --record: every catalog verdict graded on this
+#              GPU (simulators/sim-vs-gpu.*)
 #   paths      the tests of the GPU-only paths of the harness (test_gpu_paths.py, the guard's)
 #   lesson08   lessons 06 and 08: step time with and without print(loss), Nsight Systems
-#              stats of the training loop, DRAM bytes of every matmul version
-#              (benchmarks/lesson08_gpu_run.sh; LIBDW names a folder with libdw.so.1)
-#   ncu        lessons 02, 04 and 08: Nsight Compute counters of benchmarks/ncu_patterns.py,
-#              sections of one kernel, the torch.profiler trace, compute-sanitizer's reports
-#              (benchmarks/ncu_gpu_run.sh)
+#              stats of the training loop, DRAM bytes of every matmul version, into lessons/
+#              (benchmarks/lessons/step_time_and_dram_gpu_run.sh; LIBDW names a folder with
+#              libdw.so.1)
+#   ncu        lessons 02, 04 and 08: Nsight Compute counters of
+#              benchmarks/simulators/ncu_patterns.py, sections of one kernel and
+#              compute-sanitizer's reports into simulators/, the torch.profiler trace into
+#              lessons/ (benchmarks/simulators/ncu_gpu_run.sh)
 #   probes     lesson 07's torch.compile output code, lesson 05's softmax L2 probe, lesson 06's
-#              TF32 probe
-#   layernorm  lesson 09's forward and backward timings (benchmarks/layernorm_bench.py)
-#   lesson11   lesson 11's kernels beside torch (benchmarks/lesson11.py)
+#              TF32 probe, into lessons/
+#   layernorm  lesson 09's forward and backward timings, into lessons/
+#              (benchmarks.lessons.layernorm_forward_backward)
+#   lesson11   lesson 11's kernels beside torch, into lessons/ (benchmarks.lessons.gpt_kernels)
 #   sweeps     SWEEP_TOPICS (comma-separated, default every topic) re-measured whole, with
 #              their size sweeps, within BUDGET_S
 # Every results file written or changed is packed into OUT/records.tgz (unpack it in the
@@ -35,6 +42,7 @@ export COURSE_COMMIT=${COURSE_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo u
 GPU=$(python3 -c "import torch; from utils.bench import gpu_slug; print(gpu_slug(torch.cuda.get_device_name()))")
 [ -n "$GPU" ] || { echo "no GPU here: nothing to record"; exit 2; }
 RES=benchmarks/results
+LES=$RES/lessons SIM=$RES/simulators
 marker=$(mktemp); touch "$marker"; sleep 1
 {
   start=$(date +%s)
@@ -45,11 +53,11 @@ marker=$(mktemp); touch "$marker"; sleep 1
   fi
   if want overhead; then
     mark "launch overhead"
-    timeout 120 python3 benchmarks/launch_overhead.py; echo "rc=$?"
+    timeout 120 python3 -m benchmarks.lessons.launch_overhead; echo "rc=$?"
   fi
   if want simvsgpu; then
     mark "sim-vs-gpu verdicts"
-    timeout 240 python3 benchmarks/sim_vs_gpu.py --record --jobs 12 | tail -40; echo "rc=$?"
+    timeout 240 python3 -m benchmarks.simulators.sim_vs_gpu --record --jobs 12 | tail -40; echo "rc=$?"
   fi
   if want paths; then
     mark "the harness's GPU-only paths"
@@ -59,35 +67,36 @@ marker=$(mktemp); touch "$marker"; sleep 1
   if want lesson08; then
     mark "lesson08"
     tmp=$(mktemp -d)
-    OUT=$tmp timeout 420 bash benchmarks/lesson08_gpu_run.sh "${LIBDW:-}" 2>&1 | tail -60
-    cp "$tmp/$GPU-print-loss.json" "$tmp/$GPU-profiler-nsys.txt" "$tmp/$GPU-matmul-dram.json" $RES/ 2>/dev/null
+    OUT=$tmp timeout 420 bash benchmarks/lessons/step_time_and_dram_gpu_run.sh "${LIBDW:-}" 2>&1 | tail -60
+    cp "$tmp/$GPU-print-loss.json" "$tmp/$GPU-profiler-nsys.txt" "$tmp/$GPU-matmul-dram.json" $LES/ 2>/dev/null
     ls "$tmp"
   fi
   if want ncu; then
     mark "ncu"
     tmp=$(mktemp -d)
     # Nsight Systems runs in the lesson08 step; ncu, sections, the profiler trace and the sanitizer here
-    OUT=$tmp NSYS= STEPS="${NCU_STEPS:-ncu sections profiler sanitizer}" timeout 560 bash benchmarks/ncu_gpu_run.sh "$COURSE_COMMIT" 2>&1 | tail -60
+    OUT=$tmp NSYS= STEPS="${NCU_STEPS:-ncu sections profiler sanitizer}" timeout 560 bash benchmarks/simulators/ncu_gpu_run.sh "$COURSE_COMMIT" 2>&1 | tail -60
     r=$tmp/results
-    cp "$r/ncu-$GPU.json" "$r/$GPU-profiler-loop.json.gz" "$r/$GPU-profiler-loop.txt" "$r/$GPU-sanitizer.txt" $RES/ 2>/dev/null
-    [ -s "$r/ncu-sections.txt" ] && cp "$r/ncu-sections.txt" "$RES/ncu-$GPU-sections.txt"
+    cp "$r/ncu-$GPU.json" "$r/$GPU-sanitizer.txt" $SIM/ 2>/dev/null
+    cp "$r/$GPU-profiler-loop.json.gz" "$r/$GPU-profiler-loop.txt" $LES/ 2>/dev/null
+    [ -s "$r/ncu-sections.txt" ] && cp "$r/ncu-sections.txt" "$SIM/ncu-$GPU-sections.txt"
     ls "$r"
   fi
   if want probes; then
     mark "probes: output code"
-    timeout 240 python3 benchmarks/output_code.py --commit "$COURSE_COMMIT" 2>&1 | tail -8; echo "rc=$?"
+    timeout 240 python3 -m benchmarks.lessons.output_code --commit "$COURSE_COMMIT" 2>&1 | tail -8; echo "rc=$?"
     mark "probes: softmax L2"
-    timeout 120 python3 benchmarks/softmax_l2_probe.py --out "$RES/$GPU-softmax-l2-probe.json" 2>&1 | tail -12; echo "rc=$?"
+    timeout 120 python3 -m benchmarks.tune.softmax_l2_probe --out "$LES/$GPU-softmax-l2-probe.json" 2>&1 | tail -12; echo "rc=$?"
     mark "probes: tf32"
-    timeout 90 python3 benchmarks/tf32_probe.py "$RES/$GPU-tf32.json" 2>&1 | tail -12; echo "rc=$?"
+    timeout 90 python3 -m benchmarks.tune.tf32_probe "$LES/$GPU-tf32.json" 2>&1 | tail -12; echo "rc=$?"
   fi
   if want layernorm; then
     mark "layernorm forward and backward"
-    timeout 300 python3 benchmarks/layernorm_bench.py --out "$RES/$GPU-layernorm.json" --budget 200 2>&1 | tail -30; echo "rc=$?"
+    timeout 300 python3 -m benchmarks.lessons.layernorm_forward_backward --out "$LES/$GPU-layernorm.json" --budget 200 2>&1 | tail -30; echo "rc=$?"
   fi
   if want lesson11; then
     mark "lesson11"
-    timeout 300 python3 -m benchmarks.lesson11 --budget 200 2>&1 | tail -40; echo "rc=$?"
+    timeout 300 python3 -m benchmarks.lessons.gpt_kernels --budget 200 2>&1 | tail -40; echo "rc=$?"
   fi
   if want sweeps; then
     mark "sweeps: ${SWEEP_TOPICS:-every topic}"

@@ -50,8 +50,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="measure only the size sweeps of --topics; with --update their other rows stay, so a "
                         "topic too long for one sitting can be measured in two (--no-sweep, then this). "
                         f"Topics with their own worker only: {', '.join(CUSTOM_WORKERS)}")
-    p.add_argument("--out", default=str(utils.RESULTS_DIR),
-                   help="where to write the results (default: benchmarks/results)")
+    p.add_argument("--out", default=str(utils.RECORDS_DIR),
+                   help="where to write the results (default: benchmarks/results/records)")
     p.add_argument("--name", default=None,
                    help="file name stem of the results (default: from the GPU, h100 on an H100, h200 on "
                         "an H200); with --stale alone: check that record only")
@@ -69,6 +69,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "measured them, and whether code changed since the last GPU validation call "
                         "(<gpu>-validation.txt), on any machine; with --update: re-measure those topics "
                         "into this GPU's record")
+    p.add_argument("--validation-dir", default=str(utils.VALIDATION_DIR),
+                   help="with --stale: where the GPU validation summaries, <gpu>-validation.txt, are "
+                        "(default: benchmarks/results/validation)")
     p.add_argument("--simulated-dry-run", action="store_true",
                    help="without a GPU: run the whole pipeline on the simulation sizes, to test "
                         "the harness itself; needs --out (its timings time the simulators)")
@@ -85,7 +88,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         p.error(f"unknown topic(s) {unknown}: choose from {', '.join(ALL_TOPICS)}")
     if args.sweep_only and not args.worker and (args.no_sweep or any(t not in CUSTOM_WORKERS for t in args.topics)):
         p.error(f"--sweep-only takes --topics among {', '.join(CUSTOM_WORKERS)}, and no --no-sweep")
-    if args.simulated_dry_run and args.out == str(utils.RESULTS_DIR):
+    if args.simulated_dry_run and args.out == str(utils.RECORDS_DIR):
         p.error("--simulated-dry-run needs --out DIR: its numbers must not land among the recorded results")
     given = argv if argv is not None else sys.argv[1:]
     args.topics_given = any(a == "--topics" or a.startswith("--topics=") for a in given)
@@ -133,7 +136,7 @@ def refuse_without_gpu() -> int:
     print(f"python -m benchmarks times kernels on an NVIDIA GPU, and this machine runs in "
           f"simulation ({utils.REASON}).\n"
           "Timing the simulators on a CPU would say nothing about a GPU, so nothing was measured.\n"
-          f"{records_line(utils.RESULTS_DIR)}\n"
+          f"{records_line(utils.RECORDS_DIR)}\n"
           'In a notebook: utils.show_recorded("relu"), utils.recorded_sweep("softmax").')
     return EXIT_NO_GPU
 
@@ -404,7 +407,8 @@ def main(argv=None) -> int:
         stale, records = stale_across_gpus(results, args.topics, args.name)
         print_stale(results, stale, records)
         print()
-        print(textwrap.fill(validation.validation_report(results)[0], width=100, break_on_hyphens=False))
+        print(textwrap.fill(validation.validation_report(Path(args.validation_dir))[0], width=100,
+                            break_on_hyphens=False))
         if not args.update:
             return EXIT_OK
         if not stale:

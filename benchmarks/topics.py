@@ -40,6 +40,6 @@ def check_shapes(topic: str, simulate: bool) -> list[tuple]:
 
 #: Lesson 11's topics (the kernels its GPT trains on). Their launchers return several tensors
 #: (the loss and the gradient; h and y) or update in place (AdamW, the embedding's gradient),
-#: so ``python -m benchmarks.lesson11`` measures them, not the harness above; their H100 goals
+#: so ``python -m benchmarks.lessons.gpt_kernels`` measures them, not the harness above; their H100 goals
 #: are each topic module's ``TARGETS``.
 LESSON11 = ("cross_entropy", "embedding", "adamw", "bias_gelu", "residual_layernorm")

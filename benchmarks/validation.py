@@ -2,7 +2,7 @@
 
 ``bash .ci/gpu-validate.sh`` runs the unit tests and every notebook on a GPU and writes
 ``<gpu>-validation.txt`` (``h200-validation.txt`` on an H200), committed in
-``benchmarks/results/``. Its ``code:`` line names the commit tested
+``benchmarks/results/validation/``. Its ``code:`` line names the commit tested
 (``code: commit 1a2b3c4d5e6f``, possibly ``plus uncommitted changes``); an older summary
 written by hand names it in its ``== call N: commit 1a2b3c4d5e6f`` headings (the last one
 counts). ``python -m benchmarks --stale`` prints ``validation_report()``: the newest summary,
@@ -91,7 +91,7 @@ def validation_report(results_dir: Path, root: Path = ROOT) -> tuple[str, bool |
     unknown, git or the commit is missing here)."""
     dirs = ", ".join(f"{d}/" for d in CODE_DIRS)
     how = ("run `bash .ci/gpu-validate.sh` on the GPU at the final commit and commit its summary as "
-           "benchmarks/results/<gpu>-validation.txt")
+           "benchmarks/results/validation/<gpu>-validation.txt")
     last = latest_validation(results_dir)
     if last is None:
         return (f"GPU validation: no <gpu>-validation.txt in {results_dir}, so nothing says which code was "

@@ -60,9 +60,9 @@ _configure_simulators()
 # --------------------------------------------------------------------------------------
 # Problem sizes. GPU sizes fill an H100; simulated sizes keep every cell to seconds.
 # Measured on a 2-core CPU: the course's patched Numba simulator runs about 10,000 threads/s
-# in barrier-heavy kernels (stock: about 600/s; see benchmarks/results/numba-simulator-speed.json),
+# in barrier-heavy kernels (stock: about 600/s; see benchmarks/results/simulators/numba-simulator-speed.json),
 # the Triton interpreter takes 0.5-1 ms per program, and the CUDA C++ emulator runs millions
-# of threads/s (benchmarks/results/emulator-speed.json). Awkward (non power-of-two) sizes on
+# of threads/s (benchmarks/results/simulators/emulator-speed.json). Awkward (non power-of-two) sizes on
 # purpose: they exercise the tail block.
 # --------------------------------------------------------------------------------------
 PROBLEM_SIZES = {

@@ -64,13 +64,13 @@ def allow_torch_ops(monkeypatch):
 # `./course test` runs on two workers with --dist loadfile: a file (a notebook above all) runs
 # whole on one worker, so the run ends when the file that started last ends. Started longest
 # first, the long files overlap and the short ones fill the gaps at the end. The length of a file
-# is the time it took in the recorded cold run (benchmarks/results/cpu-validation.txt, written
-# by .ci/cold-run.sh); a file the record does not know yet (a new lesson) counts as
+# is the time it took in the recorded cold run (benchmarks/results/validation/cpu-validation.txt,
+# written by .ci/cold-run.sh); a file the record does not know yet (a new lesson) counts as
 # NEW_FILE_SECONDS. xdist keeps this order only with its own reordering (by number of tests,
 # which put the longest builds last) turned off, as --no-loadscope-reorder does (set here
 # rather than in pyproject.toml: older pytest-xdist releases lack the option).
 NEW_FILE_SECONDS = 30.0
-_RECORD = runtime.paths.RESULTS_DIR / "cpu-validation.txt"
+_RECORD = runtime.paths.VALIDATION_DIR / "cpu-validation.txt"
 
 
 def recorded_file_seconds(record=_RECORD) -> dict[str, float]:

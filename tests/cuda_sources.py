@@ -1,5 +1,5 @@
-"""CUDA C++ pieces that several tests (and benchmarks/emulator_speed.py) build their kernels on,
-where the piece is not what the test is about. Plain strings: importing this imports nothing."""
+"""CUDA C++ pieces that several tests (and benchmarks/simulators/emulator_speed.py) build their
+kernels on, where the piece is not what the test is about. Plain strings: importing this imports nothing."""
 
 #: A block's tree sum in shared memory: ``block_tree_sum(x, s, n)`` loads one element per
 #: thread (0 past ``n``) into ``s`` (``blockDim.x`` floats, a power of two) and returns the

@@ -4,6 +4,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -187,13 +188,20 @@ def test_benchmark_command_refuses_without_a_gpu():
     assert "Traceback" not in p.stderr
 
 
-def test_launch_overhead_benchmark_refuses_without_a_gpu(tmp_path):
-    env = dict(os.environ, COURSE_SIMULATE="1", PYTHONPATH=str(ROOT))
-    p = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "launch_overhead.py"), "--out", str(tmp_path)],
-                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
-    assert p.returncode == 2 and "simulation" in p.stdout and "launch-overhead.json" in p.stdout
-    assert not list(tmp_path.iterdir()), "nothing is written without a GPU"
-    recorded = json.loads((ROOT / "benchmarks" / "results" / "launch-overhead.json").read_text())
+@pytest.mark.parametrize("how", ["module", "file"])
+def test_launch_overhead_benchmark_refuses_without_a_gpu(tmp_path, how):
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["COURSE_SIMULATE"] = "1"
+    # python -m from the course's root, or the script as a file from elsewhere (no PYTHONPATH)
+    run = ["-m", "benchmarks.lessons.launch_overhead"] if how == "module" else \
+        [str(ROOT / "benchmarks" / "lessons" / "launch_overhead.py")]
+    out = tmp_path / "out"
+    out.mkdir()
+    p = subprocess.run([sys.executable, *run, "--out", str(out)], cwd=ROOT if how == "module" else tmp_path,
+                       env=env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2 and "simulation" in p.stdout and "launch-overhead.json" in p.stdout, p.stderr[-2000:]
+    assert not list(out.iterdir()), "nothing is written without a GPU"
+    recorded = json.loads((utils.LESSON_RESULTS_DIR / "launch-overhead.json").read_text())
     assert all(r["median_us"] > 0 for r in recorded["per_launch"].values())
 
 
@@ -417,7 +425,7 @@ def _git_repo(path: Path) -> Path:
     path.mkdir()
     git("init", "-q")
     (path / "kernel.cu").write_text("// v1\n")
-    (path / "benchmarks" / "results").mkdir(parents=True)
+    (path / "benchmarks" / "results" / "records").mkdir(parents=True)
     git("add", "kernel.cu")
     git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "one")
     return path
@@ -431,7 +439,7 @@ def test_source_commit_names_head_and_uncommitted_code(tmp_path, monkeypatch):
                           text=True, check=True).stdout.strip()
     assert utils.source_commit() == {"commit": head, "commit_dirty": False}
     # A results file written by the run does not make the measured code differ ...
-    (repo / "benchmarks" / "results" / "h100.json").write_text("{}")
+    (repo / "benchmarks" / "results" / "records" / "h100.json").write_text("{}")
     assert utils.source_commit()["commit_dirty"] is False
     # ... an edited kernel does, and the label says so.
     (repo / "kernel.cu").write_text("// v2\n")
@@ -515,7 +523,7 @@ def test_a_missed_target_says_why(monkeypatch):
 # Source hashes: a recorded figure knows which version of the kernels it measured
 # --------------------------------------------------------------------------------------
 def test_every_recorded_topic_carries_the_hash_of_its_sources():
-    data = json.loads((ROOT / "benchmarks" / "results" / "h100.json").read_text())
+    data = json.loads((utils.RECORDS_DIR / "h100.json").read_text())
     recorded = {r["topic"] for r in data["rows"] if r.get("topic") != "copy"}
     hashes = data.get("topic_sources") or {}
     missing = sorted(t for t in recorded if not (hashes.get(t) or {}).get("hash"))
@@ -546,7 +554,7 @@ def test_stale_topics_follow_the_sources(tmp_path, capsys):
     assert set(stale) == {"relu", "softmax"} and "changed" in stale["relu"] and stale["softmax"] == "never recorded"
     # the command line, and the note a notebook shows, on the real results file
     path = tmp_path / "h100.json"
-    real = json.loads((ROOT / "benchmarks" / "results" / "h100.json").read_text())
+    real = json.loads((utils.RECORDS_DIR / "h100.json").read_text())
     real["topic_sources"]["relu"] = sources.topic_hash("relu")
     real["topic_sources"]["gelu"] = {"hash": "0" * 16, "files": []}
     path.write_text(json.dumps(real))
@@ -584,3 +592,52 @@ def test_topic_files_follow_every_import_and_the_frame(tmp_path):
     for topic in ALL_TOPICS:
         assert f"kernels/frames/{topic}.py" in sources.topic_files(topic), topic
     assert {"kernels/cuda/matmul.cu", "kernels/frames/matmul.py"} <= set(sources.topic_files("matmul_fp16"))
+
+
+# --------------------------------------------------------------------------------------
+# The layout: the command at the top, the other scripts in rooms, results by kind
+# --------------------------------------------------------------------------------------
+#: benchmarks/'s own files at its top: the `python -m benchmarks` command and its modules.
+CORE = {"__init__.py", "__main__.py", "run.py", "harness.py", "topics.py", "report.py", "validation.py",
+        "attention.py", "layernorm.py", "rerecord_gpu_run.sh"}
+ROOMS = ("tune", "lessons", "simulators")
+
+
+def test_the_command_is_at_the_top_and_every_other_script_in_a_room():
+    top = ROOT / "benchmarks"
+    files = {p.name for p in top.iterdir() if p.is_file()}
+    assert files == CORE, f"move these into a room (tune/, lessons/, simulators/): {sorted(files - CORE)}"
+    folders = {p.name for p in top.iterdir() if p.is_dir() and p.name != "__pycache__" and not p.name.startswith(".")}
+    assert folders == {*ROOMS, "results"}
+
+
+@pytest.mark.parametrize("room", ROOMS)
+def test_each_room_indexes_its_scripts_and_names_them_by_the_rule(room):
+    folder = ROOT / "benchmarks" / room
+    index = importlib.import_module(f"benchmarks.{room}").__doc__
+    scripts = sorted(p for p in folder.iterdir() if p.suffix in (".py", ".sh") and p.name != "__init__.py")
+    assert scripts, room
+    for p in scripts:
+        # lower_snake_case, named for what it measures: no lesson number, no "bench", no "_gpu"
+        # that only says where it runs ("_vs_gpu" is a measurement); a GPU session is
+        # <subject>_gpu_run.sh
+        stem = p.stem[:-len("_gpu_run")] if p.suffix == ".sh" else p.stem
+        assert p.suffix == ".py" or p.stem.endswith("_gpu_run"), p.name
+        assert re.fullmatch(r"[a-z][a-z0-9]*(_[a-z0-9]+)*", stem), p.name
+        assert not re.search(r"lesson|bench|(?<!_vs)_gpu(_|$)", stem), p.name
+        # listed in the room's index, at the start of a line
+        name = p.name if p.suffix == ".sh" else p.stem
+        assert re.search(rf"^\s+{re.escape(name)}\s", index, re.M), f"{p.name} is missing from {room}/__init__.py"
+
+
+def test_results_are_grouped_by_kind():
+    kinds = {utils.RECORDS_DIR, utils.LESSON_RESULTS_DIR, utils.SIMULATOR_RESULTS_DIR, utils.TUNE_RESULTS_DIR,
+             utils.VALIDATION_DIR}
+    assert {k.parent for k in kinds} == {utils.RESULTS_DIR}
+    top = {p for p in utils.RESULTS_DIR.iterdir() if not p.name.startswith(".")}
+    assert top == kinds, f"not in a kind's folder: {sorted(p.name for p in top - kinds)}"
+    # every GPU's record is in records/, and only there
+    for kind in kinds - {utils.RECORDS_DIR}:
+        assert not utils.recorded_gpus(kind), kind
+    assert {g["machine"] for g in utils.recorded_gpus()} >= {"h100", "h200"}
+    assert {p.name for p in utils.VALIDATION_DIR.iterdir()} >= {"cpu-validation.txt", "h100-validation.txt"}

@@ -15,7 +15,7 @@ from benchmarks import validation
 
 ub = importlib.import_module("utils.bench")  # the module (utils.bench is the function)
 ROOT = Path(__file__).resolve().parent.parent
-REAL = ROOT / "benchmarks" / "results"
+REAL = ROOT / "benchmarks" / "results" / "records"
 
 
 def _row(topic, variant, gbps, **kw):
@@ -54,7 +54,7 @@ def two_gpus(tmp_path, monkeypatch):
     _record(tmp_path, "h200-quick", "NVIDIA H200", "2027-01-01T00:00:00Z", 1.0, {"relu": 1.0})
     _record(tmp_path, "simulated", "none", "2027-01-01T00:00:00Z", 1.0, {"relu": 1.0}, simulated=True)
     (tmp_path / "h100-lesson11.json").write_text(json.dumps({"date": "2027-01-01", "rows": [_row("relu", "x", 1.0)]}))
-    monkeypatch.setattr(ub, "RESULTS_DIR", tmp_path)
+    monkeypatch.setattr(ub, "RECORDS_DIR", tmp_path)
     return h100, h200
 
 
@@ -121,7 +121,7 @@ def test_a_sweep_comes_from_the_most_recent_record_that_has_one(two_gpus, capsys
 
 
 def test_nothing_recorded(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(ub, "RESULTS_DIR", tmp_path)
+    monkeypatch.setattr(ub, "RECORDS_DIR", tmp_path)
     assert utils.recorded_gpus() == [] and utils.recorded_gpu() is None and utils.recorded_gpu("relu") is None
     assert utils.recorded_file("relu") is None and utils.recorded_label("relu") is None
     assert utils.recorded("relu") == [] and utils.copy_roofline(topic="relu") is None
@@ -254,7 +254,7 @@ def test_validation_says_unknown_instead_of_guessing(course_repo, tmp_path):
 
 
 def test_the_h100_summary_names_the_commit_of_its_last_call():
-    v = validation.read_validation(REAL / "h100-validation.txt")
+    v = validation.read_validation(utils.VALIDATION_DIR / "h100-validation.txt")
     assert v["commit"] and len(v["commit"]) >= 7 and not v["dirty"]
 
 
@@ -270,7 +270,7 @@ def test_stale_reports_the_validation_with_an_older_commit_of_this_repo(tmp_path
         pytest.skip("this copy's git lacks the commit before the last change to kernels/ (a shallow clone)")
     commit = older.stdout.strip()
     _summary(tmp_path, "h200", f"commit {commit[:12]}")
-    assert brun.main(["--stale", "--out", str(tmp_path)]) == brun.EXIT_OK   # a report, not an error
+    assert brun.main(["--stale", "--out", str(tmp_path), "--validation-dir", str(tmp_path)]) == brun.EXIT_OK
     out = capsys.readouterr().out
     paragraph = " ".join(out.split("\n\n")[-1].split())
     changed = validation.changes_since(commit[:12])["changed"]
@@ -278,19 +278,28 @@ def test_stale_reports_the_validation_with_an_older_commit_of_this_repo(tmp_path
     assert "A validation call is due" in paragraph and changed[0] in paragraph
 
 
-def test_recorded_gpu_file_takes_the_newest_gpu_that_has_the_file(two_gpus, tmp_path):
+def test_recorded_gpu_file_takes_the_newest_gpu_that_has_the_file(two_gpus, tmp_path, monkeypatch):
     # the H100's record is the most recent (its softmax was re-measured after the H200's run);
-    # both GPUs have ncu counters, only the H200 a print-loss file
-    (tmp_path / "h200-print-loss.json").write_text("{}")
-    (tmp_path / "ncu-h100.json").write_text("{}")
-    (tmp_path / "ncu-h200.json").write_text("{}")
+    # both GPUs have ncu counters (simulators/), only the H200 a print-loss file (lessons/)
+    lessons, sims = tmp_path / "lessons", tmp_path / "simulators"
+    for kind, folder in (("LESSON_RESULTS_DIR", lessons), ("SIMULATOR_RESULTS_DIR", sims),
+                         ("TUNE_RESULTS_DIR", tmp_path / "tune")):
+        folder.mkdir(exist_ok=True)
+        monkeypatch.setattr(ub, kind, folder)
+    (lessons / "h200-print-loss.json").write_text("{}")
+    (sims / "ncu-h100.json").write_text("{}")
+    (sims / "ncu-h200.json").write_text("{}")
     assert [g["gpu"] for g in utils.recorded_gpus()] == ["H100", "H200"]
-    assert utils.recorded_gpu_file("ncu-{gpu}.json") == (tmp_path / "ncu-h100.json", "H100")
-    assert utils.recorded_gpu_file("{gpu}-print-loss.json") == (tmp_path / "h200-print-loss.json", "H200")
-    # the lesson11 file exists for the H100 only; a GPU with no benchmark record is named by its stem
+    assert utils.recorded_gpu_file("ncu-{gpu}.json") == (sims / "ncu-h100.json", "H100")
+    assert utils.recorded_gpu_file("{gpu}-print-loss.json") == (lessons / "h200-print-loss.json", "H200")
+    # a folder given is the only one looked in
+    assert utils.recorded_gpu_file("{gpu}-print-loss.json", sims) == (None, None)
+    assert utils.recorded_gpu_file("ncu-{gpu}.json", sims) == (sims / "ncu-h100.json", "H100")
+    # the lesson11 file exists for the H100 only (beside the records); a GPU with no benchmark
+    # record is named by its stem
     assert utils.recorded_gpu_file("{gpu}-lesson11.json") == (tmp_path / "h100-lesson11.json", "H100")
-    (tmp_path / "b200-tf32.json").write_text("{}")
-    assert utils.recorded_gpu_file("{gpu}-tf32.json") == (tmp_path / "b200-tf32.json", "B200")
+    (lessons / "b200-tf32.json").write_text("{}")
+    assert utils.recorded_gpu_file("{gpu}-tf32.json") == (lessons / "b200-tf32.json", "B200")
     assert utils.recorded_gpu_file("{gpu}-nothing.txt") == (None, None)
     with pytest.raises(ValueError, match=r"\{gpu\}"):
         utils.recorded_gpu_file("h200-print-loss.json")
@@ -305,3 +314,27 @@ def test_every_lesson_reads_the_newest_gpu_recording():
             for cell in json.loads(nb.read_text())["cells"] if cell["cell_type"] == "code"
             for m in pinned.finditer("".join(cell["source"]))]
     assert not hits, "notebooks read one GPU's file by name: " + "; ".join(hits)
+
+
+def test_every_recording_a_lesson_reads_is_where_it_looks():
+    """The files the notebooks read, by pattern (``utils.recorded_gpu_file``) or through a
+    results folder's name (``utils.LESSON_RESULTS_DIR / "gpt-train.json"``), are there."""
+    import re
+    by_pattern = re.compile(r"""recorded_gpu_file\(\s*["']([^"']+)["']""")
+    by_folder = re.compile(r"""utils\.([A-Z_]*(?:RESULTS|RECORDS|VALIDATION)_DIR)\s*/\s*["']([^"']+)["']""")
+    read, missing = [], []
+    for nb in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        for cell in json.loads(nb.read_text())["cells"]:
+            if cell["cell_type"] != "code":
+                continue
+            src = "".join(cell["source"])
+            for pattern in by_pattern.findall(src):
+                read.append(pattern)
+                if utils.recorded_gpu_file(pattern)[0] is None:
+                    missing.append(f"{nb.name}: {pattern}")
+            for folder, name in by_folder.findall(src):
+                read.append(name)
+                if not (getattr(utils, folder) / name).is_file():
+                    missing.append(f"{nb.name}: utils.{folder} / {name!r}")
+    assert len(read) >= 10, read   # the lessons read them: a pattern that no longer finds them reads nothing
+    assert not missing, "notebooks read files that are not there: " + "; ".join(missing)

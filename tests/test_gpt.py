@@ -128,7 +128,7 @@ def test_corpus_is_the_course_text():
 
 
 def test_h100_script_runs_tiny_on_cpu(tmp_path, capsys):
-    from benchmarks import gpt_train
+    from benchmarks.lessons import gpt_train
     out = tmp_path / "res"
     gpt_train.main(["--tiny", "--steps", "2", "--out", str(out)])
     res = json.loads((out / "gpt-train.json").read_text())

@@ -39,7 +39,7 @@ def test_mutation_must_occur_exactly_once():
         M.mutate("05_softmax", m)
 
 
-@pytest.mark.skipif(not utils.SIMULATE, reason="grades in simulation (benchmarks/sim_vs_gpu.py on a GPU)")
+@pytest.mark.skipif(not utils.SIMULATE, reason="grades in simulation (benchmarks/simulators/sim_vs_gpu.py on a GPU)")
 @pytest.mark.parametrize("ex,m", ENTRIES, ids=[f"{ex[:2]}-{m.name}" for ex, m in ENTRIES])
 def test_mistake_gets_its_cause(ex, m, request):
     if m.xfail:

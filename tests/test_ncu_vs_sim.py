@@ -1,14 +1,14 @@
 """The course's profiler against Nsight Compute: the simulated counters of every case of
-benchmarks/ncu_patterns.py, recomputed here, agree with the H100's recorded ones
-(benchmarks/results/ncu-h100.json) within 10%, exactly for the simple patterns, and with the
-comparison table committed in benchmarks/results/ncu-vs-sim.json."""
+benchmarks/simulators/ncu_patterns.py, recomputed here, agree with the H100's recorded ones
+(benchmarks/results/simulators/ncu-h100.json) within 10%, exactly for the simple patterns, and
+with the comparison table committed in benchmarks/results/simulators/ncu-vs-sim.json."""
 import json
 
 import pytest
 
 import utils
-from benchmarks import ncu_vs_sim as cmp
-from benchmarks.ncu_patterns import CASES
+from benchmarks.simulators import ncu_vs_sim as cmp
+from benchmarks.simulators.ncu_patterns import CASES
 
 pytestmark = pytest.mark.skipif(not utils.SIMULATE, reason="compares the simulation with recorded GPU counters")
 
@@ -41,10 +41,11 @@ def test_simulation_matches_ncu(name, request):
            for r in result["rows"] if r["verdict"].startswith("FAIL")]
     assert not bad, "\n".join(bad)
     # the committed table shows what the simulation computes now
-    assert name in TABLE["cases"], "benchmarks/results/ncu-vs-sim.json lacks this case: run benchmarks/ncu_vs_sim.py"
+    assert name in TABLE["cases"], ("benchmarks/results/simulators/ncu-vs-sim.json lacks this case: "
+                                    "run python -m benchmarks.simulators.ncu_vs_sim")
     recorded_rows = {r["metric"]: r["sim"] for r in TABLE["cases"][name]["rows"]}
     stale = {m: (recorded_rows[m], v) for m, v in sim.items() if m in recorded_rows and recorded_rows[m] != v}
-    assert not stale, f"benchmarks/results/ncu-vs-sim.json is stale for {name}: {stale}"
+    assert not stale, f"benchmarks/results/simulators/ncu-vs-sim.json is stale for {name}: {stale}"
 
 
 def test_occupancy_calculator_reproduces_every_launchs_limits():
@@ -60,7 +61,7 @@ def test_occupancy_calculator_reproduces_every_launchs_limits():
 
 
 def test_ncu_raw_csv_rows_become_numbers():
-    from benchmarks.ncu_run import parse_raw_csv
+    from benchmarks.simulators.ncu_run import parse_raw_csv
     text = "\n".join([
         "==PROF== Connected to process 1",
         '"ID","Kernel Name","l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum",'

@@ -172,7 +172,7 @@ def test_display():
 
 
 def _recorded(name):
-    return utils.RESULTS_DIR / name
+    return utils.SIMULATOR_RESULTS_DIR / name
 
 
 def _recorded_ncu_cases():
@@ -191,7 +191,7 @@ def _bytes(v):
 
 
 @pytest.mark.parametrize("ncu", _recorded_ncu_cases() or [pytest.param(None, marks=pytest.mark.skip(
-    reason="benchmarks/results/ncu-h100.json is not recorded in this copy"))])
+    reason="benchmarks/results/simulators/ncu-h100.json is not recorded in this copy"))])
 def test_agrees_with_nsight_compute_on_the_h100(ncu):
     """The launches recorded under Nsight Compute on the H100: the same limits and occupancy
     from the same block size, registers and shared memory, with the shared-memory limit counted
@@ -225,7 +225,7 @@ def test_agrees_with_nsight_compute_occupancy_curves():
     import re
     path = _recorded("ncu-h100-sections.txt")
     if not path.exists():
-        pytest.skip(f"benchmarks/results/{path.name} is not recorded in this copy")
+        pytest.skip(f"benchmarks/results/simulators/{path.name} is not recorded in this copy")
     text = path.read_text()
 
     def value(label):

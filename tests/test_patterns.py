@@ -1,10 +1,10 @@
 """The pattern kernels of kernels/cuda/patterns.cu compute what their comments say, launched
-exactly as benchmarks/ncu_patterns.py launches them for the profiler comparison."""
+exactly as benchmarks/simulators/ncu_patterns.py launches them for the profiler comparison."""
 import pytest
 import torch
 
 import utils
-from benchmarks.ncu_patterns import CASES, N, launch
+from benchmarks.simulators.ncu_patterns import CASES, N, launch
 
 
 def _copy(args):

@@ -252,7 +252,7 @@ def test_many_blocks_atomically_adding_to_one_address():
     p = k.profile[64, 32](out)
     assert out.item() == 2048.0
     # one request per warp; the 32 lanes take turns on the one address: a sector each (as an
-    # H100 counts it: benchmarks/results/ncu-h100.json, 65536 sectors for 2048 requests)
+    # H100 counts it: benchmarks/results/simulators/ncu-h100.json, 65536 sectors for 2048 requests)
     assert atomics(p) == (64, 64 * 32)
     if RED_REQ in p.metrics:  # the machine code says RED: the old value is not used
         assert p.metrics[RED_REQ] == 64 and p.metrics[ATOM_REQ] == 0

@@ -9,8 +9,8 @@ and fails on:
   fast"): compute it in a cell from ``utils.recorded(...)`` instead (the markdown files
   describe CPU experiments in such words, and have no cells);
 * a performance figure (GB/s, ms, µs, "% of copy" / "% of the roofline") that matches no
-  value in a GPU's record (``benchmarks/results/<gpu>.json``: ``h100.json``, ``h200.json``, ...)
-  or ``launch-overhead.json``: not a measured row,
+  value in a GPU's record (``benchmarks/results/records/<gpu>.json``: ``h100.json``, ``h200.json``,
+  ...) or ``lessons/launch-overhead.json``: not a measured row,
   a copy roofline, a target's threshold, nor a recorded launch cost. A figure within 10% of
   a recorded value passes: re-recording moves numbers a little, a contradiction moves them more.
 """
@@ -22,10 +22,10 @@ from pathlib import Path
 
 import pytest
 
+from utils import LESSON_RESULTS_DIR, RECORDS_DIR
 from utils.bench import recorded_gpus
 
 ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "benchmarks" / "results"
 TOLERANCE = 0.10
 
 # "half as fast", "twice as slow", "3.1x slower", "3 times faster", "2× the speed"
@@ -41,8 +41,8 @@ FIGURE = re.compile(
 def _recorded_values() -> dict[str, list[float]]:
     """Every figure the results files hold, by unit: GB/s, ms, us and % of copy."""
     vals: dict[str, list[float]] = {"gbps": [], "ms": [], "us": [], "pct": []}
-    records = [json.loads(r["path"].read_text()) for r in recorded_gpus(RESULTS)]
-    assert records, f"no GPU's record in {RESULTS}"
+    records = [json.loads(r["path"].read_text()) for r in recorded_gpus(RECORDS_DIR)]
+    assert records, f"no GPU's record in {RECORDS_DIR}"
     for data in records:
         rows = list(data.get("rows", [])) + [data.get("copy") or {}]
         for r in rows:
@@ -59,7 +59,7 @@ def _recorded_values() -> dict[str, list[float]]:
                     vals["pct"].append(100 * v)
                 elif unit == "gbps":
                     vals["gbps"].append(v)
-    launch = json.loads((RESULTS / "launch-overhead.json").read_text())
+    launch = json.loads((LESSON_RESULTS_DIR / "launch-overhead.json").read_text())
     for r in launch.get("per_launch", {}).values():
         vals["us"] += [r[k] for k in ("median_us", "min_us", "max_us") if r.get(k) is not None]
     return vals

@@ -251,18 +251,16 @@ def test_the_device_part_leaves_out_declarations_of_cublas_types():
 
 
 # ---------------------------------------------------------------------------------------
-# The survey of published kernels (benchmarks/published_survey.py): one case per repository
+# The survey of published kernels (benchmarks/simulators/published_survey.py): one case per repository
 # it has a mirror of, when COURSE_SURVEY_MIRRORS points at the mirrors
 # ---------------------------------------------------------------------------------------
 def _survey():
     import os
-    import sys
     from pathlib import Path
     base = os.environ.get("COURSE_SURVEY_MIRRORS", "")
     if not base or not utils.SIMULATE:
         pytest.skip("no mirrors of the surveyed repositories (COURSE_SURVEY_MIRRORS), or not in simulation")
-    sys.path.insert(0, str(Path(utils.ROOT) / "benchmarks"))
-    import published_survey
+    from benchmarks.simulators import published_survey
     return published_survey, Path(base)
 
 

@@ -1,6 +1,7 @@
-"""Patterns of published CUDA code that the emulator once refused (benchmarks/published_survey.py):
-cooperative-groups tiles of several warps, a kernel whose source also has a grid-synchronizing
-kernel, `extern __shared__` in a header of the kernel's folder, a `half` passed by value."""
+"""Patterns of published CUDA code that the emulator once refused
+(benchmarks/simulators/published_survey.py): cooperative-groups tiles of several warps, a kernel
+whose source also has a grid-synchronizing kernel, `extern __shared__` in a header of the
+kernel's folder, a `half` passed by value."""
 import struct
 
 import pytest

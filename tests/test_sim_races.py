@@ -305,7 +305,7 @@ def test_numba_shuffle_within_the_mask_or_past_the_edge_is_defined():
 
 
 def test_tutorials_survey_without_a_path_runs_nothing(capsys, tmp_path):
-    from benchmarks import triton_tutorials
+    from benchmarks.simulators import triton_tutorials
     assert triton_tutorials.main([str(tmp_path / "missing"), "--no-write"]) == 0
     assert "nothing run" in capsys.readouterr().out
 

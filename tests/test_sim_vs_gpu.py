@@ -1,17 +1,18 @@
 """Simulation gives the GPU's verdicts: every catalog mistake (tests/mistakes/) and every grader
 test kernel (tests/grader_kernels.py), graded here in simulation, gets the verdict recorded on
-the H100 in benchmarks/results/sim-vs-gpu.json (``python3 benchmarks/sim_vs_gpu.py --record``),
+the H100 in benchmarks/results/simulators/sim-vs-gpu.json
+(``python3 -m benchmarks.simulators.sim_vs_gpu --record``),
 except the races and undefined behaviour that only simulation catches (listed with why)."""
 import json
 
 import pytest
 
 import utils
-from benchmarks import sim_vs_gpu as svg
+from benchmarks.simulators import sim_vs_gpu as svg
 
 recorded = pytest.mark.skipif(
-    not svg.OUT_JSON.exists(), reason="no recorded GPU verdicts yet: run `python3 benchmarks/sim_vs_gpu.py --record` "
-                                      "on a GPU to write benchmarks/results/sim-vs-gpu.json")
+    not svg.OUT_JSON.exists(), reason="no recorded GPU verdicts yet: run `python3 -m benchmarks.simulators.sim_vs_gpu "
+                                      "--record` on a GPU to write benchmarks/results/simulators/sim-vs-gpu.json")
 in_simulation = pytest.mark.skipif(not utils.SIMULATE, reason="compares the simulation with the recorded GPU verdicts")
 
 
@@ -33,7 +34,8 @@ def test_every_entry_was_recorded():
     keys = {f"mistake:{ex}/{m.name}" for ex, m in svg.M.all_mistakes()}
     keys |= {f"kernel:{k}" for k in svg.grader_kernels()}
     missing = sorted(keys - set(_recorded()["verdicts"]))
-    assert not missing, f"not recorded on the GPU (re-run benchmarks/sim_vs_gpu.py --record there): {missing}"
+    assert not missing, ("not recorded on the GPU (re-run python -m benchmarks.simulators.sim_vs_gpu --record "
+                         f"there): {missing}")
 
 
 @recorded

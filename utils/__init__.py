@@ -14,6 +14,8 @@ import runtime as _runtime  # configures GPU or simulation before numba/triton l
 from runtime.config import DEVICE, MODE, PROBLEM_SIZES, REASON, SIMULATE, SIZES, describe  # noqa: F401
 from runtime import paths  # noqa: F401
 from runtime.paths import ROOT, KERNELS_DIR, CUDA_INCLUDE_DIR, RESULTS_DIR  # noqa: F401
+from runtime.paths import (RECORDS_DIR, LESSON_RESULTS_DIR, SIMULATOR_RESULTS_DIR,  # noqa: F401
+                           TUNE_RESULTS_DIR, VALIDATION_DIR)
 
 from runtime.backends.cuda import *  # noqa: F403  cuda_kernel, load_inline, emulation_schedule, ...
 from runtime.backends.numba.simulator import *  # noqa: F403  simulator patches (applied in simulation)

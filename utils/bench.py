@@ -15,15 +15,18 @@ Live timings
 Recorded results
 ----------------
 ``python -m benchmarks`` measures every kernel of the course on a GPU and writes that GPU's
-record, ``benchmarks/results/<gpu>.json``: ``h100.json`` on an H100, ``h200.json`` on an
-H200 (``gpu_slug`` names it). Each GPU keeps its own record. Notebooks never hard-code a GPU
-number: they read the records through ``recorded``, ``recorded_sweep``, ``copy_roofline``,
-``recorded_machine``, ``recorded_gpu``, ``recorded_targets`` and ``show_recorded``, which work
-on any machine.
+record, ``benchmarks/results/records/<gpu>.json`` (``RECORDS_DIR``): ``h100.json`` on an H100,
+``h200.json`` on an H200 (``gpu_slug`` names it). Each GPU keeps its own record. Notebooks
+never hard-code a GPU number: they read the records through ``recorded``, ``recorded_sweep``,
+``copy_roofline``, ``recorded_machine``, ``recorded_gpu``, ``recorded_targets`` and
+``show_recorded``, which work on any machine. A GPU's other recordings (a profiler trace, a
+probe, Nsight Compute's counters) sit in the other kinds of ``benchmarks/results/``,
+``lessons/`` (``LESSON_RESULTS_DIR``), ``simulators/`` and ``tune/``, named ``<gpu>-...`` or
+``...-<gpu>...``; ``recorded_gpu_file`` finds the newest GPU's one.
 
 Which record a topic's numbers come from: called without ``path``, every function reads, for
 the topic it is asked about, the most recent record that has that topic. A record is a
-``*.json`` of ``benchmarks/results/`` with a top-level ``"schema"`` and ``"rows"`` (not a
+``*.json`` of ``benchmarks/results/records/`` with a top-level ``"schema"`` and ``"rows"`` (not a
 ``-quick`` smoke test, not a simulated dry run); ``recorded_gpus()`` lists them. "Most recent"
 is the date that topic was measured in each record: ``topic_commits[topic]["date"]``, else
 the date of the ``--update`` run that re-measured it (its line in ``notes``), else the
@@ -96,7 +99,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from runtime.config import SIMULATE
-from runtime.paths import RESULTS_DIR, ROOT
+from runtime.paths import LESSON_RESULTS_DIR, RECORDS_DIR, ROOT, SIMULATOR_RESULTS_DIR, TUNE_RESULTS_DIR
 
 __all__ = [
     "BenchResult",
@@ -131,7 +134,7 @@ __all__ = [
 
 #: The H100's record, for code that names it. The functions below do not read it by default:
 #: they pick, per topic, the most recent record of any GPU (``recorded_file``).
-RESULTS_FILE = RESULTS_DIR / "h100.json"
+RESULTS_FILE = RECORDS_DIR / "h100.json"
 
 SIMULATED_LABEL = "simulated on the CPU: not a GPU timing"
 
@@ -270,7 +273,7 @@ def gpu_short_name(gpu: str | None) -> str | None:
 
 
 def gpu_slug(gpu: str | None) -> str:
-    """The stem of a GPU's files in ``benchmarks/results/`` (``h200`` for ``"NVIDIA H200"``:
+    """The stem of a GPU's files in ``benchmarks/results/*/`` (``h200`` for ``"NVIDIA H200"``:
     ``h200.json``, ``h200-validation.txt``): the short name in lower case. The one rule for
     ``python -m benchmarks`` and ``.ci/gpu-validate.sh``."""
     return re.sub(r"[^a-z0-9]+", "-", (gpu_short_name(gpu) or "").lower()).strip("-") or "gpu"
@@ -336,8 +339,8 @@ def _summary(path: Path) -> dict | None:
 
 
 def _records(directory=None) -> list[dict]:
-    """Every GPU's record in ``directory`` (default ``benchmarks/results/``), newest first."""
-    folder = Path(directory) if directory is not None else RESULTS_DIR
+    """Every GPU's record in ``directory`` (default ``benchmarks/results/records/``), newest first."""
+    folder = Path(directory) if directory is not None else RECORDS_DIR
     if not folder.is_dir():
         return []
     found = [s for s in (_summary(p) for p in sorted(folder.glob("*.json"))) if s]
@@ -367,26 +370,37 @@ def recorded_file(topic: str | None = None, path=None, *, sweep: bool = False, d
     return max(having, key=lambda s: (s["topic_dates"].get(topic, s["date"]), s["date"], s["path"].name))["path"]
 
 
+def _gpu_file_dirs() -> tuple[Path, ...]:
+    """The kinds of ``benchmarks/results/`` that hold one GPU's files, in the order
+    ``recorded_gpu_file`` looks in them: ``lessons/``, ``simulators/``, ``tune/``, ``records/``."""
+    return (LESSON_RESULTS_DIR, SIMULATOR_RESULTS_DIR, TUNE_RESULTS_DIR, RECORDS_DIR)
+
+
 def recorded_gpu_file(pattern: str, directory=None) -> tuple[Path | None, str | None]:
     """A lesson's GPU recording that is not a benchmark record (a profiler trace, Nsight
     Compute's counters, a probe), named from its GPU: ``pattern`` holds ``{gpu}``, the GPU's
     file stem (``"{gpu}-print-loss.json"`` is ``h200-print-loss.json`` on an H200). Returns
     ``(path, gpu)`` for the GPU recorded most recently that has the file (``gpu`` its short
-    name, ``"H200"``), else for any GPU whose file is there; ``(None, None)`` when none is."""
+    name, ``"H200"``), else for any GPU whose file is there; ``(None, None)`` when none is.
+    The file is looked for in ``directory``, else in each kind of ``benchmarks/results/`` that
+    holds one GPU's files (``LESSON_RESULTS_DIR``, ``SIMULATOR_RESULTS_DIR``,
+    ``TUNE_RESULTS_DIR``, ``RECORDS_DIR``); which GPU is newest, in the records."""
     if "{gpu}" not in pattern:
         raise ValueError(f"recorded_gpu_file: the pattern {pattern!r} must hold {{gpu}}, "
                          "as in '{gpu}-print-loss.json'")
-    folder = Path(directory) if directory is not None else RESULTS_DIR
-    for rec in recorded_gpus(folder):
-        path = folder / pattern.format(gpu=gpu_slug(rec["gpu_name"] or rec["gpu"]))
-        if path.is_file():
-            return path, rec["gpu"]
+    folders = (Path(directory),) if directory is not None else _gpu_file_dirs()
+    for rec in recorded_gpus():
+        name = pattern.format(gpu=gpu_slug(rec["gpu_name"] or rec["gpu"]))
+        for folder in folders:
+            if (folder / name).is_file():
+                return folder / name, rec["gpu"]
     # a file from a GPU with no benchmark record: its stem is all there is to name it by
     head, _, tail = pattern.partition("{gpu}")
-    for path in sorted(folder.glob(f"{head}*{tail}")):
-        stem = path.name[len(head):len(path.name) - len(tail)]
-        if re.fullmatch(r"[a-z0-9-]+", stem):
-            return path, stem.upper()
+    for folder in folders:
+        for path in sorted(folder.glob(f"{head}*{tail}")):
+            stem = path.name[len(head):len(path.name) - len(tail)]
+            if re.fullmatch(r"[a-z0-9-]+", stem):
+                return path, stem.upper()
     return None, None
 
 
@@ -399,7 +413,7 @@ def _resolve(path, topic: str | None = None) -> Path | None:
 def _where(path, p: Path | None) -> str:
     """The file(s) an answer comes from, for a message."""
     if path is not None or p is None:
-        return Path(path).name if path is not None else "benchmarks/results/"
+        return Path(path).name if path is not None else "benchmarks/results/records/"
     names = [s["path"].name for s in _records()]
     return names[0] if len(names) == 1 else f"any GPU's record ({', '.join(names)})"
 
@@ -416,7 +430,7 @@ def load_recorded(path=None, quiet: bool = False, topic: str | None = None) -> d
     p = _resolve(path, topic)
     if p is None:
         if not quiet:
-            _nothing_recorded(None, f"no GPU's record in {RESULTS_DIR.name}/ yet")
+            _nothing_recorded(None, f"no GPU's record in {RECORDS_DIR.parent.name}/{RECORDS_DIR.name}/ yet")
         return None
     if not p.is_file():
         if not quiet:
@@ -612,8 +626,8 @@ def stale_note(topic: str, path=None) -> str | None:
     return f"{STALE_LABEL} ({why})" if why else None
 
 
-#: Per-launch host cost recorded by ``python benchmarks/launch_overhead.py`` on the GPU machine.
-LAUNCH_OVERHEAD_FILE = RESULTS_DIR / "launch-overhead.json"
+#: Per-launch host cost recorded by ``python -m benchmarks.lessons.launch_overhead`` on the GPU machine.
+LAUNCH_OVERHEAD_FILE = LESSON_RESULTS_DIR / "launch-overhead.json"
 
 
 def recorded_launch_overhead(path=None) -> dict[str, float]:
@@ -625,7 +639,7 @@ def recorded_launch_overhead(path=None) -> dict[str, float]:
         return {name: float(r["median_us"]) for name, r in data["per_launch"].items()}
     except (OSError, ValueError, KeyError, TypeError) as e:
         print(f"No recorded launch overhead ({p}: {type(e).__name__}). "
-              "`python benchmarks/launch_overhead.py` on a GPU writes it.")
+              "`python -m benchmarks.lessons.launch_overhead` on a GPU writes it.")
         return {}
 
 
@@ -785,8 +799,8 @@ _CONFIG_KEYS = ("dtype", "causal", "pass")
 def recorded_rows(topic: str, path=None) -> list[dict]:
     """The recorded rows of a topic in a GPU record's form, from the topic's record (or the
     record ``path``) or from a topic's own benchmark file whose rows are lists under
-    ``"forward"`` and ``"backward"`` (``benchmarks/layernorm_bench.py``: ``version``, ``ms``,
-    ``ms_p20``, ``copy_fraction``)."""
+    ``"forward"`` and ``"backward"`` (``benchmarks/lessons/layernorm_forward_backward.py``:
+    ``version``, ``ms``, ``ms_p20``, ``copy_fraction``)."""
     data = load_recorded(_resolve(path, topic), quiet=True)
     if data is None:
         return []

@@ -1,6 +1,6 @@
 """Which source files a topic's recorded numbers measured, and one hash of them.
 
-A topic's numbers in a GPU's record (``benchmarks/results/<gpu>.json``) depend on its kernels
+A topic's numbers in a GPU's record (``benchmarks/results/records/<gpu>.json``) depend on its kernels
 and launchers (``kernels/{cuda,numba,triton}/<topic>.py``, ``kernels/cuda/<topic>.cu``), its frame
 (``kernels/frames/<topic>.py``: the input rules and the steps around the kernels that the three
 languages share), the kernel modules and headers those import or include (``kernels/cuda/common.h``,
@@ -14,7 +14,7 @@ again.
 
 The runtime (``runtime/``, ``utils/``, the launch path, the harness) is left out on purpose: a change
 there would mark every topic stale, and its effect on a kernel's speed is what the
-launch-overhead record (``benchmarks/launch_overhead.py``) measures.
+launch-overhead record (``benchmarks/lessons/launch_overhead.py``) measures.
 
 This module reads files only (no torch, nothing of the course), so ``utils.bench`` can ask it
 whether a recorded figure is stale on any machine, and ``python -m benchmarks`` which topics to

@@ -14,7 +14,7 @@ runs, for notebooks that register global names (exercise 07's ``torch.library`` 
 The entries that recur across exercises (an index without its guard, a store without its
 mask, a race) are made by the functions below, which a catalog imports.
 
-``tests/test_mistakes.py`` grades every entry in simulation; ``benchmarks/sim_vs_gpu.py``
+``tests/test_mistakes.py`` grades every entry in simulation; ``benchmarks/simulators/sim_vs_gpu.py``
 grades them in the current mode and records the GPU side.
 """
 from __future__ import annotations

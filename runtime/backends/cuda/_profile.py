@@ -749,7 +749,7 @@ def cuda_profile(k, grid, block, shared: int, args) -> "Profile":  # noqa: F821 
     nthreads = block[0] * block[1] * block[2]
     if res:
         # A launch gets at least 16 registers per thread whatever ptxas needs: Nsight Compute shows
-        # 16 on an H100 for a kernel of 10 (benchmarks/results/ncu-h100.json).
+        # 16 on an H100 for a kernel of 10 (benchmarks/results/simulators/ncu-h100.json).
         metrics.setdefault("launch__registers_per_thread", max(MIN_REGISTERS, res["registers"]))
         metrics.setdefault("launch__shared_mem_per_block_static", res["shared_bytes"])
     occ = occupancy_of(nthreads, metrics.get("launch__registers_per_thread"),

@@ -49,8 +49,8 @@ reports it.
 that have not returned reach an ``activemask()`` too, and learns which lanes reached the
 same call site, the lanes a GPU would run converged there.
 
-Speed (``python -m benchmarks.numba_sim_speed``, recorded in
-``benchmarks/results/numba-simulator-speed.json``): on a 2-core CPU about 400,000
+Speed (``python -m benchmarks.simulators.numba_sim_speed``, recorded in
+``benchmarks/results/simulators/numba-simulator-speed.json``): on a 2-core CPU about 400,000
 threads/s without barriers (the stock simulator: 6,000-12,000) and about 10,000 threads/s
 for a 256-thread tree reduction with 9 barriers (stock: 600-1,400). The OS threads are
 pinned to one core during a launch, which makes each hand-over cheaper
@@ -898,7 +898,7 @@ def apply() -> bool:
         # A launch (not a device-function call from inside a kernel): pin the workers
         # to the launching thread's core for its duration. The GIL switch interval is
         # left alone: with one runnable thread at a time a shorter one only adds forced
-        # GIL hand-offs (measured in benchmarks/numba_sim_speed.py).
+        # GIL hand-offs (measured in benchmarks/simulators/numba_sim_speed.py).
         if self._device or kernel._kernel_context is not None:
             return original_call(self, *args)
         _choose_cpu()

@@ -1,6 +1,6 @@
 """Run Triton's official tutorials, unchanged, in simulation (Triton's interpreter).
 
-    python -m benchmarks.triton_tutorials PATH/TO/triton/python/tutorials [--timeout 300]
+    python -m benchmarks.simulators.triton_tutorials PATH/TO/triton/python/tutorials [--timeout 300]
 
 The tutorials are not part of this repository: point the script at a checkout of
 triton-lang/triton (or a folder holding its ``python/tutorials/NN-*.py``); without one it
@@ -11,7 +11,7 @@ run, since they time GPU-sized problems and say nothing on a CPU; the survey rec
 that they were skipped. Everything before them (the kernels, their launches, the
 tutorial's own correctness checks) runs.
 
-Writes ``benchmarks/results/triton-tutorials-simulation.json``: for each tutorial its
+Writes ``benchmarks/results/simulators/triton-tutorials-simulation.json``: for each tutorial its
 outcome (``ok``, ``failed``, ``timeout``), seconds, and for a failure the exception and
 the tutorial line it came from. For the two tutorials known to fail, a ``diagnosis`` runs
 what decides between the course and Triton's interpreter, twice: with the course's patches
@@ -31,8 +31,9 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-RESULT = ROOT / "benchmarks" / "results" / "triton-tutorials-simulation.json"
+ROOT = Path(__file__).resolve().parents[2]
+# (not runtime.paths.SIMULATOR_RESULTS_DIR: the tutorials import the runtime in their own processes)
+RESULT = ROOT / "benchmarks" / "results" / "simulators" / "triton-tutorials-simulation.json"
 
 # What was found out about a failure by hand, written next to the automatic outcome.
 NOTES = {
@@ -245,7 +246,7 @@ def main(argv=None) -> int:
         "commit": commit,
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                     "triton": triton.__version__},
-        "command": "python -m benchmarks.triton_tutorials PATH",
+        "command": "python -m benchmarks.simulators.triton_tutorials PATH",
         "tutorials_source": args.source,
         "counts": counts,
         "results": results,

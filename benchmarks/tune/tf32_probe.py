@@ -8,7 +8,7 @@ rounded to TF32 (``cvt.rna``: nearest, ties away from zero) and exact. The model
 the GPU to float32 accumulation error is the one the GPU uses. In simulation the same script
 compares the interpreter with the same models, so it is tested before the GPU call.
 
-    python benchmarks/tf32_probe.py [OUT.json]
+    python -m benchmarks.tune.tf32_probe [OUT.json]
 """
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+if not __package__:  # run as a file, not with -m: the course's root on the path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import numpy as np
 import torch

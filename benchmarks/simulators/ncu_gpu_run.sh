@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # The GPU side of the profiling comparison, in one batch (run from the repository root on the
 # GPU machine, with $OUT the folder whose files come back). Arg 1: the commit measured.
-#   - Nsight Compute's raw counters of every case of benchmarks/ncu_patterns.py
+#   - Nsight Compute's raw counters of every case of benchmarks/simulators/ncu_patterns.py
 #   - do_bench timings of the same cases (a separate pass: ncu's replays distort time)
 #   - ncu's sections of one course kernel, as text
 #   - torch.profiler trace and, when nsys runs, nsys stats of a small training loop (on the lent
 #     H100 the nsys inside Nsight Compute records, but its importer lacks libdw.so.1, so no
 #     report comes out: the torch.profiler trace shows the same wait)
 #   - compute-sanitizer racecheck / memcheck of the racy and out-of-bounds test kernels
-# Everything lands in $OUT/ncu-results.tgz (benchmarks/results/ layout) and $OUT/log files.
+# Everything lands in $OUT/ncu-results.tgz and $OUT/log files; of those, ncu-<gpu>.json,
+# ncu-<gpu>-sections.txt and <gpu>-sanitizer.txt belong in benchmarks/results/simulators/,
+# <gpu>-profiler-loop.* in benchmarks/results/lessons/ (rerecord_gpu_run.sh puts them there).
 # STEPS (default all: "ncu sections profiler sanitizer") picks the steps to run.
 set -uo pipefail
 export COURSE_COMMIT=${1:-unknown} PYTHONUNBUFFERED=1 PYTHONPATH=$PWD:${PYTHONPATH:-}
@@ -24,39 +26,39 @@ want() { [[ " $STEPS " == *" $1 "* ]]; }
 
 if want ncu; then
 step "ncu raw counters"
-M=$(python3 -c "import benchmarks.ncu_run as r; print(','.join(r.METRICS + r.EXTRA_METRICS))")
-MC=$(python3 -c "import benchmarks.ncu_run as r; print(','.join(r.METRICS))")
+M=$(python3 -c "import benchmarks.simulators.ncu_run as r; print(','.join(r.METRICS + r.EXTRA_METRICS))")
+MC=$(python3 -c "import benchmarks.simulators.ncu_run as r; print(','.join(r.METRICS))")
 timeout 300 $NCU --profile-from-start off --csv --page raw --metrics "$M" --log-file $R/ncu-raw.csv \
-    python3 benchmarks/ncu_run.py launches $R/order.json > $R/ncu-launches.log 2>&1
+    python3 -m benchmarks.simulators.ncu_run launches $R/order.json > $R/ncu-launches.log 2>&1
 rc=$?; echo "ncu rc=$rc"; grep -m5 "ERROR" $R/ncu-raw.csv $R/ncu-launches.log
 if [ $rc -ne 0 ] || grep -q "==ERROR==" $R/ncu-raw.csv; then
     echo "retrying with the contract's metrics only"
     timeout 300 $NCU --profile-from-start off --csv --page raw --metrics "$MC" --log-file $R/ncu-raw.csv \
-        python3 benchmarks/ncu_run.py launches $R/order.json > $R/ncu-launches.log 2>&1; echo "ncu rc=$?"
+        python3 -m benchmarks.simulators.ncu_run launches $R/order.json > $R/ncu-launches.log 2>&1; echo "ncu rc=$?"
 fi
 tail -3 $R/ncu-launches.log
 
 step "timings"
-timeout 240 python3 benchmarks/ncu_run.py time $R/times.json 2>&1 | tail -40
-python3 benchmarks/ncu_run.py collect $R/ncu-raw.csv $R/order.json $R/times.json $R/ncu-${GPU}.json "$(cat $R/ncu-version.txt)"
+timeout 240 python3 -m benchmarks.simulators.ncu_run time $R/times.json 2>&1 | tail -40
+python3 -m benchmarks.simulators.ncu_run collect $R/ncu-raw.csv $R/order.json $R/times.json $R/ncu-${GPU}.json "$(cat $R/ncu-version.txt)"
 fi
 
 if want sections; then
 step "ncu sections of one course kernel"
 timeout 120 $NCU --profile-from-start off -k regex:sum_interleaved_kernel --launch-count 1 \
     --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats \
-    --print-details all python3 benchmarks/ncu_run.py launches /tmp/order2.json > $R/ncu-sections.txt 2>&1
+    --print-details all python3 -m benchmarks.simulators.ncu_run launches /tmp/order2.json > $R/ncu-sections.txt 2>&1
 echo "rc=$?"; grep -v "^launched" $R/ncu-sections.txt | head -5
 fi
 
 if want profiler; then
 step "torch.profiler trace of the training loop"
-timeout 120 python3 benchmarks/ncu_run.py loop $R/${GPU}-profiler-loop.json.gz > $R/${GPU}-profiler-loop.txt 2>&1
+timeout 120 python3 -m benchmarks.simulators.ncu_run loop $R/${GPU}-profiler-loop.json.gz > $R/${GPU}-profiler-loop.txt 2>&1
 echo "rc=$?"; ls -la $R/${GPU}-profiler-loop.json.gz
 if [ -n "$NSYS" ]; then
     step "nsys"
     timeout 150 $NSYS profile --trace=cuda,nvtx,osrt --sample=none -o /tmp/loop --force-overwrite true \
-        python3 benchmarks/ncu_run.py loop > /tmp/nsys.log 2>&1; echo "nsys rc=$?"; tail -3 /tmp/nsys.log
+        python3 -m benchmarks.simulators.ncu_run loop > /tmp/nsys.log 2>&1; echo "nsys rc=$?"; tail -3 /tmp/nsys.log
     # The nsys that ships inside Nsight Compute may leave the raw .qdstrm unconverted: its
     # importer (QdstrmImporter) sits in the same install.
     if [ ! -f /tmp/loop.nsys-rep ] && [ -f /tmp/loop.qdstrm ]; then
@@ -80,7 +82,7 @@ san() {  # tool, cases...
     local tool=$1; shift
     echo "##### compute-sanitizer --tool $tool --report-api-errors no: $*" >> $S
     PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout 90 $SAN --tool $tool --report-api-errors no \
-        python3 benchmarks/ncu_run.py sanitize "$@" >> $S 2>&1
+        python3 -m benchmarks.simulators.ncu_run sanitize "$@" >> $S 2>&1
     echo "##### exit status $?" >> $S
 }
 RACES="block_sum missing_barrier global_race warp_shift"

@@ -1,11 +1,12 @@
 """What torch.compile writes around a custom op, recorded on a GPU for lesson 07.
 
-    python benchmarks/output_code.py [--out FILE] [--commit SHA]
+    python -m benchmarks.lessons.output_code [--out FILE] [--commit SHA]
 
 Builds the CMake project in extensions/relu_cmake (into .cache/), compiles a small function
 that calls torch.ops.myrelu.relu between PyTorch's own pointwise ops, and keeps the Python
 module inductor generates (TORCH_LOGS=output_code), without its benchmark harness, in
-benchmarks/results/<gpu>-output-code.txt (named from the GPU: h100-output-code.txt on an H100).
+benchmarks/results/lessons/<gpu>-output-code.txt (named from the GPU: h100-output-code.txt on an
+H100).
 Lesson 07 shows that file on machines without a GPU.
 """
 from __future__ import annotations
@@ -18,7 +19,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 # The function compiled: two pointwise chains with the custom op between them.
 PROGRAM = r'''
@@ -61,15 +62,16 @@ def main() -> int:
     import torch
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default=None, help="default: benchmarks/results/<gpu>-output-code.txt")
+    ap.add_argument("--out", default=None, help="default: benchmarks/results/lessons/<gpu>-output-code.txt")
     ap.add_argument("--commit", default="", help="the git commit measured (written in the header)")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         print("needs a GPU: inductor writes Triton only for CUDA tensors", file=sys.stderr)
         return 1
     if args.out is None:
+        from runtime.paths import LESSON_RESULTS_DIR
         from utils.bench import gpu_slug  # the one naming rule of GPU records
-        args.out = str(ROOT / "benchmarks" / "results" / f"{gpu_slug(torch.cuda.get_device_name(0))}-output-code.txt")
+        args.out = str(LESSON_RESULTS_DIR / f"{gpu_slug(torch.cuda.get_device_name(0))}-output-code.txt")
 
     ext = ROOT / "extensions" / "relu_cmake"
     sys.path.insert(0, str(ext))
@@ -86,7 +88,7 @@ def main() -> int:
     header = (f"# torch.compile(f, fullgraph=True) with TORCH_LOGS=output_code on "
               f"{torch.cuda.get_device_name()}, torch {torch.__version__}, python {platform.python_version()}"
               f"{', commit ' + args.commit if args.commit else ''}\n"
-              "# f(x, w) = gelu(torch.ops.myrelu.relu(x * 2.0 + 1.0)) * w   (benchmarks/output_code.py)\n")
+              "# f(x, w) = gelu(torch.ops.myrelu.relu(x * 2.0 + 1.0)) * w   (benchmarks/lessons/output_code.py)\n")
     Path(args.out).write_text(header + code)
     print(f"wrote {args.out} ({len(code.splitlines())} lines)")
     return 0

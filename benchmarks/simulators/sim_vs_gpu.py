@@ -3,15 +3,15 @@
 is graded in the current mode, and each verdict (accepted or rejected, with the first line of
 the message) is printed.
 
-    COURSE_SIMULATE=1 python3 benchmarks/sim_vs_gpu.py          # the simulation side
-    python3 benchmarks/sim_vs_gpu.py --record                   # on a GPU: the recorded side
+    COURSE_SIMULATE=1 python3 -m benchmarks.simulators.sim_vs_gpu   # the simulation side
+    python3 -m benchmarks.simulators.sim_vs_gpu --record            # on a GPU: the recorded side
 
-``--record`` (on a GPU only) writes ``benchmarks/results/sim-vs-gpu.json`` and ``.md`` with
+``--record`` (on a GPU only) writes ``benchmarks/results/simulators/sim-vs-gpu.json`` and ``.md`` with
 the commit measured; with ``--only`` it records the entries graded into the file's other
 verdicts (each entry keeps the commit it was graded at), so a new or changed catalog is
 recorded without grading every other one again:
 
-    python3 benchmarks/sim_vs_gpu.py --record --only mistake:10_attention/
+    python3 -m benchmarks.simulators.sim_vs_gpu --record --only mistake:10_attention/
 
 ``tests/test_sim_vs_gpu.py`` recomputes the simulation side in CI and compares it with the
 recorded GPU side: every verdict must agree, except the mistakes that only simulation can catch
@@ -26,15 +26,16 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+ROOT = Path(__file__).resolve().parents[2]
+if not __package__:  # run as a file, not with -m: the course's root on the path
+    sys.path.insert(0, str(ROOT))
 sys.path.insert(1, str(ROOT / "tests"))
 
 import mistakes as M  # noqa: E402  (tests/mistakes)
 
 import utils  # noqa: E402
 
-RESULTS = ROOT / "benchmarks" / "results"
+RESULTS = utils.SIMULATOR_RESULTS_DIR
 OUT_JSON = RESULTS / "sim-vs-gpu.json"
 OUT_MD = RESULTS / "sim-vs-gpu.md"
 
@@ -174,7 +175,7 @@ def write(results: dict[str, dict], merge: bool = False) -> None:
             data["machine"]["gpu"] = torch.cuda.get_device_name(0)
     except Exception:
         pass
-    RESULTS.mkdir(exist_ok=True)
+    RESULTS.mkdir(parents=True, exist_ok=True)
     OUT_JSON.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
     lines = [f"# Verdicts on {data['machine']['gpu']} ({utils.commit_str(data)}, {data['date'][:10]})", "",
              "Each catalog mistake (`tests/mistakes/`) and each grader test kernel (`tests/grader_kernels.py`), "
@@ -190,7 +191,8 @@ def write(results: dict[str, dict], merge: bool = False) -> None:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--record", action="store_true", help="on a GPU: write benchmarks/results/sim-vs-gpu.json and .md")
+    ap.add_argument("--record", action="store_true",
+                    help="on a GPU: write benchmarks/results/simulators/sim-vs-gpu.json and .md")
     ap.add_argument("--only", help="grade only the entries whose key contains this text")
     ap.add_argument("--jobs", type=int, default=4, help="on a GPU: groups graded at the same time (default 4)")
     ap.add_argument("--json", help=argparse.SUPPRESS)  # a group's worker: write its verdicts here

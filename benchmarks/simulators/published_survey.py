@@ -1,6 +1,6 @@
 """Does published CUDA C++ run in the course's CPU emulator as written?
 
-    python benchmarks/published_survey.py [--mirrors DIR] [--only TEXT ...] [--no-write]
+    python -m benchmarks.simulators.published_survey [--mirrors DIR] [--only TEXT ...] [--no-write]
 
 Each case of the table below names a kernel of a well-known public repository (NVIDIA's
 CUDA samples, karpathy/llm.c's training kernels, siboehm/SGEMM_CUDA, the NVIDIA developer
@@ -21,7 +21,7 @@ from a git mirror of its repository (``DIR/owner+name`` or ``DIR/owner+name/repo
    smaller problems: the emulator runs every thread on the CPU), outputs poisoned with NaN,
    and compared with torch (float64 where it matters).
 
-Writes ``benchmarks/results/published-survey.json``: per kernel "ok" or the reason (and, for
+Writes ``benchmarks/results/simulators/published-survey.json``: per kernel "ok" or the reason (and, for
 the failures understood, a note), and the mirrors' commits. Prints the counts. Without
 mirrors it says so, prints the recorded counts and exits cleanly.
 """
@@ -42,8 +42,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+ROOT = Path(__file__).resolve().parents[2]
+if not __package__:  # run as a file, not with -m: the course's root on the path
+    sys.path.insert(0, str(ROOT))
 os.environ.setdefault("COURSE_SIMULATE", "1")
 
 import torch  # noqa: E402
@@ -51,7 +52,7 @@ import torch  # noqa: E402
 import utils  # noqa: E402
 from runtime.backends.cuda import _toolchain  # noqa: E402
 
-RESULT = ROOT / "benchmarks" / "results" / "published-survey.json"
+RESULT = utils.SIMULATOR_RESULTS_DIR / "published-survey.json"
 SAMPLES, LLMC, SGEMM = "NVIDIA/cuda-samples", "karpathy/llm.c", "siboehm/SGEMM_CUDA"
 BLOG, GPUMODE = "NVIDIA-developer-blog/code-samples", "gpu-mode/lectures"
 #: files of a repository that every kernel of it may include, copied beside the kernel's file
@@ -943,7 +944,7 @@ def main(argv=None) -> int:
     record = {"what": "published CUDA C++ kernels compiled as written and launched in the CPU emulator "
                       "(race detection on), results compared with torch",
               "commit": course or None,
-              "command": "python benchmarks/published_survey.py --mirrors DIR",
+              "command": "python -m benchmarks.simulators.published_survey --mirrors DIR",
               "mirrors": {repo: f"github.com/{repo}@{co.commit}" for repo, co in checkouts.items()},
               "counts": counts, "per_repo": per_repo, "results": rows}
     RESULT.write_text(json.dumps(record, indent=1) + "\n")

@@ -1,7 +1,7 @@
 """How fast Numba's CUDA simulator runs, before and after the course's patch.
 
-    python -m benchmarks.numba_sim_speed            # about a minute on a 2-core CPU
-    python -m benchmarks.numba_sim_speed --quick    # smaller sizes, no file written
+    python -m benchmarks.simulators.numba_sim_speed            # about a minute on a 2-core CPU
+    python -m benchmarks.simulators.numba_sim_speed --quick    # smaller sizes, no file written
 
 Two kernels, each in a fresh Python process so that the variants cannot influence each
 other:
@@ -24,7 +24,7 @@ Variants:
 * ``patched_switchinterval``: the patched simulator with the short switch interval, to
   show that it no longer helps (it costs, in fact).
 
-Writes ``benchmarks/results/numba-simulator-speed.json``.
+Writes ``benchmarks/results/simulators/numba-simulator-speed.json``.
 """
 from __future__ import annotations
 
@@ -38,8 +38,9 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-RESULT = ROOT / "benchmarks" / "results" / "numba-simulator-speed.json"
+ROOT = Path(__file__).resolve().parents[2]
+# (not runtime.paths.SIMULATOR_RESULTS_DIR: importing the runtime would set up the simulator here)
+RESULT = ROOT / "benchmarks" / "results" / "simulators" / "numba-simulator-speed.json"
 VARIANTS = ("stock", "stock_switchinterval", "patched", "patched_norace", "patched_unpinned",
             "patched_switchinterval")
 THREADS = 256
@@ -129,7 +130,7 @@ def _child(variant: str, n_elementwise: int, n_reduction: int, repeats: int) -> 
 
 def _run_variant(variant: str, n_elementwise: int, n_reduction: int, repeats: int) -> dict:
     code = (f"import sys; sys.path.insert(0, {str(ROOT)!r}); "
-            "from benchmarks.numba_sim_speed import _child; import json; "
+            "from benchmarks.simulators.numba_sim_speed import _child; import json; "
             f"print(json.dumps(_child({variant!r}, {n_elementwise}, {n_reduction}, {repeats})))")
     env = {k: v for k, v in os.environ.items()
            if k not in ("COURSE_SIMULATE", "COURSE_NUMBA_SIM_PIN", "COURSE_RACECHECK")}
@@ -186,7 +187,7 @@ def main(argv=None) -> int:
         "machine": {"cpus": os.cpu_count(), "processor": platform.processor() or platform.machine(),
                     "python": platform.python_version(), "numba": numba.__version__,
                     "numba_cuda": numba_cuda},
-        "command": "python -m benchmarks.numba_sim_speed",
+        "command": "python -m benchmarks.simulators.numba_sim_speed",
         "load_average_1min": {"before": load_before,
                               "after": os.getloadavg()[0] if hasattr(os, "getloadavg") else None},
         "note": "CPU-bound and sensitive to other load on the machine: compare variants "

@@ -5,7 +5,7 @@ Checks every version against float64 on awkward shapes and on each timed shape f
 times it with ``triton.testing.do_bench`` (median, 20th/80th percentiles) beside the copy
 roofline, torch eager, torch.compile and Liger Kernel (when installed). Writes JSON:
 
-    python benchmarks/layernorm_bench.py --out benchmarks/results/h100-layernorm.json
+    python -m benchmarks.lessons.layernorm_forward_backward --out benchmarks/results/lessons/h100-layernorm.json
 
 Bytes: forward reads x and writes y; backward reads x, dy, w, mean, rstd and writes dx, dw,
 db (``utils.topics.layernorm.layernorm_backward_bytes``).
@@ -18,7 +18,8 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+if not __package__:  # run as a file, not with -m: the course's root on the path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import torch
 
 import kernels

@@ -1,7 +1,7 @@
 """Lesson 11 on the H100: GPT-2 124M trained on torch's kernels and on the course's.
 
-    python benchmarks/gpt_train.py                    # on a GPU: 124M, T = 1024, batch 16, bf16 autocast
-    python benchmarks/gpt_train.py --tiny --steps 2   # on a laptop: a tiny model, float32, in simulation
+    python -m benchmarks.lessons.gpt_train                    # on a GPU: 124M, T = 1024, batch 16, bf16 autocast
+    python -m benchmarks.lessons.gpt_train --tiny --steps 2   # on a laptop: a tiny model, float32, in simulation
 
 Four configurations, each from the same initial weights (``GPT(cfg, seed=0)``) on the same
 batches (drawn once from a seeded generator):
@@ -37,8 +37,9 @@ import time
 import traceback
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+ROOT = Path(__file__).resolve().parents[2]
+if not __package__:  # run as a file, not with -m: the course's root on the path
+    sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
@@ -277,7 +278,7 @@ def main(argv=None):
     ap.add_argument("--configs", default=",".join(CONFIGS), help="comma-separated subset of: " + ", ".join(CONFIGS))
     ap.add_argument("--budget", type=float, default=1e9, help="seconds for the whole run: later configurations "
                     "keep about 30 s each, a configuration past its share trains fewer steps")
-    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
+    ap.add_argument("--out", type=Path, default=utils.LESSON_RESULTS_DIR)
     args = ap.parse_args(argv)
     if args.tiny:
         cfg = utils.GPTConfig(vocab_size=128, block_size=8, n_layer=1, n_head=2, n_embd=32)

@@ -3,9 +3,9 @@ gradient norm, bias + GELU and residual add + LayerNorm, each checked against to
 timed with ``triton.testing.do_bench`` (median) beside torch eager, torch.compile where it
 fits the time budget, the unfused pair of each fusion and the copy bandwidth of the same run.
 
-    python -m benchmarks.lesson11 [--out benchmarks/results/<gpu>-lesson11.json] [--budget 100]
+    python -m benchmarks.lessons.gpt_kernels [--out FILE.json] [--budget 100]
 
-Without ``--out`` it writes ``benchmarks/results/<gpu>-lesson11.json``, named from the GPU
+Without ``--out`` it writes ``benchmarks/results/lessons/<gpu>-lesson11.json``, named from the GPU
 (``utils.gpu_slug``: ``h100-lesson11.json`` on an H100, ``h200-lesson11.json`` on an H200);
 a ``--smoke`` run writes nothing there unless given ``--out``.
 
@@ -246,7 +246,8 @@ def fusion_section(path):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=None,
-                    help="the JSON to write (default: benchmarks/results/<gpu>-lesson11.json, from the GPU's name)")
+                    help="the JSON to write (default: benchmarks/results/lessons/<gpu>-lesson11.json, "
+                         "from the GPU's name)")
     ap.add_argument("--budget", type=float, default=100.0, help="seconds after which no new section starts")
     ap.add_argument("--smoke", action="store_true", help="small sizes, one untimed call each (works in simulation)")
     args = ap.parse_args(argv)
@@ -264,7 +265,7 @@ def main(argv=None):
         if SMOKE:
             print("--smoke needs --out: a smoke run's numbers must not land among the recorded results")
             return 1
-        args.out = str(utils.RESULTS_DIR / f"{utils.gpu_slug(props.name)}-lesson11.json")
+        args.out = str(utils.LESSON_RESULTS_DIR / f"{utils.gpu_slug(props.name)}-lesson11.json")
     OUT.update(date=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **utils.source_commit(),
                machine=dict(gpu=props.name, sm_count=props.multi_processor_count, torch=torch.__version__,
                             triton=triton.__version__, cuda=torch.version.cuda, python=platform.python_version()),

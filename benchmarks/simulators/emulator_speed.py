@@ -1,6 +1,6 @@
 """How fast the CUDA C++ emulator is on this machine (no GPU needed).
 
-    python benchmarks/emulator_speed.py            # prints and writes benchmarks/results/emulator-speed.json
+    python -m benchmarks.simulators.emulator_speed   # prints, and writes results/simulators/emulator-speed.json
 
 Measures, each as the best of a few runs:
 * an elementwise kernel over 2**20 floats (one launch of 4096 blocks of 256 threads),
@@ -21,8 +21,9 @@ import time
 import uuid
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+ROOT = Path(__file__).resolve().parents[2]
+if not __package__:  # run as a file, not with -m: the course's root on the path
+    sys.path.insert(0, str(ROOT))
 sys.path.insert(1, str(ROOT / "tests"))
 os.environ.setdefault("COURSE_SIMULATE", "1")  # the emulator, even on a machine with a GPU
 
@@ -110,7 +111,7 @@ def main():
         print(f"{k:22s} {v * 1000:9.1f} ms   (race detection off: it costs {results[k] / v:.1f}x)")
     for k, v in portable.items():
         print(f"{k:22s} {v * 1000:9.1f} ms   (portable ucontext switch)")
-    out_path = ROOT / "benchmarks" / "results" / "emulator-speed.json"
+    out_path = utils.SIMULATOR_RESULTS_DIR / "emulator-speed.json"
     out_path.parent.mkdir(parents=True, exist_ok=True)
     out_path.write_text(json.dumps(record, indent=2) + "\n")
     print(f"wrote {out_path.relative_to(ROOT)}")

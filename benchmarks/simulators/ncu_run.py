@@ -1,18 +1,18 @@
-"""Measure the cases of ``benchmarks/ncu_patterns.py`` on a GPU: Nsight Compute's counters,
-timings, and the other recordings the profiling lesson shows (a torch.profiler trace of a
-small training loop, compute-sanitizer on racy and out-of-bounds kernels).
+"""Measure the cases of ``benchmarks/simulators/ncu_patterns.py`` on a GPU: Nsight Compute's
+counters, timings, and the other recordings the profiling lesson shows (a torch.profiler trace
+of a small training loop, compute-sanitizer on racy and out-of-bounds kernels).
 
-``benchmarks/ncu_gpu_run.sh`` runs the whole batch on the GPU machine; each step is a
-subcommand here, and each also runs in simulation (``COURSE_SIMULATE=1``), where it
+``benchmarks/simulators/ncu_gpu_run.sh`` runs the whole batch on the GPU machine; each step is
+a subcommand here, and each also runs in simulation (``COURSE_SIMULATE=1``), where it
 launches the same kernels in the emulator, so the script is tested before the GPU call:
 
-    python benchmarks/ncu_run.py launches ORDER.json   # every case once, between
+    python -m benchmarks.simulators.ncu_run launches ORDER.json   # every case once, between
         cudaProfilerStart/Stop (run it under `ncu --profile-from-start off`): the order of
         ncu's launches is the order of ORDER.json
-    python benchmarks/ncu_run.py time TIMES.json       # triton.testing.do_bench of each case
-    python benchmarks/ncu_run.py collect RAW.csv ORDER.json TIMES.json OUT.json [NCU_VERSION]
-    python benchmarks/ncu_run.py loop [TRACE.json.gz]  # a tiny training loop, print(loss) each step
-    python benchmarks/ncu_run.py sanitize              # racy and out-of-bounds kernels
+    python -m benchmarks.simulators.ncu_run time TIMES.json       # triton.testing.do_bench of each case
+    python -m benchmarks.simulators.ncu_run collect RAW.csv ORDER.json TIMES.json OUT.json [NCU_VERSION]
+    python -m benchmarks.simulators.ncu_run loop [TRACE.json.gz]  # a tiny training loop, print(loss) each step
+    python -m benchmarks.simulators.ncu_run sanitize              # racy and out-of-bounds kernels
 """
 from __future__ import annotations
 
@@ -24,12 +24,13 @@ import platform
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+if not __package__:  # run as a file, not with -m: the course's root on the path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import torch
 
 import utils
-from benchmarks.ncu_patterns import CASES, launch
+from benchmarks.simulators.ncu_patterns import CASES, launch
 
 #: The counters recorded for every case: the profiling contract's metrics (Nsight Compute
 #: names), the launch's occupancy limits, and a few more that explain them.
@@ -230,7 +231,7 @@ def cmd_loop(trace_path: str | None = None, steps: int = 6) -> None:
 def sanitizer_cases() -> dict:
     """name -> (what it is, a function that launches it): the racy and out-of-bounds
     kernels of the emulator's tests, for compute-sanitizer's racecheck and memcheck."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
     from test_emulator_faults import OOB, SHARED_OVERRUN
     from test_racecheck import BLOCK_SUM, WARP_SHIFT
 

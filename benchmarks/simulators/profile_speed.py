@@ -1,6 +1,6 @@
 """How long ``utils.profile`` takes in the CPU emulator (no GPU needed).
 
-    python benchmarks/profile_speed.py          # prints and writes benchmarks/results/profile-speed.json
+    python -m benchmarks.simulators.profile_speed   # prints, and writes results/simulators/profile-speed.json
 
 Measures, each as the best of a few runs, one profiled launch (the launch, the counters, the
 source lines, the sentences and the trace) of:
@@ -20,14 +20,15 @@ import time
 import uuid
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+ROOT = Path(__file__).resolve().parents[2]
+if not __package__:  # run as a file, not with -m: the course's root on the path
+    sys.path.insert(0, str(ROOT))
 os.environ.setdefault("COURSE_SIMULATE", "1")  # the emulator, even on a machine with a GPU
 
 import torch  # noqa: E402
 
 import utils  # noqa: E402
-from benchmarks.emulator_speed import ELEMENTWISE, best  # noqa: E402
+from benchmarks.simulators.emulator_speed import ELEMENTWISE, best  # noqa: E402
 
 TRANSPOSE = r"""
 #define TILE 32
@@ -85,7 +86,7 @@ def main():
         print(f"{k:26s} {v * 1000:8.1f} ms   target {TARGET_S * 1000:.0f} ms   {'ok' if v <= TARGET_S else 'SLOW'}")
     print(f"{'cold start (g++ + NVRTC)':26s} {cold * 1000:8.1f} ms")
     print(f"{'elementwise, not profiled':26s} {plain * 1000:8.1f} ms")
-    out_path = ROOT / "benchmarks" / "results" / "profile-speed.json"
+    out_path = utils.SIMULATOR_RESULTS_DIR / "profile-speed.json"
     out_path.write_text(json.dumps(record, indent=2) + "\n")
     print(f"wrote {out_path.relative_to(ROOT)}")
 

@@ -1,12 +1,13 @@
 """The course's profiler in simulation against Nsight Compute on an H100, case by case.
 
-The ncu side is recorded (``benchmarks/results/ncu-h100.json``, written on the GPU by
-``benchmarks/ncu_gpu_run.sh``); the simulated side is computed here with ``utils.profile``
-for every case of ``benchmarks/ncu_patterns.py``. Writes ``benchmarks/results/ncu-vs-sim.json``
-and ``.md``: both sides, their ratio and a verdict per metric, and every metric left out with
-the reason. ``tests/test_ncu_vs_sim.py`` recomputes the simulated side in CI.
+The ncu side is recorded (``benchmarks/results/simulators/ncu-h100.json``, written on the GPU
+by ``benchmarks/simulators/ncu_gpu_run.sh``); the simulated side is computed here with
+``utils.profile`` for every case of ``benchmarks/simulators/ncu_patterns.py``. Writes
+``benchmarks/results/simulators/ncu-vs-sim.json`` and ``.md``: both sides, their ratio and a
+verdict per metric, and every metric left out with the reason. ``tests/test_ncu_vs_sim.py``
+recomputes the simulated side in CI.
 
-    COURSE_SIMULATE=1 python benchmarks/ncu_vs_sim.py
+    COURSE_SIMULATE=1 python -m benchmarks.simulators.ncu_vs_sim
 """
 from __future__ import annotations
 
@@ -16,13 +17,14 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+ROOT = Path(__file__).resolve().parents[2]
+if not __package__:  # run as a file, not with -m: the course's root on the path
+    sys.path.insert(0, str(ROOT))
 
 import utils  # noqa: E402
-from benchmarks.ncu_patterns import CASES  # noqa: E402
+from benchmarks.simulators.ncu_patterns import CASES  # noqa: E402
 
-RESULTS = ROOT / "benchmarks" / "results"
+RESULTS = utils.SIMULATOR_RESULTS_DIR
 NCU_JSON = RESULTS / "ncu-h100.json"
 OUT_JSON = RESULTS / "ncu-vs-sim.json"
 OUT_MD = RESULTS / "ncu-vs-sim.md"
@@ -236,8 +238,8 @@ def to_markdown(result: dict) -> str:
         "# The course's profiler in simulation against Nsight Compute",
         "",
         f"ncu side: {n['gpu']}, Nsight Compute {n['ncu_version']}, measured at commit {n['commit']} "
-        "(`benchmarks/results/ncu-h100.json`). Simulated side: `utils.profile` on a CPU, "
-        f"computed at commit {result['commit']} by `benchmarks/ncu_vs_sim.py`.",
+        "(`benchmarks/results/simulators/ncu-h100.json`). Simulated side: `utils.profile` on a CPU, "
+        f"computed at commit {result['commit']} by `python -m benchmarks.simulators.ncu_vs_sim`.",
         "",
         f"Verdicts: *exact*; *ok*, within {int(result['tolerance'] * 100)}%; cases marked exact must "
         "match their memory counters (requests, sectors, wavefronts, bank conflicts) exactly. "

@@ -1,6 +1,6 @@
 """Tile sizes for the Triton attention kernels on a GPU: time every candidate config of the
 forward and of the two backward kernels at the benchmark shapes, next to SDPA's backends, and
-write what was measured (``python benchmarks/attention_tune.py OUT.json``).
+write what was measured (``python -m benchmarks.tune.attention_tune OUT.json``).
 
 Each config is checked against SDPA's output (float16, the error a correct kernel makes is
 below 2e-2 here) before it is timed; a config that does not compile (too much shared memory)
@@ -16,7 +16,8 @@ import sys
 import time
 import traceback
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+if not __package__:  # run as a file, not with -m: the course's root on the path
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 import torch
 import torch.nn.functional as F

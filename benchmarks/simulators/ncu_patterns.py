@@ -2,13 +2,13 @@
 simulation: the pattern kernels of ``kernels/cuda/patterns.cu``, the course's reference
 CUDA kernels and its reference Triton kernels.
 
-One table, used by the GPU run (``benchmarks/ncu_run.py``), the comparison
-(``benchmarks/ncu_vs_sim.py``) and its CI test. Each case is one kernel launch: the kernel,
+One table, used by the GPU run (``benchmarks/simulators/ncu_run.py``), the comparison
+(``benchmarks/simulators/ncu_vs_sim.py``) and its CI test. Each case is one kernel launch: the kernel,
 its grid, block and dynamic shared memory, and a function that makes its arguments. Sizes
 are small so that the simulation of every case stays fast (2^16 elements, 256 x 256
 matrices).
 
-    from benchmarks.ncu_patterns import CASES, launch
+    from benchmarks.simulators.ncu_patterns import CASES, launch
     for case in CASES.values():
         launch(case, case.make_args(device))
 """

@@ -1,6 +1,6 @@
 """Try matmul configurations on a GPU: correctness, then TFLOP/s at 4096^3 against torch.mm.
 
-    python benchmarks/matmul_tune.py [--size 4096] [--quick]
+    python -m benchmarks.tune.matmul_tune [--size 4096] [--quick]
 
 Prints one line per kernel (and per v4 tile shape), plus Triton's autotuned choice. Used to
 pick VEC4_CONFIG in kernels/cuda/matmul.py; the recorded numbers come from `python -m
@@ -13,7 +13,8 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+if not __package__:  # run as a file, not with -m: the course's root on the path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import torch
 

@@ -2,10 +2,10 @@
 course's own prose (``utils.course_text()``: the lessons' markdown and the README, read from
 the course's files) for about three minutes.
 
-    python benchmarks/gpt_cpu_train.py                 # ~3 minutes, writes the record below
-    python benchmarks/gpt_cpu_train.py --seconds 20 --out /tmp/x.json
+    python -m benchmarks.lessons.gpt_cpu_train                 # ~3 minutes, writes the record below
+    python -m benchmarks.lessons.gpt_cpu_train --seconds 20 --out /tmp/x.json
 
-Writes ``benchmarks/results/gpt-cpu-train.json``: the config, the training loss of every step,
+Writes ``benchmarks/results/lessons/gpt-cpu-train.json``: the config, the training loss of every step,
 the validation loss (the last 10 % of the text, never trained on) every ``--eval-every`` steps,
 the final validation loss, a sample of generated text, the machine and the commit. Lesson 11
 plots it.
@@ -20,15 +20,16 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+ROOT = Path(__file__).resolve().parents[2]
+if not __package__:  # run as a file, not with -m: the course's root on the path
+    sys.path.insert(0, str(ROOT))
 os.environ.setdefault("COURSE_SIMULATE", "1")  # the CPU: torch's kernels, nothing simulated
 
 import torch  # noqa: E402
 
 import utils  # noqa: E402
 
-OUT = ROOT / "benchmarks" / "results" / "gpt-cpu-train.json"
+OUT = utils.LESSON_RESULTS_DIR / "gpt-cpu-train.json"
 
 
 def main(argv=None):

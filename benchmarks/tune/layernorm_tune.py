@@ -2,11 +2,11 @@
 a GPU, in one run: every configuration is checked against PyTorch, then timed with
 ``triton.testing.do_bench`` (median) beside the copy roofline measured in the same run.
 
-    python benchmarks/layernorm_tune.py --out DIR [--budget SECONDS] [--parts host:40,ln:150,bwd:60,mm:110]
+    python -m benchmarks.tune.layernorm_tune --out DIR [--budget SECONDS] [--parts host:40,ln:150,bwd:60,mm:110]
 
 Writes ``DIR/tune.json`` after every measurement (a run cut short keeps what it measured).
 The configurations the kernels use by default were picked from such a run; the recorded
-numbers come from ``python -m benchmarks`` and ``benchmarks/layernorm_bench.py``.
+numbers come from ``python -m benchmarks`` and ``benchmarks/lessons/layernorm_forward_backward.py``.
 """
 from __future__ import annotations
 
@@ -17,7 +17,8 @@ import time
 import traceback
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+if not __package__:  # run as a file, not with -m: the course's root on the path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import torch
 
 import utils
@@ -298,7 +299,7 @@ def part_mm():
 def part_host():
     """Host cost per call of every reference launcher, and CUDA graphs: launch-overhead.json;
     then where a LayerNorm launcher's host time goes, step by step."""
-    import benchmarks.launch_overhead as lo
+    import benchmarks.lessons.launch_overhead as lo
     import kernels
     from kernels.frames.layernorm import check_norm_inputs, row_stats
     from kernels.triton import layernorm as tln

@@ -1,8 +1,10 @@
-"""GPU measurements that lessons 06 and 08 show from benchmarks/results/ (run on the H100).
+"""GPU measurements that lessons 06 and 08 show from benchmarks/results/lessons/: the time of a
+training step with and without print(loss) (``<gpu>-print-loss.json``), and the DRAM bytes of
+every matmul version (``<gpu>-matmul-dram.json``). ``step_time_and_dram_gpu_run.sh`` runs it.
 
-    python benchmarks/lesson08_gpu.py steptime OUT.json   # training step with and without print(loss)
-    python benchmarks/lesson08_gpu.py dram                # every matmul version once, for ncu
-    python benchmarks/lesson08_gpu.py collect RAW.csv ORDER.json OUT.json
+    python -m benchmarks.lessons.step_time_and_dram steptime OUT.json   # training step with and without print(loss)
+    python -m benchmarks.lessons.step_time_and_dram dram                # every matmul version once, for ncu
+    python -m benchmarks.lessons.step_time_and_dram collect RAW.csv ORDER.json OUT.json
 
 ``dram`` runs each matmul version of the benchmark once between ``torch.cuda._sleep`` marker
 kernels; under ``ncu --metrics dram__bytes_read.sum,dram__bytes_write.sum`` the launches
@@ -16,10 +18,12 @@ import json
 import statistics
 import sys
 import time
+from pathlib import Path
 
 import torch
 
-sys.path.insert(0, ".")
+if not __package__:  # run as a file, not with -m: the course's root on the path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import kernels
 import utils
 

@@ -1,10 +1,10 @@
 """The settings behind Triton softmax v4 (kernels/triton/softmax.py), tried on a GPU at the
 widest benchmark shape: one program per SM against more, 32 warps against 16.
 
-    python benchmarks/softmax_l2_probe.py [--out FILE.json]
+    python -m benchmarks.tune.softmax_l2_probe [--out FILE.json]
 
-The recorded run is benchmarks/results/h100-softmax-l2-probe.json (it names its commit);
-lesson 05 reads it.
+The recorded runs are benchmarks/results/lessons/<gpu>-softmax-l2-probe.json (each names its
+commit); lesson 05 reads the newest GPU's.
 """
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+if not __package__:  # run as a file, not with -m: the course's root on the path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import torch
 

@@ -1,8 +1,8 @@
 """What one kernel launch costs the host, on a GPU: the Python time from the call to the
 launch being queued, for the course's launchers and PyTorch.
 
-    python benchmarks/launch_overhead.py            # prints and writes benchmarks/results/launch-overhead.json
-    python benchmarks/launch_overhead.py --out DIR
+    python -m benchmarks.lessons.launch_overhead            # prints and writes launch-overhead.json
+    python -m benchmarks.lessons.launch_overhead --out DIR  # (default DIR: benchmarks/results/lessons)
 
 A kernel on one element takes the GPU about 2 us; launched back to back, the host is the
 bottleneck whenever it takes longer than that to queue the next launch. So the wall time
@@ -23,8 +23,9 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+ROOT = Path(__file__).resolve().parents[2]
+if not __package__:  # run as a file, not with -m: the course's root on the path
+    sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
@@ -203,11 +204,11 @@ def measure_all() -> dict:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--out", default=str(utils.RESULTS_DIR))
+    p.add_argument("--out", default=str(utils.LESSON_RESULTS_DIR))
     args = p.parse_args(argv)
     if utils.SIMULATE:
         print(f"This measures launches on a GPU; this machine runs in simulation ({utils.REASON}). "
-              "The recorded numbers are in benchmarks/results/launch-overhead.json.")
+              "The recorded numbers are in benchmarks/results/lessons/launch-overhead.json.")
         return 2
     import kernels
     from utils.topics.layernorm import layernorm_input

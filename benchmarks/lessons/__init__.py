@@ -1,0 +1,32 @@
+"""Captures that a lesson shows: GPU numbers and outputs recorded once and committed in
+``benchmarks/results/lessons/``, so that the lesson shows them on any machine.
+
+    gpt_cpu_train                  lesson 11's laptop run: a character-level GPT trained on the
+                                   CPU (gpt-cpu-train.json)
+    gpt_kernels                    lesson 11's kernels (fused cross-entropy, embedding backward,
+                                   AdamW, bias + GELU, residual + LayerNorm) beside torch
+                                   (<gpu>-lesson11.json)
+    gpt_train                      lesson 11: GPT-2 124M trained on torch's kernels and on the
+                                   course's (gpt-train.json, gpt-train.png)
+    launch_overhead                lessons 03 and 08: what one launch costs the host
+                                   (launch-overhead.json)
+    layernorm_forward_backward     lesson 09: LayerNorm and RMSNorm forward and backward beside
+                                   torch and Liger (<gpu>-layernorm.json)
+    output_code                    lesson 07: what torch.compile writes around a custom op
+                                   (<gpu>-output-code.txt)
+    step_time_and_dram             lessons 08 and 06: a training step with and without
+                                   print(loss) (<gpu>-print-loss.json), the DRAM bytes of every
+                                   matmul version under ncu (<gpu>-matmul-dram.json)
+
+GPU sessions, run with bash from the course's root on the GPU machine:
+
+    matmul_gpu_run.sh              lesson 06: the matmul topics into the GPU's record, then the
+                                   matmul tests and notebook
+    step_time_and_dram_gpu_run.sh  lessons 06 and 08: step_time_and_dram (under ncu for the
+                                   DRAM bytes) and Nsight Systems' stats of a training loop
+                                   (<gpu>-profiler-nsys.txt)
+
+Each script runs as ``python -m benchmarks.lessons.<name>`` from the course's root (``--help``,
+or the usage at the top of the script). Names: subject first, then what is measured, no
+lesson number (the rule is in ``benchmarks/__init__.py``).
+"""

@@ -1,0 +1,18 @@
+"""Sweeps and probes that choose a kernel's settings on a GPU: what they find goes into the
+kernels' defaults (tile sizes, warps, programs per SM, configurations to autotune from).
+
+    attention_tune      tile sizes of the Triton attention kernels, forward and backward, beside
+                        SDPA's backends (the candidates of kernels/triton/attention.py)
+    layernorm_tune      the knobs of the LayerNorm/RMSNorm kernels and of Triton's fp16/bf16
+                        matmul, in one run (DIR/tune.json; two runs: results/tune/)
+    matmul_tune         matmul configurations at 4096^3 against torch.mm (VEC4_CONFIG of
+                        kernels/cuda/matmul.py); prints
+    softmax_l2_probe    Triton softmax v4's settings at the widest shape: programs per SM, warps
+                        (results/lessons/<gpu>-softmax-l2-probe.json: lesson 05 shows it)
+    tf32_probe          how the tensor cores read float32 in tl.dot, against the interpreter's
+                        model (results/lessons/<gpu>-tf32.json: lesson 06 shows it)
+
+Each runs as ``python -m benchmarks.tune.<name>`` from the course's root (``--help``, or the
+usage at the top of the script). Names: subject first, then what is measured (the rule is in
+``benchmarks/__init__.py``).
+"""
