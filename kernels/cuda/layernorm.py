@@ -151,7 +151,7 @@ def rmsnorm_backward_partials(dy, x, w, rstd):
 #: dtypes of v5 and of the vec backward (statistics in float32)
 VEC_DTYPES = (torch.float32, torch.bfloat16)
 _CTYPE = {torch.float32: "float", torch.bfloat16: "__nv_bfloat16"}
-#: Rows a block of v5's warp-per-row form (measured on an H100: benchmarks/layernorm_tune.py).
+#: Rows a block of v5's warp-per-row form (measured on an H100: benchmarks/tune/layernorm_tune.py).
 WARP_ROWS = 4
 #: At most this many 16-byte vectors a thread keeps in registers (forward; the backward keeps
 #: x, dy, w and its dw/db shares: 4).

@@ -204,7 +204,7 @@ __device__ __forceinline__ void matmul_vec4(const float* __restrict__ a_ptr, con
     }
 }
 
-// v4's tile shapes. benchmarks/matmul_tune.py times them on a GPU; on an H100 at 4096^3
+// v4's tile shapes. benchmarks/tune/matmul_tune.py times them on a GPU; on an H100 at 4096^3
 // the 128 x 64 tile with BK = 8 (128 threads, 8 x 8 outputs each) was the fastest, ahead
 // of 128 x 128 tiles (fewer blocks per SM fit beside their registers) and of BK = 16.
 #define MATMUL_VEC4_KERNEL(NAME, BM, BN, BK, TM, TN)                                                      \

@@ -66,7 +66,7 @@ def matmul_regtile(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 
 #: v4's kernels: name -> (BM, BN, threads). The first is the one the launcher uses (the
-#: fastest on an H100; benchmarks/matmul_tune.py compares them).
+#: fastest on an H100; benchmarks/tune/matmul_tune.py compares them).
 VEC4_KERNELS = {
     "matmul_vec4_kernel": (128, 64, 128),
     "matmul_vec4_128x128_kernel": (128, 128, 256),

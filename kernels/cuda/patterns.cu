@@ -2,7 +2,7 @@
 //
 // These kernels compute nothing useful: each one exists to show ONE thing the hardware
 // counts, so the counters of Nsight Compute on a GPU and of the course's profiler in
-// simulation can be read side by side (benchmarks/ncu_patterns.py lists how each is
+// simulation can be read side by side (benchmarks/simulators/ncu_patterns.py lists how each is
 // launched). What to expect is written above each kernel, for a warp of 32 threads and
 // 4-byte floats: a warp-wide load of 32 consecutive floats is one request of 128 bytes,
 // which touches 4 sectors of 32 bytes.

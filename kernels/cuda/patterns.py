@@ -3,7 +3,7 @@ hardware counts (coalescing, bank conflicts, divergence, atomics).
 
     kernel("copy_strided_kernel")[grid, block](x, y, n, 32)
 
-``benchmarks/ncu_patterns.py`` lists how each one is launched and what it should show.
+``benchmarks/simulators/ncu_patterns.py`` lists how each one is launched and what it should show.
 """
 from __future__ import annotations
 

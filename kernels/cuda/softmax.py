@@ -84,7 +84,7 @@ def softmax_online(x: torch.Tensor) -> torch.Tensor:
 
 #: Rows longer than this go to the online kernel. v2 can take rows up to FUSED_MAX_COLS, but
 #: at 16 floats per thread it runs few blocks per SM; on an H100 the persistent online
-#: kernel (v3) was faster from 16384 columns on (see benchmarks/results/h100.md).
+#: kernel (v3) was faster from 16384 columns on (see benchmarks/results/records/h100.md).
 ONLINE_FROM_COLS = 8192
 
 
@@ -137,7 +137,7 @@ def softmax_onchip(x: torch.Tensor) -> torch.Tensor:
 
 def softmax_auto_onchip(x: torch.Tensor) -> torch.Tensor:
     """The reference: v5 while the row fits on chip (see onchip_max_cols), v3 beyond. On an
-    H100, v5 was as fast as v2 on short rows and faster on long ones (benchmarks/results/h100.md)."""
+    H100, v5 was as fast as v2 on short rows and faster on long ones (benchmarks/results/records/h100.md)."""
     if isinstance(x, torch.Tensor) and x.dim() == 2:
         cols = x.shape[-1]
         if onchip_config(cols, vec4=cols % 4 == 0 and x.data_ptr() % 16 == 0) is None:

@@ -373,7 +373,7 @@ def attn_flash_fwd_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, H, Nq, Nk, D, qk_
 # config again for each new length), long ones the autotuner's pick among a few candidates per
 # head dimension. The candidates are the configs that compile for an H100 (sm_90) without
 # spilling registers, as ptxas reports (Triton's own FlashAttention tutorial explores the same
-# ranges); benchmarks/attention_tune.py times a wider set on a GPU.
+# ranges); benchmarks/tune/attention_tune.py times a wider set on a GPU.
 SIM_TILE = (32, 32, 4, 1)
 #: From this length (max(Nq, Nk)) on, and for d <= 128 in float16/bfloat16, a GPU autotunes.
 TUNE_MIN_N = 1024

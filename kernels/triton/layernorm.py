@@ -159,7 +159,7 @@ def layernorm_row(x, w, b, eps=EPS, stats=False):
 
 #: Bytes of x one program of v3 holds (ROWS x BLOCK elements): a row of 512 floats is 2 KB,
 #: so 8 rows a program; one row of 4096 floats fills it. A warp per 2 KB, 4 to 16 warps.
-#: Picked from a sweep on an H100 (benchmarks/layernorm_tune.py).
+#: Picked from a sweep on an H100 (benchmarks/tune/layernorm_tune.py).
 TILE_BYTES = 16384
 #: The eviction hint of v3's load of x ("" or "evict_first": x is read once).
 EVICT = ""

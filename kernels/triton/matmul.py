@@ -106,7 +106,7 @@ def _tma_configs():
 
 
 #: (BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, num_warps, num_stages) tried by the autotuner on a GPU.
-#: The fastest at 4096^3 on an H100 (fp16 and bf16: benchmarks/layernorm_tune.py) first.
+#: The fastest at 4096^3 on an H100 (fp16 and bf16: benchmarks/tune/layernorm_tune.py) first.
 TMA_SHAPES = [(128, 256, 64, 16, 8, 3), (128, 256, 64, 8, 8, 3), (256, 128, 64, 8, 8, 3), (128, 128, 64, 8, 4, 4)]
 
 

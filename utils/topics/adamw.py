@@ -213,6 +213,6 @@ SPEC = Spec(
     check_shapes=lambda sizes: [(1,), (7,), (1025,)],
 )
 
-#: The H100 goal (benchmarks/lesson11.py): one step over GPT-2 124M's parameters (a flat
+#: The H100 goal (benchmarks/lessons/gpt_kernels.py): one step over GPT-2 124M's parameters (a flat
 #: buffer) no slower than torch.optim.AdamW(fused=True), 1.42 ms when the issue was filed.
 TARGETS = [Target("cuda", "torch", 1.0, shape=(124_475_904,)), Target("triton", "torch", 1.0, shape=(124_475_904,))]

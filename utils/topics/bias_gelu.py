@@ -3,7 +3,7 @@ y = gelu(x + b) with the bias b broadcast over the rows, and its backward
 d(x + b) = dy * gelu'(x + b). GELU is lesson 03's tanh approximation.
 
 Fused, x is read once and y written once; unfused, x + b makes a round trip through memory
-(benchmarks/lesson11.py measures both)."""
+(benchmarks/lessons/gpt_kernels.py measures both)."""
 from __future__ import annotations
 
 import math
@@ -121,6 +121,6 @@ SPEC = Spec(
     check_shapes=lambda sizes: [(1, 1), (7, 3), (33, 300)],
 )
 
-#: The H100 goal (benchmarks/lesson11.py): the fused kernel at GPT-2's MLP (16 x 1024 tokens,
+#: The H100 goal (benchmarks/lessons/gpt_kernels.py): the fused kernel at GPT-2's MLP (16 x 1024 tokens,
 #: 3072 wide) at least as fast as the unfused pair, and 85 % of the copy bandwidth.
 TARGETS = [Target("cuda", "copy", 0.85, shape=(16384, 3072)), Target("triton", "copy", 0.85, shape=(16384, 3072))]

@@ -213,7 +213,7 @@ SPEC = Spec(
     check_shapes=lambda sizes: [(1, 1), (7, 3), (33, 4097)],
 )
 
-#: The H100 goals (benchmarks/lesson11.py measures them; the Spec has no torch baseline
+#: The H100 goals (benchmarks/lessons/gpt_kernels.py measures them; the Spec has no torch baseline
 #: table for the harness, whose launchers return one tensor): forward + backward at
 #: 8192 x 50304, at least 85 % of the copy bandwidth counting two reads and one write of
 #: the logits in float32 (<= 1.94 ms), and at most torch.compile's 1.98 ms in bfloat16.

@@ -189,7 +189,7 @@ SPEC = Spec(
     check_shapes=lambda sizes: [(1, 1, 1), (9, 3, 5), (40, 13, 70)],
 )
 
-#: The H100 goal (benchmarks/lesson11.py): the deterministic backward (v4) at 16 x 1024
+#: The H100 goal (benchmarks/lessons/gpt_kernels.py): the deterministic backward (v4) at 16 x 1024
 #: tokens of width 768 at least as fast as torch eager's embedding backward.
 TARGETS = [Target("cuda", "torch", 1.0, shape=(16384, 50304, 768)),
            Target("triton", "torch", 1.0, shape=(16384, 50304, 768))]

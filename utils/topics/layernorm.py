@@ -581,7 +581,7 @@ SPEC = Spec(
                               "call whatever the size (v3: 0.40 ms at 4096 x 1024, 33 MB, and 0.43 ms at "
                               "4096 x 16384, 537 MB, which the copy moves in 0.18 ms). Each call converts six "
                               "tensors with utils.to_numba and launches with seven arguments; "
-                              "benchmarks/launch_overhead.py measures those steps")],
+                              "benchmarks/lessons/launch_overhead.py measures those steps")],
     main_shapes=_main_shapes,
     sweep_shapes=lambda sizes: [(max(1, int(n) // 4096), 4096) for n in sizes.bench_sizes],
     sweep_label="elements, rows of 4096",

@@ -2,7 +2,7 @@
 residual stream, h = x + r (kept: the next block adds to it), y = LayerNorm(h).
 
 Fused, x and r are read once and h and y written once (16 bytes per element); unfused, h
-makes a round trip through memory before LayerNorm reads it (benchmarks/lesson11.py)."""
+makes a round trip through memory before LayerNorm reads it (benchmarks/lessons/gpt_kernels.py)."""
 from __future__ import annotations
 
 import torch
@@ -101,6 +101,6 @@ SPEC = Spec(
     check_shapes=lambda sizes: [(1, 1), (7, 3), (9, 300)],
 )
 
-#: The H100 goal (benchmarks/lesson11.py): at GPT-2's width (16 x 1024 tokens, 768 wide), the
+#: The H100 goal (benchmarks/lessons/gpt_kernels.py): at GPT-2's width (16 x 1024 tokens, 768 wide), the
 #: fused kernel at least as fast as the unfused pair, and 85 % of the copy bandwidth.
 TARGETS = [Target("cuda", "copy", 0.85, shape=(16384, 768)), Target("triton", "copy", 0.85, shape=(16384, 768))]
