@@ -177,3 +177,39 @@ def test_race_detection_switch_of_the_simulators():
             b.launch(all_write_one, (2,), y)
     with b.race_detection(False):
         b.launch(all_write_one, (2,), y)  # the same race, unchecked
+
+
+def _layout_rows() -> list[str]:
+    """The paths in CONTRIBUTING.md's layout table and its module tables (first column)."""
+    import re
+    text = (ROOT / "CONTRIBUTING.md").read_text()
+    layout = text[text.index("## Layout"):text.index("\n## ", text.index("## Layout") + 1)]
+    rows = []
+    for section, folder in ((layout.split("### The house")[0], ""),
+                            (layout.split("#### The runtime, `runtime/`")[1].split("####")[0], "runtime/"),
+                            (layout.split("#### The front door, `utils/`")[1].split("###")[0], "utils/")):
+        for line in section.splitlines():
+            m = re.match(r"\| (`[^|]*`) \|", line)
+            if m:
+                rows += [folder + p for p in re.findall(r"`([^`]+)`", m.group(1))]
+    return rows
+
+
+def test_the_layout_tables_match_the_tree():
+    """Every path CONTRIBUTING.md's layout tables name exists (``<topic>`` and ``NN_topic``: at
+    least one file fits), and every package of the house has a row."""
+    rows = _layout_rows()
+    assert len(rows) > 30, rows
+    missing = []
+    for p in rows:
+        pattern = p.replace("<topic>", "*").replace("NN_topic", "[0-9][0-9]_*").replace("{cuda,numba,triton}", "*")
+        if not list(ROOT.glob(pattern.rstrip("/"))):
+            missing.append(p)
+    assert not missing, f"CONTRIBUTING.md names paths that are not in the tree: {missing}"
+    named = {p.split("/")[0] for p in rows}
+    assert set(FLOORS) - {"tests"} <= named | {"extensions"}, set(FLOORS) - named
+    for pkg in ("runtime", "utils"):
+        modules = {p.name for p in (ROOT / pkg).iterdir() if p.suffix == ".py" or (p / "__init__.py").exists()}
+        listed = {r.split("/")[1] for r in rows if r.startswith(pkg + "/") and r.count("/") >= 1}
+        unlisted = sorted(modules - listed - {"__init__.py"})
+        assert not unlisted, f"{pkg}/ modules missing from CONTRIBUTING's tables: {unlisted}"
