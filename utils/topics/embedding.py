@@ -154,7 +154,7 @@ def check_embedding_backward(fn, *, seed=None):
                        diagnose=lambda run, got, bad: _diagnose(run.case, got))]
 
     worst = grade(g, cases, outputs, inputs=("ids", "dout", "dweight"), written=("dweight",), unpack=unpack,
-                  check=in_place, order=largest_first, race_report_hint=_RACE_HINT)
+                  check=in_place, order=largest_first, race_hint=_RACE_HINT, race_report_hint=_RACE_HINT)
     success("check_embedding_backward", cases, worst,
             "shapes " + ", ".join(f"{n} tokens x {v}x{d}" for n, v, d in _shapes()))
 
