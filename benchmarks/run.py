@@ -479,16 +479,21 @@ def main(argv=None) -> int:
     roof = copy_row["gbps"] if copy_row else None
 
     target_topics = args.topics  # the topics whose targets the results file reports
+    old_record = None  # --update: the record as it was, for the topics this run cannot finish
+    remeasured_note = None
     if args.update:
-        kept = load_kept(out / f"{name}.json", args.topics, args.langs, sweeps_only=args.sweep_only)
+        kept = load_kept(out / f"{name}.json", args.topics, args.langs, sweeps_only=args.sweep_only,
+                         keep_sweeps=args.no_sweep)
+        if kept is not None:
+            old_record = json.loads((out / f"{name}.json").read_text())
         if kept is None:
             print(f"--update: no {out / (name + '.json')} to update; writing a new results file", flush=True)
         else:
             measured_copy = copy_row["gbps"] if copy_row else None
-            data["notes"] = kept["notes"] + [
-                f"{', '.join(args.topics)} re-measured on {data['date']} at "
-                f"{utils.commit_str(commit)} with `{data['command']}`"
-                + (f" (copy in that run: {measured_copy:,.0f} GB/s)" if measured_copy else "")]
+            data["notes"] = kept["notes"]
+            remeasured_note = (f" re-measured on {data['date']} at {utils.commit_str(commit)} with "
+                               f"`{data['command']}`"
+                               + (f" (copy in that run: {measured_copy:,.0f} GB/s)" if measured_copy else ""))
             data["copy"], data["date"], data["command"] = kept["copy"], kept["date"], kept["command"]
             # The file's own commit is the full run's; each topic keeps the commit it was measured at.
             data["commit"], data["commit_dirty"] = kept["commit"], kept["commit_dirty"]
@@ -500,12 +505,21 @@ def main(argv=None) -> int:
             roof = kept["copy"]["gbps"] if kept["copy"] else roof
             target_topics = kept["topics"]
 
+    finished, unfinished = [], []  # --update: the topics measured whole, and those cut short
+
     def save():
+        notes = data["notes"]
+        if remeasured_note and (finished or unfinished):
+            notes = notes + [", ".join(finished or ["nothing"]) + remeasured_note
+                             + (f"; {', '.join(unfinished)}: cut short by the time budget, earlier numbers kept "
+                                "where this run has none, still stale" if unfinished else "")]
+        data_out = dict(data, notes=notes)
         report.add_fractions(data["rows"], roof)
         data["targets"] = report.evaluate_targets(
             data["rows"], target_topics, {t: main_shapes(t, sizes) for t in target_topics})
-        report.write_json(out / f"{name}.json", data)
-        (out / f"{name}.md").write_text(report.markdown(data))
+        data_out["targets"] = data["targets"]
+        report.write_json(out / f"{name}.json", data_out)
+        (out / f"{name}.md").write_text(report.markdown(data_out))
 
     save()
     with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
@@ -515,16 +529,26 @@ def main(argv=None) -> int:
             print(f"== {topic} ==", flush=True)
             if deadline and time.time() > deadline:
                 print(f"[{topic}] not measured: out of time (--budget {args.budget:.0f} s)", flush=True)
-                data["notes"].append(f"{topic}: not measured, the run was out of time")
+                keep_unmeasured(data, old_record, topic, rows=[])
+                if old_record is None:
+                    data["notes"].append(f"{topic}: not measured, the run was out of time")
+                else:
+                    unfinished.append(topic)
                 continue
             events_path = Path(tmp) / f"{topic}.jsonl"
             run_worker(topic, args, events_path, deadline, sweep_deadline)
             rows, failed, sweep, notes = merge(read_events(events_path))
+            cut = [f for f in failed if "out of time" in str(f.get("reason", ""))]
             data["rows"] += rows
-            data["failed"] += failed
+            data["failed"] += [f for f in failed if f not in cut] if old_record is not None else failed
             if sweep:
                 data["sweeps"].setdefault(topic, {}).update(sweep)
             data["notes"] += [f"{topic}: {n}" for n in notes]
+            if cut:
+                keep_unmeasured(data, old_record, topic, rows=rows)
+                unfinished.append(topic)
+            else:
+                finished.append(topic)
             save()
     if not args.no_sweep:
         try:
@@ -540,10 +564,41 @@ def main(argv=None) -> int:
     return EXIT_OK
 
 
-def load_kept(path: Path, topics: list[str], langs=("cuda", "numba", "triton"), sweeps_only=False) -> dict | None:
+def _row_key(r: dict) -> tuple:
+    return (r.get("topic"), r.get("variant"), json.dumps(r.get("shape")), bool(r.get("sweep")))
+
+
+def keep_unmeasured(data: dict, old: dict | None, topic: str, rows: list[dict]) -> None:
+    """A topic this run did not finish (``rows``: what it measured of it, none if it was not
+    started): it is not fresh, so it keeps the commit and source hash of its earlier record
+    (``python -m benchmarks --stale`` still lists it) and, from an ``--update``'s earlier record
+    (``old``), the rows, failures and sweeps this run has none of, rather than losing them."""
+    for key in ("topic_commits", "topic_sources"):
+        earlier = ((old or {}).get(key) or {}).get(topic)
+        if earlier is None:
+            data[key].pop(topic, None)
+        else:
+            data[key][topic] = earlier
+    if old is None:
+        return
+    have = {_row_key(r) for r in rows}
+    data["rows"] += [r for r in old.get("rows", []) if r.get("topic") == topic and _row_key(r) not in have]
+    done = {(f.get("variant"), json.dumps(f.get("shape"))) for f in data["failed"] if f.get("topic") == topic}
+    measured = {_row_key(r)[:3] for r in rows}
+    data["failed"] += [f for f in old.get("failed", []) if f.get("topic") == topic
+                       and (f.get("variant"), json.dumps(f.get("shape"))) not in done
+                       and (topic, f.get("variant"), json.dumps(f.get("shape"))) not in measured]
+    for variant, points in ((old.get("sweeps") or {}).get(topic) or {}).items():
+        data["sweeps"].setdefault(topic, {}).setdefault(variant, points)
+    data["notes"] += [n for n in old.get("notes", []) if n.startswith(f"{topic}:") and n not in data["notes"]]
+
+
+def load_kept(path: Path, topics: list[str], langs=("cuda", "numba", "triton"), sweeps_only=False,
+              keep_sweeps=False) -> dict | None:
     """What ``--update`` keeps of an existing results file: all but the rows of ``topics`` in
     ``langs`` (and their PyTorch baselines, which every run measures again); with
-    ``sweeps_only``, all but their sweeps (the main shapes' rows and targets stay)."""
+    ``sweeps_only``, all but their sweeps (the main shapes' rows and targets stay); with
+    ``keep_sweeps`` (a run that measures no sweep, ``--no-sweep``), their sweeps as well."""
     if not path.exists():
         return None
     old = json.loads(path.read_text())
@@ -554,6 +609,8 @@ def load_kept(path: Path, topics: list[str], langs=("cuda", "numba", "triton"), 
 
     def stays(topic, lang, entry=None):
         if sweeps_only and entry is not None and not entry.get("sweep"):
+            return True
+        if keep_sweeps and (entry is None or entry.get("sweep")):  # a sweep (entry None: the sweeps table)
             return True
         return topic not in drop or lang not in redo
 

@@ -6,8 +6,8 @@
 (``code: commit 1a2b3c4d5e6f``, possibly ``plus uncommitted changes``); an older summary
 written by hand names it in its ``== call N: commit 1a2b3c4d5e6f`` headings (the last one
 counts). ``python -m benchmarks --stale`` prints ``validation_report()``: the newest summary,
-and which files under ``kernels/``, ``utils/``, ``notebooks/``, ``exercises/`` and ``solutions/``
-changed since the commit it tested, committed or not. When git or that commit is missing here
+and which files under ``runtime/``, ``kernels/``, ``utils/``, ``notebooks/``, ``exercises/`` and
+``solutions/`` changed since the commit it tested, committed or not. When git or that commit is missing here
 it says so rather than guess.
 
 This module reads files and asks git only (no torch, no ``utils``).
@@ -20,7 +20,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 #: The code a validation call tests: a change here calls for a new one.
-CODE_DIRS = ("kernels", "utils", "notebooks", "exercises", "solutions")
+CODE_DIRS = ("runtime", "kernels", "utils", "notebooks", "exercises", "solutions")
 #: How many changed paths the report names.
 SHOWN = 5
 

@@ -641,3 +641,48 @@ def test_results_are_grouped_by_kind():
         assert not utils.recorded_gpus(kind), kind
     assert {g["machine"] for g in utils.recorded_gpus()} >= {"h100", "h200"}
     assert {p.name for p in utils.VALIDATION_DIR.iterdir()} >= {"cpu-validation.txt", "h100-validation.txt"}
+
+
+def test_an_update_cut_short_keeps_the_earlier_numbers_and_stays_stale():
+    """``--update`` out of time: a topic it never started keeps all its earlier rows, one it
+    finished in part keeps the earlier rows it has no new ones for; neither gets this run's
+    commit or source hash, so ``--stale`` still lists them."""
+    from benchmarks import run as brun
+
+    def row(topic, variant, shape, gbps):
+        return dict(topic=topic, variant=variant, lang=variant.split()[0], shape=shape, gbps=gbps)
+
+    old = dict(rows=[row("attention", "triton v3", [1, 2], 1.0), row("attention", "torch sdpa", [1, 2], 2.0),
+                     row("layernorm", "cuda v5", [4, 4], 3.0), row("layernorm", "triton v3", [4, 4], 4.0)],
+               failed=[dict(topic="layernorm", variant="numba v2", shape=[4, 4], reason="unsupported")],
+               sweeps={"layernorm": {"triton v3": [[16, 1.0]]}},
+               topic_commits={"attention": {"commit": "old-a"}, "layernorm": {"commit": "old-l"}},
+               topic_sources={"attention": {"hash": "ha"}, "layernorm": {"hash": "hl"}},
+               notes=["attention: an earlier note"])
+    new = dict(rows=[row("layernorm", "cuda v5", [4, 4], 30.0)], failed=[], sweeps={}, notes=[],
+               topic_commits={"attention": {"commit": "new"}, "layernorm": {"commit": "new"}},
+               topic_sources={"attention": {"hash": "new"}, "layernorm": {"hash": "new"}})
+    brun.keep_unmeasured(new, old, "attention", rows=[])
+    brun.keep_unmeasured(new, old, "layernorm", rows=list(new["rows"]))
+    got = {(r["topic"], r["variant"]): r["gbps"] for r in new["rows"]}
+    assert got == {("attention", "triton v3"): 1.0, ("attention", "torch sdpa"): 2.0,
+                   ("layernorm", "cuda v5"): 30.0, ("layernorm", "triton v3"): 4.0}  # new where measured
+    assert new["topic_commits"] == old["topic_commits"] and new["topic_sources"] == old["topic_sources"]
+    assert new["failed"] == old["failed"] and new["sweeps"] == old["sweeps"]
+    assert new["notes"] == ["attention: an earlier note"]
+    # with no earlier record, a topic cut short claims no commit or hash at all
+    fresh = dict(rows=[], failed=[], sweeps={}, notes=[], topic_commits={"softmax": {}}, topic_sources={"softmax": {}})
+    brun.keep_unmeasured(fresh, None, "softmax", rows=[])
+    assert fresh["topic_commits"] == {} and fresh["topic_sources"] == {}
+
+
+def test_an_update_without_sweeps_keeps_the_earlier_sweeps(tmp_path):
+    from benchmarks import run as brun
+    old = dict(rows=[dict(topic="relu", variant="triton v1", lang="triton", shape=[8], gbps=1.0),
+                     dict(topic="relu", variant="triton v1", lang="triton", shape=[64], gbps=2.0, sweep=True)],
+               failed=[], sweeps={"relu": {"triton v1": [[64, 2.0]]}}, notes=[])
+    (tmp_path / "gpu.json").write_text(json.dumps(old))
+    kept = brun.load_kept(tmp_path / "gpu.json", ["relu"], keep_sweeps=True)
+    assert kept["sweeps"] == old["sweeps"] and [r["shape"] for r in kept["rows"]] == [[64]]
+    dropped = brun.load_kept(tmp_path / "gpu.json", ["relu"])  # a run that measures the sweeps again
+    assert dropped["sweeps"] == {"relu": {}} and dropped["rows"] == []
