@@ -215,7 +215,7 @@ def test_validation_is_due_after_a_change_to_the_code(course_repo, tmp_path):
     results.mkdir()
     _summary(results, "h200", f"commit {head[:12]}")
     text, due = validation.validation_report(results, repo)
-    assert due is False and "nothing under kernels/" in text and f"commit {head[:12]}" in text
+    assert due is False and "nothing under runtime/, kernels/" in text and f"commit {head[:12]}" in text
     (repo / "README.md").write_text("not code\n")                 # outside the five folders
     assert validation.validation_report(results, repo)[1] is False
     (repo / "kernels" / "relu.py").write_text("v2\n")             # edited, not committed
@@ -274,7 +274,7 @@ def test_stale_reports_the_validation_with_an_older_commit_of_this_repo(tmp_path
     out = capsys.readouterr().out
     paragraph = " ".join(out.split("\n\n")[-1].split())
     changed = validation.changes_since(commit[:12])["changed"]
-    assert changed and f"tested commit {commit[:12]}. Since then {len(changed)} file(s) under kernels/" in paragraph
+    assert changed and f"tested commit {commit[:12]}. Since then {len(changed)} file(s) under runtime/, kernels/" in paragraph
     assert "A validation call is due" in paragraph and changed[0] in paragraph
 
 
