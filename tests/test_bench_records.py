@@ -274,7 +274,8 @@ def test_stale_reports_the_validation_with_an_older_commit_of_this_repo(tmp_path
     out = capsys.readouterr().out
     paragraph = " ".join(out.split("\n\n")[-1].split())
     changed = validation.changes_since(commit[:12])["changed"]
-    assert changed and f"tested commit {commit[:12]}. Since then {len(changed)} file(s) under runtime/, kernels/" in paragraph
+    since = f"tested commit {commit[:12]}. Since then {len(changed)} file(s) under runtime/, kernels/"
+    assert changed and since in paragraph
     assert "A validation call is due" in paragraph and changed[0] in paragraph
 
 
