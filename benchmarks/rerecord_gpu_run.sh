@@ -25,6 +25,9 @@
 #   lesson11   lesson 11's kernels beside torch, into lessons/ (benchmarks.lessons.gpt_kernels)
 #   sweeps     SWEEP_TOPICS (comma-separated, default every topic) re-measured whole, with
 #              their size sweeps, within BUDGET_S
+#   validate   .ci/gpu-validate.sh (WORKERS, default 16; 3-4 minutes on an H200), its summary
+#              into validation/. It runs before every other step, so that a call cut short
+#              loses records, which the next call can take again, not half a validation
 # Every results file written or changed is packed into OUT/records.tgz (unpack it in the
 # repository root and commit); the log of each step is in OUT/rerecord.log.
 # Usage: [STEPS="..."] bash benchmarks/rerecord_gpu_run.sh [OUT] [BUDGET_S]
@@ -47,6 +50,12 @@ marker=$(mktemp); touch "$marker"; sleep 1
 {
   start=$(date +%s)
   mark() { echo "== $1 ($(( $(date +%s) - start )) s)"; }
+  if want validate; then
+    mark "validate: .ci/gpu-validate.sh"
+    tmp=$(mktemp -d)
+    WORKERS=${WORKERS:-16} timeout 420 bash .ci/gpu-validate.sh "$tmp" 2>&1 | sed -n '/== summary ==/,/== per-file/p'
+    cp "$tmp/$GPU-validation.txt" $RES/validation/ 2>/dev/null && echo "summary: $RES/validation/$GPU-validation.txt"
+  fi
   if want stale; then
     mark "stale: python -m benchmarks --update --stale --budget $budget"
     timeout $((budget + 60)) python3 -m benchmarks --update --stale --budget "$budget"; echo "rc=$?"
