@@ -7,9 +7,12 @@
 # commit it in benchmarks/results/validation/. Its first lines name the GPU and the code tested
 # (`code: commit <hash>`, "plus uncommitted changes" when the tree differed from it); in a copy
 # without .git, set COURSE_COMMIT to that commit's hash.
-# A change to kernels/, utils/, notebooks/, exercises/ or solutions/ ends with one such call at
-# its final commit: `python -m benchmarks --stale` reads the newest summary's `code:` line and
-# says when one is due.
+# A change to runtime/, kernels/, utils/, notebooks/, exercises/ or solutions/ ends with one such
+# call at its final commit: `python -m benchmarks --stale` reads the newest summary's `code:` line
+# (and whether that call passed) and says when one is due.
+# BUDGET_S (seconds) stops the tests when they run longer (SIGINT: pytest reports what ran), so
+# that a summary is written before the device call's own limit kills everything; the summary
+# then says "cut short", and --stale does not count it as a validation.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-${OUT:-artifacts/gpu}}
@@ -24,7 +27,10 @@ gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
 name=$(python3 -c 'import sys; from utils.bench import gpu_slug; print(gpu_slug(sys.argv[1]))' "$gpu" 2>/dev/null | tail -1)
 summary="$out/${name:-gpu}-validation.txt"
 start=$(date +%s)
-python3 -m pytest -n "$workers" --dist loadfile -q -p no:cacheprovider --durations=0 \
+budget=${BUDGET_S:-0}
+limit=()
+[ "$budget" -gt 0 ] && limit=(timeout --signal=INT --kill-after=30 "$budget")
+${limit[@]+"${limit[@]}"} python3 -m pytest -n "$workers" --dist loadfile -q -p no:cacheprovider --durations=0 \
     --deselect tests/test_browser.py "${@:2}" 2>&1 | tee "$out/validation.log"
 status=${PIPESTATUS[0]}
 end=$(date +%s)
@@ -44,6 +50,9 @@ print(f"python {platform.python_version()}, torch {torch.__version__} (CUDA {tor
       f"triton {triton.__version__}, numba {numba.__version__}, numba-cuda {nc}")
 PY
   echo "wall time: $((end - start)) s with $workers workers; pytest exit code $status"
+  if [ "$budget" -gt 0 ] && { [ "$status" -eq 124 ] || [ "$status" -eq 130 ] || [ "$((end - start))" -ge "$budget" ]; }; then
+    echo "cut short: BUDGET_S=$budget s ran out before every test ran (what ran is counted below)"
+  fi
   echo
   echo "== summary =="
   grep -E "^(FAILED|ERROR) |^=+ .*(passed|failed)|^[0-9]+ (passed|failed)" "$out/validation.log" | tail -40

@@ -25,7 +25,8 @@
 #   lesson11   lesson 11's kernels beside torch, into lessons/ (benchmarks.lessons.gpt_kernels)
 #   sweeps     SWEEP_TOPICS (comma-separated, default every topic) re-measured whole, with
 #              their size sweeps, within BUDGET_S
-#   validate   .ci/gpu-validate.sh (WORKERS, default 16; 3-4 minutes on an H200), its summary
+#   validate   .ci/gpu-validate.sh (WORKERS, default 16; BUDGET_S, default 390; 3-4 minutes
+#              on an H200), its summary
 #              into validation/. It runs before every other step, so that a call cut short
 #              loses records, which the next call can take again, not half a validation
 # Every results file written or changed is packed into OUT/records.tgz (unpack it in the
@@ -53,7 +54,8 @@ marker=$(mktemp); touch "$marker"; sleep 1
   if want validate; then
     mark "validate: .ci/gpu-validate.sh"
     tmp=$(mktemp -d)
-    WORKERS=${WORKERS:-16} timeout 420 bash .ci/gpu-validate.sh "$tmp" 2>&1 | sed -n '/== summary ==/,/== per-file/p'
+    WORKERS=${WORKERS:-16} BUDGET_S=${BUDGET_S:-390} timeout 460 bash .ci/gpu-validate.sh "$tmp" 2>&1 \
+        | sed -n '/^wall time/,/== per-file/p'
     cp "$tmp/$GPU-validation.txt" $RES/validation/ 2>/dev/null && echo "summary: $RES/validation/$GPU-validation.txt"
   fi
   if want stale; then

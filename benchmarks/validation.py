@@ -29,6 +29,9 @@ _UNKNOWN_LINE = re.compile(r"^code:\s*commit unknown", re.M)
 _CALL_LINE = re.compile(r"^==\s*call\s+\d+:\s*commit\s+([0-9a-fA-F]{7,40})", re.M)
 _DATE_LINE = re.compile(r"^date:\s*(\S+)", re.M)
 _GPU_LINE = re.compile(r"^gpu:\s*([^,\n]+)", re.M)
+_EXIT_LINE = re.compile(r"pytest exit code (\d+)")
+_FAILED_LINE = re.compile(r"^(?:FAILED|ERROR) (\S+)", re.M)
+_CUT_LINE = re.compile(r"^cut short:", re.M)
 
 
 def validation_files(results_dir: Path) -> list[Path]:
@@ -37,13 +40,17 @@ def validation_files(results_dir: Path) -> list[Path]:
 
 
 def read_validation(path: Path) -> dict:
-    """``{"path", "date", "gpu", "commit", "dirty"}`` of one summary; ``commit`` None when it
-    names none (``dirty``: the call tested uncommitted changes on top of it)."""
+    """``{"path", "date", "gpu", "commit", "dirty", "status", "failed", "cut"}`` of one summary;
+    ``commit`` None when it names none (``dirty``: the call tested uncommitted changes on top of
+    it); ``status``: pytest's exit code (None when not written), ``failed``: the tests that
+    failed or errored, ``cut``: the run stopped at its time budget before every test ran."""
     text = Path(path).read_text(errors="replace")
     date = _DATE_LINE.search(text)
     gpu = _GPU_LINE.search(text)
+    codes = _EXIT_LINE.findall(text)
     out = dict(path=Path(path), date=date.group(1) if date else "", gpu=gpu.group(1).strip() if gpu else None,
-               commit=None, dirty=False)
+               commit=None, dirty=False, status=int(codes[-1]) if codes else None,
+               failed=_FAILED_LINE.findall(text), cut=bool(_CUT_LINE.search(text)))
     code = _CODE_LINE.search(text)
     if code:
         out.update(commit=code.group(1).lower(), dirty=bool(code.group(2)))
@@ -86,6 +93,17 @@ def changes_since(commit: str, root: Path = ROOT) -> dict | None:
                 uncommitted=sorted(set(head.splitlines()) | new_files))
 
 
+def _not_passed(v: dict) -> str | None:
+    """Why a summary's call does not count as a passing validation, or None when it does."""
+    if v["cut"]:
+        return "it was cut short by its time budget before every test ran"
+    if v["status"] not in (None, 0):
+        failed = v["failed"]
+        return (f"it did not pass (pytest exit code {v['status']}"
+                + (f"; {len(failed)} failed, first {failed[0]}" if failed else "") + ")")
+    return None
+
+
 def validation_report(results_dir: Path, root: Path = ROOT) -> tuple[str, bool | None]:
     """One paragraph on the last GPU validation call, and whether a new one is due (None:
     unknown, git or the commit is missing here)."""
@@ -108,7 +126,11 @@ def validation_report(results_dir: Path, root: Path = ROOT) -> tuple[str, bool |
     changed, uncommitted = changes["changed"], changes["uncommitted"]
     caveat = (" It tested uncommitted changes as well, which git cannot show: the files it names may"
               " include some that call already covered.") if last["dirty"] else ""
+    why = _not_passed(last)
     if not changed:
+        if why:
+            return (f"GPU validation: {what} tested {tested}, and nothing under {dirs} changed since, but {why}: "
+                    f"a validation call is due ({how}).{caveat}"), True
         return f"GPU validation: {what} tested {tested}; nothing under {dirs} changed since.{caveat}", False
     shown = ", ".join(changed[:SHOWN]) + (f" and {len(changed) - SHOWN} more" if len(changed) > SHOWN else "")
     pending = f" ({len(uncommitted)} of them not committed yet)" if uncommitted else ""

@@ -339,3 +339,27 @@ def test_every_recording_a_lesson_reads_is_where_it_looks():
                     missing.append(f"{nb.name}: utils.{folder} / {name!r}")
     assert len(read) >= 10, read   # the lessons read them: a pattern that no longer finds them reads nothing
     assert not missing, "notebooks read files that are not there: " + "; ".join(missing)
+
+
+def test_a_call_that_failed_or_was_cut_short_is_no_validation(course_repo, tmp_path):
+    """A summary at this very commit still leaves a validation due when its tests failed, or when
+    its time budget stopped them (``BUDGET_S``)."""
+    repo, head = course_repo
+    results = tmp_path / "results"
+    results.mkdir()
+    path = _summary(results, "h200", f"commit {head[:12]}")
+    with path.open("a") as f:
+        f.write("wall time: 209 s with 16 workers; pytest exit code 1\n\n== summary ==\n"
+                "FAILED tests/test_lint.py::test_ruff_check_passes - AssertionError\n1 failed, 2305 passed\n")
+    text, due = validation.validation_report(results, repo)
+    assert due is True and "did not pass (pytest exit code 1; 1 failed, first tests/test_lint.py" in text
+    path = _summary(results, "h200", f"commit {head[:12]}")
+    with path.open("a") as f:
+        f.write("wall time: 250 s with 16 workers; pytest exit code 124\n"
+                "cut short: BUDGET_S=250 s ran out before every test ran (what ran is counted below)\n")
+    text, due = validation.validation_report(results, repo)
+    assert due is True and "cut short by its time budget" in text
+    path = _summary(results, "h200", f"commit {head[:12]}")
+    with path.open("a") as f:
+        f.write("wall time: 183 s with 15 workers; pytest exit code 0\n\n== summary ==\n2745 passed\n")
+    assert validation.validation_report(results, repo)[1] is False
