@@ -347,19 +347,18 @@ def test_a_call_that_failed_or_was_cut_short_is_no_validation(course_repo, tmp_p
     repo, head = course_repo
     results = tmp_path / "results"
     results.mkdir()
-    path = _summary(results, "h200", f"commit {head[:12]}")
-    with path.open("a") as f:
-        f.write("wall time: 209 s with 16 workers; pytest exit code 1\n\n== summary ==\n"
-                "FAILED tests/test_lint.py::test_ruff_check_passes - AssertionError\n1 failed, 2305 passed\n")
-    text, due = validation.validation_report(results, repo)
+
+    def report_after(tail: str):
+        path = _summary(results, "h200", f"commit {head[:12]}")
+        path.write_text(path.read_text() + tail)
+        return validation.validation_report(results, repo)
+
+    text, due = report_after("wall time: 209 s with 16 workers; pytest exit code 1\n\n== summary ==\n"
+                             "FAILED tests/test_lint.py::test_ruff_check_passes - AssertionError\n"
+                             "1 failed, 2305 passed\n")
     assert due is True and "did not pass (pytest exit code 1; 1 failed, first tests/test_lint.py" in text
-    path = _summary(results, "h200", f"commit {head[:12]}")
-    with path.open("a") as f:
-        f.write("wall time: 250 s with 16 workers; pytest exit code 124\n"
-                "cut short: BUDGET_S=250 s ran out before every test ran (what ran is counted below)\n")
-    text, due = validation.validation_report(results, repo)
+    text, due = report_after("wall time: 250 s with 16 workers; pytest exit code 124\n"
+                             "cut short: BUDGET_S=250 s ran out before every test ran (what ran is counted below)\n")
     assert due is True and "cut short by its time budget" in text
-    path = _summary(results, "h200", f"commit {head[:12]}")
-    with path.open("a") as f:
-        f.write("wall time: 183 s with 15 workers; pytest exit code 0\n\n== summary ==\n2745 passed\n")
-    assert validation.validation_report(results, repo)[1] is False
+    passed = report_after("wall time: 183 s with 15 workers; pytest exit code 0\n\n== summary ==\n2745 passed\n")
+    assert passed[1] is False
