@@ -29,17 +29,7 @@ import torch
 
 import runtime  # must come before numba: it picks the simulator or the GPU
 from kernels._launch import cdiv, version_index
-from kernels.frames.attention import (  # the shared input rules
-    attention_ref,  # noqa: F401  (the reference, defined once)
-    backward_designs,
-    check_backward_inputs,
-    check_dq_mode,
-    check_qkv,
-    empty_result,
-    finish,
-    finish_grads,
-    zero_grads,
-)
+from kernels.frames import attention as frame  # the shared input rules; the reference is frame.attention_ref
 
 # lesson 05's block reductions, which every thread gets the result of (blockDim.x a multiple of 32)
 from kernels.numba.reduction import block_max_all, block_sum_all, warp_max_all, warp_sum_all  # noqa: F401
@@ -373,7 +363,7 @@ def attn_bwd_q_kernel(q, k, v, do, lse, delta, dq, scale, diag, causal):
 
 # ---------------------------------------------------------------------------------------
 def _prepare(q, k, v, op):
-    q, k, v, squeeze = check_qkv(q, k, v, op=op, max_d=MAX_D)
+    q, k, v, squeeze = frame.check_qkv(q, k, v, op=op, max_d=MAX_D)
     B, H, nq, d = q.shape
     nk = k.shape[2]
     flat = tuple(t.float().reshape(B * H, t.shape[2], d).contiguous() for t in (q, k, v))
@@ -387,14 +377,14 @@ def _outputs(B, H, nq, d, device):
 
 
 def _finish(q, o, lse, B, H, nq, d, squeeze):
-    return finish(o.reshape(B, H, nq, d).to(q.dtype), lse.reshape(B, H, nq), squeeze)
+    return frame.finish(o.reshape(B, H, nq, d).to(q.dtype), lse.reshape(B, H, nq), squeeze)
 
 
 def attention_naive_forward(q, k, v, causal=False):
     """v1 returning (o, L)."""
     q, k, v, squeeze, B, H, nq, nk, d, (qf, kf, vf) = _prepare(q, k, v, "attention_naive (Numba)")
     if nq == 0 or nk == 0 or d == 0 or B * H == 0:
-        return empty_result(q, k, v, squeeze)
+        return frame.empty_result(q, k, v, squeeze)
     o, lse = _outputs(B, H, nq, d, q.device)
     s = torch.empty((B * H, nq, nk), dtype=torch.float32, device=q.device)
     qa, ka, va, sa, oa, la = (runtime.to_numba(t) for t in (qf, kf, vf, s, o, lse))
@@ -414,7 +404,7 @@ def _forward_one_kernel(kernel, queries_per_block, threads, q, k, v, causal, op)
     """(o, L) of v2 and v3, one kernel each: a block per ``queries_per_block`` queries of a head."""
     q, k, v, squeeze, B, H, nq, nk, d, (qf, kf, vf) = _prepare(q, k, v, op)
     if nq == 0 or nk == 0 or d == 0 or B * H == 0:
-        return empty_result(q, k, v, squeeze)
+        return frame.empty_result(q, k, v, squeeze)
     o, lse = _outputs(B, H, nq, d, q.device)
     args = [runtime.to_numba(t) for t in (qf, kf, vf, o, lse)]
     kernel[(cdiv(nq, queries_per_block), B * H), threads](*args, 1.0 / math.sqrt(d), nk - nq, bool(causal))
@@ -444,11 +434,11 @@ def attention_flash(q, k, v, causal=False):
 def attention_backward(q, k, v, o, lse, do, causal=False, dq_mode="separate"):
     """(dq, dk, dv): ``dq_mode`` "separate" (a second kernel per tile of queries) or "atomic"
     (the key-tile blocks add into dq with cuda.atomic.add)."""
-    check_dq_mode(dq_mode)
+    frame.check_dq_mode(dq_mode)
     q, k, v, squeeze, B, H, nq, nk, d, (qf, kf, vf) = _prepare(q, k, v, "attention_backward (Numba)")
-    o, lse, do = check_backward_inputs(q, o, lse, do, squeeze, op="attention_backward (Numba)")
+    o, lse, do = frame.check_backward_inputs(q, o, lse, do, squeeze, op="attention_backward (Numba)")
     if nq == 0 or nk == 0 or d == 0 or B * H == 0:
-        return zero_grads(q, k, v, squeeze)
+        return frame.zero_grads(q, k, v, squeeze)
     of = o.float().reshape(B * H, nq, d).contiguous()
     dof = do.float().reshape(B * H, nq, d).contiguous()
     lsef = lse.float().reshape(B * H, nq).contiguous()
@@ -464,11 +454,11 @@ def attention_backward(q, k, v, o, lse, do, causal=False, dq_mode="separate"):
                                                        bool(causal), dq_mode == "atomic")
     if dq_mode == "separate":
         attn_bwd_q_kernel[(cdiv(nq, T), B * H), (T, T)](qa, ka, va, doa, la, da, dqa, scale, diag, bool(causal))
-    return finish_grads(*(t.reshape(B, H, -1, d) for t in (dq, dk, dv)), squeeze, q.dtype)
+    return frame.finish_grads(*(t.reshape(B, H, -1, d) for t in (dq, dk, dv)), squeeze, q.dtype)
 
 
 VERSIONS = version_index(__doc__, v1=attention_naive, v2=attention_rowwise, v3=attention_flash)
 REFERENCE = "v3"
 attention = VERSIONS[REFERENCE][1]
 FORWARDS = OrderedDict(v1=attention_naive_forward, v2=attention_rowwise_forward, v3=attention_flash_forward)
-BACKWARDS = version_index(__doc__, **backward_designs(attention_backward))
+BACKWARDS = version_index(__doc__, **frame.backward_designs(attention_backward))

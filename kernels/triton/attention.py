@@ -44,16 +44,7 @@ import torch
 
 import runtime  # configures the interpreter before triton loads
 from kernels._launch import version_index
-from kernels.frames.attention import (  # the shared input rules
-    attention_ref,  # noqa: F401  (the reference, defined once)
-    backward_designs,
-    check_backward_inputs,
-    check_dq_mode,
-    check_qkv,
-    empty_result,
-    finish,
-    finish_grads,
-)
+from kernels.frames import attention as frame  # the shared input rules; the reference is frame.attention_ref
 from runtime.backends.triton.compat import autotune
 
 import triton
@@ -165,11 +156,11 @@ def attn_pv_kernel(p_ptr, v_ptr, o_ptr, H, Nq, Nk, D,
 def attention_naive_forward(q, k, v, causal=False):
     """v1 returning (o, L): the scores S (float32, B·H·Nq·Nk) are written, read by the row
     softmax (which writes P over them) and read again for P V."""
-    q, k, v, squeeze = check_qkv(q, k, v, op="attention_naive", max_d=MAX_D, contiguous=False)
+    q, k, v, squeeze = frame.check_qkv(q, k, v, op="attention_naive", max_d=MAX_D, contiguous=False)
     B, H, nq, d = q.shape
     nk = k.shape[2]
     if nq == 0 or nk == 0 or d == 0 or B * H == 0:
-        return empty_result(q, k, v, squeeze)
+        return frame.empty_result(q, k, v, squeeze)
     bd = _block_d(d)
     ieee = q.dtype == torch.float32 or q.dtype == torch.float64
     s = torch.empty((B, H, nq, nk), dtype=torch.float32, device=q.device)
@@ -183,7 +174,7 @@ def attention_naive_forward(q, k, v, causal=False):
     attn_softmax_kernel[(B * H * nq,)](s, lse, nk, BLOCK=block)
     attn_pv_kernel[(triton.cdiv(nq, bm), B * H)](s, v, o, H, nq, nk, d, *_strides(v), *_strides(o),
                                                   IEEE=ieee, BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=bd)
-    return finish(o, lse, squeeze)
+    return frame.finish(o, lse, squeeze)
 
 
 def attention_naive(q, k, v, causal=False):
@@ -239,18 +230,18 @@ def attn_row_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, H, Nq, Nk, D, qk_scale,
 
 def attention_rowwise_forward(q, k, v, causal=False):
     """v2 returning (o, L): one program per (query row, batch x head)."""
-    q, k, v, squeeze = check_qkv(q, k, v, op="attention_rowwise", max_d=MAX_D, contiguous=False)
+    q, k, v, squeeze = frame.check_qkv(q, k, v, op="attention_rowwise", max_d=MAX_D, contiguous=False)
     B, H, nq, d = q.shape
     nk = k.shape[2]
     if nq == 0 or nk == 0 or d == 0 or B * H == 0:
-        return empty_result(q, k, v, squeeze)
+        return frame.empty_result(q, k, v, squeeze)
     o = torch.empty((B, H, nq, d), dtype=q.dtype, device=q.device)
     lse = torch.empty((B, H, nq), dtype=torch.float32, device=q.device)
     bn = min(ROW_BLOCK_N, max(16, triton.next_power_of_2(nk)))
     attn_row_kernel[(nq, B * H)](q, k, v, o, lse, H, nq, nk, d, LOG2E / math.sqrt(d), nk - nq,
                                  *_strides(q), *_strides(k), *_strides(v), *_strides(o),
                                  CAUSAL=bool(causal), BLOCK_N=bn, BLOCK_D=_block_d(d))
-    return finish(o, lse, squeeze)
+    return frame.finish(o, lse, squeeze)
 
 
 def attention_rowwise(q, k, v, causal=False):
@@ -458,11 +449,11 @@ def _n_key(n: int) -> int:
 
 def attention_forward(q, k, v, causal=False):
     """v3 returning (o, L): o of q's dtype, L (B, H, Nq) float32 in natural log."""
-    q, k, v, squeeze = check_qkv(q, k, v, op="attention_flash", dtypes=WITH_F64, max_d=MAX_D, contiguous=False)
+    q, k, v, squeeze = frame.check_qkv(q, k, v, op="attention_flash", dtypes=WITH_F64, max_d=MAX_D, contiguous=False)
     B, H, nq, d = q.shape
     nk = k.shape[2]
     if nq == 0 or nk == 0 or d == 0 or B * H == 0:
-        return empty_result(q, k, v, squeeze)
+        return frame.empty_result(q, k, v, squeeze)
     o = torch.empty((B, H, nq, d), dtype=q.dtype, device=q.device)
     lse = torch.empty((B, H, nq), dtype=torch.float32, device=q.device)
     bd = _block_d(d)
@@ -473,7 +464,7 @@ def attention_forward(q, k, v, causal=False):
                 ACC_DT=_acc_dt(q), BLOCK_D=bd)
     _launch(attn_flash_fwd, attn_flash_fwd_kernel, lambda bm, bn: (triton.cdiv(nq, bm), B * H), args, meta,
             _use_tuned(q, nq, nk, d), _fixed_tile(q, d))
-    return finish(o, lse, squeeze)
+    return frame.finish(o, lse, squeeze)
 
 
 def attention_flash(q, k, v, causal=False):
@@ -689,11 +680,11 @@ def attention_backward(q, k, v, o, lse, do, causal=False, dq_mode="separate"):
     """(dq, dk, dv) of ``o = attention(q, k, v)`` for the upstream gradient ``do``, from the
     forward's o and L. ``dq_mode``: "separate" (a second kernel owns tiles of queries: no
     atomics, deterministic) or "atomic" (every key-tile program adds into dq atomically)."""
-    check_dq_mode(dq_mode)
+    frame.check_dq_mode(dq_mode)
     # Contiguous q, k and v: the kernels write dq with q's strides and dk, dv with k's (o and
     # do may have any strides: theirs are passed).
-    q, k, v, squeeze = check_qkv(q, k, v, op="attention_backward", dtypes=WITH_F64, max_d=MAX_D)
-    o, lse, do = check_backward_inputs(q, o, lse, do, squeeze, op="attention_backward", same_dtype=True)
+    q, k, v, squeeze = frame.check_qkv(q, k, v, op="attention_backward", dtypes=WITH_F64, max_d=MAX_D)
+    o, lse, do = frame.check_backward_inputs(q, o, lse, do, squeeze, op="attention_backward", same_dtype=True)
     B, H, nq, d = q.shape
     nk = k.shape[2]
     lse = lse.float().contiguous()
@@ -702,7 +693,7 @@ def attention_backward(q, k, v, o, lse, do, causal=False, dq_mode="separate"):
     if nq == 0 or nk == 0 or d == 0 or B * H == 0:
         dq = torch.zeros_like(q, memory_format=torch.contiguous_format)
         dk.zero_(), dv.zero_()
-        return finish_grads(dq, dk, dv, squeeze)
+        return frame.finish_grads(dq, dk, dv, squeeze)
     bd = _block_d(d)
     ieee = q.dtype in (torch.float32, torch.float64)
     acc_dt = _acc_dt(q)
@@ -728,7 +719,7 @@ def attention_backward(q, k, v, o, lse, do, causal=False, dq_mode="separate"):
     else:
         dq = torch.empty((B, H, nq, d), dtype=q.dtype, device=q.device)
         _bwd_main(q, k, v, do, lse, delta, dq, dk, dv, causal, use_tuned, tile)
-    return finish_grads(dq, dk, dv, squeeze)
+    return frame.finish_grads(dq, dk, dv, squeeze)
 
 
 def attention_backward_with_delta(q, k, v, lse, do, delta, causal=False):
@@ -769,4 +760,4 @@ attention = VERSIONS[REFERENCE][1]
 #: (o, L) of each version, for tests and the lesson.
 FORWARDS = OrderedDict(v1=attention_naive_forward, v2=attention_rowwise_forward, v3=attention_forward)
 #: The two designs of the backward: name -> (description, fn(q, k, v, o, L, do, causal)).
-BACKWARDS = version_index(__doc__, **backward_designs(attention_backward))
+BACKWARDS = version_index(__doc__, **frame.backward_designs(attention_backward))
