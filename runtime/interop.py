@@ -160,7 +160,7 @@ class NumbaLauncher:
             return self._slow(grid, block, shared, args)
         from .backends import launches
         if launches._ACTIVE:  # a recording wants to see this launch
-            with launches.launching("numba", getattr(self.kernel, "__name__", "kernel")):
+            with launches.launching("numba", getattr(self.kernel, "__name__", "kernel"), args):
                 return self._launch(entry, grid, block, shared, args)
         return self._launch(entry, grid, block, shared, args)
 

@@ -25,6 +25,19 @@ from numba import float32 as numba_float32
 # Triton: elementwise
 # ======================================================================================
 @triton.jit
+def nothing_kernel(x_ptr):
+    """Launched beside values computed on the host: it does nothing."""
+    pass
+
+
+@triton.jit
+def read_only_kernel(x_ptr, n, BLOCK: tl.constexpr):
+    """Launched beside values computed on the host: it reads its input and stores nothing."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.load(x_ptr + offs, mask=offs < n)
+
+
+@triton.jit
 def _relu_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
@@ -99,6 +112,36 @@ def relu_zeros_out_ok(x):
     """Right, with the output made by torch.zeros and written in place."""
     y = torch.zeros(x.shape, dtype=x.dtype, device=x.device)
     _relu_kernel[(triton.cdiv(x.numel(), BLOCK),)](x, y, x.numel(), BLOCK=BLOCK)
+    return y
+
+
+def relu_two_launches_ok(x):
+    """Right, the output written in two launches (the first half, then the rest)."""
+    y = torch.empty_like(x)
+    half = x.numel() // 2
+    for lo, hi in ((0, half), (half, x.numel())):
+        if hi > lo:
+            _relu_kernel[(triton.cdiv(hi - lo, BLOCK),)](x[lo:hi], y[lo:hi], hi - lo, BLOCK=BLOCK)
+    return y
+
+
+def relu_half_on_host(x):
+    """Wrong: the kernel writes the first half, the host the rest (a copy from a host buffer)."""
+    y = torch.empty_like(x)
+    half = x.numel() // 2
+    if half:
+        _relu_kernel[(triton.cdiv(half, BLOCK),)](x, y, half, BLOCK=BLOCK)
+    rest = x[half:].detach().cpu().numpy().clip(min=0)
+    y[half:].copy_(torch.from_numpy(rest))
+    return y
+
+
+def relu_python_loop(x):
+    """Wrong: a kernel that only reads, and the values set one by one from Python."""
+    y = torch.empty_like(x)
+    read_only_kernel[(triton.cdiv(x.numel(), BLOCK),)](x, x.numel(), BLOCK=BLOCK)
+    for i, v in enumerate(x.tolist()):
+        y[i] = max(v, 0.0)
     return y
 
 
@@ -524,6 +567,14 @@ def nb_relu_grid_stride_ok(x):
     y = torch.empty_like(x)
     _nb_relu_grid_stride[2, 64](to_numba(x), to_numba(y))
     return y
+
+
+def nb_relu_device_arrays_ok(x):
+    """Right, Numba's own way: device arrays in and out, the result copied back to the host."""
+    d_x = cuda.to_device(x.detach().cpu().numpy())
+    d_y = cuda.device_array_like(d_x)
+    _nb_relu_grid_stride[2, 64](d_x, d_y)
+    return torch.from_numpy(d_y.copy_to_host()).to(x.device)
 
 
 def nb_relu_nocheck(x):

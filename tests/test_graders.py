@@ -43,6 +43,8 @@ RIGHT = [
     ("check_relu", "relu_grid_stride_ok"),      # grid-stride loop over a fixed grid
     ("check_relu", "relu_multi_ok"),            # several blocks' worth per program
     ("check_relu", "nb_relu_grid_stride_ok"),   # Numba, grid-stride
+    ("check_relu", "relu_two_launches_ok"),     # the output written in two launches
+    ("check_relu", "nb_relu_device_arrays_ok"),  # Numba device arrays, copied back to the host
     ("check_add", "add_ok"),
     ("check_add_2d", "add_2d_ok"),              # Triton 2-D launch
     ("check_add_2d", "nb_add_2d_ok"),           # Numba 2-D launch, cuda.grid(2)
@@ -672,6 +674,76 @@ def test_every_grader_refuses_torch_doing_the_work(name):
         _grade(name, fn)
     msg = str(info.value)
     assert re.search(operator, msg), f"{name}: the operator /{operator}/ is not named in:\n{msg}"
+
+
+#: Graders of a kernel's memory traffic, not of values: nothing to compute on the host.
+_NOT_VALUES = ("check_traffic", "check_shared")
+
+
+def _host_answer(torch_fn, form):
+    """``torch_fn``'s answer computed where no recording sees it (as numpy on the host would),
+    with one Triton launch beside it: ``"nothing"`` launches a kernel that does nothing and
+    returns the host's tensors moved to the device; ``"reads"`` launches one that only reads
+    its input, and copies the host's values into outputs of its own."""
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    def cheat(*args, **kwargs):
+        first = next(a for a in args if isinstance(a, torch.Tensor))
+        with _disable_current_modes():
+            out = torch_fn(*args, **kwargs)
+            outs = out if isinstance(out, tuple) else (out,)
+            host = [o.detach().cpu().clone() if isinstance(o, torch.Tensor) else o for o in outs]
+        if form == "nothing":
+            K.nothing_kernel[(1,)](first)
+            moved = [h.to(first.device) if isinstance(h, torch.Tensor) else h for h in host]
+        else:
+            K.read_only_kernel[(1,)](first, first.numel(), BLOCK=128)
+            moved = [torch.empty(h.shape, dtype=h.dtype, device=first.device).copy_(h)
+                     if isinstance(h, torch.Tensor) else h for h in host]
+        return tuple(moved) if isinstance(out, tuple) else moved[0]
+    return cheat
+
+
+def _host_op(form):
+    """A ``torch.library.custom_op`` whose values are computed on the host (see ``_host_answer``)."""
+    name = f"host_cheat_test::relu_{form}"
+    if not hasattr(_host_op, name):
+        cheat = _host_answer(torch.relu, form)
+
+        def relu(x: torch.Tensor) -> torch.Tensor:
+            return cheat(x)
+        op = torch.library.custom_op(name, mutates_args=())(relu)
+        op.register_fake(lambda x: torch.empty_like(x))
+        setattr(_host_op, name, op)
+    return getattr(_host_op, name)
+
+
+@pytest.mark.parametrize("form", ["nothing", "reads"])
+@pytest.mark.parametrize("name", sorted(set(TORCH_ANSWERS) - set(_NOT_VALUES)))
+def test_every_grader_refuses_values_computed_on_the_host(name, form):
+    """Values computed outside any kernel, beside a kernel that does nothing or only reads: the
+    recording sees a launch and no torch operator, so only the store tracker can refuse them."""
+    fn, _ = TORCH_ANSWERS[name]
+    if name == "check_custom_op":
+        cheat = _host_op(form)
+    elif name == "check_gpt_op":
+        cheat = tuple(_host_answer(f, form) for f in fn)
+    else:
+        cheat = _host_answer(fn, form)
+    with pytest.raises(utils.GradingError) as info:
+        _grade(name, cheat)
+    msg = str(info.value)
+    assert re.search(r"the kernel you launched (stored nothing|wrote (none|\d+ of \d+) of the values)", msg), msg
+    assert re.search(r"outside any kernel \(on the host", msg), msg
+
+
+@pytest.mark.parametrize("fn, wrote", [
+    (K.relu_half_on_host, r"wrote \d+ of \d+ of the values of the result; \d+ of its \d+ values were written "
+                          r"outside any kernel"),
+    (K.relu_python_loop, r"wrote none of the values of the result"),
+])
+def test_values_written_on_the_host_are_counted(fn, wrote):
+    rejects(utils.check_relu, fn, wrote, r"on the host: with numpy or Python, or copied from a host buffer")
 
 
 @pytest.mark.parametrize("name", sorted(REFERENCE_ANSWERS))

@@ -46,6 +46,7 @@ import torch
 
 from runtime.backends import cuda as _cuda
 from runtime.backends import launches as _launches
+from runtime.backends import stores as _stores
 from runtime.backends.launches import record_launches
 from runtime.config import DEVICE, SIMULATE, SIZES
 
@@ -273,6 +274,23 @@ def guarded_input(values: torch.Tensor) -> tuple[torch.Tensor, _Guarded]:
 # --------------------------------------------------------------------------------------
 # Running fn
 # --------------------------------------------------------------------------------------
+def stub_message(e: BaseException) -> str | None:
+    """The whole "not solved yet: ..." message of a stub that raised anywhere in ``e``'s chain
+    (Triton's interpreter and autograd wrap it; a GPU compile error quotes it, apostrophes and
+    all), or None: the stub's own error where the chain reaches it, else the quoted line, less
+    the quote and parenthesis that close it where an exception's repr quotes it."""
+    first, seen = e, set()
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if isinstance(e, NotImplementedError) and "not solved yet" in str(e):
+            return str(e).strip()
+        e = e.__cause__ or e.__context__
+    text = f"{first}\n{first.__cause__ or ''}"
+    stub = (re.search(r"([\"'])(not solved yet.*?)\1\)*[ \t]*$", text, re.M)
+            or re.search(r"()(not solved yet.*?)[ \t]*$", text, re.M))
+    return stub.group(2).replace("\\'", "'").replace('\\"', '"') if stub else None
+
+
 def _fresh_seed() -> int:
     return struct.unpack("<I", os.urandom(4))[0] % 1_000_000
 
@@ -387,9 +405,74 @@ class _Run:
         self.in_guards = in_guards
         self.allocs = allocs
         self.launches = launches  # the kernels and torch operators the call ran (utils.record_launches)
+        self.stores = None        # who wrote the memory fn returned or was given (``_Stores``)
         self.in_loop = in_loop    # made by the grading loop (``grade``), or by a diagnosis it ran
         self.outputs = {}         # the loop's outputs: name -> the tensor fn returned (or wrote into)
         self.got = {}             # name -> that tensor as float64 on the CPU
+
+
+class _Stores:
+    """Who wrote each element of what one call of ``fn`` returned or was given, taken from a
+    ``runtime.backends.stores.StoreTracker`` when the call ended (the tracker's snapshots are
+    dropped then): what ``Grader.check_launched`` needs to refuse values written on the host."""
+
+    def __init__(self, tracker, reachable):
+        self.broken = tracker.broken
+        self.kernel_stored = tracker.kernel_stored
+        self.made_inside = set(tracker.made_inside)
+        self.status = {}   # (data_ptr, shape, stride, dtype) -> status of each element (uint8, CPU)
+        if self.broken is None:
+            for t in _stores._tensors(reachable):
+                if isinstance(t, torch.Tensor) and t.numel() and t.layout == torch.strided:
+                    st = tracker.statuses(t)
+                    if st is not None:
+                        self.status[self._key(t)] = st
+        tracker.release()
+
+    @staticmethod
+    def _key(t):
+        return t.data_ptr(), tuple(t.shape), tuple(t.stride()), t.dtype
+
+    def verdict(self, outputs) -> str | None:
+        """Why the values of ``outputs`` (name -> what fn returned for it) are not the work of the
+        kernels the call launched (None: they are, or the tracker cannot tell)."""
+        if self.broken is not None:
+            return None
+        for name, t in outputs.items():
+            if not isinstance(t, torch.Tensor) or t.numel() == 0:
+                continue
+            what = _the(RESULT) if name == RESULT else name
+            st = self.status.get(self._key(t))
+            if st is None:
+                made = t.layout == torch.strided and t.untyped_storage().data_ptr() in self.made_inside
+                if made or self.kernel_stored:
+                    continue  # made by a launch, or a copy the tracker could not follow of memory a kernel wrote
+                return (f"the kernel you launched stored nothing, anywhere: the values of {what} were written "
+                        "outside any kernel (on the host: computed with numpy or Python and copied in). Your "
+                        "kernel must compute them and store them itself.")
+            kernel, total = int((st == _stores.KERNEL).sum()), st.numel()
+            host = int((st == _stores.HOST).sum())
+            if not kernel:
+                host += int((st == _stores.PRE).sum())  # memory a launch was handed, full before it ran
+            if host:
+                wrote = "none" if kernel == 0 else f"{kernel} of {total}"
+                return (f"the kernel you launched wrote {wrote} of the values of {what}; {host} of its {total} "
+                        "values were written outside any kernel (on the host: with numpy or Python, or copied "
+                        "from a host buffer). Your kernel must compute every value and store it itself.")
+        return None
+
+
+def kernel_work(fn, *args, what: str | None = None):
+    """``(fn(*args), why)``: call ``fn`` as a graded call runs, and say why its result is not the
+    work of the kernels it launched (``why`` None: it is). For graders that call a function
+    outside the grading loop (lesson 07's ``check_custom_op``)."""
+    tracker = _stores.StoreTracker(args)
+    with _Allocations().active(), record_launches(stores=tracker) as rec:  # what fn allocates is poisoned
+        out = fn(*args)
+        _sync()
+    tracker.finish()
+    why = launch_verdict(rec, (), True, fn) or _Stores(tracker, (out, args)).verdict({what or RESULT: out})
+    return out, why
 
 
 #: Grader name -> the aten operators (beyond allocation, views, fills, copies and casts) a
@@ -570,16 +653,18 @@ class Grader:
             inputs = tuple(p[0] for p in pairs)
             in_guards = [p[1] for p in pairs]
         allocs = _Allocations()
+        tracker = _stores.StoreTracker((inputs, case.kwargs))  # before the poison: its snapshots allocate
         _poison_allocator(case.expected.numel())
         # looked up at each call (a test may stand in for the emulator's schedule)
         sched = getattr(_cuda, "emulation_schedule", None) if schedule_seed is not None else None
         ctx = sched("random", seed=schedule_seed) if sched is not None else contextlib.nullcontext()
         fault_cls = getattr(_cuda, "KernelFault", None)
         try:
-            with ctx, allocs.active(), record_launches() as launches:
+            with ctx, allocs.active(), record_launches(stores=tracker) as launches:
                 out = self.fn(*inputs, **case.kwargs)
                 _sync()
                 _guard.verify(self.name, out)  # the learner's function may have replaced something
+            tracker.finish()
         except NotImplementedError as e:
             msg = str(e) or "the function raises NotImplementedError"
             if "not solved yet" not in msg:
@@ -589,11 +674,12 @@ class Grader:
             raise
         except Exception as e:  # every failure of fn becomes a diagnosis
             # A stub raised inside a kernel reaches us wrapped: Triton's interpreter wraps it in
-            # an InterpreterError, a GPU compile turns it into a CompilationError.
-            text = f"{e}\n{e.__cause__ or ''}"
-            stub = re.search(r"not solved yet[^'\"\n]*", text)
+            # an InterpreterError (caused by the stub's error), a GPU compile turns it into a
+            # CompilationError that quotes it. The message is taken whole, to the end of its line,
+            # less the quote and parenthesis that close it where an exception's repr quotes it.
+            stub = stub_message(e)
             if stub:
-                raise GradingError(stub.group(0).rstrip()) from None
+                raise GradingError(stub) from None
             fault = _fault_in(e, fault_cls)
             if fault is not None and _is_race(str(fault)):
                 # the race detector's report names both accesses and the fix: it is the diagnosis
@@ -605,6 +691,7 @@ class Grader:
                 self.fail(f"{type(e).__name__}: {e}", _fault_hint("index out of range"), cause=e)
             self.fail(f"your function raised {type(e).__name__}: {e}", _exception_hint(e, inputs), cause=e)
         run = _Run(out, inputs, in_guards, allocs, launches, case, in_loop=self._loop is not None)
+        run.stores = _Stores(tracker, (out, inputs, case.kwargs))
         self.runs.append(run)
         return run
 
@@ -612,9 +699,10 @@ class Grader:
     def output_tensor(self, run: _Run, shape, *, scalar=False, dtypes=(torch.float32,)) -> torch.Tensor:
         return self.as_output(run.out, shape, scalar=scalar, dtypes=dtypes)
 
-    def as_output(self, out, shape, *, scalar=False, dtypes=(torch.float32,)) -> torch.Tensor:
+    def as_output(self, out, shape, *, scalar=False, dtypes=(torch.float32,), what="the result") -> torch.Tensor:
         """``out`` (what ``fn`` returned for one output) as a tensor on DEVICE of ``shape`` and one
-        of ``dtypes`` (a scalar: one number, float64 allowed too), or a failure that says why not."""
+        of ``dtypes`` (a scalar: one number, float64 allowed too), or a failure that says why not;
+        ``what`` names the output in the messages."""
         if out is None:
             self.fail("your function returned None: return the output tensor.")
         if isinstance(out, (tuple, list)) and len(out) == 1:
@@ -632,19 +720,33 @@ class Grader:
             else:
                 self.fail(f"your function returned a {type(out).__name__}, not a torch tensor.")
         if out.device.type != DEVICE.type:
-            self.fail(f"the result is on {out.device}, but the course runs on {DEVICE}: "
+            self.fail(f"{what} is on {out.device}, but the course runs on {DEVICE}: "
                       "create the output on the input's device (torch.empty_like(x)).")
         if scalar:
             if out.numel() != 1:
-                self.fail(f"the result has shape {tuple(out.shape)}: a sum is one number "
+                self.fail(f"{what} has shape {tuple(out.shape)}: it is one number "
                           "(a 0-d tensor or a tensor of shape (1,)).")
             dtypes = dtypes + (torch.float64,)
         else:
-            self.check_shape(out, shape)
-        if out.dtype not in dtypes:
-            self.fail(f"the result has dtype {out.dtype}, expected {dtypes[0]}.",
-                      "allocate the output with the input's dtype (torch.empty_like(x)).")
+            self.check_shape(out, shape, what)
+        self.check_dtype(out, dtypes, what)
         return out
+
+    def check_dtype(self, out: torch.Tensor, dtypes, what="the result") -> None:
+        """Fail, naming the dtype, unless ``out`` has one of ``dtypes``: a wrong dtype is said
+        before anything about the values (which it rounds, or reinterprets)."""
+        if out.dtype in dtypes:
+            return
+        want = " or ".join(str(d) for d in dict.fromkeys(dtypes[:2]))
+        hint = ("allocate it with the input's dtype (torch.empty_like(x), with no dtype= argument) and return it "
+                "as the kernel wrote it (no .to(), .half(), .double()).")
+        if out.dtype.is_floating_point and dtypes[0].is_floating_point:
+            bits = [1 + round(-math.log2(torch.finfo(d).eps)) for d in (out.dtype, dtypes[0])]
+            if bits[0] < bits[1]:
+                hint = (f"every value stored into a {str(out.dtype).replace('torch.', '')} tensor is rounded to "
+                        f"{bits[0]} significant bits ({str(dtypes[0]).replace('torch.', '')} keeps {bits[1]}): "
+                        + hint)
+        self.fail(f"{what} has dtype {out.dtype}, expected {want}.", hint)
 
     def check_shape(self, out: torch.Tensor, shape, what="the result",
                     reshape="reshape the output to {shape} (out.view(x.shape))") -> None:
@@ -733,6 +835,8 @@ class Grader:
         # of one element a copy of it (the other cases of the grader still need the kernel)
         need_kernel = all(t.numel() > 1 for t in run.inputs if isinstance(t, torch.Tensor))
         why = launch_verdict(run.launches, TORCH_OPS_ALLOWED.get(self.name, ()), need_kernel, self.fn)
+        if not why and need_kernel and run.stores is not None and not _launches.is_extension_function(self.fn):
+            why = run.stores.verdict(run.outputs or {RESULT: run.out})
         if why:
             if run.case is not None:
                 self.case = run.case
@@ -1000,8 +1104,12 @@ class _Loop:
         values = tuple(self.unpack(run) if self.unpack is not None else returned(g, run, [o.name for o in outs]))
         live = outs[:len(values)]
         for o, v in zip(live, values):
+            what = o.what or o.subject
             t = o.convert(g, v, o) if o.convert is not None else g.as_output(
-                v, o.result_shape, scalar=o.scalar, dtypes=o.dtypes)
+                v, o.result_shape, scalar=o.scalar, dtypes=o.dtypes, what=what)
+            # the dtype first, whatever the conversion: a wrong dtype is never reported as wrong values
+            if isinstance(t, torch.Tensor):
+                g.check_dtype(t, o.dtypes + ((torch.float64,) if o.scalar else ()), what)
             run.outputs[o.name] = t
             run.got[o.name] = t.detach().to("cpu", torch.float64).reshape(o.result_shape)
         return live

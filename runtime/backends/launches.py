@@ -81,6 +81,7 @@ def torch_op_name(op: str) -> str:
 
 class _State(threading.local):
     inside = 0  # > 0 while a kernel launch runs in this thread
+    tracking = 0  # > 0 while a store tracker reads memory (its own torch work is not the learner's)
 
 
 _STATE = _State()
@@ -116,6 +117,42 @@ def install_hooks() -> None:
         found = hook.locate()
         if found is not None:
             record_method(*found)
+    for locate in _COPY_HOOKS:
+        found = locate()
+        if found is not None:
+            record_copies(*found)
+
+
+#: Where libraries copy device memory to the host (Numba's ``copy_to_host``): ``() -> (cls,
+#: attr)`` or None, hooked so that a store tracker knows the copy holds what the device held.
+_COPY_HOOKS: tuple = ()
+
+
+def register_copy_hook(locate) -> None:
+    """Register a library's copy to the host: ``locate()`` returns ``(cls, attr)``, a method
+    ``copy(self, ...) -> the host copy``, or None while its library is not imported."""
+    global _COPY_HOOKS
+    _COPY_HOOKS += (locate,)
+    install_hooks()
+
+
+def record_copies(cls, attr: str) -> None:
+    """Make ``cls.<attr>`` tell the active store trackers what it copied (installed once)."""
+    fn = cls.__dict__.get(attr)
+    if fn is None or getattr(fn, "_records_copies", False):
+        return
+
+    @functools.wraps(fn)
+    def copy(self, *args, **kwargs):
+        out = fn(self, *args, **kwargs)
+        if _ACTIVE and not _STATE.inside and not _STATE.tracking:
+            with _tracking():
+                for rec in _ACTIVE:
+                    if rec.stores is not None:
+                        rec.stores.copied(out, self)
+        return out
+    copy._records_copies = True
+    setattr(cls, attr, copy)
 
 
 def hook_problems() -> list[str]:
@@ -147,6 +184,7 @@ class Launches:
         self.kernels: list[Launch] = []
         self.torch_ops: Counter = Counter()
         self.stopped = False  # taken off the active recordings from inside the block
+        self.stores = None    # a ``stores.StoreTracker``: who wrote each byte (``record_launches(stores=...)``)
 
     def computing_ops(self, allowed=()) -> list[str]:
         """The aten operators that computed values (in the order first run), beyond the
@@ -192,6 +230,31 @@ def is_extension_function(fn) -> bool:
     return bool(mod) and mod.split(".")[0] not in _NOT_EXTENSIONS
 
 
+def _tracked(stores, func, args, kwargs, python_op: bool = False):
+    """Run an operator outside launches, telling the store tracker (if any) before and after."""
+    if stores is None:
+        return func(*args, **kwargs)
+    with _tracking():
+        stores.before_op()
+    out = func(*args, **kwargs)
+    with _tracking():
+        if python_op:
+            stores.after_python_op(out)
+        else:
+            stores.after_op(func, args, kwargs, out)
+    return out
+
+
+def _python_op(func) -> bool:
+    """Whether ``func`` is an operator made with ``torch.library.custom_op`` (Python code that
+    launches kernels itself), not one compiled into an extension."""
+    try:
+        from torch._library import custom_ops
+        return func._schema.name in custom_ops.OPDEFS
+    except Exception:
+        return False
+
+
 @functools.lru_cache(maxsize=None)
 def _dispatch_mode():
     from torch.utils._python_dispatch import TorchDispatchMode
@@ -205,15 +268,30 @@ def _dispatch_mode():
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
-            if _STATE.inside:
+            stores = self.rec.stores
+            if _STATE.tracking:
                 return func(*args, **kwargs)
+            if _STATE.inside:
+                out = func(*args, **kwargs)
+                if stores is not None and func.overloadpacket.__name__ in _MADE:
+                    with _tracking():
+                        stores.made_in_launch(out)  # memory a launch made (an extension's torch::empty)
+                return out
+            if func.namespace not in _TORCH_NAMESPACES and _python_op(func):
+                # a torch.library.custom_op written in Python: its kernels' launches are seen one
+                # by one, and what it computes outside them is not its kernels' work
+                return _tracked(stores, func, args, kwargs, python_op=True)
             if func.namespace not in _TORCH_NAMESPACES:
                 # an operator that an extension registered (torch.ops.myrelu.relu): compiled code
                 # of the course's or the learner's own, which launches its kernel in C++
-                with launching("extension", f"{func.namespace}.{func.overloadpacket.__name__}"):
-                    return func(*args, **kwargs)
+                with launching("extension", f"{func.namespace}.{func.overloadpacket.__name__}", (args, kwargs)):
+                    out = func(*args, **kwargs)
+                    if stores is not None:
+                        with _tracking():
+                            stores.made_in_launch(out)  # what the extension returns, it made
+                    return out
             self.rec.torch_ops[func.overloadpacket.__name__] += 1
-            return func(*args, **kwargs)
+            return _tracked(stores, func, args, kwargs)
 
     # torch keeps torch.compile out of a mode's __torch_dispatch__ with a wrapper that imports
     # torch._dynamo at its first call (over a second, in every notebook's first check). Until
@@ -236,12 +314,29 @@ def _dispatch_mode():
     return _TorchOps
 
 
+#: Operators that make memory: inside a launch, what they make is the launch's.
+_MADE = frozenset({"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "zeros", "zeros_like",
+                   "ones", "ones_like", "full", "full_like", "new_zeros", "new_ones", "new_full", "clone",
+                   "_to_copy"})
+
+
 @contextlib.contextmanager
-def record_launches(torch_ops: bool = True):
+def _tracking():
+    _STATE.tracking += 1
+    try:
+        yield
+    finally:
+        _STATE.tracking -= 1
+
+
+@contextlib.contextmanager
+def record_launches(torch_ops: bool = True, stores=None):
     """Record the kernel launches (and, with ``torch_ops``, the torch operators run outside
-    them) of the ``with`` block; yields a :class:`Launches`."""
+    them) of the ``with`` block; yields a :class:`Launches`. ``stores``: a
+    ``stores.StoreTracker`` that follows who writes each byte (it needs ``torch_ops``)."""
     install_hooks()
     rec = Launches()
+    rec.stores = stores
     _ACTIVE.append(rec)
     try:
         if torch_ops:
@@ -257,19 +352,29 @@ def record_launches(torch_ops: bool = True):
 
 
 @contextlib.contextmanager
-def launching(backend: str, name: str):
+def launching(backend: str, name: str, args=()):
     """Mark one kernel launch: recorded by every active recording, and what it runs inside
-    (the simulators' own tensor work) is not counted as the learner's torch operators."""
-    if _STATE.inside:  # a launch from inside a launch (a dispatcher calling another): the outer one counts
+    (the simulators' own tensor work) is not counted as the learner's torch operators.
+    ``args``: what the launch was given (the store trackers watch the arrays among them)."""
+    if _STATE.inside or _STATE.tracking:  # a launch from inside a launch: the outer one counts
         yield
         return
+    trackers = [rec.stores for rec in _ACTIVE if rec.stores is not None]
     for rec in _ACTIVE:
         rec.kernels.append(Launch(backend, name))
+    if trackers:
+        with _tracking():
+            for t in trackers:
+                t.launch_start(args)
     _STATE.inside += 1
     try:
         yield
     finally:
         _STATE.inside -= 1
+        if trackers:
+            with _tracking():
+                for t in trackers:
+                    t.launch_end()
 
 
 def recorded(backend: str, name_of, skip=None):
@@ -281,7 +386,7 @@ def recorded(backend: str, name_of, skip=None):
         def launch(self, *args, **kwargs):
             if not _ACTIVE or (skip is not None and skip(self, *args, **kwargs)):
                 return fn(self, *args, **kwargs)
-            with launching(backend, name_of(self)):
+            with launching(backend, name_of(self), (args, kwargs)):
                 return fn(self, *args, **kwargs)
         launch.__wrapped__ = fn
         return launch

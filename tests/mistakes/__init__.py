@@ -5,7 +5,7 @@ One module per exercise, ``tests/mistakes/NN_topic.py``, named like its notebook
 ``MISTAKES``, a list of :class:`Mistake`: an exact ``old -> new`` text replacement in one
 solution cell, the verdict the exercise's check must give the mutated solution, and the
 cause its message must name (``cause``, a regex searched case-insensitively) and must not
-name (``not_words``: a wrong hint it used to give).
+name (``not_words``: a wrong hint it used to give); no rejection's message may say PASS.
 Right kernels written an unusual way are entries too, with ``verdict="accepted"``.
 
 A module may also define ``prepare(source, tag) -> source``, applied to every cell before it
@@ -235,6 +235,8 @@ def explain(exercise: str, m: Mistake, v: Verdict) -> list[str]:
         bad = [w for w in m.not_words if w.lower() in low]
         if bad:
             problems.append(f"{exercise}/{m.name}: the message names a wrong cause {bad}: {v.message[:800]}")
+        if re.search(r"\bPASS(ED)?\b", v.message):   # a verdict of its own, inside a rejection, misleads
+            problems.append(f"{exercise}/{m.name}: a failure's message says PASS: {v.message[:800]}")
     return problems
 
 

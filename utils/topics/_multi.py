@@ -2,8 +2,12 @@
 fusions): inputs of any dtype (int64 class indices, bfloat16 logits) inside guarded,
 poisoned buffers. Their outputs (several tensors, a scalar, tensors updated in place) and
 tolerances (a tensor: one allowed error per element) are the grading loop's
-(``utils.grading.grade``)."""
+(``utils.grading.grade``). Their hints read what Triton's interpreter reports: a mask it
+refuses (``MASK_DTYPE_HINT``) and the program and offset of an access out of bounds
+(``fault_access``)."""
 from __future__ import annotations
+
+import re
 
 import torch
 
@@ -37,3 +41,23 @@ def case(label, values, expected, kwargs=None, **extra):
     """A Case whose inputs keep their dtypes (``Case.values`` would all become float32);
     ``kwargs``: the keyword arguments of the call."""
     return Case(label, tuple(values), expected, make=maker(values), extra=extra, kwargs=kwargs)
+
+
+#: Triton's interpreter refuses a mask made with ``&`` of a block of comparisons and a scalar one
+#: ("mask has unsupported dtype": it gives the scalar comparison the type of the values compared),
+#: which a GPU compiles. Both accept the forms below.
+MASK_DTYPE_HINT = ("Triton's interpreter (simulation) refuses a mask that joins a block of comparisons and a "
+                   "scalar one with &, such as (offs < cols) & counted with counted = t != -100 (a GPU compiles "
+                   "it; (counted != 0) is refused too). Write the same mask a way both accept: "
+                   "mask = tl.where(counted, offs < cols, False), or mask = offs < tl.where(counted, cols, 0).")
+
+_FAULT = re.compile(r"program \((\d+), (\d+), \d+\) (loads|stores to|updates) (\w+) \+ (-?\d+) ")
+
+
+def fault_access(text: str):
+    """``(program (i, j), "loads" / "stores to" / "updates", pointer name, offset in elements)``
+    of the out-of-bounds access that the Triton interpreter reported in ``text``, or None."""
+    m = _FAULT.search(text)
+    if m is None:
+        return None
+    return (int(m.group(1)), int(m.group(2))), m.group(3), m.group(4), int(m.group(5))

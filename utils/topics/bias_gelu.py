@@ -92,6 +92,12 @@ def _hint_backward(dy, x, b, got):
         return "that is gelu'(x + b) alone: multiply by dy (the chain rule)."
     if near(dy.double() * bias_gelu_ref64(x, b)):
         return "that is dy * gelu(x + b): the backward needs the derivative gelu'(z), not gelu(z)."
+    z = x.double() + b.double()
+    erf_prime = 0.5 * (1 + torch.erf(z / math.sqrt(2))) + z * torch.exp(-0.5 * z * z) / math.sqrt(2 * math.pi)
+    if near(dy.double() * erf_prime):
+        return ("that is the derivative of the exact (erf) GELU, Phi(z) + z phi(z); the forward is the tanh "
+                "approximation of lesson 03, so the backward is that formula's derivative: gelu'(z) = 0.5 (1 + t) + "
+                "0.5 z (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 z^2), t = tanh(sqrt(2/pi) (z + 0.044715 z^3)).")
     return ("gelu'(z) = 0.5 (1 + t) + 0.5 z (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 z^2), "
             "t = tanh(sqrt(2/pi) (z + 0.044715 z^3)).")
 

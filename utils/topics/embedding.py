@@ -64,8 +64,8 @@ def embedding_bytes(shape) -> int:
 # ----------------------------------------------------------------------------------------
 def _shapes():
     # (tokens, vocabulary, width): one token; many repeats of few ids; a width that takes several
-    # blocks of columns; more ids than tokens (most rows untouched)
-    return [(1, 1, 1), (9, 3, 5), (40, 13, 37), (21, 50, 70)] if SIMULATE else \
+    # blocks of columns, with a tail past any power of two up to 128; more ids than tokens (most rows untouched)
+    return [(1, 1, 1), (9, 3, 5), (40, 13, 37), (21, 50, 133)] if SIMULATE else \
         [(1, 1, 1), (9, 3, 5), (4096, 50, 768), (3000, 50304, 129)]
 
 
@@ -87,6 +87,43 @@ _RACE_HINT = ("two tokens with the same id add into the same row of dweight: a p
               "dweight has one owner that sums its tokens (deterministic).")
 
 
+#: Where token i's gradient goes: what the hints about rows, positions and layouts say.
+_ROW_MAJOR = ("Token i adds into row ids[i] of dweight (its id, loaded with tl.load(ids_ptr + i), not its position i), "
+              "and dweight is row-major: its element (r, c) is at r * dim + c, so the row is dweight_ptr + "
+              "ids[i] * dim + cols; token i's gradient is at dout_ptr + i * dim + cols.")
+
+
+def _layout_hint(ids, dout, dweight, got, near):
+    """The hint when dweight got the right additions in the wrong places: rows of positions, a
+    column-major layout, or columns left out (the grid's tail), or None."""
+    n, d = dout.shape
+    v = dweight.shape[0]
+    base, add = dweight.double(), dout.double()
+    if n <= v and n > 1 and near(got, base.index_add(0, torch.arange(n), add)):
+        return (f"rows 0..{n - 1} of dweight received the tokens' gradients in the tokens' order: the row is the "
+                "token's position i, not its id. " + _ROW_MAJOR)
+    cols = torch.arange(d)
+    for stride, name in ((v, "the vocabulary size"), (d, "dim")):
+        flat = (ids.long()[:, None] + cols[None, :] * stride).flatten()
+        if d > 1 and int(flat.max()) < v * d and near(got, base.flatten().index_add(0, flat, add.flatten()).view(v, d)):
+            return (f"the gradients were added column-major: element (r, c) at r + c * {stride} ({name}), the row and "
+                    "the column in each other's place. " + _ROW_MAJOR)
+    # the first columns right, the last ones untouched: the grid's second dimension rounded down
+    right = base.index_add(0, ids.long(), add)
+    cols_ok = ((got - right).abs() <= 1e-4 * (1 + right.abs())).all(dim=0)
+    untouched = (got == base).all(dim=0)
+    k = int(cols_ok.long().cumprod(0).sum())
+    if k < d and bool(untouched[k:].all()):
+        grid = ("the grid's second dimension must cover every column: triton.cdiv(dim, BLOCK) programs, with "
+                "mask=cols < dim in the last one (dim // BLOCK leaves out the last dim % BLOCK columns, and all of "
+                "them when dim < BLOCK).")
+        if k == 0:
+            return f"nothing was added into dweight (none of its {d} columns changed): is the kernel launched? " + grid
+        last = "its last column was" if d - k == 1 else f"its last {d - k} columns were"
+        return f"dweight is right in its first {k} columns, but {last} never added: " + grid
+    return None
+
+
 def _diagnose(c, got):
     ids, dout, dweight = c.values
     d = dweight.shape[-1]
@@ -96,6 +133,9 @@ def _diagnose(c, got):
         return ("dweight holds the scatter-add alone: its old values were overwritten. The backward must ADD "
                 "into dweight (dweight[ids[i]] += dout[i]): the LM head shares this weight, and its gradient "
                 "is already there (tied weights); zeroing is the caller's job, once per step.")
+    layout = _layout_hint(ids, dout, dweight, got, near)
+    if layout:
+        return layout
     # one token's gradient per id (the last writer wins): the lost updates of a plain +=
     counts = torch.bincount(ids.long(), minlength=dweight.shape[0])
     repeated = counts > 1
@@ -116,6 +156,30 @@ def _diagnose(c, got):
         return "rows of dweight whose id appears in no token changed: only the rows of the ids given may change."
     del d
     return None
+
+
+def _explain_error(c, text):
+    """The hint for an access outside dweight or dout that the interpreter reported: the program
+    (i, j) is token i, so the hint can say which row it should have touched."""
+    if "mask has unsupported dtype" in text:
+        return _multi.MASK_DTYPE_HINT
+    access = _multi.fault_access(text)
+    if access is None:
+        return None
+    (i, _), _, name, offset = access
+    ids, dout, dweight = c.values
+    v, d = dweight.shape
+    if name.startswith("dweight") and i < ids.numel():
+        row = int(ids[i])
+        if i >= v and i * d <= offset < (i + 1) * d:
+            return (f"program {i} added into row {i} of dweight, past its {v} rows: row {i} is the token's position, "
+                    f"and its id is ids[{i}] = {row}. " + _ROW_MAJOR)
+        for stride, what in ((d, "dim"), (v, "the vocabulary size")):
+            if offset >= row and (offset - row) % stride == 0 and offset // d >= v:
+                return (f"program {i} added into dweight_ptr + {offset} = ids[{i}] + {(offset - row) // stride} * "
+                        f"{stride} ({what}): a column-major index, r + c * {stride}, the row and the column in each "
+                        "other's place. " + _ROW_MAJOR)
+    return _ROW_MAJOR
 
 
 def _partial_sum(row, grads, most: int = 10) -> bool:
@@ -154,7 +218,8 @@ def check_embedding_backward(fn, *, seed=None):
                        diagnose=lambda run, got, bad: _diagnose(run.case, got))]
 
     worst = grade(g, cases, outputs, inputs=("ids", "dout", "dweight"), written=("dweight",), unpack=unpack,
-                  check=in_place, order=largest_first, race_hint=_RACE_HINT, race_report_hint=_RACE_HINT)
+                  check=in_place, order=largest_first, race_hint=_RACE_HINT, race_report_hint=_RACE_HINT,
+                  explain_error=_explain_error)
     success("check_embedding_backward", cases, worst,
             "shapes " + ", ".join(f"{n} tokens x {v}x{d}" for n, v, d in _shapes()))
 

@@ -133,7 +133,7 @@ def wrap_emulated_module(mod, uses_printf: bool):
                                        "build that no longer matches your source: fix the error and run that "
                                        "cell again")
             mode, seed = _current_schedule()
-            with launching("cuda", f"{mod.__name__}.{fn.__name__}"), _LAUNCH_LOCK:
+            with launching("cuda", f"{mod.__name__}.{fn.__name__}", (args, kwargs)), _LAUNCH_LOCK:
                 lib.emu_set_schedule(mode, seed)
                 fault = lib.emu_fault().contents
                 fault.kind = 0

@@ -44,6 +44,21 @@ def _locate_launch():
 launches.register_hook("Numba's launch path", _locate_launch)
 
 
+def _locate_copy():
+    """Where a device array is copied to the host: ``copy_to_host`` of the simulator's
+    ``FakeCUDAArray``, or of numba-cuda's ``DeviceNDArrayBase`` on a GPU."""
+    if simulator.is_applied():
+        from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
+        return FakeCUDAArray, "copy_to_host"
+    devicearray = sys.modules.get("numba.cuda.cudadrv.devicearray")
+    if not SIMULATE and devicearray is not None and hasattr(devicearray, "DeviceNDArrayBase"):
+        return devicearray.DeviceNDArrayBase, "copy_to_host"
+    return None
+
+
+launches.register_copy_hook(_locate_copy)
+
+
 class NumbaBackend(SimulatedBackend):
     name = "numba"
     title = "Numba (numba.cuda.jit)"
