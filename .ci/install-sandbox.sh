@@ -25,14 +25,14 @@ else
   echo "sandbox: $(bwrap --version) installed"
 fi
 
-# The namespaces the autograde asks for; as root bubblewrap needs no user namespace.
-NS=(--unshare-ipc --unshare-pid --unshare-net --unshare-uts --die-with-parent)
-if [ "$(id -u)" -ne 0 ]; then NS+=(--unshare-user); fi
+# The namespaces the autograde asks for, a user namespace included even as root (each sandbox
+# gets its own keyrings through it).
+NS=(--unshare-ipc --unshare-pid --unshare-net --unshare-uts --unshare-user --die-with-parent)
 if bwrap "${NS[@]}" --ro-bind / / true 2>/tmp/bwrap-check.$$; then
   echo "sandbox: bubblewrap creates its namespaces here"
 else
   echo "sandbox: bubblewrap is installed but cannot create its namespaces: $(tail -1 /tmp/bwrap-check.$$)" >&2
-  echo "sandbox: run as root, or allow unprivileged user namespaces" \
+  echo "sandbox: allow user namespaces (user.max_user_namespaces above 0; as an ordinary user also" \
        "(sysctl kernel.unprivileged_userns_clone=1; on Ubuntu 24.04 also" \
        "kernel.apparmor_restrict_unprivileged_userns=0)." >&2
   rm -f /tmp/bwrap-check.$$

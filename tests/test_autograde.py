@@ -3,21 +3,35 @@
 One tiny assignment (two Triton check cells, one point each) is handed in by two honest
 students and by hostile ones, and graded in one run of ``python -m tools.autograde`` as root
 (in-process ``main``): six hostile notebooks (two attacks each, each in front of its own check
-cell; files beside the notebook; markdown and outputs aimed at the instructor) and eight
-folders refused before anything runs (links, a hard link, oversized and sparse files, folder
-names that are not student ids). At the same time a second run, as an ordinary user (where
-the machine allows), grades a notebook with right answers and a cell of attacks, beside an
-unreadable submission. Each attack earns nothing, the honest students get full marks, the
-runs finish, and the instructor's files (the course's code, the course directory, the other
-submissions, the rest of the gradebook) are unchanged.
+cell; files beside the notebook; markdown and outputs aimed at the instructor), five that
+forge the verdict of a check in the kernel with wrong answers (a fake ``utils`` in
+``sys.modules``, in ``/tmp``, in place of the setup cell or in ``builtins``; IPython's hooks;
+the kernel's replies), a folder swapped for a link while the run goes on, and eight folders
+refused before anything runs (links, a hard link, oversized and sparse files, folder names that
+are not student ids). At the same time a second run, as an ordinary user (where the machine
+allows), with an unreadable folder on ``PATH``, grades a notebook with right answers and a cell
+of attacks, beside an unreadable submission. Each attack earns nothing, the honest students
+get full marks, the runs finish, nbgrader's ``generate_feedback`` works on the gradebook, and
+the instructor's files (the course's code, the course directory, the other submissions, the
+rest of the gradebook) are unchanged. Smaller tests run a sandbox or two directly (keyrings,
+files in each tmpfs, the memory cgroup on an error), or no sandbox at all (names in an ASCII
+terminal, lone surrogates and links in the feedback, the comparison outside the sandbox).
 
 Without bubblewrap these tests are skipped, with the reason; under CI (CI=true) they fail.
 """
 from __future__ import annotations
 
+import base64
+import copy
+import ctypes
+import glob
 import hashlib
+import html.parser
+import io
 import json
 import os
+import platform
+import re
 import shutil
 import socket
 import subprocess
@@ -26,6 +40,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from unittest import mock
 
 import nbformat
 import pytest
@@ -33,17 +48,18 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
 from runtime.paths import ROOT
 from tools import autograde
-from tools.autograde import runner, sandbox
+from tools.autograde import runner, sandbox, verify
 from tools.autograde.__main__ import main as autograde_main
 from tools.nbtools import KERNELSPEC, add_grading_metadata
 
 ASSIGNMENT = "ps00"
 NOTEBOOK = "tiny.ipynb"
-CELL_TIMEOUT = 15          # the endless loop costs this much; a check cell here takes about 1 s (unloaded)
+CELL_TIMEOUT = 30          # the endless loop costs this much; a check cell here takes about 1 s (unloaded)
 SETUP_TIMEOUT = 120        # the setup cell imports torch and the course
 MAX_PROCS = 96
 
 SETUP = """\
+import sys; sys.path.insert(0, "..")  # the course root, as the course's notebooks have it
 import utils
 import torch
 import triton
@@ -359,6 +375,12 @@ MARKDOWN = """\
 <img src=x onerror="alert('pwned-onerror')"> <iframe src="https://example.com"></iframe>
 [click](javascript:alert('pwned-link')) [entity](jav&#x61;script:alert(1)) [tab](java\tscript:alert(1))
 <a href="javascript:alert(1)" onclick="alert(2)">x</a>
+[escaped](javascript\\:alert(1)) [named](javascript&colon;alert(1)) [hex](JaVaScRiPt&#x3A;alert(1))
+[vb](vbscript&#58;msgbox(1)) ![img](data&colon;text/html,pwned) [html](DATA:text/html;base64,PHNjcmlwdD4=)
+[angle](<javascript\\:alert(1)>) [space]( java&Tab;script:alert(1)) [ref][r] [ref2][]
+
+[r]: javascript&#58;alert(1)
+[ref2]: data&#x3a;text/html,pwned "title"
 """
 
 
@@ -399,6 +421,74 @@ def relu(x):
 """),
         "mallory_kernel": (a["transformers"] + LAUNCHERS["add"], a["protocol"] + LAUNCHERS["relu"]),
     }
+
+
+# Wrong answers: with any of the forgeries below they passed their checks in the kernel.
+WRONG_ADD = "def add(x, y):\n    return y\n"
+WRONG_RELU = "def relu(x):\n    return x\n"
+FAKE_UTILS = "check_add = check_relu = lambda *a, **k: None\n"
+# the callback registers, right after the instructor's setup cell, a transformer that turns
+# the add check into `pass`
+AFTER_SETUP = """\
+ip = get_ipython()
+def _to_pass(lines):
+    return ["pass\\n"] if any("utils.check_add(" in line for line in lines) else lines
+def _after(result):
+    if (result.info.raw_cell or "").startswith("import sys") and _to_pass not in ip.input_transformers_post:
+        ip.input_transformers_post.append(_to_pass)
+ip.events.register("post_run_cell", _after)
+"""
+# the kernel's replies: an error becomes ok, its traceback is never sent
+OK_REPLIES = """\
+kernel = get_ipython().kernel
+_send = kernel.session.send
+def _always_ok(stream, msg_or_type, content=None, *args, **kwargs):
+    if msg_or_type == "error":
+        return None
+    if msg_or_type == "execute_reply" and isinstance(content, dict) and content.get("status") == "error":
+        content = {"status": "ok", "execution_count": content.get("execution_count"), "payload": [],
+                   "user_expressions": {}}
+    return _send(stream, msg_or_type, content, *args, **kwargs)
+kernel.session.send = _always_ok
+"""
+
+
+def forging_submissions() -> dict:
+    """``{student: notebook}``: wrong answers whose checks are made to pass inside the kernel."""
+    out = {}
+    # 1. before the setup cell, a fake utils in sys.modules: `import utils` finds it
+    nb = submission(WRONG_ADD, WRONG_RELU)
+    nb.cells.insert(1, new_code_cell("import sys, types\nfake = types.ModuleType('utils')\nexec(%r, vars(fake))\n"
+                                     "sys.modules['utils'] = fake" % FAKE_UTILS))
+    out["mallory_sysmodules"] = nb
+    # 2. a fake utils package in /tmp, which the setup's sys.path.insert(0, "..") reaches from
+    # the kernel's working folder (/tmp/submission)
+    nb = submission(WRONG_ADD, WRONG_RELU)
+    nb.cells.insert(1, new_code_cell("import os\nos.makedirs('/tmp/utils', exist_ok=True)\n"
+                                     "open('/tmp/utils/__init__.py', 'w').write(%r)" % FAKE_UTILS))
+    out["mallory_tmp_utils"] = nb
+    # 3. the locked setup cell stripped of its metadata and replaced by one that fakes utils
+    nb = submission(WRONG_ADD, WRONG_RELU)
+    nb.cells[1] = new_code_cell("import torch, triton, types\nimport triton.language as tl\n"
+                                "utils = types.SimpleNamespace(check_add=lambda *a, **k: None, "
+                                "check_relu=lambda *a, **k: None)")
+    out["mallory_no_setup"] = nb
+    # 4. a post_run_cell callback registers an input transformer right after the setup cell
+    # (add); 7. the kernel's replies patched so that the failing check reports ok (relu)
+    nb = submission(WRONG_ADD, OK_REPLIES + WRONG_RELU)
+    nb.cells.insert(1, new_code_cell(AFTER_SETUP))
+    out["mallory_hooks"] = nb
+    # 5. the same callback from a student cell after the setup, then a copy of the setup cell
+    # (add); 6. utils deleted from the namespace and a fake one put into builtins (relu)
+    nb = submission(WRONG_ADD, "import builtins, types\nbuiltins.utils = types.SimpleNamespace(check_add=lambda *a, "
+                               "**k: None, check_relu=lambda *a, **k: None)\ndel utils\n" + WRONG_RELU)
+    nb.cells[2:2] = [new_code_cell(AFTER_SETUP), copy.deepcopy(nb.cells[1])]
+    nb.cells[3].id = "copy-of-setup"
+    out["mallory_copy_setup"] = nb
+    return out
+
+
+FORGERS = ("mallory_sysmodules", "mallory_tmp_utils", "mallory_no_setup", "mallory_hooks", "mallory_copy_setup")
 
 
 def refused_submissions(course: Path) -> dict:
@@ -474,6 +564,11 @@ def _sandbox_processes() -> list[int]:
             except OSError:
                 pass
     return found
+
+
+def _own_cgroups() -> list[str]:
+    """The memory and pids cgroups this process made that are still there."""
+    return sorted(glob.glob(f"/sys/fs/cgroup/**/course-autograde-{os.getpid()}-*", recursive=True))
 
 
 def _require_sandbox():
@@ -679,8 +774,11 @@ def _start_unprivileged(port: int, sockets) -> dict | None:
         os.lchown(p, uid, uid)
     os.chown(unreadable / "secret.txt", 0, 0)
     os.chmod(unreadable / "secret.txt", 0o600)                 # the grader cannot read it
+    (top / "noaccess" / "bin").mkdir(parents=True)             # on PATH, and the grader may not look in
+    os.chmod(top / "noaccess", 0o700)
     course_before = _hash_tree(course, skip={"gradebook.db", "autograded"})
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home), "LANG": "C.UTF-8",
+    env = {"PATH": f"{top / 'noaccess' / 'bin'}:{os.environ.get('PATH', '/usr/bin:/bin')}", "HOME": str(home),
+           "LANG": "C.UTF-8",
            "PYTHONPATH": str(ROOT), "COURSE_NO_SYSTEM_CUDA": "1", "GRADER_TOKEN": SECRET,
            "TORCH_EXTENSIONS_DIR": str(home / "torch_extensions"), "NUMBA_CACHE_DIR": str(home / "numba"),
            "TRITON_CACHE_DIR": str(home / "triton"), "XDG_CACHE_HOME": str(home / ".cache")}
@@ -737,11 +835,16 @@ def graded(tmp_path_factory):
     subs["mallory_grader"].cells.insert(1, new_markdown_cell(MARKDOWN))
     subs["mallory_grader"].cells.insert(2, nbformat.v4.new_raw_cell("<script>alert('pwned-raw')</script>",
                                                                     metadata={"format": "text/html"}))
+    subs.update(forging_submissions())
     _write_submissions(course, subs)
     for rel, text in STRAY_FILES.items():
         path = course / "submitted" / "mallory_torch" / ASSIGNMENT / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
+    # a folder that becomes a link to alice's once the first sandbox runs (its own holds no notebook)
+    swap = course / "submitted" / "mallory_swap"
+    (swap / ASSIGNMENT).mkdir(parents=True)
+    (swap / ASSIGNMENT / "notes.txt").write_text("I will hand in later\n")
     refused = refused_submissions(course)
 
     course_before = _hash_tree(course, skip={"gradebook.db", "autograded"})
@@ -749,15 +852,27 @@ def graded(tmp_path_factory):
     t0 = time.monotonic()
     report_file = course.parent / f"{course.name}-report.json"
     os.environ["GRADER_TOKEN"] = SECRET
+    real_run, swapped = autograde.run_sandbox, []
+
+    def swapping_run(*args, **kwargs):
+        if not swapped:
+            swapped.append(course.parent / "mallory_swap-own")
+            os.rename(swap, swapped[0])
+            os.symlink("alice", swap)
+        return real_run(*args, **kwargs)
     try:
-        rc = autograde_main([ASSIGNMENT, "--course-dir", str(course), "--jobs", "2",
-                             "--cell-timeout", str(CELL_TIMEOUT), "--setup-timeout", str(SETUP_TIMEOUT),
-                             "--notebook-timeout", "300", "--tmp-mb", str(TMP_MB),
-                             "--sandbox-memory-gb", str(SANDBOX_MEMORY_GB),
-                             "--max-procs", str(MAX_PROCS), "--memory-gb", "6", "--json", str(report_file)])
+        with mock.patch.object(autograde, "run_sandbox", swapping_run):
+            rc = autograde_main([ASSIGNMENT, "--course-dir", str(course), "--jobs", "2",
+                                 "--cell-timeout", str(CELL_TIMEOUT), "--setup-timeout", str(SETUP_TIMEOUT),
+                                 "--notebook-timeout", "300", "--tmp-mb", str(TMP_MB),
+                                 "--sandbox-memory-gb", str(SANDBOX_MEMORY_GB),
+                                 "--max-procs", str(MAX_PROCS), "--memory-gb", "6", "--json", str(report_file)])
         wall = time.monotonic() - t0
         unprivileged = _finish_unprivileged(unprivileged)
     finally:
+        if swapped:
+            swap.unlink()
+            os.rename(swapped[0], swap)
         os.environ.pop("GRADER_TOKEN", None)
         if "proc" in unprivileged and unprivileged["proc"].poll() is None:
             unprivileged["proc"].kill()
@@ -769,11 +884,12 @@ def graded(tmp_path_factory):
     assert rc == 0
     print(f"autograde of {len(subs) + len(refused)} submissions: {wall:.1f} s")
     print("as an ordinary user:", unprivileged.get("skip") or unprivileged.get("log", ""))
-    results = _read_results(course, [*subs, *refused], report_file)
+    results = _read_results(course, [*subs, "mallory_swap", *refused], report_file)
     return dict(course=course, **results, refused=refused, unprivileged=unprivileged, sockets=listener.unix,
                 course_before=course_before, course_after=_hash_tree(course, skip={"gradebook.db", "autograded"}),
-                code_before=code_before, code_after=_course_code_hash(), created=created,
-                connections=listener.connections, peers=listener.peers, leftovers=_sandbox_processes(), wall=wall)
+                code_before=code_before, code_after=_course_code_hash(), created=created, swapped=bool(swapped),
+                connections=listener.connections, peers=listener.peers, leftovers=_sandbox_processes(), wall=wall,
+                cgroups=_own_cgroups())
 
 
 CHECK_ADD, CHECK_RELU = "tiny-check-1", "tiny-check-2"
@@ -990,3 +1106,264 @@ def test_the_sandbox_check_command(capsys):
     _require_sandbox()
     assert autograde_main(["--check"]) == 0
     assert "the sandbox works here" in capsys.readouterr().out
+
+
+# --------------------------------------------------------------------------------------
+# A verdict that no code in the kernel can forge
+# --------------------------------------------------------------------------------------
+@pytest.mark.parametrize("student", FORGERS)
+def test_a_check_forged_in_the_kernel_earns_nothing(graded, student):
+    """Wrong answers whose checks pass inside the kernel (a fake utils before the setup cell, in
+    /tmp, in place of the setup cell, in builtins; an input transformer registered after the
+    setup cell; the kernel's replies turned to ok): no points."""
+    assert _scores(graded, student) == (0.0, 0.0), (_messages(graded, student), graded["outputs"].get(student))
+
+
+def test_the_results_are_checked_outside_the_sandbox(graded):
+    """The honest students' functions are called again on fresh inputs and compared outside;
+    where a forgery made the check pass inside the kernel, that comparison is what fails."""
+    for student in ("alice", "bob"):
+        assert all(e["verified"] for e in graded["report"][student][NOTEBOOK].values()), graded["report"][student]
+    for student, check in [("mallory_sysmodules", CHECK_ADD), ("mallory_tmp_utils", CHECK_RELU),
+                           ("mallory_hooks", CHECK_ADD), ("mallory_hooks", CHECK_RELU)]:
+        entry = graded["report"][student][NOTEBOOK][check]
+        assert entry["status"] == "wrong" and "new inputs" in entry["message"], (student, entry)
+    msg = graded["report"]["mallory_hooks"][NOTEBOOK][CHECK_RELU]["message"]
+    assert "relu() on new inputs" in msg and "is not right" in msg, msg
+
+
+def test_missing_locked_cells_are_put_back(graded):
+    """The setup cell, stripped of its metadata and replaced, runs as the instructor wrote it."""
+    nb = nbformat.reads(graded["feedback"]["mallory_no_setup"], as_version=4)
+    setup = [c for c in nb.cells if c.cell_type == "code" and c.source == SETUP]
+    assert len(setup) == 1 and setup[0].metadata["nbgrader"]["locked"], [c.source[:40] for c in nb.cells]
+    copied = nbformat.reads(graded["feedback"]["mallory_copy_setup"], as_version=4)
+    assert [bool(c.metadata.get("nbgrader", {}).get("locked")) for c in copied.cells if c.source == SETUP] == [
+        True, False]                                         # a second copy is an ordinary cell
+
+
+def test_a_folder_swapped_for_a_link_during_the_run(graded):
+    """Every submission is copied before any is graded: mallory_swap's folder, a link to
+    alice's by the time the first sandbox ran, is graded as it was (no notebook)."""
+    assert graded["swapped"]
+    assert _scores(graded, "mallory_swap") == (0.0, 0.0)
+    assert "not in the submission" in _messages(graded, "mallory_swap")[CHECK_ADD]
+
+
+def test_no_cgroup_is_left_behind(graded):
+    assert graded["cgroups"] == [], graded["cgroups"]
+
+
+_DANGEROUS = re.compile(r"(?i)^(javascript|vbscript|livescript|data):")
+
+
+def _dangerous_urls(text: str) -> list[str]:
+    """URLs of links, images and the like in an HTML page that a browser would run or render
+    as a page: javascript:, vbscript:, data: (an output's PNG or JPEG image excepted), however
+    they are spelled (entities are decoded as a browser does, whitespace and controls dropped)."""
+    found = []
+
+    class Links(html.parser.HTMLParser):
+        def handle_starttag(self, tag, attrs):
+            for name, value in attrs:
+                if name in ("href", "src", "action", "formaction", "xlink:href", "poster", "background",
+                            "srcset", "data") and value:
+                    url = "".join(c for c in value if c > " ")
+                    if _DANGEROUS.match(url) and not (tag == "img" and re.match(r"data:image/(png|jpeg);base64,",
+                                                                                 url)):
+                        found.append(f"<{tag} {name}={value!r}>")
+    Links().feed(text)
+    return found
+
+
+def test_nbgrader_generate_feedback_works_on_the_gradebook(graded, tmp_path):
+    """nbgrader's generate_feedback reads the gradebook the autograde wrote (solution cells,
+    comments), and the HTML it makes carries no javascript:, vbscript: or data: link."""
+    course = graded["course"]
+    env = dict(os.environ, PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
+               PYTHONPATH=str(ROOT))
+    students = ["alice", "mallory_grader", "mallory_no_setup"]
+    for student in students:
+        proc = subprocess.run([sys.executable, "-m", "nbgrader", "generate_feedback", ASSIGNMENT, "--force",
+                               f"--CourseDirectory.root={course}", f"--student={student}"],
+                              cwd=course, env=env, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, (student, proc.stdout[-2000:], proc.stderr[-4000:])
+    for student in students:
+        page = (course / "feedback" / student / ASSIGNMENT / "tiny.html").read_text()
+        assert not _dangerous_urls(page), (student, _dangerous_urls(page))
+    assert "pwned-md" in (course / "feedback" / "mallory_grader" / ASSIGNMENT / "tiny.html").read_text()
+
+
+def test_the_feedback_html_carries_no_dangerous_link():
+    """Links and images of a student's markdown, in every spelling (escaped colons, entities,
+    reference links, mixed case, whitespace), rendered by nbconvert: none reaches an href or src."""
+    from nbconvert import HTMLExporter
+    payloads = MARKDOWN + "\n".join([
+        "[a](javascript\\:alert(1)) [b](&#106;avascript:alert(1)) [c](&#x6A;avascript&#x3A;alert(1))",
+        "[d](java%0ascript:alert(1)) [e](java&#10;script:alert(1)) [f](javascript&NewLine;:alert(1))",
+        "<javascript:alert(1)> <data:text/html,pwned> [g](\\javascript:alert(1)) [h]( <javascript:x> )",
+        "![i](vbscript:x) ![j][k]\n\n[k]: <javascript:alert(1)>\n",
+        "[l]: javascript:alert(1)\n[l][]  [m][l]  [l]",
+    ])
+    nb = new_notebook(cells=[new_markdown_cell(payloads)])
+    feedback = autograde.feedback_notebook(nb, None, {})
+    page, _ = HTMLExporter().from_notebook_node(feedback)
+    assert not _dangerous_urls(page), _dangerous_urls(page)
+    assert "alert(1)" in page                                        # shown, as text
+
+
+def test_lone_surrogates_in_outputs_are_written(tmp_path):
+    """An output holding a lone surrogate (a JSON escape from the kernel): the feedback is
+    written (the surrogate replaced), and the score with it."""
+    to_run = autograde.merge(source_notebook(), submission(ADD, RELU))
+    executed = copy.deepcopy(to_run)
+    for cell in executed.cells:
+        if cell.cell_type == "code":
+            cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text="bad \ud800 end")]
+    line = json.dumps({"notebook": NOTEBOOK, "executed": nbformat.writes(executed), "stopped": None,
+                       "statuses": {str(i): "ok" for i, c in enumerate(to_run.cells) if c.cell_type == "code"}})
+    assert "\\ud800" in line                  # as the runner sends it: a JSON escape
+    result = json.loads(line)
+    scores, fb = autograde.score_notebook(to_run, source_notebook(), result)
+    autograde.write_feedback(tmp_path, ASSIGNMENT, {"alice": {NOTEBOOK: fb}})
+    written = (tmp_path / "autograded" / "alice" / ASSIGNMENT / NOTEBOOK).read_text(encoding="utf-8")
+    assert "bad \ufffd end" in nbformat.reads(written, as_version=4).cells[1].outputs[0].text
+
+
+def test_names_are_escaped_in_an_ascii_terminal(tmp_path, monkeypatch):
+    """File names with a newline or letters outside ASCII, in a terminal whose encoding is
+    ASCII (PYTHONIOENCODING=ascii): the run ends with its grades, and no line is forged."""
+    _require_sandbox()
+    pytest.importorskip("nbgrader")
+    course = tmp_path / "course"
+    _make_course(course)
+    outside = tmp_path / "outside.bin"
+    outside.write_bytes(b"x")
+    forged = "mallory_escape: 2 of 2 (1.0 s)"
+    for student, name in [("mallory_newline", f"a\n{forged}\nb.bin"), ("mallory_accent", "donn\u00e9es.bin")]:
+        d = course / "submitted" / student / ASSIGNMENT
+        d.mkdir(parents=True)
+        nbformat.write(submission(ADD, RELU), str(d / NOTEBOOK))
+        os.link(outside, d / name)                        # refused: a hard link, named in the message
+    out = io.TextIOWrapper(io.BytesIO(), encoding="ascii", errors="strict", write_through=True)
+    monkeypatch.setattr(sys, "stdout", out)
+    rc = autograde_main([ASSIGNMENT, "--course-dir", str(course)])
+    monkeypatch.undo()
+    text = out.buffer.getvalue().decode("ascii")
+    assert rc == 0, text
+    lines = text.splitlines()
+    assert forged not in lines and any("a\\nmallory_escape" in ln for ln in lines), text
+    assert any("donn\\xe9es.bin is a hard link" in ln for ln in lines), text
+    with autograde.gradebook(course / "gradebook.db") as gb:
+        for student in ("mallory_newline", "mallory_accent"):
+            assert {g.name: g.score for g in gb.find_submission_notebook("tiny", ASSIGNMENT, student).grades} == {
+                CHECK_ADD: 0.0, CHECK_RELU: 0.0}
+
+
+def test_the_comparison_outside_the_sandbox_accepts_right_and_refuses_wrong():
+    """Every grader of verify.VERIFIERS: the course's own kernel called as the kernel would
+    (runner.VERIFY_SOURCE) is right outside, a result slightly off or of the input is not."""
+    from test_graders import REFERENCE_LAUNCHERS
+    calls_of = {}
+    exec(runner.VERIFY_SOURCE, calls_of)
+    for grader, v in verify.VERIFIERS.items():
+        plan = [dict(grader=grader, fn="f", make=v.make, shapes=verify._shapes(v.shapes))]
+        for fn, right in [(REFERENCE_LAUNCHERS[grader][0](), True), (lambda *a: a[0] * 1.001 + 0.01, False),
+                          (lambda *a: a[-1], False)]:
+            path = Path(tempfile.mktemp())
+            try:
+                calls_of["_autograde_call"]({"f": fn}, [dict(plan[0], seed=4242)], str(path))
+                data = base64.b64encode(path.read_bytes()).decode()
+            except Exception:
+                data = ""
+            finally:
+                path.unlink(missing_ok=True)
+            why = verify.compare(plan, {"seed": 4242, "status": "ok", "message": "", "data": data})
+            assert (why == "") == right, (grader, right, why)
+    # what the runner is told to call, from the instructor's check cells
+    found, unverified = verify.plans(source_notebook())
+    assert [c["fn"] for c in found["tiny-check-1"]] == ["add"] and [c["fn"] for c in found["tiny-check-2"]] == ["relu"]
+    assert unverified == {}
+
+
+# --------------------------------------------------------------------------------------
+# Sandboxes run directly: keyrings, files in each tmpfs, the cgroup on an error
+# --------------------------------------------------------------------------------------
+_KEYCTL = {"x86_64": (248, 250), "aarch64": (217, 219)}
+KEYS_AND_FILES = """\
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+ADD_KEY, KEYCTL = %(nr)r
+def add(desc, ring):
+    return libc.syscall(ctypes.c_long(ADD_KEY), b"user", desc.encode(), b"payload", ctypes.c_size_t(7),
+                        ctypes.c_long(ring))
+for ring, name in ((-4, "user"), (-5, "user-session"), (-3, "session")):
+    print("added", name, add(%(mark)r + "-" + name, ring))
+persistent = libc.syscall(ctypes.c_long(KEYCTL), ctypes.c_long(22), ctypes.c_long(-1), ctypes.c_long(-4))
+print("added persistent", persistent > 0 and add(%(mark)r + "-persistent", persistent))
+print("keys:", open("/proc/keys").read().replace(chr(10), " | "))
+for d in ("/tmp", "/dev/shm", %(cache)r):
+    n = 0
+    try:
+        os.mkdir(os.path.join(d, "many"))
+        while n < %(tries)d:
+            open(os.path.join(d, "many", str(n)), "w").close()
+            n += 1
+    except OSError as e:
+        pass
+    print("files in", d, n)
+"""
+
+
+def _run_direct(tmp: Path, code: str, limits) -> str:
+    stage = tmp / f"stage-{len(list(tmp.iterdir()))}"
+    stage.mkdir()
+    nbformat.write(new_notebook(cells=[new_code_cell(code)]), str(stage / "k.ipynb"))
+    for p in (tmp, stage, stage / "k.ipynb"):
+        os.chmod(p, 0o755 if p.is_dir() else 0o644)
+    res = sandbox.run_sandbox(stage, ["k.ipynb"], limits=limits, uid=sandbox.SANDBOX_UID)["k.ipynb"]
+    assert "executed" in res, res
+    return _outputs_text(nbformat.reads(res["executed"], as_version=4))
+
+
+def test_each_sandbox_has_its_own_keyrings_and_limited_files(tmp_path):
+    """Keys a sandbox adds (user, user-session, session and persistent keyrings) are not seen by
+    the next sandbox of the same user, nor the grader's session keyring by either; every
+    writable tmpfs holds at most its number of files."""
+    _require_sandbox()
+    nr = _KEYCTL.get(platform.machine())
+    if nr is None:
+        pytest.skip(f"keyctl's number is not known here ({platform.machine()})")
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    if libc.syscall(ctypes.c_long(nr[1]), ctypes.c_long(1), None) < 0:     # a session keyring of the test's own
+        pytest.skip(f"keyctl is not allowed here: {os.strerror(ctypes.get_errno())}")
+    libc.syscall(ctypes.c_long(nr[0]), b"user", b"grader-session-key", b"secret", ctypes.c_size_t(6),
+                 ctypes.c_long(-3))
+    limits = sandbox.Limits(cell_timeout=60, notebook_timeout=120, tmp_mb=64, tmp_files=1000)
+    tmp_path.chmod(0o755)
+    first = _run_direct(tmp_path, KEYS_AND_FILES % dict(nr=nr, mark="leak-first", cache=str(ROOT / ".cache"),
+                                                        tries=1500), limits)
+    second = _run_direct(tmp_path, KEYS_AND_FILES % dict(nr=nr, mark="leak-second", cache=str(ROOT / ".cache"),
+                                                         tries=10), limits)
+    assert "added user" in first and "leak-first-user" in first, first           # the keys were made
+    assert "leak-first" not in second, second
+    assert "grader-session-key" not in first + second
+    counts = {line.split()[2]: int(line.split()[3]) for line in first.splitlines() if line.startswith("files in")}
+    assert len(counts) == 3 and all(n < 1000 for n in counts.values()), (counts, first)
+
+
+def test_a_cgroup_is_removed_when_a_run_fails(tmp_path, monkeypatch):
+    """An error while a sandbox runs (here: reading its log) leaves no memory cgroup behind."""
+    _require_sandbox()
+    if sandbox.Cgroup.where()[0] is None:
+        pytest.skip(f"no memory cgroup here: {sandbox.Cgroup.where()[1]}")
+
+    def broken(*a, **k):
+        raise RuntimeError("the log could not be read")
+    monkeypatch.setattr(sandbox, "_Tail", broken)
+    before = _own_cgroups()
+    with pytest.raises(RuntimeError, match="the log could not be read"):
+        _run_direct(tmp_path, "print(1)", sandbox.Limits(cell_timeout=30, notebook_timeout=60))
+    assert _own_cgroups() == before

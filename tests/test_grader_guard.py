@@ -268,6 +268,16 @@ def test_a_check_cell_gets_the_real_utils_back(restore):
     _fails_with("the name `utils` was rebound", launcher=relu)
 
 
+def test_a_deleted_utils_comes_back_and_a_stand_in_in_builtins_is_removed(restore):
+    import builtins
+    restore.append(lambda: vars(builtins).pop("utils", None))
+    builtins.utils = types.SimpleNamespace(check_relu=_noop)  # what `del utils` would let a check cell find
+    ns = {"relu": relu}
+    guard.check_cell_names(ns)
+    assert ns["utils"] is utils and "utils" not in vars(builtins)
+    _fails_with("builtins.utils was set", launcher=relu)
+
+
 def test_the_ipython_hook_runs_before_check_cells_only(restore):
     ip_mod = pytest.importorskip("IPython")
     from IPython.core.interactiveshell import InteractiveShell

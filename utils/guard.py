@@ -493,6 +493,12 @@ def check_cell_names(ns: dict) -> list[str]:
         _record("the name `utils`", "was rebound")
         ns["utils"] = real
         found.append("utils")
+    elif u is _MISSING:
+        ns["utils"] = real  # deleted (or never imported by that name): the check cell finds the real one
+    if vars(builtins).get("utils", real) is not real:
+        _record("builtins.utils", "was set")  # a stand-in a check cell would find once `utils` is deleted
+        del builtins.utils
+        found.append("builtins.utils")
     for name, orig in _State.entries.get("utils", {}).items():
         v = ns.get(name, _MISSING)
         if v is not _MISSING and v is not orig and not isinstance(v, _Replaced):

@@ -1,8 +1,10 @@
 """What reaches the instructor, rebuilt on the trusted side, never taken as it came.
 
-Messages for the terminal (``printable``) and the executed notebooks (``feedback_notebook``):
-markdown with its HTML escaped, outputs rebuilt from plain values (text and PNG/JPEG images
-only) and cut down per output, per cell and per notebook.
+Messages for the terminal (``terminal``: one line of printable ASCII, whatever the names in
+it hold) and for reports (``printable``), and the executed notebooks (``feedback_notebook``):
+markdown that can make no HTML and no link, outputs rebuilt from plain values (text and
+PNG/JPEG images only) and cut down per output, per cell and per notebook, no lone surrogate
+anywhere (``scrub``), so that the notebook can always be written as UTF-8.
 """
 from __future__ import annotations
 
@@ -23,11 +25,58 @@ MAX_IMAGE_BYTES = 2 << 20
 MAX_MESSAGE_CHARS = 1000
 
 
+def _escape(c: str) -> str:
+    code = ord(c)
+    if c in "\n\r\t":
+        return {"\n": "\\n", "\r": "\\r", "\t": "\\t"}[c]
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+
+
 def printable(text, limit=MAX_MESSAGE_CHARS) -> str:
-    """A string from the sandbox or a file name, safe to print in the instructor's terminal."""
+    """A string from the sandbox or a file name, safe to keep in a report: lines, and printable
+    characters; every other character (controls, escapes, lone surrogates) written as an escape."""
     text = text if isinstance(text, str) else repr(text)
-    text = "".join(c if c.isprintable() or c == "\n" else f"\\x{ord(c) & 0xff:02x}" for c in text)
+    text = "".join(c if c.isprintable() or c == "\n" else _escape(c) for c in text)
     return text if len(text) <= limit else text[:limit] + " ..."
+
+
+def terminal(text, limit=2 * MAX_MESSAGE_CHARS) -> str:
+    """One line for the instructor's terminal: printable ASCII only (a newline, a control
+    character or a letter outside ASCII is written as its escape), so that no name can forge a
+    line and any terminal encoding can print it."""
+    text = text if isinstance(text, str) else repr(text)
+    text = "".join(c if " " <= c <= "~" else _escape(c) for c in text)
+    return text if len(text) <= limit else text[:limit] + " ..."
+
+
+def name_text(name) -> str:
+    """A file or folder name inside a message: every character that is not printable ASCII
+    escaped (``\\n``, ``\\xe9``), so that it reads the same in any terminal."""
+    return terminal(str(name), limit=300)
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def scrub(value):
+    """``value`` (a notebook, a dict, a list, a string) with every lone surrogate replaced by
+    U+FFFD, in place where it can be: what a kernel sends may hold one (a JSON escape), and it
+    cannot be written as UTF-8."""
+    if isinstance(value, str):
+        return _SURROGATE.sub("\ufffd", value)
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        items = v.items() if isinstance(v, dict) else enumerate(v) if isinstance(v, list) else ()
+        for k, item in list(items):
+            if isinstance(item, str):
+                if _SURROGATE.search(item):
+                    v[k] = _SURROGATE.sub("\ufffd", item)
+            elif isinstance(item, (dict, list)):
+                stack.append(item)
+            if isinstance(v, dict) and isinstance(k, str) and _SURROGATE.search(k):
+                v[_SURROGATE.sub("\ufffd", k)] = v.pop(k)
+    return value
 
 
 def cell_source(cell) -> str:
@@ -43,10 +92,12 @@ _B64_RE = re.compile(r"^[A-Za-z0-9+/=\s]*$")
 
 
 def safe_markdown(text: str) -> str:
-    """A student's markdown with no HTML in it (every ``<`` and ``&`` escaped, so no tag,
-    entity or autolink survives) and no ``javascript:``/``vbscript:``/``data:`` link (its colon
-    becomes a full-width one)."""
-    text = text.replace("&", "&amp;").replace("<", "&lt;")
+    """A student's markdown that makes no HTML and no link or image, however it is spelled:
+    every ``<`` and ``&`` escaped (no tag, entity or autolink survives), and every ``[`` and
+    ``]`` written as an entity (no inline link, image, reference link or definition can form:
+    each needs a bracket), so no URL of the student's reaches an ``href`` or ``src``; and a
+    ``javascript:``/``vbscript:``/``data:`` in the text gets a full-width colon."""
+    text = text.replace("&", "&amp;").replace("<", "&lt;").replace("[", "&#91;").replace("]", "&#93;")
     return _SCHEME_RE.sub(lambda m: m.group(1) + "\uff1a", text)
 
 
@@ -187,4 +238,4 @@ def feedback_notebook(to_run, executed, notes: dict[int, str]):
                 cell.execution_count = count if isinstance(count, int) and not isinstance(count, bool) else None
             if i in notes:
                 cell.outputs.append(new_output("stream", name="stderr", text=f"[autograde] {notes[i]}\n"))
-    return nb
+    return scrub(nb)

@@ -4,11 +4,21 @@ The sandbox starts this file by path, ``python -I .../tools/autograde/runner.py 
 (``sandbox.bwrap_command`` writes ``CONFIG``, a JSON object). In isolated mode neither the
 course nor this package is on ``sys.path``, so this module imports only the standard library
 (and nbformat, nbclient and jupyter_client, inside functions): what the trusted side shares
-with it (the statuses it reports, the caps on outputs, how a cell's nbgrader metadata is read)
-is defined here, and the other modules of ``tools.autograde`` import it from here.
+with it (the statuses it reports, the caps on outputs, how a cell's nbgrader metadata is read,
+the code that calls a learner's function on fresh inputs) is defined here, and the other
+modules of ``tools.autograde`` import it from here.
+
+It starts with ``CAP_SYS_ADMIN`` (as root, also ``CAP_SETUID`` and ``CAP_SETGID``): it limits
+the files of each writable tmpfs (``nr_inodes``); as root, it makes a user namespace in which
+only the sandbox's user exists and becomes that user in it (``_enter_user_namespace``); then
+it starts itself again without any capability (``execv``), joins a new session keyring, and
+only then reads a notebook.
 
 From the first cell on, everything in the sandbox is untrusted: this process only reports, and
-the trusted side validates what it reports (``scoring.clean_result``).
+the trusted side validates what it reports (``scoring.clean_result``). After a check cell that
+passed, it has the kernel call the learner's function on inputs drawn from a seed it picks then
+(``VERIFY_SOURCE``) and sends the results back; the trusted side recomputes the inputs and the
+float64 reference outside the sandbox and compares (``verify.py``).
 """
 from __future__ import annotations
 
@@ -34,6 +44,37 @@ TAMPERED = ("a cell of this notebook changed how the kernel runs cells (an input
             "a pre-run hook, or IPython's own code): this check earns no points")
 
 
+#: What the kernel sends back from calling a learner's function on fresh inputs, at most.
+MAX_VERIFY_BYTES = 16 << 20
+
+#: Run in the kernel after a check cell passed: ``_autograde_call(ns, calls, path)`` calls each
+#: learner's function ``ns[call["fn"]]`` on the inputs ``make(shape, seed=seed + j)`` of each
+#: shape (``make`` is ``"module:function"``, the topic's input maker) and writes every result,
+#: a header and its bytes, to ``path``. Nothing here is trusted: the trusted side draws the same
+#: inputs from the same seed itself, and compares the results with its float64 reference.
+VERIFY_SOURCE = """
+def _autograde_call(ns, calls, path):
+    import importlib, json, struct
+    import torch
+    with open(path, "wb") as f:
+        for call in calls:
+            module, _, name = call["make"].partition(":")
+            make = getattr(importlib.import_module(module), name)
+            fn = ns[call["fn"]]
+            for j, shape in enumerate(call["shapes"]):
+                inputs = make(tuple(shape), seed=call["seed"] + j, device="cpu")
+                inputs = tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
+                out = fn(*inputs)
+                out = (out if isinstance(out, torch.Tensor) else torch.as_tensor(out)).detach().to("cpu")
+                out = out.contiguous().reshape(-1)
+                data = out.view(torch.uint8).numpy().tobytes() if out.numel() else b""
+                head = json.dumps({"dtype": str(out.dtype).replace("torch.", ""),
+                                   "shape": list(out.shape)}).encode()
+                f.write(struct.pack("<II", len(head), len(data)) + head + data)
+    return "ok"
+"""
+
+
 def nbgrader_meta(cell) -> dict:
     """A cell's nbgrader metadata; ``{}`` where there is none, or it is not a dict."""
     m = cell.get("metadata", {})
@@ -41,14 +82,103 @@ def nbgrader_meta(cell) -> dict:
     return m if isinstance(m, dict) else {}
 
 
-def _drop_privileges(uid: int) -> None:
+_MS_REMOUNT = 32
+_MS_RELATIME = 1 << 21
+_ST_RELATIME = 4096
+_PR_SET_NO_NEW_PRIVS, _PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL = 38, 47, 4
+#: keyctl(2) by machine (the C library has no wrapper): KEYCTL_JOIN_SESSION_KEYRING is 1.
+_KEYCTL = {"x86_64": 250, "aarch64": 219, "ppc64le": 288, "s390x": 280, "riscv64": 219}
+
+
+def _libc():
+    import ctypes
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def _limit_tmpfs(mounts) -> None:
+    """Remount each writable tmpfs with a size and a number of files (``nr_inodes``): bubblewrap
+    sets only the size, and empty files cost kernel memory that no size counts."""
+    import ctypes
+    libc = _libc()
+    for m in mounts:
+        path = m["path"].encode()
+        flags = os.statvfs(m["path"]).f_flag
+        keep = flags & (1 | 2 | 4 | 8 | 16 | 64 | 1024 | 2048)      # ro, nosuid, nodev, noexec, ...
+        if flags & _ST_RELATIME:
+            keep |= _MS_RELATIME
+        data = f"size={int(m['size'])},nr_inodes={int(m['inodes'])}".encode()
+        if libc.mount(None, path, None, ctypes.c_ulong(_MS_REMOUNT | keep), data) != 0:
+            e = ctypes.get_errno()
+            raise SystemExit(f"could not limit the files of {m['path']}: {os.strerror(e)}")
+
+
+def _enter_user_namespace(uid: int) -> None:
+    """(As root.) Go on in a new user namespace in which ``uid`` (and the group of that number)
+    is itself and no other user exists, as ``uid``: keyrings of its own, no capability outside
+    it. A child makes the namespace; this process, still root outside it, writes its maps,
+    drops to ``uid`` too, waits for the child and exits with its status."""
+    import ctypes
+    libc = _libc()
     os.setgroups([])
+    up_r, up_w = os.pipe()
+    go_r, go_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(up_r)
+        os.close(go_w)
+        ok = libc.unshare(0x10000000) == 0                  # CLONE_NEWUSER
+        if not ok:
+            sys.stderr.write(f"could not create a user namespace: {os.strerror(ctypes.get_errno())}\n")
+            sys.stderr.flush()
+        os.write(up_w, b"u" if ok else b"e")
+        if not ok or os.read(go_r, 1) != b"m":
+            os._exit(1)
+        os.close(up_w)
+        os.close(go_r)
+        os.setresgid(uid, uid, uid)
+        os.setresuid(uid, uid, uid)
+        return
+    os.close(up_w)
+    os.close(go_r)
+    if os.read(up_r, 1) == b"u":
+        for name, text in (("uid_map", f"{uid} {uid} 1\n"), ("setgroups", "deny"), ("gid_map", f"{uid} {uid} 1\n")):
+            with open(f"/proc/{pid}/{name}", "w") as f:
+                f.write(text)
+        os.write(go_w, b"m")
+    os.closerange(3, 1 << 16)                                # the result pipe is the child's
     os.setresgid(uid, uid, uid)
     os.setresuid(uid, uid, uid)
+    _, status = os.waitpid(pid, 0)
+    os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
+
+
+def _capabilities() -> dict:
     with open("/proc/self/status") as f:
-        caps = dict(line.split(":", 1) for line in f if line.startswith("Cap"))
-    if int(caps["CapEff"].strip(), 16) or os.getuid() == 0:
-        raise SystemExit("could not drop privileges")
+        return {k: int(v.strip(), 16) for k, v in (line.split(":", 1) for line in f if line.startswith("Cap"))}
+
+
+def _drop_capabilities(argv) -> None:
+    """Start this file again with no capability: ambient ones cleared, then ``execv`` (a
+    process that is not uid 0 keeps none across it); no setuid program can give one back."""
+    libc = _libc()
+    libc.prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+    libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+    os.execv(sys.executable, [sys.executable, "-I", os.path.abspath(__file__), *argv])
+
+
+def _new_session_keyring() -> str:
+    """Join a new, empty session keyring, so that the kernel holds none of the grader's keys.
+    (The user and persistent keyrings belong to the sandbox's user namespace: its own.)"""
+    import ctypes
+    import platform
+    nr = _KEYCTL.get(platform.machine())
+    if nr is None:
+        return "unknown machine: no keyctl"
+    libc = _libc()
+    libc.syscall.restype = ctypes.c_long
+    if libc.syscall(ctypes.c_long(nr), ctypes.c_long(1), None) < 0:
+        return os.strerror(ctypes.get_errno())
+    return ""
 
 
 def _limit(what, value):
@@ -84,8 +214,9 @@ _STARTUP = ("(lambda os, sys: repr((list(sys.path), sorted({str(getattr(m, '__fi
             " for m in list(sys.modules.values())}), os.chdir(WORK))))(__import__('os'), __import__('sys'))")
 
 
-def _user_expression(client, expr: str, timeout: float):
-    """The text of ``expr`` evaluated in the kernel, or ``None``."""
+def _evaluate(client, expr: str, timeout: float) -> tuple[str, str]:
+    """``("ok", text)`` of ``expr`` evaluated in the kernel, ``("error", "Name: message")``, or
+    ``("none", why)`` when no valid reply came."""
     from nbclient.util import run_sync
     try:
         msg_id = client.kc.execute("", silent=True, store_history=False, user_expressions={"x": expr},
@@ -98,10 +229,47 @@ def _user_expression(client, expr: str, timeout: float):
         value = reply["content"]["user_expressions"]["x"]
         if value.get("status") == "ok":
             text = value["data"]["text/plain"]
-            return text if isinstance(text, str) else None
-    except Exception:  # no reply, a dead kernel, nonsense: None
+            return ("ok", text) if isinstance(text, str) else ("none", "not text")
+        return "error", f"{value.get('ename')}: {value.get('evalue')}"[:2000]
+    except Exception as e:  # no reply, a dead kernel, nonsense
+        return "none", type(e).__name__
+
+
+def _user_expression(client, expr: str, timeout: float):
+    """The text of ``expr`` evaluated in the kernel, or ``None``."""
+    status, text = _evaluate(client, expr, timeout)
+    return text if status == "ok" else None
+
+
+def _call_fresh(client, calls: list, timeout: float) -> dict:
+    """Have the kernel call the learner's functions of one check cell on inputs drawn from a
+    seed picked now (``VERIFY_SOURCE``); what it wrote, for the trusted side to compare."""
+    import base64
+
+    from nbclient.util import run_sync
+    seed = int.from_bytes(os.urandom(4), "little") & 0x3FFFFFFF
+    fd, path = tempfile.mkstemp(prefix="verify-", dir="/tmp")
+    os.close(fd)
+    calls = [dict(c, seed=seed + 1000 * k) for k, c in enumerate(calls)]
+    expr = (f"(lambda g: (exec({VERIFY_SOURCE!r}, g), g['_autograde_call'](get_ipython().user_ns, "
+            f"{calls!r}, {path!r}))[1])({{}})")
+    status, text = _evaluate(client, expr, timeout)
+    if status == "none":
+        try:   # (a call that hangs: back to a kernel that answers)
+            run_sync(client.km.interrupt_kernel)()
+        except Exception:
+            pass
+    data = b""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(MAX_VERIFY_BYTES + 1)
+        os.unlink(path)
+    except OSError:
         pass
-    return None
+    if len(data) > MAX_VERIFY_BYTES:
+        status, text, data = "error", f"the results are larger than {MAX_VERIFY_BYTES >> 20} MB", b""
+    return {"seed": seed, "status": status, "message": text[:2000],
+            "data": base64.b64encode(data).decode() if status == "ok" else ""}
 
 
 def _make_client(nb, cfg: dict, *, work: str):
@@ -158,7 +326,8 @@ def _execute(nb, name: str, cfg: dict, work: str) -> dict:
 
     cell_timeout = cfg["cell_timeout"]
     client = _make_client(nb, cfg, work=work)
-    statuses, messages, seconds = {}, {}, {}
+    statuses, messages, seconds, verified = {}, {}, {}, {}
+    to_verify = cfg.get("verify") or {}
     started = time.monotonic()
     last = [started]
 
@@ -243,11 +412,15 @@ def _execute(nb, name: str, cfg: dict, work: str) -> dict:
                 if locked and not graded:
                     new = _user_expression(client, _PROBE, probe_timeout)   # what the setup cell did
                     baseline = new if new is not None else baseline
+                gid = m.get("grade_id")
+                if graded and statuses.get(i) == "ok" and isinstance(gid, str) and to_verify.get(gid):
+                    verified[i] = _call_fresh(client, to_verify[gid], cell_timeout)
     except Exception as e:  # a kernel that does not start, and the like
         stop = stop or f"{type(e).__name__}: {e}"
     return {"notebook": name, "statuses": {str(k): v for k, v in statuses.items()},
             "messages": {str(k): v for k, v in messages.items()},
             "seconds": {str(k): v for k, v in seconds.items()},
+            "verified": {str(k): v for k, v in verified.items()},
             "stopped": stop, "executed": nbformat.writes(nb)}
 
 
@@ -272,14 +445,30 @@ def _untrusted_startup(text, cfg) -> str:
     return ""
 
 
-def inside(config: str) -> int:
-    """Run the notebooks ``config`` names (its JSON) in this sandbox: drop privileges, set the
-    limits, then one line of JSON per notebook on the result pipe (only ``{"ready": true}`` when
-    it names none: ``sandbox_status`` asks that)."""
+def inside(config: str, again: bool = False) -> int:
+    """Run the notebooks ``config`` names (its JSON) in this sandbox: limit the tmpfs and start
+    again without capabilities, join a new session keyring, set the limits, then one line of
+    JSON per notebook on the result pipe (only ``{"ready": true, ...}`` when it names none:
+    ``sandbox_status`` asks that)."""
     cfg = json.loads(config)
     fd = cfg["fd"]
-    if cfg.get("uid") is not None:
-        _drop_privileges(int(cfg["uid"]))
+    in_sandbox = "tmpfs" in cfg                  # (bwrap_command's config; without it, a plain start)
+    if in_sandbox and not again:
+        # nothing but the result pipe and the standard streams goes on (anything inherited)
+        os.closerange(3, fd)
+        os.closerange(fd + 1, 1 << 16)
+        _limit_tmpfs(cfg["tmpfs"])
+        if cfg.get("root"):
+            _enter_user_namespace(int(cfg["uid"]))
+        _drop_capabilities([config, "again"])        # (does not return)
+    if in_sandbox:
+        caps = _capabilities()
+        if any(caps.get(k, 0) for k in ("CapEff", "CapPrm", "CapAmb")):
+            raise SystemExit(f"could not drop capabilities: {caps}")
+        uid = int(cfg["uid"])
+        if os.getresuid() != (uid,) * 3 or (cfg.get("root") and (os.getgroups() or os.getgid() != uid)):
+            raise SystemExit(f"the sandbox runs as uid {os.getresuid()}, groups {os.getgroups()}, not {uid}")
+    keyring = _new_session_keyring()
     import resource
     _limit(resource.RLIMIT_NPROC, cfg["max_procs"])
     _limit(resource.RLIMIT_AS, cfg["memory"])
@@ -289,13 +478,12 @@ def inside(config: str) -> int:
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)         # (inherited) a write past it fails with EFBIG
     os.set_inheritable(fd, False)                 # the kernel does not get the result pipe,
     try:                                          # nor, through /proc, this process's (not dumpable)
-        import ctypes
-        ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)   # PR_SET_DUMPABLE, 0
+        _libc().prctl(4, 0, 0, 0, 0)              # PR_SET_DUMPABLE, 0
     except (OSError, AttributeError):
         pass
     out = os.fdopen(fd, "w", encoding="utf-8")
     if not cfg["notebooks"]:
-        out.write(json.dumps({"ready": True, "uid": os.getuid()}) + "\n")
+        out.write(json.dumps({"ready": True, "uid": os.getuid(), "keyring": keyring or "new"}) + "\n")
         out.close()
         return 0
     import nbformat
@@ -320,6 +508,6 @@ def inside(config: str) -> int:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
+    if len(sys.argv) not in (2, 3) or sys.argv[2:] not in ([], ["again"]):
         sys.exit("usage: runner.py CONFIG (started by the sandbox: see tools/autograde/sandbox.py)")
-    sys.exit(inside(sys.argv[1]))
+    sys.exit(inside(sys.argv[1], again=sys.argv[2:] == ["again"]))

@@ -1,16 +1,19 @@
 """The sandbox: bubblewrap's command line, the limits it sets, and one sandbox run.
 
 ``bwrap_command`` builds the sandbox (namespaces, read-only binds of the system, Python and
-the course, hidden folders, socket files covered, size-limited tmpfs) around
+the course, hidden folders, socket files covered, tmpfs limited in size and in files) around
 ``runner.py``; ``run_sandbox`` runs it and reads back what the runner reports, within
-``MAX_RESULT_BYTES`` and a wall-clock limit. Where the machine allows less, it falls back:
-without root the sandbox runs in an unprivileged user namespace (as root it keeps only the
-right to become ``SANDBOX_UID``, so that RLIMIT_NPROC applies); the memory of a whole sandbox
-is bounded by a cgroup (v2 where the memory controller is delegated, else a writable v1
-memory controller), else per process only (RLIMIT_AS). ``sandbox_status`` says which.
+``MAX_RESULT_BYTES`` and a wall-clock limit. Every sandbox has its own user namespace, and so
+its own user and persistent keyrings: without root, bubblewrap makes it; as root, the runner
+makes one in which only the sandbox's user exists (``SANDBOX_UID``, for whom RLIMIT_NPROC
+applies) and becomes that user. The memory of a whole sandbox is bounded by a cgroup (v2
+where the memory controller is delegated, else a writable v1 memory controller), else per
+process only (RLIMIT_AS); ``sandbox_status`` says which. Every cgroup made is removed, on
+every way out (``Cgroup.remove_all``).
 """
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import os
@@ -40,6 +43,8 @@ SANDBOX_MEMORY_GB = 8.0    # the memory cgroup of a whole sandbox: processes, tm
 MAX_PROCS = 128            # RLIMIT_NPROC: processes and threads of the sandbox's user
 TMP_MB = 1024              # the sandbox's private /tmp (and the course's cache folder), in RAM
 SHM_MB = 256               # its /dev/shm
+TMP_FILES = 32768          # files and folders in each of /tmp and the cache (tmpfs nr_inodes)
+SHM_FILES = 4096           # in /dev/shm
 THREADS = 4                # OMP_NUM_THREADS etc.: torch would start one thread per core
 SANDBOX_UID = 65534        # nobody, when run as root
 #: What the trusted side reads back from one sandbox, at most.
@@ -68,7 +73,7 @@ def _ancestors(path: Path):
 class Limits:
     def __init__(self, cell_timeout=CELL_TIMEOUT, notebook_timeout=NOTEBOOK_TIMEOUT, memory_gb=MEMORY_GB,
                  max_procs=MAX_PROCS, tmp_mb=TMP_MB, threads=THREADS, setup_timeout=None,
-                 sandbox_memory_gb=SANDBOX_MEMORY_GB, shm_mb=SHM_MB):
+                 sandbox_memory_gb=SANDBOX_MEMORY_GB, shm_mb=SHM_MB, tmp_files=TMP_FILES, shm_files=SHM_FILES):
         self.cell_timeout = float(cell_timeout)
         self.setup_timeout = float(max(cell_timeout, SETUP_TIMEOUT if setup_timeout is None else setup_timeout))
         self.notebook_timeout = float(notebook_timeout)
@@ -78,6 +83,8 @@ class Limits:
         self.tmp_mb = int(tmp_mb)
         self.shm_mb = int(min(shm_mb, tmp_mb))
         self.threads = int(threads)
+        self.tmp_files = int(tmp_files)
+        self.shm_files = int(min(shm_files, tmp_files))
 
 
 class Cgroup:
@@ -89,6 +96,9 @@ class Cgroup:
 
     _counter = [0]
     _lock = threading.Lock()
+    #: Every cgroup made by this process and not yet removed: ``remove_all`` takes them away
+    #: (at the end of a grading run, and at exit).
+    _made: dict = {}
 
     def __init__(self, path: Path, version: int, extra=()):
         self.path, self.version, self.extra = path, version, list(extra)
@@ -131,6 +141,8 @@ class Cgroup:
         except OSError:
             return None
         cg = cls(path, version)
+        with cls._lock:
+            cls._made[str(path)] = cg
         try:
             if version == 2:
                 (path / "memory.max").write_text(str(limit_bytes))
@@ -166,11 +178,13 @@ class Cgroup:
         except (OSError, AttributeError, ValueError):
             return 0
 
-    def remove(self) -> None:
+    def remove(self, wait: float = 30.0) -> bool:
+        """Kill what is left in it and remove it (and its pids cgroup); ``False`` if it is still
+        there after ``wait`` seconds (its processes still exiting): ``remove_all`` tries again."""
+        deadline = time.monotonic() + wait
+        pause = 0.02
         for p in (self.path, *self.extra):
-            for _ in range(50):
-                if not p.exists():
-                    break
+            while p.exists():
                 with contextlib.suppress(OSError):
                     if (p / "cgroup.kill").exists():
                         (p / "cgroup.kill").write_text("1")
@@ -181,8 +195,26 @@ class Cgroup:
                 try:
                     p.rmdir()
                     break
+                except FileNotFoundError:
+                    break
                 except OSError:
-                    time.sleep(0.1)
+                    if time.monotonic() > deadline:
+                        return False
+                    time.sleep(pause)
+                    pause = min(1.0, pause * 2)
+        with self._lock:
+            self._made.pop(str(self.path), None)
+        return True
+
+    @classmethod
+    def remove_all(cls, wait: float = 60.0) -> list[str]:
+        """Remove every cgroup this process made that is still there; the paths left."""
+        with cls._lock:
+            left = list(cls._made.values())
+        return [str(cg.path) for cg in left if not cg.remove(wait)]
+
+
+atexit.register(Cgroup.remove_all, 10.0)
 
 
 #: Trees of the machine that a sandbox sees read-only, and where a socket file may lie.
@@ -238,19 +270,24 @@ def _kernel_launcher() -> str:
 
 
 def bwrap_command(stage: Path, *, hidden=(), uid=SANDBOX_UID, limits: Limits, result_fd: int,
-                  notebooks: list[str], cgroup: Cgroup | None = None, python_sockets=None) -> list[str]:
+                  notebooks: list[str], cgroup: Cgroup | None = None, python_sockets=None,
+                  verify=None) -> list[str]:
     """The command line that runs ``notebooks`` of the folder ``stage`` in a sandbox: bubblewrap,
     started under ``env -i`` (its own first process keeps no variable of the grader's) and,
-    with ``cgroup``, from a shell that first moves itself into it."""
+    with ``cgroup``, from a shell that first moves itself into it. ``verify`` is what the
+    runner has the kernel call after each check cell (``verify.plans``)."""
     bwrap = find_bwrap()
     if bwrap is None:
         raise SandboxUnavailable("bubblewrap (bwrap) is not installed: apt-get install bubblewrap")
     root_mode = os.geteuid() == 0
     args = [bwrap, "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try",
             "--die-with-parent", "--new-session", "--hostname", "sandbox"]
+    # The runner limits the files of each tmpfs (CAP_SYS_ADMIN), then starts itself again without
+    # any capability. As root bwrap needs no user namespace: the runner makes one in which only
+    # `uid` exists and becomes `uid` in it (CAP_SETUID, CAP_SETGID), so that the sandbox has
+    # keyrings of its own and RLIMIT_NPROC applies; otherwise bwrap makes the user namespace.
+    args += ["--cap-drop", "ALL", "--cap-add", "CAP_SYS_ADMIN"]
     if root_mode:
-        # bwrap as root needs no user namespace; the sandbox keeps only the right to become
-        # `uid` (the runner drops to it first thing), so that RLIMIT_NPROC applies
         args += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
     else:
         args += ["--unshare-user"]
@@ -266,7 +303,15 @@ def bwrap_command(stage: Path, *, hidden=(), uid=SANDBOX_UID, limits: Limits, re
     # are bound, so that a course or a virtual environment that lives under /tmp stays visible
     # (a later mount hides what is under it). No /run, /var or /home: the root is read-only.
     size = str(limits.tmp_mb << 20)
-    args += ["--proc", "/proc", "--dev", "/dev"]
+    # /dev: its usual devices bound one by one (bubblewrap's --dev would nest a second user
+    # namespace without root, in which the runner could not limit the files of a tmpfs)
+    args += ["--proc", "/proc", "--perms", "0755", "--size", "65536", "--tmpfs", "/dev"]
+    for d in ("null", "zero", "full", "random", "urandom", "tty"):
+        if os.path.exists(f"/dev/{d}"):
+            args += ["--dev-bind", f"/dev/{d}", f"/dev/{d}"]
+    for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
+                         ("stderr", "/proc/self/fd/2")):
+        args += ["--symlink", target, f"/dev/{name}"]
     args += ["--perms", "1777", "--size", size, "--tmpfs", "/tmp"]
     args += ["--perms", "1777", "--size", str(limits.shm_mb << 20), "--tmpfs", "/dev/shm"]
     # Python and the course's code, read-only
@@ -320,7 +365,11 @@ def bwrap_command(stage: Path, *, hidden=(), uid=SANDBOX_UID, limits: Limits, re
     args += ["--clearenv"]
     for k, v in env.items():
         args += ["--setenv", k, v]
-    config = dict(uid=uid if root_mode else None, fd=result_fd, notebooks=notebooks,
+    tmpfs = [dict(path="/tmp", size=limits.tmp_mb << 20, inodes=limits.tmp_files),
+             dict(path="/dev/shm", size=limits.shm_mb << 20, inodes=limits.shm_files),
+             dict(path=str(cache), size=limits.tmp_mb << 20, inodes=limits.tmp_files)]
+    config = dict(root=root_mode, uid=uid if root_mode else os.getuid(), fd=result_fd, notebooks=notebooks, tmpfs=tmpfs,
+                  verify=verify or {},
                   cell_timeout=limits.cell_timeout, setup_timeout=limits.setup_timeout,
                   notebook_timeout=limits.notebook_timeout, launcher=_kernel_launcher(),
                   trusted=sorted({str(p) for p in (*binds, Path(sys.prefix), Path(sys.base_prefix), ROOT,
@@ -334,6 +383,11 @@ def bwrap_command(stage: Path, *, hidden=(), uid=SANDBOX_UID, limits: Limits, re
         cmd = ["/bin/sh", "-c", 'while [ "$1" != -- ]; do echo $$ > "$1" || exit 97; shift; done; shift; exec "$@"',
                "sh", *cgroup.procs, "--", *cmd]
     return cmd
+
+
+def _no_groups() -> dict:
+    """As root, bubblewrap starts without supplementary groups (root's own among them)."""
+    return {"extra_groups": []} if os.geteuid() == 0 else {}
 
 
 _SANDBOX_OK: dict = {}
@@ -355,7 +409,8 @@ def sandbox_status() -> tuple[bool, str]:
             r, w = os.pipe()
             try:
                 cmd = bwrap_command(Path(d), limits=Limits(), result_fd=w, notebooks=[])
-                proc = subprocess.run(cmd, pass_fds=(w,), capture_output=True, text=True, timeout=60)
+                proc = subprocess.run(cmd, pass_fds=(w,), capture_output=True, text=True, timeout=60,
+                                      **_no_groups())
             finally:
                 os.close(w)
             data = os.read(r, 1 << 16)
@@ -393,62 +448,18 @@ class _Tail:
 
 
 def run_sandbox(stage: Path, notebooks: list[str], *, limits: Limits, uid=SANDBOX_UID, hidden=(),
-                python_sockets=None) -> dict:
+                python_sockets=None, verify=None) -> dict:
     """Run ``notebooks`` (names in ``stage``) in one sandbox; ``{name: result}`` as the runner
     reported them (not validated: see ``clean_result``), or ``{"error": why}`` for every
     notebook if the sandbox failed."""
-    r, w = os.pipe()
     cgroup = Cgroup.make(int(limits.sandbox_memory_gb * (1 << 30)), limits.max_procs)
-    try:
-        cmd = bwrap_command(stage, hidden=hidden, uid=uid, limits=limits, result_fd=w, notebooks=notebooks,
-                            cgroup=cgroup, python_sockets=python_sockets)
-        wall = limits.notebook_timeout * max(1, len(notebooks)) + 60
-        proc = subprocess.Popen(cmd, pass_fds=(w,), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, start_new_session=True, env={}, cwd="/")
-    except BaseException:
-        os.close(r)
-        os.close(w)
+    try:                  # the cgroup goes, whatever happens: an error, a timeout, an interrupt
+        chunks, why, oom, returncode, tail = _run(stage, notebooks, limits=limits, uid=uid, hidden=hidden,
+                                                  python_sockets=python_sockets, cgroup=cgroup, verify=verify)
+    finally:
         if cgroup is not None:
             cgroup.remove()
-        raise
-    os.close(w)
-    log = _Tail(proc.stdout)
-    chunks, size, why = [], 0, None
-    deadline = time.monotonic() + wall
-    with os.fdopen(r, "rb", buffering=0) as pipe:
-        os.set_blocking(pipe.fileno(), False)
-        import selectors
-        sel = selectors.DefaultSelector()
-        sel.register(pipe, selectors.EVENT_READ)
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                why = f"the sandbox ran longer than {wall:.0f} s and was stopped"
-                break
-            if not sel.select(timeout=min(left, 1.0)):
-                continue
-            chunk = pipe.read(1 << 16)
-            if not chunk:
-                break
-            size += len(chunk)
-            if size > MAX_RESULT_BYTES:
-                why = f"the sandbox sent more than {MAX_RESULT_BYTES >> 20} MB of results"
-                break
-            chunks.append(chunk)
-        sel.close()
-    if why is not None:
-        _kill(proc)
-    try:
-        proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        _kill(proc)
-        proc.wait()
-    log.thread.join(timeout=5)
-    oom = 0
-    if cgroup is not None:
-        oom = cgroup.oom_kills()
-        cgroup.remove()
-    if proc.returncode == 97 and cgroup is not None and not chunks:
+    if returncode == 97 and cgroup is not None and not chunks:
         why = "the sandbox could not join its memory cgroup"
     results = {}
     for line in b"".join(chunks).decode("utf-8", "replace").splitlines():
@@ -460,12 +471,80 @@ def run_sandbox(stage: Path, notebooks: list[str], *, limits: Limits, uid=SANDBO
             results[item["notebook"]] = item
     for name in notebooks:
         if name not in results:
-            tail = log.data.decode("utf-8", "replace").strip().splitlines()[-5:]
             if why is None and oom:
                 why = "the sandbox ran out of memory and ended without a result"
             results[name] = {"notebook": name, "error": why or "the sandbox ended without a result"
                              + (":\n" + "\n".join(tail) if tail else "")}
     return results
+
+
+_RUNNING: set = set()       # the sandboxes' bubblewrap processes now running (``stop_all``)
+
+
+def stop_all() -> None:
+    """Kill every sandbox this process runs now (an interrupted grading run)."""
+    for proc in list(_RUNNING):
+        _kill(proc)
+
+
+def _run(stage, notebooks, *, limits, uid, hidden, python_sockets, cgroup, verify):
+    """One sandbox, to its end: ``(result chunks, why it was stopped or None, OOM kills, exit
+    status, the last lines of its log)``."""
+    r, w = os.pipe()
+    try:
+        cmd = bwrap_command(stage, hidden=hidden, uid=uid, limits=limits, result_fd=w, notebooks=notebooks,
+                            cgroup=cgroup, python_sockets=python_sockets, verify=verify)
+        wall = limits.notebook_timeout * max(1, len(notebooks)) + 60
+        proc = subprocess.Popen(cmd, pass_fds=(w,), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, start_new_session=True, env={}, cwd="/", **_no_groups())
+    except BaseException:
+        os.close(r)
+        raise
+    finally:
+        os.close(w)
+    _RUNNING.add(proc)
+    try:
+        log = _Tail(proc.stdout)
+        chunks, size, why = [], 0, None
+        deadline = time.monotonic() + wall
+        with os.fdopen(r, "rb", buffering=0) as pipe:
+            os.set_blocking(pipe.fileno(), False)
+            import selectors
+            sel = selectors.DefaultSelector()
+            sel.register(pipe, selectors.EVENT_READ)
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    why = f"the sandbox ran longer than {wall:.0f} s and was stopped"
+                    break
+                if not sel.select(timeout=min(left, 1.0)):
+                    continue
+                chunk = pipe.read(1 << 16)
+                if not chunk:
+                    break
+                size += len(chunk)
+                if size > MAX_RESULT_BYTES:
+                    why = f"the sandbox sent more than {MAX_RESULT_BYTES >> 20} MB of results"
+                    break
+                chunks.append(chunk)
+            sel.close()
+        if why is not None:
+            _kill(proc)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            _kill(proc)
+            proc.wait()
+    except BaseException:
+        _kill(proc)
+        proc.wait()
+        raise
+    finally:
+        _RUNNING.discard(proc)
+    log.thread.join(timeout=5)
+    oom = cgroup.oom_kills() if cgroup is not None else 0
+    tail = log.data.decode("utf-8", "replace").strip().splitlines()[-5:]
+    return chunks, why, oom, proc.returncode, tail
 
 
 def _kill(proc):

@@ -1,6 +1,7 @@
 """What a submission earned, and where it is written: the instructor's points, the sandbox's
-report validated, each check cell scored, nbgrader's gradebook and the executed notebooks
-under ``autograded/``. Only the trusted side writes anything.
+report validated, each check cell scored (the kernel's report, and the learner's function
+called again on fresh inputs and compared here: ``verify.compare``), nbgrader's gradebook and
+the executed notebooks under ``autograded/``. Only the trusted side writes anything.
 """
 from __future__ import annotations
 
@@ -13,13 +14,15 @@ from pathlib import Path
 
 import nbformat
 
-from .feedback import cell_source, feedback_notebook, printable, safe_outputs
-from .runner import MAX_NOTEBOOK_OUTPUT_CHARS, RUNNER_STATUSES, nbgrader_meta
+from .feedback import cell_source, feedback_notebook, printable, safe_outputs, scrub
+from .runner import MAX_NOTEBOOK_OUTPUT_CHARS, MAX_VERIFY_BYTES, RUNNER_STATUSES, nbgrader_meta
 from .sandbox import MAX_RESULT_BYTES
 from .submissions import STUDENT_RE
+from .verify import compare
 
 #: The statuses a check cell can have in a report.
-STATUSES = ("passed", "ok", "error", "aborted", "timeout", "died", "not run", "missing", "refused", "protocol")
+STATUSES = ("passed", "ok", "error", "aborted", "timeout", "died", "not run", "missing", "refused", "protocol",
+            "wrong")
 
 
 def grade_cells(nb) -> dict[str, float]:
@@ -41,8 +44,9 @@ def refused_report(sources: dict, message: str, status="refused") -> dict:
 def clean_result(result, n_cells: int) -> dict:
     """What the sandbox reported for one notebook, with every value checked: ``{"error": str}``
     or ``{"statuses": {int: str}, "messages": {int: str}, "stopped": str|None, "executed":
-    notebook|None}``. Anything of the wrong type or size becomes a ``"protocol"`` status or an
-    error, never an exception."""
+    notebook|None, "verified": {int: dict}}``. Anything of the wrong type or size becomes a
+    ``"protocol"`` status or an error, never an exception (``verify.compare`` checks what is
+    inside each ``verified`` entry)."""
     if not isinstance(result, dict):
         return {"error": "the sandbox's result was not valid"}
     if "error" in result:
@@ -62,6 +66,12 @@ def clean_result(result, n_cells: int) -> dict:
             messages[int(k)] = printable(msg)
         elif statuses[int(k)] == "protocol":
             messages[int(k)] = "the kernel's reply to this cell was not valid: this check earns no points"
+    verified = {}
+    raw_verified = result.get("verified") if isinstance(result.get("verified"), dict) else {}
+    for k, v in list(raw_verified.items())[:10000]:
+        if (isinstance(k, str) and k.isdigit() and int(k) < n_cells and isinstance(v, dict)
+                and isinstance(v.get("data", ""), str) and len(v.get("data", "")) <= MAX_VERIFY_BYTES * 4 // 3 + 16):
+            verified[int(k)] = v
     stopped = result.get("stopped")
     stopped = printable(stopped) if isinstance(stopped, str) else None
     executed = None
@@ -73,13 +83,17 @@ def clean_result(result, n_cells: int) -> dict:
                 executed = nb
         except Exception:  # not JSON, too deep, not a notebook
             executed = None
-    return {"statuses": statuses, "messages": messages, "stopped": stopped, "executed": executed}
+    return {"statuses": statuses, "messages": messages, "stopped": stopped, "executed": scrub(executed),
+            "verified": verified}
 
 
-def score_notebook(to_run, source, result) -> tuple[dict, object]:
+def score_notebook(to_run, source, result, plan=None) -> tuple[dict, object]:
     """``({grade_id: {"score", "max", "status", "message"}}, feedback notebook or None)`` for
     the instructor's check cells. Which cell is which comes from ``to_run`` (built here), never
-    from the sandbox's copy; the result is validated by ``clean_result`` first."""
+    from the sandbox's copy; the result is validated by ``clean_result`` first. A check cell
+    with a ``plan`` (``verify.plans``) earns its points only if its function's results, from
+    the new call after it, are right here too (``verify.compare``)."""
+    plan = plan or {}
     points = grade_cells(source)
     scores = {gid: {"score": 0.0, "max": p, "status": "missing", "message": "the check cell is not in the submission"}
               for gid, p in points.items()}
@@ -107,6 +121,11 @@ def score_notebook(to_run, source, result) -> tuple[dict, object]:
         passed = (status == "ok" and not had_error and same_shape and isinstance(out_cell, dict)
                   and cell_source(out_cell) == cell_source(cell))
         message = ""
+        if passed and gid in plan:
+            message = compare(plan[gid], result["verified"].get(i))
+            if message:
+                passed, status = False, "wrong"
+                messages[i] = message
         if not passed:
             errs = [o for o in outs if o.get("output_type") == "error"]
             if i in messages:
@@ -124,7 +143,7 @@ def score_notebook(to_run, source, result) -> tuple[dict, object]:
         # a check cell that appears twice must pass both times
         prev = seen.get(gid, True)
         seen[gid] = prev and passed
-        scores[gid].update(score=points[gid] if seen[gid] else 0.0,
+        scores[gid].update(score=points[gid] if seen[gid] else 0.0, verified=passed and gid in plan,
                            status="passed" if seen[gid] else ("error" if status == "ok" else status),
                            message="" if seen[gid] else (message or scores[gid]["message"]))
     return scores, feedback_notebook(to_run, executed, notes)
@@ -160,24 +179,64 @@ def gradebook(db: Path, course_id: str = ""):
 
 
 def write_gradebook(course: Path, assignment: str, sources: dict, report: dict, course_id: str | None = None) -> Path:
-    """Record every score with nbgrader's API (the trusted side only). A folder name that is
-    not a student id is not written."""
+    """Record every score with nbgrader's API (the trusted side only), with the cells nbgrader's
+    other commands look for (solution and task cells, and each submission's comment and grade
+    of each: ``nbgrader generate_feedback`` reads them). A folder name that is not a student id
+    is not written."""
+    from nbgrader.api import Comment, Grade, MissingEntry
     db = course / "gradebook.db"
     cid = _course_id(course) if course_id is None else course_id
     with gradebook(db, cid) as gb:
         gb.update_or_create_assignment(assignment)
+        cells = {}                                          # notebook stem -> [(kind, grade_id)]
         for nb_name, source in sources.items():            # nbgrader names a notebook by its stem
-            gb.update_or_create_notebook(Path(nb_name).stem, assignment)
-            for gid, pts in grade_cells(source).items():
-                gb.update_or_create_grade_cell(gid, Path(nb_name).stem, assignment, max_score=pts, cell_type="code")
+            stem = Path(nb_name).stem
+            gb.update_or_create_notebook(stem, assignment)
+            cells[stem] = []
+            for cell in source.cells:
+                m = nbgrader_meta(cell)
+                gid = m.get("grade_id")
+                if not isinstance(gid, str):
+                    continue
+                kind = "code" if cell.get("cell_type") == "code" else "markdown"
+                if m.get("grade"):
+                    gb.update_or_create_grade_cell(gid, stem, assignment, max_score=float(m.get("points", 0) or 0),
+                                                   cell_type=kind)
+                    cells[stem].append(("grade", gid))
+                if m.get("solution"):
+                    gb.update_or_create_solution_cell(gid, stem, assignment)
+                    cells[stem].append(("comment", gid))
+                elif m.get("task"):
+                    gb.update_or_create_task_cell(gid, stem, assignment, max_score=float(m.get("points", 0) or 0),
+                                                  cell_type="markdown")
+                    cells[stem] += [("comment", gid), ("grade", gid)]
         for student, notebooks in report.items():
             if not (isinstance(student, str) and STUDENT_RE.match(student)):
                 continue
             gb.update_or_create_student(student)
             try:
                 gb.find_submission(assignment, student)
-            except Exception:  # nbgrader's MissingEntry
+            except MissingEntry:
                 gb.add_submission(assignment, student)
+            for stem, wanted in cells.items():              # (cells new since the submission was added)
+                sub_nb = gb.find_submission_notebook(stem, assignment, student)
+                for kind, gid in wanted:
+                    try:
+                        (gb.find_comment if kind == "comment" else gb.find_grade)(gid, stem, assignment, student)
+                    except MissingEntry:
+                        if kind == "comment":
+                            try:
+                                cell = gb.find_solution_cell(gid, stem, assignment)
+                            except MissingEntry:
+                                cell = gb.find_task_cell(gid, stem, assignment)
+                            gb.db.add(Comment(cell_id=cell.id, notebook=sub_nb))
+                        else:
+                            try:
+                                cell = gb.find_grade_cell(gid, stem, assignment)
+                            except MissingEntry:
+                                cell = gb.find_task_cell(gid, stem, assignment)
+                            gb.db.add(Grade(cell_id=cell.id, notebook=sub_nb))
+                gb.db.commit()
             for nb_name, scores in notebooks.items():
                 for gid, s in scores.items():
                     grade = gb.find_grade(gid, Path(nb_name).stem, assignment, student)
@@ -206,4 +265,4 @@ def write_feedback(course: Path, assignment: str, feedback: dict) -> None:
                 nbformat.validate(nb)
             except Exception:
                 continue
-            (dest / name).write_text(nbformat.writes(nb), encoding="utf-8")
+            (dest / name).write_text(nbformat.writes(scrub(nb)), encoding="utf-8")

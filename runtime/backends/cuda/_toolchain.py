@@ -150,6 +150,14 @@ SYSTEM_CUDA_VARIABLES = ("CUDA_HOME", "CUDA_PATH", "CUDA_ROOT", "CUDAToolkit_ROO
 HIDDEN: dict[str, str] = {}
 
 
+def _has_nvcc(folder: str) -> bool:
+    """Whether ``folder`` holds nvcc (a folder this user may not search holds none it can run)."""
+    try:
+        return Path(folder, "nvcc").exists()
+    except OSError:
+        return False
+
+
 def hide_system_cuda():
     """With COURSE_NO_SYSTEM_CUDA=1, make this process (and what it starts) see no system
     toolkit: no CUDA_HOME/CUDA_PATH, no nvcc on PATH. numba-cuda and cuda.bindings then load
@@ -160,7 +168,7 @@ def hide_system_cuda():
         if v in os.environ:
             HIDDEN[v] = os.environ.pop(v)
     keep = [d for d in os.environ.get("PATH", "").split(os.pathsep)
-            if d and not Path(d, "nvcc").exists() and not d.startswith("/usr/local/cuda")]
+            if d and not _has_nvcc(d) and not d.startswith("/usr/local/cuda")]
     os.environ["PATH"] = os.pathsep.join(keep)
     lib = [d for d in os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep)
            if d and ("cuda" not in d.lower() or "site-packages" in d)]
