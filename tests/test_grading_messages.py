@@ -68,6 +68,18 @@ def test_a_stub_in_the_model_is_reported_whole():
     assert str(err) == STUB
 
 
+def test_a_stub_a_gpu_compile_refused_is_reported_whole():
+    """On a GPU, Triton refuses the ``raise`` in a kernel: its error quotes the statement's first
+    line only, and keeps the statement itself (``node``), message continued lines and all."""
+    class CompilationError(Exception):
+        pass
+    source = f"raise NotImplementedError({STUB[:30]!r}\n                          {STUB[30:]!r})"
+    err = CompilationError(f"at 3:4:\n    {source.splitlines()[0]}\n    ^\nunsupported AST node type: Raise")
+    err.node = ast.parse(source).body[0]
+    assert grading.stub_message(err) == STUB
+    assert grading.stub_message(RuntimeError("wrapped")) is None
+
+
 def test_a_wrapped_stub_message_is_whole():
     """``grading.stub_message``, which every grader (lesson 07's and 11's too) reads a stub with."""
     inner = NotImplementedError(STUB)

@@ -274,6 +274,22 @@ def guarded_input(values: torch.Tensor) -> tuple[torch.Tensor, _Guarded]:
 # --------------------------------------------------------------------------------------
 # Running fn
 # --------------------------------------------------------------------------------------
+def _raised_in_kernel(e: BaseException) -> str | None:
+    """The message of ``raise NotImplementedError("not solved yet: ...")`` in a Triton kernel that a
+    GPU compile refused: its error keeps the statement (``node``), whose lines it may not quote
+    whole (a message continued on the next line)."""
+    node = getattr(e, "node", None)
+    exc = getattr(node, "exc", None)
+    if type(node).__name__ != "Raise" or type(exc).__name__ != "Call" or not getattr(exc, "args", None):
+        return None
+    try:
+        import ast
+        value = ast.literal_eval(exc.args[0])
+    except Exception:
+        return None
+    return value.strip() if isinstance(value, str) and "not solved yet" in value else None
+
+
 def stub_message(e: BaseException) -> str | None:
     """The whole "not solved yet: ..." message of a stub that raised anywhere in ``e``'s chain
     (Triton's interpreter and autograd wrap it; a GPU compile error quotes it, apostrophes and
@@ -284,6 +300,9 @@ def stub_message(e: BaseException) -> str | None:
         seen.add(id(e))
         if isinstance(e, NotImplementedError) and "not solved yet" in str(e):
             return str(e).strip()
+        raised = _raised_in_kernel(e)
+        if raised:
+            return raised
         e = e.__cause__ or e.__context__
     text = f"{first}\n{first.__cause__ or ''}"
     stub = (re.search(r"([\"'])(not solved yet.*?)\1\)*[ \t]*$", text, re.M)

@@ -42,6 +42,9 @@ _NAMES = {UNSET: "allocated", FILL: "filled", INPUT: "input", KERNEL: "kernel", 
 #: Operators that fill what they write with one value.
 _FILLS = frozenset({"fill", "fill_", "zero", "zero_", "zeros", "zeros_like", "ones", "ones_like", "full",
                     "full_like", "new_zeros", "new_ones", "new_full", "scalar_tensor"})
+#: Operators that copy their source: a 0-d source is data here, not a Python number torch wrapped.
+_COPIES = frozenset({"copy", "copy_", "_to_copy", "clone", "to", "contiguous", "_copy_from", "_copy_from_and_resize",
+                     "lift_fresh", "lift_fresh_copy"})
 #: Operators that hand out fresh memory whose contents mean nothing yet.
 _ALLOCS = frozenset({"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "resize_",
                      "resize_as_"})
@@ -287,7 +290,7 @@ class StoreTracker:
             elif name in _FILLS:
                 encoded = self._code(HOST if single else FILL)  # out[i] = v, element by element
             else:
-                encoded = self._derived(sources, t)
+                encoded = self._derived(sources, t, copy=name in _COPIES)
                 if single and isinstance(encoded, int) and encoded & ((1 << _BITS) - 1) == FILL:
                     encoded = self._code(HOST)  # one element set to a Python number: out[i] = v
             self._set_elements(entry, t, encoded)
@@ -298,7 +301,7 @@ class StoreTracker:
             covered.append((entry, mask))
         self._sync(HOST, covered)
 
-    def _derived(self, sources, dest: torch.Tensor):
+    def _derived(self, sources, dest: torch.Tensor, copy: bool = False):
         """The status a value computed from ``sources`` gets: element by element for a copy of one
         tensor of the same size, else the most telling status of all it read."""
         states = []
@@ -307,7 +310,7 @@ class StoreTracker:
                 continue
             entry = self._entry_of(s)
             if entry is None:
-                if s.dim() == 0 and s.device.type == "cpu":
+                if s.dim() == 0 and s.device.type == "cpu" and not copy:
                     continue  # a Python number torch wrapped (x * 2.0)
                 return self._code(HOST)  # read from memory nobody watched: a host buffer
             states.append((s, self._element_states(entry, s) & ((1 << _BITS) - 1)))
