@@ -105,6 +105,8 @@ GRADED_LAST = {
     "kernel:cu_sum_too_many_threads": "more threads than its shared array: an illegal memory access on a GPU",
     "kernel:cu_sum_shared_bytes_in_elements": "dynamic shared memory sized in elements, not bytes: an illegal "
                                               "memory access on a GPU",
+    "mistake:11_gpt/ce_target_logit_axis": "the target's logit read along the other axis, far past the logits: "
+                                           "an illegal memory access on a GPU",
 }
 
 
