@@ -92,6 +92,18 @@ def empty_result(q, k, v, squeeze, out_dtype=None):
     return finish(o, lse, squeeze)
 
 
+def check_out(out, shapes, dtypes, *, op: str):
+    """The tensors of an ``out=`` argument, each of its shape and dtype, on the course's device;
+    or a clear error. (Strides are free: the kernels take them.)"""
+    if not isinstance(out, (tuple, list)) or len(out) != len(shapes):
+        raise TypeError(f"{op}: out must be a tuple of {len(shapes)} tensors")
+    for i, (t, shape, dt) in enumerate(zip(out, shapes, dtypes)):
+        check_tensor(t, f"out[{i}]", op=op, dtypes=(dt,))
+        if tuple(t.shape) != tuple(shape):
+            raise ValueError(f"{op}: out[{i}] must have shape {tuple(shape)}, got {tuple(t.shape)}")
+    return tuple(out)
+
+
 def finish(o, lse, squeeze):
     if squeeze:
         return o.squeeze(1), lse.squeeze(1)

@@ -62,6 +62,39 @@ def adamw_kernel(p_ptr, g_ptr, m_ptr, v_ptr, scale_ptr, lr_wd, beta1, beta2, ste
 
 
 @triton.jit
+def adamw_schedule_kernel(state_ptr, lr, warmup):
+    """state = [step, lr] on the device: the step advanced by one and its learning rate (a
+    linear warmup over ``warmup`` steps), so that a CUDA Graph of the step replays it as it is."""
+    step = tl.load(state_ptr) + 1.0
+    tl.store(state_ptr, step)
+    tl.store(state_ptr + 1, lr * tl.minimum(1.0, step / warmup))
+
+
+@triton.jit
+def adamw_master_kernel(p_ptr, g_ptr, m_ptr, v_ptr, half_ptr, scale_ptr, state_ptr, weight_decay, beta1, beta2,
+                        log2_beta1, log2_beta2, eps, n, HALF: tl.constexpr, BLOCK_SIZE: tl.constexpr):
+    """v3: v2 with the step and the learning rate read from the device (``state``), and, with
+    HALF, the half-precision copy of the float32 master weights written in the same pass: the
+    copy the next forward's matmuls read (mixed precision, as llm.c trains)."""
+    offs = tl.program_id(0).to(tl.int64) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    mask = offs < n
+    step = tl.load(state_ptr)
+    lr = tl.load(state_ptr + 1)
+    step_size = lr / (1.0 - tl.exp2(step * log2_beta1))
+    inv_sqrt_bc2 = 1.0 / tl.sqrt(1.0 - tl.exp2(step * log2_beta2))
+    g = tl.load(g_ptr + offs, mask=mask) * tl.load(scale_ptr)
+    m = beta1 * tl.load(m_ptr + offs, mask=mask) + (1 - beta1) * g
+    v = beta2 * tl.load(v_ptr + offs, mask=mask) + (1 - beta2) * g * g
+    p = tl.load(p_ptr + offs, mask=mask) * (1 - lr * weight_decay)
+    p = p - step_size * m / (tl.sqrt(v) * inv_sqrt_bc2 + eps)
+    tl.store(p_ptr + offs, p, mask=mask)
+    tl.store(m_ptr + offs, m, mask=mask)
+    tl.store(v_ptr + offs, v, mask=mask)
+    if HALF:
+        tl.store(half_ptr + offs, p.to(half_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
 def grad_norm_partials_kernel(g_ptr, n, partial_ptr, offset, BLOCK_SIZE: tl.constexpr):
     offs = tl.program_id(0).to(tl.int64) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
     g = tl.load(g_ptr + offs, mask=offs < n, other=0.0)

@@ -447,15 +447,20 @@ def _n_key(n: int) -> int:
     return triton.next_power_of_2(max(int(n), 1))
 
 
-def attention_forward(q, k, v, causal=False):
-    """v3 returning (o, L): o of q's dtype, L (B, H, Nq) float32 in natural log."""
+def attention_forward(q, k, v, causal=False, out=None):
+    """v3 returning (o, L): o of q's dtype, L (B, H, Nq) float32 in natural log. ``out``: an
+    ``(o, L)`` to write into instead (o may be a strided view: a training step passes the
+    (B, T, H, d) layout its next matmul reads, transposed, so no copy is made)."""
     q, k, v, squeeze = frame.check_qkv(q, k, v, op="attention_flash", dtypes=WITH_F64, max_d=MAX_D, contiguous=False)
     B, H, nq, d = q.shape
     nk = k.shape[2]
     if nq == 0 or nk == 0 or d == 0 or B * H == 0:
         return frame.empty_result(q, k, v, squeeze)
-    o = torch.empty((B, H, nq, d), dtype=q.dtype, device=q.device)
-    lse = torch.empty((B, H, nq), dtype=torch.float32, device=q.device)
+    if out is not None:
+        o, lse = frame.check_out(out, [(B, H, nq, d), (B, H, nq)], [q.dtype, torch.float32], op="attention_forward")
+    else:
+        o = torch.empty((B, H, nq, d), dtype=q.dtype, device=q.device)
+        lse = torch.empty((B, H, nq), dtype=torch.float32, device=q.device)
     bd = _block_d(d)
 
     args = (q, k, v, o, lse, H, nq, nk, d, LOG2E / math.sqrt(d), nk - nq,
@@ -676,22 +681,37 @@ def _bwd_main(q, k, v, do, lse, delta, dq, dk, dv, causal, use_tuned, tile):
             (q, k, v, do, lse, delta, dq, *common, *strides, key), meta, use_tuned, tile)
 
 
-def attention_backward(q, k, v, o, lse, do, causal=False, dq_mode="separate"):
+def attention_backward(q, k, v, o, lse, do, causal=False, dq_mode="separate", out=None):
     """(dq, dk, dv) of ``o = attention(q, k, v)`` for the upstream gradient ``do``, from the
     forward's o and L. ``dq_mode``: "separate" (a second kernel owns tiles of queries: no
-    atomics, deterministic) or "atomic" (every key-tile program adds into dq atomically)."""
+    atomics, deterministic) or "atomic" (every key-tile program adds into dq atomically).
+    ``out``: a ``(dq, dk, dv)`` to write into ("separate" only), dq with q's strides and dk,
+    dv with k's (a training step passes views of one (B, T, 3, H, d) buffer, the layout of the
+    q, k, v it took apart: then q, k and v need not be contiguous)."""
     frame.check_dq_mode(dq_mode)
-    # Contiguous q, k and v: the kernels write dq with q's strides and dk, dv with k's (o and
-    # do may have any strides: theirs are passed).
-    q, k, v, squeeze = frame.check_qkv(q, k, v, op="attention_backward", dtypes=WITH_F64, max_d=MAX_D)
+    # Contiguous q, k and v unless ``out`` is given: the kernels write dq with q's strides and
+    # dk, dv with k's (o and do may have any strides: theirs are passed).
+    q, k, v, squeeze = frame.check_qkv(q, k, v, op="attention_backward", dtypes=WITH_F64, max_d=MAX_D,
+                                       contiguous=out is None)
     o, lse, do = frame.check_backward_inputs(q, o, lse, do, squeeze, op="attention_backward", same_dtype=True)
     B, H, nq, d = q.shape
     nk = k.shape[2]
     lse = lse.float().contiguous()
-    dk = torch.empty((B, H, nk, d), dtype=q.dtype, device=q.device)
-    dv = torch.empty((B, H, nk, d), dtype=q.dtype, device=q.device)
+    if out is not None:
+        if dq_mode != "separate":
+            raise ValueError("attention_backward: out= is for dq_mode='separate' (the atomic mode sums dq in float32)")
+        dq, dk, dv = frame.check_out(out, [tuple(q.shape), tuple(k.shape), tuple(k.shape)], [q.dtype] * 3,
+                                     op="attention_backward")
+        if dq.stride() != q.stride() or dk.stride() != k.stride() or dv.stride() != k.stride() \
+                or v.stride() != k.stride():
+            raise ValueError("attention_backward: out= needs dq with q's strides, and v, dk, dv with k's "
+                             f"(q {q.stride()}, k {k.stride()}, v {v.stride()}; dq {dq.stride()}, "
+                             f"dk {dk.stride()}, dv {dv.stride()})")
+    else:
+        dk = torch.empty((B, H, nk, d), dtype=q.dtype, device=q.device)
+        dv = torch.empty((B, H, nk, d), dtype=q.dtype, device=q.device)
     if nq == 0 or nk == 0 or d == 0 or B * H == 0:
-        dq = torch.zeros_like(q, memory_format=torch.contiguous_format)
+        dq = torch.zeros_like(q, memory_format=torch.contiguous_format) if out is None else dq.zero_()
         dk.zero_(), dv.zero_()
         return frame.finish_grads(dq, dk, dv, squeeze)
     bd = _block_d(d)
@@ -717,7 +737,8 @@ def attention_backward(q, k, v, o, lse, do, causal=False, dq_mode="separate"):
             num_warps=w, num_stages=st)
         dq = dq32.to(q.dtype)
     else:
-        dq = torch.empty((B, H, nq, d), dtype=q.dtype, device=q.device)
+        if out is None:
+            dq = torch.empty((B, H, nq, d), dtype=q.dtype, device=q.device)
         _bwd_main(q, k, v, do, lse, delta, dq, dk, dv, causal, use_tuned, tile)
     return frame.finish_grads(dq, dk, dv, squeeze)
 

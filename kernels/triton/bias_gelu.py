@@ -39,22 +39,44 @@ def bias_add_kernel(x_ptr, b_ptr, t_ptr, n, cols, BLOCK_SIZE: tl.constexpr):
 
 
 @triton.jit
+def _wide(v):
+    """Half-precision values widened to float32 (float32 and float64 stay as they are): the
+    arithmetic of a bfloat16 model runs in float32, only the loads and stores are 2 bytes."""
+    if v.dtype.is_fp16() or v.dtype.is_bf16():
+        v = v.to(tl.float32)
+    return v
+
+
+@triton.jit
 def bias_gelu_kernel(x_ptr, b_ptr, y_ptr, n, cols, BLOCK_SIZE: tl.constexpr):
     offs = tl.program_id(0).to(tl.int64) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
     mask = offs < n
-    z = tl.load(x_ptr + offs, mask=mask) + tl.load(b_ptr + offs % cols, mask=mask)
-    tl.store(y_ptr + offs, z * _sig2u(z), mask=mask)
+    z = _wide(tl.load(x_ptr + offs, mask=mask)) + _wide(tl.load(b_ptr + offs % cols, mask=mask))
+    tl.store(y_ptr + offs, (z * _sig2u(z)).to(y_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit
 def bias_gelu_backward_kernel(dy_ptr, x_ptr, b_ptr, dx_ptr, n, cols, BLOCK_SIZE: tl.constexpr):
     offs = tl.program_id(0).to(tl.int64) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
     mask = offs < n
-    z = tl.load(x_ptr + offs, mask=mask) + tl.load(b_ptr + offs % cols, mask=mask)
+    z = _wide(tl.load(x_ptr + offs, mask=mask)) + _wide(tl.load(b_ptr + offs % cols, mask=mask))
     s = _sig2u(z)  # (1 + t) / 2, t = tanh(u)
     t = 2.0 * s - 1.0
     d = s + 0.5 * z * (1.0 - t * t) * 0.7978845608 * (1.0 + 3.0 * 0.044715 * z * z)
-    tl.store(dx_ptr + offs, tl.load(dy_ptr + offs, mask=mask) * d, mask=mask)
+    tl.store(dx_ptr + offs, (_wide(tl.load(dy_ptr + offs, mask=mask)) * d).to(dx_ptr.dtype.element_ty), mask=mask)
+
+
+# The bias's gradient: the sum of d(x + b) over the rows, in two steps (a column sum over all
+# the rows by one program per column block would leave most SMs idle).
+@triton.jit
+def column_partials_kernel(x_ptr, out_ptr, rows, cols, ROWS: tl.constexpr, BLOCK_C: tl.constexpr):
+    """out[p, c] = the float32 sum of x[r, c] over the ROWS rows r of part p (grid: parts, column blocks)."""
+    p = tl.program_id(0)
+    cs = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+    rs = p.to(tl.int64) * ROWS + tl.arange(0, ROWS)
+    m = (rs[:, None] < rows) & (cs[None, :] < cols)
+    v = tl.load(x_ptr + rs[:, None] * cols + cs[None, :], mask=m, other=0.0).to(tl.float32)
+    tl.store(out_ptr + p.to(tl.int64) * cols + cs, tl.sum(v, axis=0).to(out_ptr.dtype.element_ty), mask=cs < cols)
 
 
 def bias_gelu_unfused(x, b):

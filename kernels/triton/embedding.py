@@ -46,6 +46,16 @@ def embedding_kernel(ids_ptr, w_ptr, out_ptr, vocab, dim, BLOCK_SIZE: tl.constex
 
 
 @triton.jit
+def embedding_position_kernel(ids_ptr, wte_ptr, wpe_ptr, out_ptr, vocab, dim, T, BLOCK_SIZE: tl.constexpr):
+    """GPT's input: token i of a (B, T) batch gets wte[ids[i]] + wpe[i % T], summed in the
+    tables' float32 and stored in out's dtype (one pass: no separate add of the positions)."""
+    i, cols, tok, mask = _token_block(ids_ptr, vocab, dim, BLOCK_SIZE)
+    v = tl.load(wte_ptr + tok * dim + cols, mask=mask, other=float("nan"))  # an id outside the table: NaN
+    v += tl.load(wpe_ptr + (i % T) * dim + cols, mask=cols < dim, other=0.0)
+    tl.store(out_ptr + i * dim + cols, v.to(out_ptr.dtype.element_ty), mask=cols < dim)
+
+
+@triton.jit
 def embedding_backward_plain_kernel(ids_ptr, dout_ptr, dw_ptr, vocab, dim, BLOCK_SIZE: tl.constexpr):
     """v1: load, add, store: two programs with one id race (one update is lost)."""
     i, cols, tok, mask = _token_block(ids_ptr, vocab, dim, BLOCK_SIZE)

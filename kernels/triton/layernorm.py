@@ -228,10 +228,13 @@ def layernorm_bwd_atomic_kernel(dy_ptr, x_ptr, w_ptr, mean_ptr, rstd_ptr, dx_ptr
 
 @triton.jit
 def layernorm_bwd_partials_kernel(dy_ptr, x_ptr, w_ptr, mean_ptr, rstd_ptr, dx_ptr, pdw_ptr, pdb_ptr,
-                                  rows, cols, ROWS: tl.constexpr, BLOCK: tl.constexpr, RMS: tl.constexpr = False):
+                                  rows, cols, ROWS: tl.constexpr, BLOCK: tl.constexpr, RMS: tl.constexpr = False,
+                                  ADD_DX: tl.constexpr = False):
     # a persistent program: row groups pid, pid + P, ... of ROWS rows each, as one
     # [ROWS, BLOCK] tile; its share of dw/db stays in registers until the end.
     # RMS: RMSNorm's backward (no mean, no db: mean_ptr and pdb_ptr are not read or written)
+    # ADD_DX: dx += the gradient instead of dx = (a residual stream's gradient: the LayerNorm's
+    # input also went on along the residual path, whose gradient dx holds already)
     pid = tl.program_id(0)
     c = tl.arange(0, BLOCK)
     cmask = c < cols
@@ -257,7 +260,10 @@ def layernorm_bwd_partials_kernel(dy_ptr, x_ptr, w_ptr, mean_ptr, rstd_ptr, dx_p
         dx = g_ - xhat * c1[:, None]
         if not RMS:
             dx = dx - (tl.sum(g_, axis=1) / cols)[:, None]
-        tl.store(dx_ptr + offs, (dx * rstd[:, None]).to(dx_ptr.dtype.element_ty), mask=mask)
+        dx = dx * rstd[:, None]
+        if ADD_DX:
+            dx += tl.load(dx_ptr + offs, mask=mask, other=0.0).to(st)
+        tl.store(dx_ptr + offs, dx.to(dx_ptr.dtype.element_ty), mask=mask)
         acc_dw += tl.sum(dy * xhat, axis=0)
         if not RMS:
             acc_db += tl.sum(dy, axis=0)

@@ -31,18 +31,22 @@ def residual_add_kernel(x_ptr, r_ptr, h_ptr, n, BLOCK_SIZE: tl.constexpr):
 @triton.jit
 def residual_layernorm_kernel(x_ptr, r_ptr, w_ptr, b_ptr, h_ptr, y_ptr, mean_ptr, rstd_ptr, cols, eps,
                               BLOCK_SIZE: tl.constexpr):
+    # bfloat16 x and r: the sum and the statistics in float32 (mean_ptr's type), h and y
+    # rounded once, as they are stored; the statistics are those of the stored h
     row = tl.program_id(0).to(tl.int64)
     offs = tl.arange(0, BLOCK_SIZE)
     mask = offs < cols
-    h = tl.load(x_ptr + row * cols + offs, mask=mask, other=0.0) + tl.load(r_ptr + row * cols + offs, mask=mask,
-                                                                           other=0.0)
+    st = mean_ptr.dtype.element_ty
+    h = (tl.load(x_ptr + row * cols + offs, mask=mask, other=0.0)
+         + tl.load(r_ptr + row * cols + offs, mask=mask, other=0.0)).to(h_ptr.dtype.element_ty)
     tl.store(h_ptr + row * cols + offs, h, mask=mask)
+    h = h.to(st)
     mean = tl.sum(h, axis=0) / cols
     d = tl.where(mask, h - mean, 0.0)  # the padding lanes must not add (0 - mean)^2
     rstd = 1.0 / tl.sqrt(tl.sum(d * d, axis=0) / cols + eps)
-    w = tl.load(w_ptr + offs, mask=mask)
-    b = tl.load(b_ptr + offs, mask=mask)
-    tl.store(y_ptr + row * cols + offs, d * rstd * w + b, mask=mask)
+    w = tl.load(w_ptr + offs, mask=mask).to(st)
+    b = tl.load(b_ptr + offs, mask=mask).to(st)
+    tl.store(y_ptr + row * cols + offs, (d * rstd * w + b).to(y_ptr.dtype.element_ty), mask=mask)
     tl.store(mean_ptr + row, mean)
     tl.store(rstd_ptr + row, rstd)
 

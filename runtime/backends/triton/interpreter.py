@@ -534,6 +534,55 @@ def check_globals(jit_fn, _seen=None) -> None:
             check_globals(value, seen)
 
 
+def _patch_bf16_arithmetic(B, interp, tl, tensor_core):
+    """bfloat16 is kept as raw uint16 bits in the interpreter, and its builder's arithmetic ran
+    NumPy on those bits. Each float operation with a bfloat16 operand now widens (exactly) to
+    float32, computes, and rounds a float result back to bfloat16 bits, as an sm_90 GPU's bf16
+    instructions round each result once."""
+    import numpy as np
+
+    def wide(h):
+        return tensor_core.bf16_bits_to_f32(h.data) if h.dtype.scalar == tl.bfloat16 else h.data
+
+    def narrow(out, like):
+        if out.dtype == np.bool_:
+            return interp.TensorHandle(out, tl.int1)
+        return interp.TensorHandle(tensor_core.f32_to_bf16_bits(out), like.dtype.scalar)
+
+    def is_bf16(*hs):
+        return any(h.dtype.scalar == tl.bfloat16 for h in hs)
+
+    original_binary, original_unary, original_fma = B.binary_op, B.unary_op, B.create_fma
+
+    def binary_op(self, lhs, rhs, op):
+        if not is_bf16(lhs, rhs):
+            return original_binary(self, lhs, rhs, op)
+        with np.errstate(all="ignore"):
+            return narrow(np.asarray(op(wide(lhs), wide(rhs))), lhs if lhs.dtype.scalar == tl.bfloat16 else rhs)
+
+    def unary_op(self, arg, op):
+        if not is_bf16(arg):
+            return original_unary(self, arg, op)
+        with np.errstate(all="ignore"):
+            return narrow(np.asarray(op(wide(arg)), dtype=np.float32), arg)
+
+    def create_fma(self, x, y, z):
+        if not is_bf16(x, y, z):
+            return original_fma(self, x, y, z)
+        product = np.multiply(wide(x), wide(y), dtype=np.float64)
+        return narrow(np.add(product, wide(z), dtype=np.float64).astype(np.float32), z)
+
+    def create_rsqrt(self, arg):
+        if not is_bf16(arg):
+            return interp.TensorHandle(1 / np.sqrt(arg.data), arg.dtype.scalar)
+        return narrow((1 / np.sqrt(wide(arg))).astype(np.float32), arg)
+
+    B.binary_op, B.unary_op, B.create_fma, B.create_rsqrt = binary_op, unary_op, create_fma, create_rsqrt
+    # the lambdas of the class (create_fadd, create_exp, ...) call self.binary_op / self.unary_op,
+    # so they pick these up; fneg went through np.negative on the bits: now through unary_op too
+    B.create_fneg = lambda self, arg: self.unary_op(arg, np.negative)
+
+
 def _patch_libdevice(interp, np_dtype) -> None:
     """libdevice calls computed by ``libdevice.py`` (the interpreter raised on every one)."""
     import triton.language as tl
@@ -678,6 +727,12 @@ def apply() -> bool:
                                    d.dtype.scalar)
 
     B.create_dot = create_dot
+
+    _patch_bf16_arithmetic(B, interp, tl, tensor_core)
+    TRITON_SIM_PATCHES.append(
+        "arithmetic, comparisons and math functions on bfloat16 compute on the values (widened to "
+        "float32, the result rounded to nearest even), where the interpreter computed on the raw "
+        "uint16 bits: 1.0 + 1.0 gave a number near 3e38")
 
     original_cast = B.cast_impl
 
