@@ -133,7 +133,11 @@ def test_h100_script_runs_tiny_on_cpu(tmp_path, capsys):
     gpt_train.main(["--tiny", "--steps", "2", "--out", str(out)])
     res = json.loads((out / "gpt-train.json").read_text())
     names = [c["name"] for c in res["configs"]]
-    assert names == ["torch eager", "torch.compile", "course + cuBLAS", "course + Triton matmul"]
+    assert names == list(gpt_train.CONFIGS)
+    assert names[:2] == ["torch eager", "torch.compile"] and names[-2:] == ["course + cuBLAS", "course + Triton matmul"]
+    # the ablation swaps the course's kernels in one at a time, keeping the ones before
+    swapped = [gpt_train.SETUP[n][0] for n in names[2:-2]]
+    assert all(len(b) == len(a) + 1 and b[:-1] == a for a, b in zip(swapped, swapped[1:])), swapped
     for c in res["configs"]:
         assert "error" not in c, c.get("trace")
         assert len(c["losses"]) == 2 and all(v == v for v in c["losses"])
