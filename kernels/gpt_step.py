@@ -50,6 +50,7 @@ import math
 import torch
 
 import runtime  # configures the interpreter before triton loads
+from kernels._launch import sm_count
 
 import triton
 
@@ -57,9 +58,19 @@ __all__ = ["TrainStep", "MATMULS"]
 
 #: Where the matmuls run.
 MATMULS = ("torch", "triton")
-#: Rows one program of the bias-gradient column sum adds (then a second kernel adds the parts).
-COLSUM_ROWS = 16 if runtime.SIMULATE else 64
-COLSUM_COLS = 32 if runtime.SIMULATE else 128
+# Launch settings picked on an H200 at GPT-2 124M's shapes (16384 x 768 bfloat16, a vocabulary
+# of 50304) by benchmarks/tune/gpt_step_tune.py (record: benchmarks/results/tune/h200-gpt-step-tune.json).
+#: The bias gradients' column sum: (rows a program adds, columns a program owns) for narrow
+#: (<= 1024 columns) and wide matrices; a second kernel adds the parts. (64 x 128 took 1.5x longer.)
+COLSUM = {"narrow": (16, 32), "wide": (16, 32)} if runtime.SIMULATE else {"narrow": (128, 128), "wide": (256, 64)}
+#: The LayerNorm backward (the residual's gradient added): rows a program holds at once, warps,
+#: persistent programs per SM. 8 x 4 warps x 2 a SM took 0.067 ms where lesson 09's defaults for
+#: these rows (8 x 16 warps x 1 a SM) took 0.197 ms: fewer warps per row group and two programs
+#: per SM keep more loads in flight.
+LN_BACKWARD = (8, 4, 2)
+#: The fused cross entropy: columns a loop step takes and warps. 4096 x 8 warps took 1.38 ms,
+#: lesson 11's 32768 x 32 warps (Liger Kernel's choice for long rows) 2.84 ms, over 16384 rows.
+CE_BLOCK, CE_WARPS = (256, 4) if runtime.SIMULATE else (4096, 8)
 #: Elements per program of the elementwise kernels here (bias + GELU, AdamW, the norm).
 ELEMENTWISE_BLOCK = 256 if runtime.SIMULATE else 2048
 NORM_BLOCK = 256 if runtime.SIMULATE else 8192
@@ -222,10 +233,14 @@ class TrainStep:
         self.datt = torch.empty(N, C, **act)
         self.dqkv = torch.empty(N, 3 * C, **act)
         self.dg = torch.empty(N, 4 * C, **act)
-        self.colsum_parts = torch.empty(triton.cdiv(N, COLSUM_ROWS), 4 * C, **f32)
+        self.colsum_parts = torch.empty(triton.cdiv(N, min(r for r, _ in COLSUM.values())), 4 * C, **f32)
         from kernels.triton.layernorm import bwd_config
-        self.ln_bwd = bwd_config(N, C, self.res.element_size())
-        self.ln_parts = torch.empty(2, self.ln_bwd[3], C, **f32)
+        nrows, block, warps, parts = bwd_config(N, C, self.res.element_size())
+        if not runtime.SIMULATE and block == 1024:     # the width the settings were picked at
+            nrows, warps, per_sm = LN_BACKWARD
+            parts = min(triton.cdiv(N, nrows), per_sm * sm_count())
+        self.ln_bwd = nrows, block, warps, parts
+        self.ln_parts = torch.empty(2, parts, C, **f32)
         self.loss = torch.zeros((), **f32)
         self.count = torch.empty(1, **f32)
         self.norm = torch.empty(1, **f32)
@@ -276,9 +291,9 @@ class TrainStep:
         from kernels.triton.bias_gelu import column_partials_kernel
         from kernels.triton.layernorm import _column_sum
         N, cols = dy.shape
-        parts = self.colsum_parts[:triton.cdiv(N, COLSUM_ROWS), :cols]
-        column_partials_kernel[(parts.shape[0], triton.cdiv(cols, COLSUM_COLS))](
-            dy, parts, N, cols, ROWS=COLSUM_ROWS, BLOCK_C=COLSUM_COLS)
+        rows, bc = COLSUM["narrow" if cols <= 1024 else "wide"]
+        parts = self.colsum_parts[:triton.cdiv(N, rows), :cols]
+        column_partials_kernel[(parts.shape[0], triton.cdiv(cols, bc))](dy, parts, N, cols, ROWS=rows, BLOCK_C=bc)
         _column_sum(parts, out)
 
     # ------------------------------------------------------------------ forward
@@ -290,7 +305,6 @@ class TrainStep:
         from kernels.triton.cross_entropy import (
             COUNT_BLOCK,
             IGNORE_INDEX,
-            NUM_WARPS,
             _block,
             cross_entropy_count_kernel,
             cross_entropy_fused_kernel,
@@ -329,7 +343,8 @@ class TrainStep:
         self.loss.zero_()
         cross_entropy_count_kernel[(1,)](targets, N, IGNORE_INDEX, self.count, BLOCK_SIZE=COUNT_BLOCK)
         cross_entropy_fused_kernel[(N,)](self.logits, targets, self.count, self.loss, self.logits, cfg.vocab_size,
-                                         IGNORE_INDEX, BLOCK_SIZE=_block(cfg.vocab_size), num_warps=NUM_WARPS)
+                                         IGNORE_INDEX, BLOCK_SIZE=min(CE_BLOCK, _block(cfg.vocab_size)),
+                                         num_warps=CE_WARPS)
         return self.loss
 
     def _check_batch(self, x, y):
