@@ -73,9 +73,10 @@ def adamw_schedule_kernel(state_ptr, lr, warmup):
 @triton.jit
 def adamw_master_kernel(p_ptr, g_ptr, m_ptr, v_ptr, half_ptr, scale_ptr, state_ptr, weight_decay, beta1, beta2,
                         log2_beta1, log2_beta2, eps, n, HALF: tl.constexpr, BLOCK_SIZE: tl.constexpr):
-    """v3: v2 with the step and the learning rate read from the device (``state``), and, with
-    HALF, the half-precision copy of the float32 master weights written in the same pass: the
-    copy the next forward's matmuls read (mixed precision, as llm.c trains)."""
+    """The written-out training step's AdamW (``kernels/gpt_step.py``): v2's update with the step
+    and the learning rate read from the device (``state``), and, with HALF, the half-precision
+    copy of the float32 master weights written in the same pass: the copy the next forward's
+    matmuls read (mixed precision, as llm.c trains)."""
     offs = tl.program_id(0).to(tl.int64) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
     mask = offs < n
     step = tl.load(state_ptr)

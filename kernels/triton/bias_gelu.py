@@ -4,6 +4,10 @@ bias-add kernel then lesson 03's GELU, v2 fused; and the backward d(x + b) = dy 
 tanh(u) is written with one ``tl.exp`` (as lesson 03's Triton GELU does): 1 + tanh(u) =
 2 / (1 + exp(-2u)), so gelu(z) = z / (1 + exp(-2u)), finite for every z.
 
+``column_partials_kernel`` sums rows in parts (the bias's gradient is the column sum of
+d(x + b): the written-out training step, ``kernels/gpt_step.py``, adds the parts with lesson
+09's ``column_sum_kernel``). Half-precision inputs are computed in float32.
+
 Versions (``VERSIONS``, naive to best):
 
     v1  unfused: a bias-add kernel, then lesson 03's GELU (x + b makes a round trip through memory)
