@@ -27,38 +27,36 @@ def _worst_grad_error(model, ref):
     return max(worst.values()), worst
 
 
-@pytest.mark.parametrize("matmul", ["torch", "triton"])
-def test_float32_step_gives_autograds_loss_and_gradients(matmul):
-    cfg = CFG if matmul == "torch" else utils.GPTConfig(vocab_size=67, block_size=16, n_layer=1, n_head=2,
-                                                          n_embd=32)
+def _against_autograd(cfg, seed, **step_kw):
+    """(loss difference, worst relative gradient error and each one's, the step, the model) of one
+    forward + backward of the step against torch's autograd in float64, from the same weights."""
     ref = utils.GPT(cfg, "torch", seed=0).to(utils.DEVICE).double()
     model = utils.GPT(cfg, "torch", seed=0).to(utils.DEVICE)
-    step = TrainStep(model, batch=B, T=T, dtype=torch.float32, clip=0.0, matmul=matmul)
-    x, y = _batch(1)
+    step = TrainStep(model, batch=B, T=T, clip=0.0, **step_kw)
+    x, y = _batch(seed)
     with utils.race_checks_off():
         loss = step.forward(x, y)
         step.backward()
     _, ref_loss = ref(x, y)
     ref_loss.backward()
-    assert abs(float(loss) - float(ref_loss.detach())) < 1e-5
     worst, each = _worst_grad_error(model, ref)
+    return abs(float(loss) - float(ref_loss.detach())), worst, each, step, model
+
+
+@pytest.mark.parametrize("matmul", ["torch", "triton"])
+def test_float32_step_gives_autograds_loss_and_gradients(matmul):
+    cfg = CFG if matmul == "torch" else utils.GPTConfig(vocab_size=67, block_size=16, n_layer=1, n_head=2,
+                                                          n_embd=32)
+    loss_diff, worst, each, _, model = _against_autograd(cfg, 1, dtype=torch.float32, matmul=matmul)
+    assert loss_diff < 1e-5
     assert worst < 1e-4, each
     # the positions past T got no gradient
     assert float(model.wpe.weight.grad[T:].abs().max()) == 0.0
 
 
 def test_bfloat16_step_stays_near_autograd():
-    ref = utils.GPT(CFG, "torch", seed=0).to(utils.DEVICE).double()
-    model = utils.GPT(CFG, "torch", seed=0).to(utils.DEVICE)
-    step = TrainStep(model, batch=B, T=T, dtype=torch.bfloat16, clip=0.0)
-    x, y = _batch(2)
-    with utils.race_checks_off():
-        loss = step.forward(x, y)
-        step.backward()
-    _, ref_loss = ref(x, y)
-    ref_loss.backward()
-    assert abs(float(loss) - float(ref_loss.detach())) < 0.02
-    worst, each = _worst_grad_error(model, ref)
+    loss_diff, worst, each, step, _ = _against_autograd(CFG, 2, dtype=torch.bfloat16)
+    assert loss_diff < 0.02
     assert worst < 0.05, each          # bfloat16 activations: about 3 significant digits
     assert step.p16.dtype == torch.bfloat16 and step.logits.dtype == torch.bfloat16
 

@@ -3,6 +3,9 @@ kernels' defaults (tile sizes, warps, programs per SM, configurations to autotun
 
     attention_tune      tile sizes of the Triton attention kernels, forward and backward, beside
                         SDPA's backends (the candidates of kernels/triton/attention.py)
+    gpt_step_tune       the launch settings of lesson 11's written-out training step at GPT-2
+                        124M's shapes: LayerNorm backward, bias gradients, cross entropy
+                        (results/tune/<gpu>-gpt-step-tune.json; kernels/gpt_step.py uses them)
     layernorm_tune      the knobs of the LayerNorm/RMSNorm kernels and of Triton's fp16/bf16
                         matmul, in one run (DIR/tune.json; two runs: results/tune/)
     matmul_tune         matmul configurations at 4096^3 against torch.mm (VEC4_CONFIG of
