@@ -23,6 +23,9 @@
 #   layernorm  lesson 09's forward and backward timings, into lessons/
 #              (benchmarks.lessons.layernorm_forward_backward)
 #   lesson11   lesson 11's kernels beside torch, into lessons/ (benchmarks.lessons.gpt_kernels)
+#   gpttrain   lesson 11's GPT-2 124M: torch eager, torch.compile, the kernel-swap ablation and
+#              the written-out step, into lessons/gpt-train.json (benchmarks.lessons.gpt_train;
+#              about 4 minutes on an H200)
 #   sweeps     SWEEP_TOPICS (comma-separated, default every topic) re-measured whole, with
 #              their size sweeps, within BUDGET_S
 #   validate   .ci/gpu-validate.sh (WORKERS, default 16; BUDGET_S, default 390; 3-4 minutes
@@ -108,6 +111,11 @@ marker=$(mktemp); touch "$marker"; sleep 1
   if want lesson11; then
     mark "lesson11"
     timeout 300 python3 -m benchmarks.lessons.gpt_kernels --budget 200 2>&1 | tail -40; echo "rc=$?"
+  fi
+  if want gpttrain; then
+    mark "gpttrain"
+    timeout 420 python3 -m benchmarks.lessons.gpt_train --steps 200 --ablation-steps 60 --budget 360 \
+        --out "$LES" 2>&1 | grep -v '^ \|^{\|^}' | tail -30; echo "rc=$?"
   fi
   if want sweeps; then
     mark "sweeps: ${SWEEP_TOPICS:-every topic}"

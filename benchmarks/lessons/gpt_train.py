@@ -1,23 +1,30 @@
-"""Lesson 11 on the H100: GPT-2 124M trained on torch's kernels and on the course's.
+"""Lesson 11 on a GPU: GPT-2 124M trained on torch's kernels and on the course's.
 
-    python -m benchmarks.lessons.gpt_train                    # on a GPU: 124M, T = 1024, batch 16, bf16 autocast
+    python -m benchmarks.lessons.gpt_train                    # on a GPU: 124M, T = 1024, batch 16, bf16
     python -m benchmarks.lessons.gpt_train --tiny --steps 2   # on a laptop: a tiny model, float32, in simulation
 
-Four configurations, each from the same initial weights (``GPT(cfg, seed=0)``) on the same
-batches (drawn once from a seeded generator):
+The configurations (``CONFIGS``, in the order they run), each from the same initial weights
+(``GPT(cfg, seed=0)``) on the same batches (drawn once from a seeded generator):
 
-    torch eager              torch's kernels (SDPA attention, F.layer_norm, F.gelu, cuBLAS)
+    torch eager              torch's kernels (SDPA attention, F.layer_norm, F.gelu, cuBLAS) under
+                             bfloat16 autocast, torch's fused AdamW
     torch.compile            the same model through torch.compile (Inductor; ``aot_eager`` with --tiny)
-    course + cuBLAS          the course's kernels (kernels/ops.py), torch's matmuls
-    course + Triton matmul   the course's kernels and lesson 06's Triton matmul
+    + cross entropy ...      the ablation (``ABLATION``): torch eager with the course's kernel of one
+    + embedding (lesson 11)  operator swapped in at a time (kernels/ops.py), keeping the swaps before
+                             it (``--ablation-steps`` steps each)
+    course + cuBLAS          the training step written out on the course's kernels
+                             (kernels/gpt_step.py: bfloat16 activations, fused, its own AdamW)
+    course + Triton matmul   the same step with lesson 06's Triton matmul
 
-Each trains ``--steps`` AdamW steps (torch's fused AdamW on a GPU, gradient clipping at 1.0).
+Each trains ``--steps`` AdamW steps (gradient clipping at 1.0, a warmup of WARMUP_STEPS).
 Recorded in ``<out>/gpt-train.json``: the loss of every step; tokens/s and ms/step over the
 steps after ``--warmup`` (synchronized, wall clock); peak memory (``max_memory_allocated``);
 a torch.profiler breakdown of ``--profile-steps`` steps (self device time per operator, the top
-ones); and, for torch eager and course + cuBLAS, the whole training step captured in a CUDA
-Graph and replayed (ms/step against the same step launched op by op). ``gpt-train.png`` plots
-the loss curves.
+ones, each kernel attributed to its operator by ``attribute``, the sums per operator in
+``by_op``, torch's elementwise operators in ``torch_elementwise``); and, for torch eager and the
+two written-out steps, the whole training step captured in a CUDA Graph and replayed (ms/step
+against the same step launched op by op); the goals (``GOALS``) and whether they are met.
+``gpt-train.png`` plots the loss curves.
 
 How agreement of the loss curves is judged (``agreement`` in the JSON): the first loss, from
 identical weights and batch, must agree within 0.02 (bf16 rounding only); then over the last
@@ -317,7 +324,7 @@ def agreement(configs):
     return out
 
 
-#: The goals of the course's kernels with cuBLAS matmuls: (what, configuration, baseline, kind, ratio).
+#: The goals of the written-out step: (what, configuration, baseline, kind, ratio).
 GOALS = (("tokens/s >= 1.3 x torch eager", "course + cuBLAS", "torch eager", "speed", 1.3),
          ("tokens/s >= 1.0 x torch.compile", "course + cuBLAS", "torch.compile", "speed", 1.0),
          ("tokens/s >= 1.1 x torch.compile (llm.c's margin)", "course + cuBLAS", "torch.compile", "speed", 1.1),
@@ -342,18 +349,30 @@ def targets(configs):
 
 
 def plot(res, path):
+    """Two panels: torch eager's loss, and each configuration's loss minus eager's (a 10-step
+    running mean), so that curves that agree do not hide each other."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for c in res["configs"]:
-        if "losses" in c:
-            ax.plot(c["losses"], label=f"{c['name']} ({c['tokens_per_s'] / 1e3:.0f}k tok/s)", lw=1)
-    ax.set_xlabel("step")
-    ax.set_ylabel("training loss")
-    ax.set_yscale("log")
-    ax.set_title(f"GPT-2 124M on the course's text, {res['device']}")
-    ax.legend()
+    runs = [c for c in res["configs"] if "losses" in c]
+    eager = next((c for c in runs if c["name"] == "torch eager"), None)
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    if eager is not None:
+        base = torch.tensor(eager["losses"])
+        left.plot(base, color="k", lw=1)
+        k = 10
+        for i, c in enumerate(r for r in runs if r is not eager):
+            diff = torch.tensor(c["losses"]) - base[:len(c["losses"])]
+            smooth = diff.unfold(0, k, 1).mean(1) if len(diff) >= k else diff
+            ablation = c["name"].startswith("+ ")
+            right.plot(range(len(diff) - len(smooth), len(diff)), smooth, color=f"C{i}", lw=0.8 if ablation else 1.2,
+                       ls=":" if ablation else "-", label=f"{c['name']} ({c['tokens_per_s'] / 1e3:.0f}k tok/s)")
+        right.axhline(0, color="k", lw=0.8)
+        right.legend(fontsize=7)
+    left.set(xlabel="step", ylabel="training loss", yscale="log",
+             title=f"torch eager ({eager['tokens_per_s'] / 1e3:.0f}k tok/s)" if eager else "")
+    right.set(xlabel="step", ylabel="loss - eager's loss (10-step mean)", title="each configuration against eager")
+    fig.suptitle(f"GPT-2 124M on the course's text, {res['device']}")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
