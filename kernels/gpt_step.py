@@ -37,7 +37,8 @@ Every launch of one step, in order (B batch, T tokens, C width, L layers, V voca
 
 Two things stay torch operators, by design: ``torch.sort`` of the token ids (the embedding's
 deterministic backward sorts them) and the ``zero_`` of the 4-byte loss accumulator. The
-matmuls are cuBLAS (``matmul="torch"``) or lesson 06's Triton matmul (``matmul="triton"``).
+matmuls are cuBLAS (``matmul="torch"``) or lesson 06's Triton matmul (``matmul="triton"``: the bias
+in its epilogue, the weight gradients split along K, kernels/triton/linear.py).
 
 The shapes are fixed when the step is built: its buffers are allocated once, so a CUDA Graph
 can capture ``step(x, y)`` (see ``benchmarks/lessons/gpt_train.py``). Call ``sync_weights()``
@@ -115,29 +116,20 @@ class _Cublas:
 
 
 class _Triton:
-    """The matmuls on lesson 06's Triton kernel (the bias added by lesson 11's bias-add kernel).
-    The kernel takes strides and stores in C's dtype: transposed operands need no copy, and
-    bfloat16 operands give a float32 product straight into the gradient buffer."""
+    """The matmuls on lesson 06's Triton kernel, as kernels/triton/linear.py extends it: the
+    bias added in the epilogue, and the weight gradients (a small matrix summed over every
+    token) split along K so that their few tiles fill the GPU. The kernel takes strides and
+    stores in C's dtype: transposed operands need no copy, and bfloat16 operands give a
+    float32 product straight into the gradient buffer."""
     name = "triton"
 
     def linear(self, x, w, b, out):
-        from kernels.triton.bias_gelu import bias_add_kernel
-        self.mm(x, w.t(), out)
-        if b is not None:
-            n = out.numel()
-            bias_add_kernel[(triton.cdiv(n, ELEMENTWISE_BLOCK),)](out, b, out, n, out.shape[1],
-                                                                  BLOCK_SIZE=ELEMENTWISE_BLOCK)
+        from kernels.triton.linear import linear_into
+        linear_into(x, w.t(), out, b)
 
     def mm(self, a, b, out):
-        from kernels.triton.matmul import matmul_fp16_kernel, matmul_fp32_kernel
-        (M, K), N = a.shape, b.shape[1]
-        exact = a.dtype == torch.float32
-        kernel = matmul_fp32_kernel if exact else matmul_fp16_kernel
-
-        def grid(meta):
-            return (triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"]),)
-        kernel[grid](a, b, out, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), out.stride(0),
-                     out.stride(1), EXACT_FP32=exact)
+        from kernels.triton.linear import linear_into, splits_for
+        linear_into(a, b, out, None, splits_for(a.shape[0], b.shape[1], a.shape[1]))
 
 
 def _aligned(n: int) -> int:

@@ -87,3 +87,15 @@ def test_graders_name_the_mistakes():
         return h, y
     with pytest.raises(utils.GradingError, match=r"y is the LayerNorm of x: it normalizes h = x \+ r"):
         utils.check_residual_layernorm(normalizes_x, seed=1)
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_residual_layernorm_wide_rows(lang):
+    """Rows wider than the values a CUDA thread keeps in registers (8 a thread): the rest are
+    re-read from h; every language gets the same wide row."""
+    from kernels.frames.residual_layernorm import THREADS
+    cols = 8 * THREADS + 37
+    x, r, w, b = residual_layernorm_input((3, cols), seed=5)
+    h, y, mean, rstd = kernels.get("residual_layernorm", lang)(x, r, w, b, stats=True)
+    assert torch.equal(h, x + r)
+    torch.testing.assert_close(y.double(), residual_layernorm_ref64(x, r, w, b), rtol=1e-4, atol=2e-4)

@@ -251,6 +251,7 @@ def main(argv=None):
                     help="the JSON to write (default: benchmarks/results/lessons/<gpu>-lesson11.json, "
                          "from the GPU's name)")
     ap.add_argument("--budget", type=float, default=100.0, help="seconds after which no new section starts")
+    ap.add_argument("--only", default=None, help="sections to run, comma-separated (default: all): copy,fusions")
     ap.add_argument("--smoke", action="store_true", help="small sizes, one untimed call each (works in simulation)")
     args = ap.parse_args(argv)
     global SMOKE, DEV
@@ -289,6 +290,8 @@ def main(argv=None):
     for name, fn in sections:
         if SMOKE and "compile" in name:
             continue  # minutes of Inductor on a CPU; the script's compile path is ce_compile
+        if args.only and name not in args.only.split(","):
+            continue
         if not section(name, args.budget):
             continue
         try:

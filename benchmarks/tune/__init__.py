@@ -3,6 +3,9 @@ kernels' defaults (tile sizes, warps, programs per SM, configurations to autotun
 
     attention_tune      tile sizes of the Triton attention kernels, forward and backward, beside
                         SDPA's backends (the candidates of kernels/triton/attention.py)
+    gpt_launch_tune     lesson 11's step beyond its norms: each matmul on cuBLAS and on the Triton
+                        linear (splits of K), the Triton cross-entropy launcher, the whole step
+                        (results/tune/<gpu>-gpt-launch-tune.json)
     gpt_step_tune       the launch settings of lesson 11's written-out training step at GPT-2
                         124M's shapes: LayerNorm backward, bias gradients, cross entropy
                         (results/tune/<gpu>-gpt-step-tune.json; kernels/gpt_step.py uses them)

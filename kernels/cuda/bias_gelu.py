@@ -11,16 +11,15 @@ from __future__ import annotations
 import torch
 
 import runtime
-from kernels._launch import cuda_kernels, version_index
+from kernels._launch import cdiv, cuda_kernels, version_index
 from kernels.frames.bias_gelu import (  # the frame: input rules and references, shared by the three languages
-    MAX_BLOCKS,  # noqa: F401  (importable from here too)
+    MAX_BLOCKS,
     SQRT_2_OVER_PI,  # noqa: F401
     THREADS,
     bias_gelu_backward_ref,  # noqa: F401
     bias_gelu_ref,  # noqa: F401
     check_bias_backward_inputs,
     check_bias_inputs,
-    grid_for,
 )
 
 SOURCE = runtime.KERNELS_DIR / "cuda" / "bias_gelu.cu"
@@ -29,12 +28,19 @@ SOURCE = runtime.KERNELS_DIR / "cuda" / "bias_gelu.cu"
 kernel = cuda_kernels(SOURCE)  # kernel(name): a kernel of the .cu file, compiled once
 
 
+def grid_2d(rows, cols):
+    """x: blocks across the columns; y: enough blocks down the rows for about MAX_BLOCKS in all
+    (each loops over rows gridDim.y apart; a grid's y is at most 65535)."""
+    across = cdiv(cols, THREADS)
+    return (across, max(1, min(rows, 65535, MAX_BLOCKS // across)))
+
+
 def bias_gelu_unfused(x, b):
     """v1: t = x + b (one kernel, t written to memory), then GELU(t) with lesson 03's kernel."""
     x, b = check_bias_inputs(x, b, "bias_gelu")
     t = torch.empty_like(x)
     if x.numel():
-        kernel("bias_add_kernel")[grid_for(x.numel()), THREADS](x, b, t, x.numel(), x.shape[1])
+        kernel("bias_add_kernel")[grid_2d(*x.shape), THREADS](x, b, t, *x.shape)
     from kernels.cuda.gelu import gelu
     return gelu(t)
 
@@ -44,7 +50,7 @@ def bias_gelu_fused(x, b):
     x, b = check_bias_inputs(x, b, "bias_gelu")
     y = torch.empty_like(x)
     if x.numel():
-        kernel("bias_gelu_kernel")[grid_for(x.numel()), THREADS](x, b, y, x.numel(), x.shape[1])
+        kernel("bias_gelu_kernel")[grid_2d(*x.shape), THREADS](x, b, y, *x.shape)
     return y
 
 
@@ -53,7 +59,7 @@ def bias_gelu_backward(dy, x, b):
     dy, x, b = check_bias_backward_inputs(dy, x, b)
     dx = torch.empty_like(x)
     if x.numel():
-        kernel("bias_gelu_backward_kernel")[grid_for(x.numel()), THREADS](dy, x, b, dx, x.numel(), x.shape[1])
+        kernel("bias_gelu_backward_kernel")[grid_2d(*x.shape), THREADS](dy, x, b, dx, *x.shape)
     return dx
 
 

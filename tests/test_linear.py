@@ -1,0 +1,88 @@
+"""The model's Triton matmuls (kernels/triton/linear.py): the bias epilogue and split-K against
+float64, on awkward shapes, transposed operands and strided outputs; every split count gives
+the sum of the whole K; bad input is refused."""
+import pytest
+import torch
+
+import utils
+from kernels.triton.linear import MIN_SPLIT_K, SPLIT_TILE, linear, linear_ref, matmul_into, splits_for
+
+
+def _rand(*shape, dtype, seed):
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=gen).to(dtype).to(utils.DEVICE)
+
+
+def _bound(a, b, out_dtype):
+    """fp32 sums of K products (|error| grows like K * 2^-24 * sum |a||b|), plus one rounding to out's dtype."""
+    mag = a.double().abs() @ b.double().abs()
+    ulp = {torch.float32: 2.0 ** -24, torch.bfloat16: 2.0 ** -8, torch.float16: 2.0 ** -11}[out_dtype]
+    return a.shape[1] * 2.0 ** -24 * mag + ulp * mag + 1e-6
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("M,N,K", [(37, 45, 5 * MIN_SPLIT_K + 7), (1, 33, 3 * MIN_SPLIT_K),
+                                   (65, 1, 2 * MIN_SPLIT_K - 1)])
+def test_split_k_matches_float64(dtype, M, N, K):
+    a = _rand(K, M, dtype=dtype, seed=1).t()            # a transposed operand, as dY^T is read
+    b = _rand(K, N, dtype=dtype, seed=2)
+    want = a.double() @ b.double()
+    bound = _bound(a, b, torch.float32)
+    wide = torch.full((M, N + 3), float("nan"), device=utils.DEVICE)
+    out = wide[:, 1:N + 1]                                  # a strided view; its neighbours must stay poisoned
+    for splits in (1, 2, 3, 7, None):
+        out.fill_(float("nan"))
+        matmul_into(a, b, out, splits=splits)
+        assert bool(((out.double() - want).abs() <= bound).all()), f"splits={splits}"
+        assert bool(wide[:, 0].isnan().all()) and bool(wide[:, N + 1:].isnan().all()), "wrote outside out"
+
+
+def test_splits_for_fills_the_gpu_only_when_needed():
+    sms, t = 132, SPLIT_TILE
+    assert splits_for(6 * t, 6 * t, 128 * MIN_SPLIT_K, sms) == 8        # 36 tiles (a 768 x 768 dW on a GPU): split
+    assert splits_for(128 * t, 6 * t, 3 * MIN_SPLIT_K, sms) == 1        # 768 tiles: enough already
+    assert splits_for(6 * t, 6 * t, MIN_SPLIT_K, sms) == 1              # too short a K to split
+    assert splits_for(0, 0, MIN_SPLIT_K - 1, sms) == 1
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("bias", [True, False])
+def test_linear_bias_in_the_epilogue(dtype, bias):
+    M, N, K = 33, 70, 45
+    x, w = _rand(M, K, dtype=dtype, seed=3), _rand(N, K, dtype=dtype, seed=4)
+    b = _rand(N, dtype=dtype, seed=5) if bias else None
+    y = linear(x, w, b)
+    assert y.dtype == dtype and y.shape == (M, N)
+    want = linear_ref(x, w, b)
+    bound = _bound(x, w.t(), dtype) + (0 if b is None else b.double().abs() * 2.0 ** -7)
+    assert bool(((y.double() - want).abs() <= bound).all())
+    out = torch.full((M, N), float("nan"), dtype=torch.float32, device=utils.DEVICE)
+    linear(x, w, b, out=out)                                     # a float32 result of half operands
+    assert bool(((out.double() - want).abs() <= _bound(x, w.t(), torch.float32) + 1e-5).all())
+
+
+def test_empty_and_zero_k():
+    a, b = _rand(4, 0, dtype=torch.float32, seed=6), _rand(0, 3, dtype=torch.float32, seed=7)
+    out = torch.full((4, 3), float("nan"), device=utils.DEVICE)
+    assert bool((matmul_into(a, b, out) == 0).all())
+    bias = _rand(3, dtype=torch.float32, seed=8)
+    y = linear(a, b.t(), bias)
+    assert torch.equal(y.cpu(), bias.cpu().expand(4, 3))
+    assert matmul_into(_rand(0, 5, dtype=torch.float32, seed=9), _rand(5, 2, dtype=torch.float32, seed=9),
+                       torch.empty(0, 2, device=utils.DEVICE)).shape == (0, 2)
+
+
+def test_bad_input():
+    a, b = _rand(4, 5, dtype=torch.float32, seed=10), _rand(5, 3, dtype=torch.float32, seed=11)
+    with pytest.raises(ValueError, match="shape"):
+        matmul_into(a, b, torch.empty(3, 4, device=utils.DEVICE))
+    with pytest.raises(TypeError, match="float"):
+        matmul_into(a, b, torch.empty(4, 3, dtype=torch.int32, device=utils.DEVICE))
+    with pytest.raises(ValueError, match="splits"):
+        matmul_into(a, b, torch.empty(4, 3, device=utils.DEVICE), splits=0)
+    with pytest.raises((TypeError, ValueError)):
+        matmul_into(a, b.double(), torch.empty(4, 3, device=utils.DEVICE))
+    with pytest.raises(ValueError, match="multiplied"):
+        linear(a, _rand(3, 4, dtype=torch.float32, seed=12))
+    with pytest.raises(ValueError, match="b must be"):
+        linear(a, b.t(), _rand(4, dtype=torch.float32, seed=13))
