@@ -91,10 +91,9 @@ def test_graders_name_the_mistakes():
 
 @pytest.mark.parametrize("lang", LANGS)
 def test_residual_layernorm_wide_rows(lang):
-    """Rows wider than the values a CUDA thread keeps in registers (8 a thread): the rest are
-    re-read from h; every language gets the same wide row."""
-    from kernels.frames.residual_layernorm import THREADS
-    cols = 8 * THREADS + 37
+    """Rows wider than the values CUDA v2 keeps in registers (32 a lane of the row's warp): the
+    rest are re-read from h; every language gets the same wide row."""
+    cols = 32 * 32 + 37
     x, r, w, b = residual_layernorm_input((3, cols), seed=5)
     h, y, mean, rstd = kernels.get("residual_layernorm", lang)(x, r, w, b, stats=True)
     assert torch.equal(h, x + r)

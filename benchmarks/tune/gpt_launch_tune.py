@@ -82,7 +82,7 @@ def _matmul_part(gen, deadline, save, args):
         w = torch.randn(n, k2, generator=gen, device="cuda").bfloat16() if name.endswith("fwd") else None
         b = w.t() if w is not None else torch.randn(k2, n, generator=gen, device="cuda").bfloat16()
         out = torch.empty(m, n, device="cuda", dtype=torch.float32 if odt == "f32" else torch.bfloat16)
-        bias = torch.randn(n, generator=gen, device="cuda") if has_bias else None
+        bias = torch.randn(n, generator=gen, device="cuda").bfloat16() if has_bias else None
         if bias is not None:
             def cublas():
                 cub.linear(a, w, bias, out)

@@ -9,7 +9,7 @@
 from __future__ import annotations
 
 import runtime
-from kernels._launch import cuda_kernels, version_index
+from kernels._launch import cdiv, cuda_kernels, version_index
 from kernels.cuda.layernorm import layernorm
 from kernels.frames.residual_layernorm import (  # the frame: input rules and reference, shared by the three languages
     EPS,
@@ -24,6 +24,8 @@ from kernels.frames.residual_layernorm import (  # the frame: input rules and re
 )
 
 SOURCE = runtime.KERNELS_DIR / "cuda" / "residual_layernorm.cu"
+#: Rows (one a warp) per block of v2.
+ROW_WARPS = 2 if runtime.SIMULATE else 8
 
 
 kernel = cuda_kernels(SOURCE)  # kernel(name): a kernel of the .cu file, compiled once
@@ -38,9 +40,10 @@ def residual_layernorm_unfused(x, r, w, b, eps=EPS, stats=False):
 
 
 def residual_layernorm_fused(x, r, w, b, eps=EPS, stats=False):
-    """v2: one block per row: h = x + r written once, its statistics, y written once."""
+    """v2: one warp per row: h = x + r written once, its statistics, y written once."""
     def launch(x2, r2, w, b, h, y, mean, rstd, rows, cols, eps):
-        kernel("residual_layernorm_kernel")[rows, THREADS](x2, r2, w, b, h, y, mean, rstd, cols, eps)
+        kernel("residual_layernorm_kernel")[cdiv(rows, ROW_WARPS), 32 * ROW_WARPS](
+            x2, r2, w, b, h, y, mean, rstd, rows, cols, eps)
     return fused_frame(x, r, w, b, eps, stats, launch)
 
 
