@@ -98,3 +98,16 @@ def test_residual_layernorm_wide_rows(lang):
     h, y, mean, rstd = kernels.get("residual_layernorm", lang)(x, r, w, b, stats=True)
     assert torch.equal(h, x + r)
     torch.testing.assert_close(y.double(), residual_layernorm_ref64(x, r, w, b), rtol=1e-4, atol=2e-4)
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_bias_gelu_many_rows(lang):
+    """More rows than one pass of the grid covers (CUDA's threads loop over groups of 4 rows),
+    and a row count that is no multiple of 4."""
+    mod = kernels.module("bias_gelu", lang)
+    x, b = bias_gelu_input((37, 77), seed=3)
+    dy = torch.randn(37, 77, device=x.device)
+    for name, (_, fn) in mod.VERSIONS.items():
+        torch.testing.assert_close(fn(x, b).double(), bias_gelu_ref64(x, b), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(mod.bias_gelu_backward(dy, x, b).double(), bias_gelu_backward_ref64(dy, x, b),
+                               rtol=1e-5, atol=1e-5)

@@ -5,7 +5,16 @@ import pytest
 import torch
 
 import utils
-from kernels.triton.linear import MIN_SPLIT_K, SPLIT_TILE, linear, linear_ref, matmul_into, splits_for
+from kernels.triton.linear import (
+    MIN_SPLIT_K,
+    SPLIT_TILE,
+    linear,
+    linear_into,
+    linear_ref,
+    matmul_into,
+    splits_for,
+    tma_layouts,
+)
 
 
 def _rand(*shape, dtype, seed):
@@ -86,3 +95,34 @@ def test_bad_input():
         linear(a, _rand(3, 4, dtype=torch.float32, seed=12))
     with pytest.raises(ValueError, match="b must be"):
         linear(a, b.t(), _rand(4, dtype=torch.float32, seed=13))
+
+
+@pytest.mark.parametrize("a_t", [False, True])
+@pytest.mark.parametrize("b_t", [False, True])
+@pytest.mark.parametrize("bias", [False, True])
+def test_tma_path_reads_transposed_operands(a_t, b_t, bias):
+    """The persistent TMA kernel on each stored layout (a or b transposed, as dY^T and W^T are),
+    a bias in its epilogue, half operands into bfloat16 or float32. Every stored row is 16-byte
+    aligned (sizes that are multiples of 8), none a multiple of the tiles: the edges are TMA's
+    zero fill and clipped stores."""
+    M, N, K = 40, 56, 72
+    a = _rand(K, M, dtype=torch.bfloat16, seed=14).t() if a_t else _rand(M, K, dtype=torch.bfloat16, seed=14)
+    b = _rand(N, K, dtype=torch.bfloat16, seed=15).t() if b_t else _rand(K, N, dtype=torch.bfloat16, seed=15)
+    bb = _rand(N, dtype=torch.bfloat16, seed=16) if bias else None
+    want = a.double() @ b.double() + (0 if bb is None else bb.double())
+    for odt in (torch.float32, torch.bfloat16):
+        out = torch.full((M, N), float("nan"), dtype=odt, device=utils.DEVICE)
+        linear_into(a, b, out, bb, 1, tma=True)
+        bound = _bound(a, b, odt) + (0 if bb is None else bb.double().abs() * 2.0 ** -7)
+        assert bool(((out.double() - want).abs() <= bound).all()), odt
+
+
+def test_tma_refused_where_it_cannot_read():
+    a = _rand(8, 9, dtype=torch.bfloat16, seed=17)                 # rows of 18 bytes: not 16-byte aligned
+    b = _rand(9, 16, dtype=torch.bfloat16, seed=18)
+    out = torch.empty(8, 16, dtype=torch.float32, device=utils.DEVICE)
+    assert tma_layouts(a, b, out) is None
+    with pytest.raises(ValueError, match="TMA cannot read"):
+        linear_into(a, b, out, None, 1, tma=True)
+    linear_into(a, b, out)                                           # the blocked kernel instead
+    assert bool(((out.double() - a.double() @ b.double()).abs() <= _bound(a, b, torch.float32)).all())

@@ -4,7 +4,7 @@ those), on a GPU, at GPT-2 124M's shapes (batch 16 x 1024 tokens):
 * every matmul of the step, forward and backward, on cuBLAS (as ``kernels/gpt_step.py``'s
   ``_Cublas`` calls it) and on the Triton linear (``kernels/triton/linear.py``) with 1, 2, 4,
   8 and 16 splits of K and with ``splits_for``'s choice, each checked against cuBLAS;
-* the Triton cross-entropy launcher (``kernels/triton/cross_entropy.py``: BLOCK, NUM_WARPS) at
+* the Triton cross-entropy launcher (``kernels/triton/cross_entropy.py``: CONFIGS) at
   lesson 11's benchmark shape, 8192 x 50304, float32 and bfloat16, beside torch.compile;
 * the whole step (``TrainStep``) with each matmul backend, a few steps after warmup.
 
@@ -95,20 +95,27 @@ def _matmul_part(gen, deadline, save, args):
         row = {"name": name, "M": m, "N": n, "K": k, "out": odt, "bias": has_bias, "a_transposed": transposed,
                "cublas_ms": do_bench(cublas), "triton": {}, "splits_for": splits_for(m, n, k)}
         row["cublas_tflops"] = flop / row["cublas_ms"] / 1e9
-        for splits in ((1,) if has_bias else sorted({1, 2, 4, 8, 16, row["splits_for"]})):
-            def tri(splits=splits):
-                linear_into(a, b, out, bias, splits)
-            tri()
+        variants = [("tma", 1, True)] + [(str(sp), sp, False)
+                                         for sp in ((1,) if has_bias else sorted({1, 2, 4, 8, 16, row["splits_for"]}))]
+        for label, splits, tma in variants:
+            def tri(splits=splits, tma=tma):
+                linear_into(a, b, out, bias, splits, tma)
+            try:
+                tri()
+            except Exception as e:      # a layout TMA cannot read: recorded, not fatal
+                row["triton"][label] = {"error": f"{type(e).__name__}: {e}"[:300]}
+                continue
             err = float((out.float() - want).abs().max() / (want.abs().max() + 1e-30))
             ms = do_bench(tri)
-            row["triton"][str(splits)] = {"ms": ms, "tflops": flop / ms / 1e9, "rel_err": err}
-        best = min(row["triton"].items(), key=lambda kv: kv[1]["ms"])
-        row["best_splits"], row["best_vs_cublas"] = int(best[0]), row["cublas_ms"] / best[1]["ms"]
+            row["triton"][label] = {"ms": ms, "tflops": flop / ms / 1e9, "rel_err": err}
+        best = min(((k, v) for k, v in row["triton"].items() if "ms" in v), key=lambda kv: kv[1]["ms"])
+        row["best"], row["best_vs_cublas"] = best[0], row["cublas_ms"] / best[1]["ms"]
         chosen = row["triton"].get(str(row["splits_for"]))
         row["chosen_vs_cublas"] = row["cublas_ms"] / chosen["ms"] if chosen else None
         RES["matmuls"].append(row)
+        tma_ms = row["triton"]["tma"].get("ms", float("nan"))
         print(f"{name:14s} {m}x{n}x{k} cuBLAS {row['cublas_ms']:.3f} ms; Triton best {best[1]['ms']:.3f} ms "
-              f"(splits {best[0]}), splits_for {row['splits_for']}: "
+              f"({best[0]}), tma {tma_ms:.3f} ms, splits_for {row['splits_for']}: "
               f"{row['chosen_vs_cublas'] if row['chosen_vs_cublas'] else float('nan'):.2f}x cuBLAS", flush=True)
         save()
 
@@ -133,18 +140,19 @@ def _cross_entropy_part(gen, deadline, save, args):
         compiled(x)
         entry = {"dtype": str(dtype).split(".")[-1], "shape": [rows, V], "compile_ms": do_bench(lambda: compiled(x)),
                  "configs": []}
-        old = (ce.BLOCK, ce.NUM_WARPS)
+        size = x.element_size()
+        old = ce.CONFIGS[size]
         try:
             for block in (2048, 4096, 8192, 32768):
                 for warps in (4, 8, 16, 32):
                     if time.time() > deadline:
                         break
-                    ce.BLOCK, ce.NUM_WARPS = block, warps
+                    ce.CONFIGS[size] = (block, warps)
                     loss, _ = ce.cross_entropy_fused(x, t)
                     entry["configs"].append({"block": block, "num_warps": warps, "loss": float(loss),
                                              "ms": do_bench(lambda: ce.cross_entropy_fused(x, t))})
         finally:
-            ce.BLOCK, ce.NUM_WARPS = old
+            ce.CONFIGS[size] = old
         entry["best"] = min(entry["configs"], key=lambda r: r["ms"], default=None)
         RES["cross_entropy"].append(entry)
         print("cross entropy", entry["dtype"], "compile", round(entry["compile_ms"], 3), "best", entry["best"],
@@ -166,17 +174,50 @@ def _step_part(gen, deadline, save, args):
         for _ in range(3):
             step(xs, ys)
         torch.cuda.synchronize()
+        calls = _time_matmul_calls(step, xs, ys)
         t0 = time.perf_counter()
         for _ in range(args.steps):
             loss = step(xs, ys)
         torch.cuda.synchronize()
         ms = 1000 * (time.perf_counter() - t0) / args.steps
         RES["step"].append({"matmul": matmul, "ms_per_step": ms, "tokens_per_s": 16 * 1024 / ms * 1000,
-                            "loss": float(loss)})
+                            "loss": float(loss), "matmul_ms": sum(c["ms"] for c in calls.values()),
+                            "matmul_calls": calls})
         print("step", RES["step"][-1], flush=True)
         save()
         del model, step
         torch.cuda.empty_cache()
+
+
+def _time_matmul_calls(step, xs, ys):
+    """GPU time of each matmul call of one step, by (method, M, N, K, layout): CUDA events
+    around every call (the rest of the step runs between them, untimed)."""
+    mat, events = step.mat, []
+
+    def timed(method):
+        fn = getattr(mat, method)
+
+        def wrapper(a, b, *rest):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn(a, b, *rest)
+            end.record()
+            k, n = (b.shape[1], b.shape[0]) if method == "linear" else b.shape
+            events.append(((method, a.shape[0], n, k, "aT" if a.stride(0) == 1 else "a", str(rest[-1].dtype)),
+                           start, end))
+        return wrapper
+    mat.linear, mat.mm = timed("linear"), timed("mm")
+    try:
+        step(xs, ys)
+        torch.cuda.synchronize()
+    finally:
+        del mat.linear, mat.mm
+    out: dict = {}
+    for key, start, end in events:
+        entry = out.setdefault(" ".join(map(str, key)), {"calls": 0, "ms": 0.0})
+        entry["calls"] += 1
+        entry["ms"] += start.elapsed_time(end)
+    return out
 
 
 if __name__ == "__main__":

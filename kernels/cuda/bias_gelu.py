@@ -28,11 +28,15 @@ SOURCE = runtime.KERNELS_DIR / "cuda" / "bias_gelu.cu"
 kernel = cuda_kernels(SOURCE)  # kernel(name): a kernel of the .cu file, compiled once
 
 
+#: Rows a thread loads before computing (BG_ROWS in bias_gelu.cu).
+BG_ROWS = 4
+
+
 def grid_2d(rows, cols):
-    """x: blocks across the columns; y: enough blocks down the rows for about MAX_BLOCKS in all
-    (each loops over rows gridDim.y apart; a grid's y is at most 65535)."""
+    """x: blocks across the columns; y: enough blocks down the groups of BG_ROWS rows for about
+    MAX_BLOCKS in all (each loops over groups gridDim.y apart; a grid's y is at most 65535)."""
     across = cdiv(cols, THREADS)
-    return (across, max(1, min(rows, 65535, MAX_BLOCKS // across)))
+    return (across, max(1, min(cdiv(rows, BG_ROWS), 65535, MAX_BLOCKS // across)))
 
 
 def bias_gelu_unfused(x, b):

@@ -24,16 +24,21 @@ from kernels.frames.cross_entropy import IGNORE_INDEX, prepare_backward, prepare
 import triton
 import triton.language as tl
 
-#: Columns per loop step. On a GPU 32768 with 32 warps (Liger Kernel's choice for long
-#: rows: 32 values per thread in flight); in simulation a small block, so that the loop
-#: over a row takes several steps at the tests' sizes.
-BLOCK = 256 if runtime.SIMULATE else 32768
-NUM_WARPS = 32
+#: (columns per loop step, warps) by the logits' element size. On a GPU, the fastest of a sweep
+#: at 8192 x 50304 on an H200 (benchmarks/tune/gpt_launch_tune.py): float32 8192 x 32 warps,
+#: bfloat16 2048 x 8 (Liger Kernel's 32768 x 32 took 1.7x and 2x as long there). In simulation
+#: a small block, so that the loop over a row takes several steps at the tests' sizes.
+CONFIGS = {4: (256, 4), 2: (256, 4)} if runtime.SIMULATE else {4: (8192, 32), 2: (2048, 8)}
 COUNT_BLOCK = 1024
 
 
-def _block(cols):
-    return min(BLOCK, triton.next_power_of_2(max(int(cols), 1)))
+def _block(cols, element_size=4):
+    return min(CONFIGS[element_size][0], triton.next_power_of_2(max(int(cols), 1)))
+
+
+def _launch_config(x):
+    """The BLOCK_SIZE and num_warps for the (rows, cols) logits ``x``."""
+    return dict(BLOCK_SIZE=_block(x.shape[1], x.element_size()), num_warps=CONFIGS[x.element_size()][1])
 
 
 @triton.jit
@@ -160,7 +165,7 @@ def cross_entropy_forward(logits, targets, ignore_index=IGNORE_INDEX):
     rows, cols = logits.shape
     if rows:
         cross_entropy_forward_kernel[(rows,)](logits, targets, loss, lse, cols, ignore_index,
-                                              BLOCK_SIZE=_block(cols), num_warps=NUM_WARPS)
+                                              **_launch_config(logits))
     return loss, lse
 
 
@@ -168,7 +173,7 @@ def _backward(logits, targets, lse, dloss, stride, ignore_index, grad):
     rows, cols = logits.shape
     if rows:
         cross_entropy_backward_kernel[(rows,)](logits, targets, lse, dloss, stride, grad, cols, ignore_index,
-                                               BLOCK_SIZE=_block(cols), num_warps=NUM_WARPS)
+                                               **_launch_config(logits))
     return grad
 
 
@@ -198,7 +203,7 @@ def cross_entropy_fused(logits, targets, ignore_index=IGNORE_INDEX, inplace=Fals
         count = torch.empty(1, dtype=torch.float32, device=logits.device)
         cross_entropy_count_kernel[(1,)](targets, rows, ignore_index, count, BLOCK_SIZE=COUNT_BLOCK)
         cross_entropy_fused_kernel[(rows,)](logits, targets, count, loss, grad, cols, ignore_index,
-                                            BLOCK_SIZE=_block(cols), num_warps=NUM_WARPS)
+                                            **_launch_config(logits))
         _nan_if_empty_kernel[(1,)](count, loss)
     return loss, grad
 

@@ -4,8 +4,10 @@
     matmul_into(a, b, out, splits=None)
                                       out = a b into a given (possibly strided, float32) buffer,
                                       split along K when the tiles of out are too few to fill the GPU
-    linear_into(a, b, out, bias, splits)
-                                      the same with no checks (for the training step's known shapes)
+    linear_into(a, b, out, bias, splits, tma)
+                                      the same with no checks (for the training step's known shapes);
+                                      one split of half operands runs lesson 06's v3, persistent
+                                      with TMA, on the stored layouts (transposes read as stored)
 
 **The bias in the epilogue.** ``x w^T + b`` as a matmul, then a bias-add kernel, writes the
 product and reads it back (2 x 2 bytes an element in bfloat16) only to add a vector. Here the
@@ -30,7 +32,7 @@ import torch
 
 import runtime  # configures the interpreter before triton loads
 from kernels.frames.matmul import HALF, check_operands
-from kernels.triton.matmul import _num_sms
+from kernels.triton.matmul import TMA_SHAPES, _num_sms, _tile_of
 from runtime.backends.triton.compat import autotune
 
 import triton
@@ -99,6 +101,82 @@ linear_autotuned = autotune(configs=_configs(), key=["M", "N", "K", "K_SPLIT", "
     linear_kernel)
 
 
+def _tma_configs():
+    small = [triton.Config({"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 8}, num_warps=4, num_stages=2)]
+    if runtime.SIMULATE:
+        return small
+    shapes = TMA_SHAPES + [(128, 128, 64, 8, 8, 4), (128, 256, 64, 8, 8, 4)]
+    return [triton.Config({"BLOCK_M": m, "BLOCK_N": n, "BLOCK_K": k, "GROUP_M": g}, num_warps=w, num_stages=st)
+            for m, n, k, g, w, st in shapes]
+
+
+# Lesson 06's v3 (persistent, tiles moved by TMA) for the model's layouts. A descriptor needs
+# the stored matrix (unit stride in its last dim), so a transposed operand (W^T in the forward,
+# dY^T in a weight's gradient) is described as stored and its tile transposed in registers
+# (``.T``): the tensor cores read either order from shared memory.
+@triton.jit
+def linear_tma_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, M, N, K, stride_a, stride_b, stride_c,
+                      A_T: tl.constexpr, B_T: tl.constexpr, HAS_BIAS: tl.constexpr,
+                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                      GROUP_M: tl.constexpr, NUM_SMS: tl.constexpr):
+    if A_T:   # a is stored (K, M)
+        a_desc = tl.make_tensor_descriptor(a_ptr, shape=[K, M], strides=[stride_a, 1], block_shape=[BLOCK_K, BLOCK_M])
+    else:
+        a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[stride_a, 1], block_shape=[BLOCK_M, BLOCK_K])
+    if B_T:   # b is stored (N, K), as nn.Linear stores a weight
+        b_desc = tl.make_tensor_descriptor(b_ptr, shape=[N, K], strides=[stride_b, 1], block_shape=[BLOCK_N, BLOCK_K])
+    else:
+        b_desc = tl.make_tensor_descriptor(b_ptr, shape=[K, N], strides=[stride_b, 1], block_shape=[BLOCK_K, BLOCK_N])
+    c_desc = tl.make_tensor_descriptor(c_ptr, shape=[M, N], strides=[stride_c, 1], block_shape=[BLOCK_M, BLOCK_N])
+    num_m = tl.cdiv(M, BLOCK_M)
+    num_n = tl.cdiv(N, BLOCK_N)
+    k_tiles = tl.cdiv(K, BLOCK_K)
+    for tile in range(tl.program_id(0), num_m * num_n, NUM_SMS):
+        pid_m, pid_n = _tile_of(tile, num_m, num_n, GROUP_M)
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for kt in range(k_tiles):
+            if A_T:
+                a = a_desc.load([kt * BLOCK_K, pid_m * BLOCK_M]).T
+            else:
+                a = a_desc.load([pid_m * BLOCK_M, kt * BLOCK_K])
+            if B_T:
+                b = b_desc.load([pid_n * BLOCK_N, kt * BLOCK_K]).T
+            else:
+                b = b_desc.load([kt * BLOCK_K, pid_n * BLOCK_N])
+            acc = tl.dot(a, b, acc)
+        if HAS_BIAS:
+            rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+            acc += tl.load(bias_ptr + rn, mask=rn < N, other=0.0).to(tl.float32)[None, :]
+        c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], acc.to(c_ptr.dtype.element_ty))
+
+
+linear_tma_autotuned = autotune(configs=_tma_configs(), key=["M", "N", "K", "A_T", "B_T", "HAS_BIAS"])(
+    linear_tma_kernel)
+
+
+def _stored(t):
+    """(transposed?, row stride) of the matrix ``t`` views, if TMA can read it (unit stride in
+    the stored last dim, 16-byte aligned rows and base), else None."""
+    if t.stride(1) == 1 or t.shape[1] == 1:
+        transposed, stride = False, t.stride(0)
+    elif t.stride(0) == 1 or t.shape[0] == 1:
+        transposed, stride = True, t.stride(1)
+    else:
+        return None
+    if (stride * t.element_size()) % 16 or t.data_ptr() % 16:
+        return None
+    return transposed, stride
+
+
+def tma_layouts(a, b, out):
+    """``(a's, b's)`` stored layouts when the TMA kernel can run ``out = a b``, else None."""
+    if a.dtype not in HALF or out.stride(1) != 1 or (out.stride(0) * out.element_size()) % 16 \
+            or out.data_ptr() % 16:
+        return None
+    la, lb = _stored(a), _stored(b)
+    return (la, lb) if la and lb else None
+
+
 @triton.jit
 def split_sum_kernel(ws_ptr, out_ptr, SPLITS, M, N, stride_om, stride_on, BLOCK_SIZE: tl.constexpr):
     """out[m, n] = sum over s of ws[s, m, n], in the order s = 0, 1, ... (float32 sums)."""
@@ -138,15 +216,30 @@ def _operands(a, b, op):
     return a.shape[0], b.shape[1], a.shape[1]
 
 
-def linear_into(a, b, out, bias=None, splits=1):
+def linear_into(a, b, out, bias=None, splits=1, tma=None):
     """out = a b (+ bias) with no checks, for callers whose shapes are known (the training
-    step): ``matmul_into`` and ``linear`` check, then call this."""
+    step): ``matmul_into`` and ``linear`` check, then call this. One split of half operands
+    that TMA can read runs the persistent TMA kernel (``tma=False``: never; ``tma=True``: it
+    must); the rest the blocked kernel, split along K."""
     M, K = a.shape
     N = b.shape[1]
     if out.numel() == 0:
         return out
     if K == 0:
         return out.copy_(bias.expand(M, N)) if bias is not None else out.zero_()
+    layouts = tma_layouts(a, b, out) if tma is not False and splits == 1 else None
+    if tma and layouts is None:
+        raise ValueError("linear_into: tma=True, but TMA cannot read these operands (half dtypes, one split, "
+                         "a unit stride and 16-byte aligned rows)")
+    if layouts:
+        (a_t, sa), (b_t, sb) = layouts
+        sms = _num_sms()
+
+        def tma_grid(meta):
+            return (min(sms, triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"])),)
+        linear_tma_autotuned[tma_grid](a, b, out, bias if bias is not None else out, M, N, K, sa, sb, out.stride(0),
+                                       A_T=a_t, B_T=b_t, HAS_BIAS=bias is not None, NUM_SMS=sms)
+        return out
     k_split = triton.cdiv(triton.cdiv(K, splits), MIN_SPLIT_K) * MIN_SPLIT_K
     splits = triton.cdiv(K, k_split)
     target = out if splits == 1 else torch.empty(splits, M, N, dtype=torch.float32, device=out.device)
