@@ -8,7 +8,7 @@ those), on a GPU, at GPT-2 124M's shapes (batch 16 x 1024 tokens):
   lesson 11's benchmark shape, 8192 x 50304, float32 and bfloat16, beside torch.compile;
 * the whole step (``TrainStep``) with each matmul backend, a few steps after warmup.
 
-    python -m benchmarks.tune.gpt_launch_tune --out DIR [--budget SECONDS]
+    python -m benchmarks.tune.gpt_launch_tune --out DIR [--budget SECONDS] [--parts matmuls,cross_entropy,step]
 
 Times are ``triton.testing.do_bench`` medians. Writes ``DIR/gpt-launch-tune.json`` after each part.
 """
@@ -48,6 +48,7 @@ def main(argv=None):
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--budget", type=float, default=300)
     ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--parts", default="matmuls,cross_entropy,step", help="comma-separated parts to run")
     args = ap.parse_args(argv)
     if utils.DEVICE.type != "cuda":
         raise SystemExit("a GPU sweep: run it on a GPU")
@@ -59,8 +60,9 @@ def main(argv=None):
         path.write_text(json.dumps(RES, indent=1) + "\n")
 
     gen = torch.Generator(device="cuda").manual_seed(0)
-    for part in (_matmul_part, _cross_entropy_part, _step_part):
-        part(gen, deadline, save, args)
+    parts = {"matmuls": _matmul_part, "cross_entropy": _cross_entropy_part, "step": _step_part}
+    for name in args.parts.split(","):
+        parts[name](gen, deadline, save, args)
         torch.cuda.empty_cache()
     save()
 
