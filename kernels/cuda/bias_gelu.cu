@@ -33,7 +33,7 @@ __device__ __forceinline__ float gelu_grad_f(float z) {
 // its BG_ROWS values before it computes any: BG_ROWS loads in flight a thread, where a loop of
 // one load, its GELU and its store keeps one (4 bytes a thread, too few to cover the memory's
 // latency: that kernel ran at 65 % of the copy bandwidth on an H200).
-#define BG_ROWS 4
+#define BG_ROWS 8
 
 __global__ void bias_add_kernel(const float* __restrict__ x_ptr, const float* __restrict__ b_ptr,
                                 float* __restrict__ t_ptr, int rows, int cols) {

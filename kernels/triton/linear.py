@@ -6,8 +6,9 @@
                                       split along K when the tiles of out are too few to fill the GPU
     linear_into(a, b, out, bias, splits, tma)
                                       the same with no checks (for the training step's known shapes);
-                                      one split of half operands runs lesson 06's v3, persistent
-                                      with TMA, on the stored layouts (transposes read as stored)
+                                      by default the fastest of lesson 06's v3 (persistent, TMA, on
+                                      the stored layouts: transposes read as stored) and the blocked
+                                      kernel with a few splits, timed once for each problem
 
 **The bias in the epilogue.** ``x w^T + b`` as a matmul, then a bias-add kernel, writes the
 product and reads it back (2 x 2 bytes an element in bfloat16) only to add a vector. Here the
@@ -32,7 +33,8 @@ import torch
 
 import runtime  # configures the interpreter before triton loads
 from kernels.frames.matmul import HALF, check_operands
-from kernels.triton.matmul import TMA_SHAPES, _num_sms, _tile_of
+from kernels.triton.matmul import TMA_SHAPES, _tile_of
+from kernels.triton.matmul import _num_sms as _sms_now
 from runtime.backends.triton.compat import autotune
 
 import triton
@@ -45,6 +47,16 @@ PROGRAMS_PER_SM = 2
 #: The tile splits_for counts the tiles of C in (the configs' usual size).
 SPLIT_TILE = 32 if runtime.SIMULATE else 128
 SUM_BLOCK = 64 if runtime.SIMULATE else 1024
+
+
+_SMS: list = []
+
+
+def _num_sms() -> int:
+    """The GPU's SM count, asked once (a launch should not pay for a device query)."""
+    if not _SMS:
+        _SMS.append(_sms_now())
+    return _SMS[0]
 
 
 def _configs():
@@ -216,23 +228,45 @@ def _operands(a, b, op):
     return a.shape[0], b.shape[1], a.shape[1]
 
 
-def linear_into(a, b, out, bias=None, splits=1, tma=None):
-    """out = a b (+ bias) with no checks, for callers whose shapes are known (the training
-    step): ``matmul_into`` and ``linear`` check, then call this. One split of half operands
-    that TMA can read runs the persistent TMA kernel (``tma=False``: never; ``tma=True``: it
-    must); the rest the blocked kernel, split along K."""
+#: The method ``linear_into`` picked for each problem (shapes, strides, dtypes, bias): the
+#: fastest candidate of one timing on a GPU, the rule of ``_rule`` in simulation.
+CHOICES: dict = {}
+
+
+def _rule(a, b, out, splits):
+    """The untimed choice: ``splits_for``'s splits, and TMA for one split where it can read."""
+    M, K = a.shape
+    splits = splits or splits_for(M, b.shape[1], K)
+    return ("tma", 1) if splits == 1 and tma_layouts(a, b, out) else ("blocked", splits)
+
+
+def _choose(a, b, out, bias):
+    """Time every candidate once (each autotuned on its first call) and keep the fastest: the
+    persistent TMA kernel where it can read, the blocked kernel with 1, 2, 4, 8 or ``splits_for``
+    splits of K. Measured at GPT-2's shapes on an H200 (benchmarks/tune/gpt_launch_tune.py), no
+    single rule wins: TMA is faster for most forward products and slower for 768 x 768 weights,
+    split-K pays for some weight gradients only."""
+    M, K = a.shape
+    if runtime.SIMULATE:
+        return _rule(a, b, out, None)
+    from triton.testing import do_bench
+    cands = [("tma", 1)] if tma_layouts(a, b, out) else []
+    cands += [("blocked", s) for s in sorted({1, 2, 4, 8, splits_for(M, b.shape[1], K)})
+              if s == 1 or K >= s * MIN_SPLIT_K]
+    times = {}
+    for method, splits in cands:
+        def run(method=method, splits=splits):
+            _run(a, b, out, bias, method, splits)
+        run()
+        times[(method, splits)] = do_bench(run, warmup=5, rep=20)
+    return min(times, key=times.get)
+
+
+def _run(a, b, out, bias, method, splits):
     M, K = a.shape
     N = b.shape[1]
-    if out.numel() == 0:
-        return out
-    if K == 0:
-        return out.copy_(bias.expand(M, N)) if bias is not None else out.zero_()
-    layouts = tma_layouts(a, b, out) if tma is not False and splits == 1 else None
-    if tma and layouts is None:
-        raise ValueError("linear_into: tma=True, but TMA cannot read these operands (half dtypes, one split, "
-                         "a unit stride and 16-byte aligned rows)")
-    if layouts:
-        (a_t, sa), (b_t, sb) = layouts
+    if method == "tma":
+        (a_t, sa), (b_t, sb) = tma_layouts(a, b, out)
         sms = _num_sms()
 
         def tma_grid(meta):
@@ -256,14 +290,41 @@ def linear_into(a, b, out, bias=None, splits=1, tma=None):
     return out
 
 
+def linear_into(a, b, out, bias=None, splits=None, tma=None):
+    """out = a b (+ bias) with no checks, for callers whose shapes are known (the training
+    step): ``matmul_into`` and ``linear`` check, then call this. ``splits=None, tma=None``: the
+    method picked for this problem (``CHOICES``, timed once on a GPU); ``tma=True``: the
+    persistent TMA kernel (an error where it cannot read); otherwise the blocked kernel with
+    ``splits`` splits of K (``None``: ``splits_for``)."""
+    M, K = a.shape
+    N = b.shape[1]
+    if out.numel() == 0:
+        return out
+    if K == 0:
+        return out.copy_(bias.expand(M, N)) if bias is not None else out.zero_()
+    if tma:
+        if splits not in (None, 1) or tma_layouts(a, b, out) is None:
+            raise ValueError("linear_into: tma=True, but TMA cannot read these operands (half dtypes, one split, "
+                             "a unit stride and 16-byte aligned rows)")
+        return _run(a, b, out, bias, "tma", 1)
+    if splits is None and tma is None:
+        key = (M, N, K, a.stride(), b.stride(), out.stride(), a.dtype, out.dtype, bias is not None,
+               a.data_ptr() % 16 == 0 and b.data_ptr() % 16 == 0 and out.data_ptr() % 16 == 0)
+        choice = CHOICES.get(key)
+        if choice is None:
+            choice = CHOICES[key] = _choose(a, b, out, bias)
+        return _run(a, b, out, bias, *choice)
+    return _run(a, b, out, bias, "blocked", splits or splits_for(M, N, K))
+
+
 def matmul_into(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, splits: int | None = None) -> torch.Tensor:
     """out = a b (a (M, K), b (K, N), any strides; out (M, N) of any float dtype, written
-    in place), split along K in ``splits`` ranges (``None``: ``splits_for``)."""
+    in place), split along K in ``splits`` ranges (``None``: the method ``linear_into`` picks)."""
     M, N, K = _operands(a, b, "matmul_into")
     _check_out(out, M, N, "matmul_into")
     if splits is not None and (not isinstance(splits, int) or splits < 1):
         raise ValueError(f"matmul_into: splits must be a positive int, got {splits!r}")
-    return linear_into(a, b, out, None, splits or splits_for(M, N, K))
+    return linear_into(a, b, out, None, splits)
 
 
 def linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None,
@@ -279,7 +340,7 @@ def linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None,
     if out is None:
         out = torch.empty(M, N, dtype=x.dtype, device=x.device)
     _check_out(out, M, N, "linear")
-    return linear_into(x, w.t(), out, b, 1)
+    return linear_into(x, w.t(), out, b)
 
 
 def linear_ref(x, w, b=None):
