@@ -102,8 +102,8 @@ def test_residual_layernorm_wide_rows(lang):
 
 @pytest.mark.parametrize("lang", LANGS)
 def test_bias_gelu_many_rows(lang):
-    """More rows than one pass of the grid covers (CUDA's threads loop over groups of 8 rows),
-    and a row count that is no multiple of 8."""
+    """More rows than one pass of the grid covers (CUDA's threads loop over groups of 4 rows),
+    and a row count that is no multiple of 4."""
     mod = kernels.module("bias_gelu", lang)
     x, b = bias_gelu_input((37, 77), seed=3)
     dy = torch.randn(37, 77, device=x.device)

@@ -242,7 +242,8 @@ TORCH_ELEMENTWISE = ("aten::mul", "aten::mul_", "aten::add", "aten::add_", "aten
 
 #: How a GPU kernel's name tells its operator: (operator, substrings of kernel names), first match wins.
 ATTRIBUTION = (
-    ("matmul", ("gemm", "nvjet", "cutlass", "xmma", "matmul_kernel", "gemv", "splitkreduce", "cublas")),
+    ("matmul", ("gemm", "nvjet", "cutlass", "xmma", "matmul_kernel", "gemv", "splitkreduce", "cublas",
+                "linear_kernel", "linear_tma_kernel", "split_sum_kernel")),
     ("attention", ("flash", "attn_", "fmha", "efficient_attention", "attention")),
     ("LayerNorm", ("layer_norm", "layernorm", "gammabeta", "column_sum")),
     ("GELU", ("gelu",)),

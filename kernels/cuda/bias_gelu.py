@@ -29,7 +29,7 @@ kernel = cuda_kernels(SOURCE)  # kernel(name): a kernel of the .cu file, compile
 
 
 #: Rows a thread loads before computing (BG_ROWS in bias_gelu.cu).
-BG_ROWS = 8
+BG_ROWS = 4
 
 
 def grid_2d(rows, cols):
