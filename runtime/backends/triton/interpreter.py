@@ -28,6 +28,10 @@ nothing. ``TRITON_SIM_PATCHES`` lists what was changed.
   three exactly. ``tl.dot`` of bfloat16 widens the inputs to float32 (the interpreter
   multiplied their raw uint16 bits), and casts to bfloat16 round to nearest even (it
   truncated).
+* **bfloat16 arithmetic** (``_patch_bf16_arithmetic``). The builder's binary and unary float
+  operations (``+``, ``*``, ``/``, ``exp``, ``sqrt``...), fma, rsqrt and negation of bfloat16
+  values compute on the values and round each result to nearest even, as the GPU does (the
+  interpreter ran them on the raw uint16 bits: 1.0 + 1.0 gave about 3e38).
 * **libdevice** (``runtime/backends/libdevice.py``, shared with Numba's simulator). ``libdevice.asin(x)``,
   ``tl.extra.cuda.libdevice.tanh(x)``, ``fast_expf``, ``fadd_rz``... failed on every call
   (the generic module holds stubs that only a GPU compiler replaces, and the interpreter's
