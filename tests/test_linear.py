@@ -17,6 +17,22 @@ from kernels.triton.linear import (
 )
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _one_config():
+    """On a GPU, autotune over the small config only: these tests check values at many small
+    shapes, and timing every config at each new shape would take minutes of compiling."""
+    from kernels.triton import linear as lin
+    saved = {}
+    for name in ("linear_autotuned", "linear_tma_autotuned"):
+        tuner = getattr(lin, name)
+        if hasattr(tuner, "configs") and hasattr(tuner, "cache"):   # triton.autotune's Autotuner (a GPU)
+            saved[name] = tuner.configs
+            tuner.configs = [c for c in tuner.configs if c.kwargs["BLOCK_M"] <= 64][-1:] or tuner.configs[-1:]
+    yield
+    for name, configs in saved.items():
+        getattr(lin, name).configs = configs
+
+
 def _rand(*shape, dtype, seed):
     gen = torch.Generator().manual_seed(seed)
     return torch.randn(*shape, generator=gen).to(dtype).to(utils.DEVICE)
