@@ -27,7 +27,9 @@ def _one_config():
         tuner = getattr(lin, name)
         if hasattr(tuner, "configs") and hasattr(tuner, "cache"):   # triton.autotune's Autotuner (a GPU)
             saved[name] = tuner.configs
-            tuner.configs = [c for c in tuner.configs if c.kwargs["BLOCK_M"] <= 64][-1:] or tuner.configs[-1:]
+            # the config with the smallest tile and fewest stages: one that fits any GPU's shared memory
+            tuner.configs = [min(tuner.configs, key=lambda c: (c.kwargs["BLOCK_M"] * c.kwargs["BLOCK_N"],
+                                                               c.num_stages))]
     yield
     for name, configs in saved.items():
         getattr(lin, name).configs = configs

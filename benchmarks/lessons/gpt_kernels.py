@@ -238,6 +238,26 @@ def fusion_section(path):
             ms = bench_ms(lambda: fn(x, r, w, bb))
             row(path, "residual_layernorm", f"{lang} {ver}", (R, C), 16 * R * C, ms, checked=ok)
 
+    # v2's kernel alone, its outputs allocated once: at this size (50 us of memory traffic) the
+    # launcher's checks and four allocations can take the CPU longer than the kernel the GPU
+    from kernels.cuda import residual_layernorm as cuda_rl
+    from kernels.triton.residual_layernorm import residual_layernorm_kernel
+
+    import triton
+    h, y = torch.empty_like(x), torch.empty_like(x)
+    mean, rstd = torch.empty(R, device=DEV), torch.empty(R, device=DEV)
+    block = triton.next_power_of_2(C)
+    launches = {
+        "triton v2 kernel only": lambda: residual_layernorm_kernel[(R,)](
+            x, r, w, bb, h, y, mean, rstd, C, 1e-5, BLOCK_SIZE=block, num_warps=min(16, max(1, block // 256))),
+        "cuda v2 kernel only": lambda: cuda_rl.kernel("residual_layernorm_kernel")[
+            triton.cdiv(R, cuda_rl.ROW_WARPS), 32 * cuda_rl.ROW_WARPS](x, r, w, bb, h, y, mean, rstd, R, C, 1e-5)}
+    for name, launch in launches.items():
+        y.zero_()
+        launch()
+        ok = checked(f"residual_layernorm {name}", float((y - want).abs().max()) < 1e-3)
+        row(path, "residual_layernorm", name, (R, C), 16 * R * C, bench_ms(launch), checked=ok)
+
     def torch_rl():
         h = x + r
         return h, torch.nn.functional.layer_norm(h, (C,), w, bb, 1e-5)
