@@ -5,7 +5,8 @@ kernels' defaults (tile sizes, warps, programs per SM, configurations to autotun
                         SDPA's backends (the candidates of kernels/triton/attention.py)
     gpt_launch_tune     lesson 11's step beyond its norms: each matmul on cuBLAS and on the Triton
                         linear (splits of K), the Triton cross-entropy launcher, the whole step
-                        (results/tune/<gpu>-gpt-launch-tune.json)
+                        (results/tune/<gpu>-gpt-launch-tune.json; -tma.json: a later run with the
+                        persistent TMA kernel beside the blocked one)
     gpt_step_tune       the launch settings of lesson 11's written-out training step at GPT-2
                         124M's shapes: LayerNorm backward, bias gradients, cross entropy
                         (results/tune/<gpu>-gpt-step-tune.json; kernels/gpt_step.py uses them)

@@ -59,6 +59,7 @@ def main(argv=None):
     def save():
         path.write_text(json.dumps(RES, indent=1) + "\n")
 
+    RES.update(device=torch.cuda.get_device_name(), commit=utils.source_commit())
     gen = torch.Generator(device="cuda").manual_seed(0)
     parts = {"matmuls": _matmul_part, "cross_entropy": _cross_entropy_part, "step": _step_part}
     for name in args.parts.split(","):
