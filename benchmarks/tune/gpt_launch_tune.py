@@ -125,20 +125,13 @@ def _matmul_part(gen, deadline, save, args):
 
 def _cross_entropy_part(gen, deadline, save, args):
     """The Triton cross-entropy launcher at lesson 11's benchmark shape."""
+    from benchmarks.lessons.gpt_kernels import ce_problem  # lesson 11's benchmark problem (8192 x 50304)
     from kernels.triton import cross_entropy as ce
 
     from triton.testing import do_bench
-    rows = 8192
     for dtype in (torch.float32, torch.bfloat16):
-        x = (2 * torch.randn(rows, V, generator=gen, device="cuda")).to(dtype)
-        t = torch.randint(0, V, (rows,), generator=gen, device="cuda")
-        t[::7] = -100
-
-        def torch_ce(x):
-            xx = x.detach().requires_grad_(True)
-            loss = torch.nn.functional.cross_entropy(xx, t)
-            loss.backward()
-            return loss, xx.grad
+        x, t, _, torch_ce = ce_problem(dtype)
+        rows = x.shape[0]
         compiled = torch.compile(torch_ce)
         compiled(x)
         entry = {"dtype": str(dtype).split(".")[-1], "shape": [rows, V], "compile_ms": do_bench(lambda: compiled(x)),
