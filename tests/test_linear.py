@@ -113,6 +113,8 @@ def test_bad_input():
         linear(a, _rand(3, 4, dtype=torch.float32, seed=12))
     with pytest.raises(ValueError, match="b must be"):
         linear(a, b.t(), _rand(4, dtype=torch.float32, seed=13))
+    with pytest.raises(TypeError, match="b must be a float"):
+        linear(a, b.t(), torch.arange(3, device=utils.DEVICE))
 
 
 @pytest.mark.parametrize("a_t", [False, True])
@@ -143,4 +145,18 @@ def test_tma_refused_where_it_cannot_read():
     with pytest.raises(ValueError, match="TMA cannot read"):
         linear_into(a, b, out, None, 1, tma=True)
     linear_into(a, b, out)                                           # the blocked kernel instead
+    assert bool(((out.double() - a.double() @ b.double()).abs() <= _bound(a, b, torch.float32)).all())
+
+
+def test_no_timing_while_a_graph_is_captured(monkeypatch):
+    """A first call inside a CUDA Graph capture cannot time the candidates: it takes the rule,
+    and keeps nothing, so the first call outside the capture still times them."""
+    from kernels.triton import linear as lin
+    monkeypatch.setattr(lin, "CHOICES", {})
+    monkeypatch.setattr(lin, "_capturing", lambda: True)
+    monkeypatch.setattr(lin, "_choose", lambda *args: pytest.fail("timed inside a capture"))
+    a, b = _rand(20, 70, dtype=torch.bfloat16, seed=19), _rand(70, 24, dtype=torch.bfloat16, seed=20)
+    out = torch.full((20, 24), float("nan"), device=utils.DEVICE)
+    linear_into(a, b, out)
+    assert lin.CHOICES == {}
     assert bool(((out.double() - a.double() @ b.double()).abs() <= _bound(a, b, torch.float32)).all())

@@ -1,4 +1,5 @@
-"""The model's matmuls in Triton: lesson 06's tiled matmul with two additions a GPT needs.
+"""The model's matmuls in Triton: lesson 06's matmuls (v2 blocked, v3 persistent with TMA) with
+what a GPT's layers need.
 
     linear(x, w, b=None, out=None)    out = x w^T + b, the bias added in the matmul's epilogue
     matmul_into(a, b, out, splits=None)
@@ -22,19 +23,22 @@ slice of a workspace, and ``split_sum_kernel`` adds the slices into ``out``. Eve
 formed in a fixed order, so the result is the same on every run (atomic adds into ``out``
 would not be: float addition is not associative).
 
-``splits=None`` takes ``splits_for``: enough splits for about two programs an SM, each range
-at least ``MIN_SPLIT_K`` long. The tiles are autotuned on a GPU (in simulation the first, small
-config runs, untimed). Operands are float16 or bfloat16 (or float32, exact products); strides
-are passed, so ``dY^T`` is read without a copy; ``out`` may be any float dtype.
+**Which kernel.** By default (``splits=None``) each problem (shapes, strides, dtypes, bias)
+is timed once on a GPU over the persistent TMA kernel, where TMA can read the operands, and
+the blocked kernel with 1, 2, 4, 8 or ``splits_for`` splits; the fastest is kept in
+``CHOICES``. In simulation the rule of ``_rule`` decides, untimed. The tiles are autotuned on
+a GPU (in simulation the first, small config runs). Operands are float16 or bfloat16 (or
+float32, exact products, blocked kernel only); strides are passed, so ``dY^T`` is read
+without a copy; ``out`` may be any float dtype.
 """
 from __future__ import annotations
 
 import torch
 
 import runtime  # configures the interpreter before triton loads
+from kernels._launch import sm_count
 from kernels.frames.matmul import HALF, check_operands
 from kernels.triton.matmul import TMA_SHAPES, _tile_of
-from kernels.triton.matmul import _num_sms as _sms_now
 from runtime.backends.triton.compat import autotune
 
 import triton
@@ -47,16 +51,6 @@ PROGRAMS_PER_SM = 2
 #: The tile splits_for counts the tiles of C in (the configs' usual size).
 SPLIT_TILE = 32 if runtime.SIMULATE else 128
 SUM_BLOCK = 64 if runtime.SIMULATE else 1024
-
-
-_SMS: list = []
-
-
-def _num_sms() -> int:
-    """The GPU's SM count, asked once (a launch should not pay for a device query)."""
-    if not _SMS:
-        _SMS.append(_sms_now())
-    return _SMS[0]
 
 
 def _configs():
@@ -205,7 +199,7 @@ def splits_for(M: int, N: int, K: int, sms: int | None = None) -> int:
     """How many K ranges: enough that the tiles (counted as SPLIT_TILE x SPLIT_TILE) times the
     splits give about ``PROGRAMS_PER_SM`` programs an SM, no range shorter than ``MIN_SPLIT_K``."""
     tiles = max(1, triton.cdiv(M, SPLIT_TILE) * triton.cdiv(N, SPLIT_TILE))
-    want = triton.cdiv(PROGRAMS_PER_SM * (sms or _num_sms()), tiles)
+    want = triton.cdiv(PROGRAMS_PER_SM * (sms or sm_count()), tiles)
     return max(1, min(want, K // MIN_SPLIT_K))
 
 
@@ -231,6 +225,11 @@ def _operands(a, b, op):
 #: The method ``linear_into`` picked for each problem (shapes, strides, dtypes, bias): the
 #: fastest candidate of one timing on a GPU, the rule of ``_rule`` in simulation.
 CHOICES: dict = {}
+
+
+def _capturing() -> bool:
+    """Whether a CUDA Graph is being captured on the current stream (never in simulation)."""
+    return not runtime.SIMULATE and torch.cuda.is_current_stream_capturing()
 
 
 def _rule(a, b, out, splits):
@@ -267,7 +266,7 @@ def _run(a, b, out, bias, method, splits):
     N = b.shape[1]
     if method == "tma":
         (a_t, sa), (b_t, sb) = tma_layouts(a, b, out)
-        sms = _num_sms()
+        sms = sm_count()
 
         def tma_grid(meta):
             return (min(sms, triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"])),)
@@ -311,7 +310,9 @@ def linear_into(a, b, out, bias=None, splits=None, tma=None):
         key = (M, N, K, a.stride(), b.stride(), out.stride(), a.dtype, out.dtype, bias is not None,
                a.data_ptr() % 16 == 0 and b.data_ptr() % 16 == 0 and out.data_ptr() % 16 == 0)
         choice = CHOICES.get(key)
-        if choice is None:
+        if choice is None and _capturing():
+            choice = _rule(a, b, out, None)     # nothing can be timed while a CUDA Graph is captured: not kept
+        elif choice is None:
             choice = CHOICES[key] = _choose(a, b, out, bias)
         return _run(a, b, out, bias, *choice)
     return _run(a, b, out, bias, "blocked", splits or splits_for(M, N, K))
@@ -335,6 +336,8 @@ def linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None,
     if b is not None:
         if not isinstance(b, torch.Tensor) or tuple(b.shape) != (N,) or b.device != x.device:
             raise ValueError(f"linear: b must be a ({N},) tensor on {x.device}")
+        if not b.dtype.is_floating_point:
+            raise TypeError(f"linear: b must be a float tensor, got {b.dtype}")
         if b.stride(0) != 1:
             b = b.contiguous()
     if out is None:
