@@ -2,7 +2,7 @@
 a GPU, in one run: every configuration is checked against PyTorch, then timed with
 ``triton.testing.do_bench`` (median) beside the copy roofline measured in the same run.
 
-    python -m benchmarks.tune.layernorm_tune --out DIR [--budget SECONDS] [--parts host:40,ln:150,bwd:60,mm:110]
+    python -m benchmarks.tune.layernorm_tune --out DIR [--budget S] [--parts host:40,ln:150,bwd:60,mm:110,probe:120]
 
 Writes ``DIR/tune.json`` after every measurement (a run cut short keeps what it measured).
 The configurations the kernels use by default were picked from such a run; the recorded
@@ -26,7 +26,7 @@ import utils
 F = torch.nn.functional
 SHAPES = [(4096, 4096), (4096, 16384), (65536, 512)]
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
-RES: dict = {"ln": [], "bwd": [], "mm": [], "host": [], "graph": [], "errors": []}
+RES: dict = {"ln": [], "bwd": [], "mm": [], "host": [], "graph": [], "probe": [], "errors": []}
 OUT = [None]
 DEADLINE = [float("inf")]
 
@@ -343,6 +343,88 @@ def part_host():
             record("host", name=name, **r)
         except Exception as e:
             err(f"host {name}", e)
+
+
+def graph_of(fn):
+    """A CUDA graph of one call of ``fn`` (warmed up on a side stream): its replay is the
+    launcher's GPU work without its host time."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        fn()
+    torch.cuda.synchronize()
+    return g
+
+
+def host_issue_us(fn, n=30, reps=7):
+    """Microseconds of host time to issue one call of ``fn``: ``n`` calls back to back after a
+    synchronisation (few enough that the launch queue never fills), median of ``reps``."""
+    times = []
+    for _ in range(reps):
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        for _ in range(n):
+            fn()
+        times.append((time.perf_counter() - t) / n * 1e6)
+    torch.cuda.synchronize()
+    return round(sorted(times)[reps // 2], 2)
+
+
+def part_probe():
+    """Where each LayerNorm/RMSNorm launcher's time goes, at every shape and dtype it runs:
+    do_bench of the launcher as called, do_bench of a CUDA graph of one call (the kernels
+    alone), the host's time per call (back-to-back calls, no synchronisation), and a copy of
+    the same bytes."""
+    import kernels
+    from utils.topics.layernorm import layernorm_backward_bytes
+    langs = {lang: kernels.module("layernorm", lang) for lang in ("cuda", "triton", "numba")}
+    for shape in SHAPES:
+        for dname, dtype in DTYPES.items():
+            if left() < 10:
+                return
+            x, w, b = inputs(shape, dtype)
+            dy = torch.randn(shape, device="cuda").to(dtype)
+            y = torch.empty_like(x)
+            fb = 2 * x.numel() * x.element_size()
+            calls = [("copy_ (same bytes)", "copy", lambda: y.copy_(x), fb)]
+            for lang, m in langs.items():
+                if dtype != torch.float32 and lang == "numba":
+                    continue
+                _, mean, rstd = m.layernorm(x, w, b, stats=True)
+                _, r = m.rmsnorm(x, w, stats=True)
+                calls += [(f"{lang} layernorm", "forward", lambda m=m: m.layernorm(x, w, b), fb),
+                          (f"{lang} rmsnorm", "rms forward", lambda m=m: m.rmsnorm(x, w), fb)]
+                if shape == (4096, 4096):
+                    nb = layernorm_backward_bytes(shape, x.element_size())
+                    calls += [(f"{lang} layernorm_backward", "backward",
+                               lambda m=m, mean=mean, rstd=rstd: m.layernorm_backward(dy, x, w, mean, rstd), nb),
+                              (f"{lang} rmsnorm_backward", "rms backward",
+                               lambda m=m, r=r: m.rmsnorm_backward(dy, x, w, r), nb)]
+            for name, pass_, fn, nbytes in calls:
+                if left() < 5:
+                    return
+                row = dict(name=name, pass_=pass_, shape=list(shape), dtype=dname)
+                try:
+                    row["ms"] = bench(fn)[0]
+                    row["frac"] = nbytes / row["ms"] / 1e6 / RES["copy_gbps"]
+                    row["host_us"] = host_issue_us(fn)
+                except Exception as e:
+                    err(f"probe {name} {shape} {dname}", e)
+                    continue
+                try:
+                    g = graph_of(fn)
+                    row["graph_ms"] = bench(g.replay)[0]
+                    row["graph_frac"] = nbytes / row["graph_ms"] / 1e6 / RES["copy_gbps"]
+                except Exception as e:
+                    row["graph_error"] = f"{type(e).__name__}: {str(e)[:200]}"
+                record("probe", **row)
+            torch.cuda.empty_cache()
 
 
 def part_fwd2():
