@@ -427,6 +427,92 @@ def part_probe():
             torch.cuda.empty_cache()
 
 
+def part_probe2():
+    """Where the host time of the LayerNorm launchers goes (cProfile of 200 calls, the top
+    functions by own time), the backward's kernels timed apart (the main kernel, the column
+    sums), and CUDA v5's configurations at the long and short rows, each as a CUDA graph."""
+    import cProfile
+    import io
+    import pstats
+
+    import kernels
+    langs = {lang: kernels.module("layernorm", lang) for lang in ("cuda", "triton", "numba")}
+    shape = (4096, 4096)
+    RES["profiles"] = {}
+    for dname, dtype in DTYPES.items():
+        x, w, b = inputs(shape, dtype)
+        dy = torch.randn(shape, device="cuda").to(dtype)
+        for lang, m in langs.items():
+            if lang == "numba" and dtype != torch.float32:
+                continue
+            _, mean, rstd = m.layernorm(x, w, b, stats=True)
+            for name, fn in ((f"{lang} layernorm {dname}", lambda m=m: m.layernorm(x, w, b)),
+                             (f"{lang} layernorm_backward {dname}",
+                              lambda m=m, mean=mean, rstd=rstd: m.layernorm_backward(dy, x, w, mean, rstd))):
+                if left() < 5:
+                    return
+                for _ in range(20):
+                    fn()
+                torch.cuda.synchronize()
+                prof = cProfile.Profile()
+                prof.enable()
+                for _ in range(200):
+                    fn()
+                prof.disable()
+                torch.cuda.synchronize()
+                buf = io.StringIO()
+                pstats.Stats(prof, stream=buf).sort_stats("tottime").print_stats(18)
+                RES["profiles"][name] = buf.getvalue()[-6000:]
+                print(name, buf.getvalue()[-2500:], flush=True)
+                save()
+    # the CUDA vec backward's kernels apart
+    cln = langs["cuda"]
+    for dname, dtype in DTYPES.items():
+        x, w, b = inputs(shape, dtype)
+        dy = torch.randn(shape, device="cuda").to(dtype)
+        _, mean, rstd = cln.layernorm(x, w, b, stats=True)
+        rows, cols = shape
+        vec, items, threads, parts = cln.bwd_vec_config(rows, cols, x.element_size(), True)
+        dx = torch.empty_like(x)
+        pdw = torch.empty(parts, cols, device="cuda")
+        pdb = torch.empty(parts, cols, device="cuda")
+        dw = torch.empty(cols, device="cuda", dtype=dtype)
+        t = cln._CTYPE[dtype]
+        k = cln.kernel(f"layernorm_bwd_vec_kernel<{t}, {vec}, {items}, false>")
+        cs = cln.kernel(f"column_sum_vec_kernel<{t}>")
+        for label, fn in (("cuda bwd main kernel", lambda: k[parts, threads](dy, x, w, mean, rstd, dx, pdw, pdb,
+                                                                            rows, cols)),
+                          ("cuda column sum (one of two)", lambda: cs[cln.cdiv(cols, 256), 256](pdw, dw, parts, cols))):
+            try:
+                ms = bench(fn)[0]
+                record("probe", name=label, shape=list(shape), dtype=dname, ms=ms, config=[vec, items, threads, parts])
+            except Exception as e:
+                err(f"probe2 {label} {dname}", e)
+    # CUDA v5's forward configurations, each as a CUDA graph of the launcher
+    for shp in ((4096, 16384), (65536, 512), (4096, 4096)):
+        for dname, dtype in DTYPES.items():
+            x, w, b = inputs(shp, dtype)
+            ref = F.layer_norm(x.float(), (shp[1],), w.float(), b.float(), 1e-5).to(dtype)
+            nbytes = 2 * x.numel() * x.element_size()
+            for cfg in cln.vec_configs(shp[1], x.element_size()):
+                if left() < 5:
+                    return
+
+                def fn(cfg=cfg):
+                    return cln.layernorm_vec(x, w, b, config=cfg)
+                try:
+                    if not close(fn(), ref, dtype):
+                        record("probe", name="cuda v5 config", shape=list(shp), dtype=dname, config=list(cfg),
+                               status="WRONG")
+                        continue
+                    ms = bench(graph_of(fn).replay)[0]
+                    record("probe", name="cuda v5 config (graph)", shape=list(shp), dtype=dname, config=list(cfg),
+                           ms=ms, graph_frac=nbytes / ms / 1e6 / RES["copy_gbps"])
+                except Exception as e:
+                    err(f"probe2 v5 {shp} {dname} {cfg}", e)
+            torch.cuda.empty_cache()
+
+
 def part_fwd2():
     """Triton v3's eviction hint and warps at the shapes where the first sweep disagreed."""
     from kernels.triton import layernorm as tln
