@@ -23,7 +23,7 @@ import torch
 
 from .config import DEVICE, SIMULATE
 
-__all__ = ["to_numba", "from_numba", "numba_stream", "NumbaLauncher"]
+__all__ = ["to_numba", "from_numba", "numba_stream", "NumbaLauncher", "numba_launch"]
 
 # dtypes a Numba kernel can take (NumPy has no bfloat16; Numba has no complex32).
 _SUPPORTED = {torch.float16, torch.float32, torch.float64, torch.int8, torch.int16,
@@ -133,7 +133,8 @@ class NumbaLauncher:
         if compiled.debug or getattr(compiled, "extensions", None):
             return None
         scalars = {nt.float32: ctypes.c_float, nt.float64: ctypes.c_double, nt.int32: ctypes.c_int32,
-                   nt.int64: ctypes.c_int64, nt.uint32: ctypes.c_uint32, nt.uint64: ctypes.c_uint64}
+                   nt.int64: ctypes.c_int64, nt.uint32: ctypes.c_uint32, nt.uint64: ctypes.c_uint64,
+                   nt.boolean: ctypes.c_uint8}
         conv = []
         for ty in argtypes:
             if isinstance(ty, nt.Array):
@@ -165,9 +166,6 @@ class NumbaLauncher:
         return self._launch(entry, grid, block, shared, args)
 
     def _launch(self, entry, grid, block, shared, args):
-        from numba.cuda.cudadrv.driver import _to_core_stream
-        from numba.cuda.dispatcher import LaunchConfig, launch
-
         kernel, conv = entry
         kargs = []
         for a, c in zip(args, conv):
@@ -179,21 +177,55 @@ class NumbaLauncher:
         key = (grid, block, shared)
         config = self._configs.get(key)
         if config is None:
+            from numba.cuda.dispatcher import LaunchConfig
             g = grid if isinstance(grid, tuple) else (grid,)
             b = block if isinstance(block, tuple) else (block,)
             config = self._configs[key] = LaunchConfig(grid=g, block=b, shmem_size=shared)
-        handle = torch.cuda.current_stream().cuda_stream
-        launch(_to_core_stream(_external(handle)) if handle else _default_stream(), config, kernel, *kargs)
+        _core_launch()(_core_stream(_current_raw_stream()), config, kernel, *kargs)
 
 
+_LAUNCHERS: dict = {}
+
+
+def numba_launch(kernel, grid, block, *args, shared: int = 0):
+    """``kernel[grid, block](...)`` with torch tensors passed as they are, through one
+    ``NumbaLauncher`` kept per kernel: what the course's reference launchers call.
+
+        numba_launch(relu_kernel, blocks, 256, x.view(-1), y.view(-1), n)
+    """
+    launcher = _LAUNCHERS.get(kernel)
+    if launcher is None:
+        launcher = _LAUNCHERS[kernel] = NumbaLauncher(kernel)
+    return launcher(grid, block, *args, shared=shared)
+
+
+#: cuda.core's stream object of each raw stream handle torch has given (built once: making one
+#: costs several times the launch).
 _STREAMS = {}
+_LAUNCH = []
 
 
-def _default_stream():
-    s = _STREAMS.get(0)
+def _core_launch():
+    if not _LAUNCH:
+        from numba.cuda.dispatcher import launch
+        _LAUNCH.append(launch)
+    return _LAUNCH[0]
+
+
+def _current_raw_stream() -> int:
+    """torch's current stream on the current device, as a raw handle (torch's own fast accessor,
+    what torch.compile's generated code calls; ``torch.cuda.current_stream()`` builds an object)."""
+    try:
+        return torch._C._cuda_getCurrentRawStream(torch._C._cuda_getDevice())
+    except AttributeError:
+        return int(torch.cuda.current_stream().cuda_stream)
+
+
+def _core_stream(handle: int):
+    s = _STREAMS.get(handle)
     if s is None:
         from numba.cuda.cudadrv.driver import _to_core_stream
-        s = _STREAMS[0] = _to_core_stream(0)
+        s = _STREAMS[handle] = _to_core_stream(_external(handle) if handle else 0)
     return s
 
 

@@ -14,7 +14,7 @@
 //   atomic  dx per row, dw/db by atomicAdd                               layernorm_bwd_atomic_kernel
 //   partials  fused: dx and per-block dw/db partials, then a column-sum kernel
 //             layernorm_bwd_partials_kernel, then column_sum_kernel
-//   vec  the reference, float32 or bfloat16: partials with 16-byte vectors, x and dy read once, dw/db shares in registers
+//   vec  the reference, float32 or bfloat16: partials with 16-byte vectors, x and dy read once, dw/db shares in shared memory
 //        layernorm_bwd_vec_kernel, then column_sum_vec_kernel
 //   rmsnorm  rmsnorm_kernel, rmsnorm_bwd_partials_kernel (and v5's kernels with RMS = true)
 //
@@ -353,89 +353,112 @@ __global__ void layernorm_vec_kernel(const T* __restrict__ x_ptr, const T* __res
 }
 
 // Backward v5: a persistent grid, each block takes rows blockIdx.x, + gridDim.x, ...; its
-// threads keep the same columns for every row, so their shares of dw and db stay in
-// registers until the end (one row of partials per block, summed by column_sum_vec_kernel).
-// x and dy of a row are read once (16-byte loads) and kept in registers for dx.
+// threads keep the same columns for every row, so each thread adds its columns' shares of dw
+// and db into its own slots of the block's shared memory (no other thread touches them: no
+// atomics, no barrier) and writes them out once at the end: one row of partials per block,
+// summed by column_sum_vec_kernel. Registers hold only x-hat and g = dy * w of the current
+// row (the accumulators in registers would cap the block count per SM at two: too few rows
+// in flight to hide the memory latency), and the two row sums share one pair of barriers.
+// x and dy are read once (16-byte loads). p_ptr: (RMS ? 1 : 2, gridDim.x, cols) floats, dw's
+// partials then db's. Dynamic shared memory: (RMS ? 1 : 2) * cols floats.
 template <class T, int VEC, int ITEMS, bool RMS>
 __global__ void layernorm_bwd_vec_kernel(const T* __restrict__ dy_ptr, const T* __restrict__ x_ptr,
                                          const T* __restrict__ w_ptr, const float* __restrict__ mean_ptr,
                                          const float* __restrict__ rstd_ptr, T* __restrict__ dx_ptr,
-                                         float* __restrict__ pdw_ptr, float* __restrict__ pdb_ptr, int rows,
-                                         int cols) {
-    __shared__ float scratch[32];
-    float wv[ITEMS][VEC], adw[ITEMS][VEC], adb[ITEMS][VEC];
-#pragma unroll
-    for (int k = 0; k < ITEMS; k++) {
-        int c = (threadIdx.x + k * blockDim.x) * VEC;
-#pragma unroll
-        for (int i = 0; i < VEC; i++) adw[k][i] = adb[k][i] = wv[k][i] = 0.0f;
-        if (c < cols) load_vec<T, VEC, false>(w_ptr + c, wv[k]);
-    }
-    for (long long row = blockIdx.x; row < rows; row += gridDim.x) {
-        const long long off = row * cols;
-        const float mean = RMS ? 0.0f : mean_ptr[row];
-        const float rstd = rstd_ptr[row];
-        float xh[ITEMS][VEC], g[ITEMS][VEC], dyv[ITEMS][VEC];
-        float s1 = 0.0f, s2 = 0.0f;
-#pragma unroll
-        for (int k = 0; k < ITEMS; k++) {
-            int c = (threadIdx.x + k * blockDim.x) * VEC;
-            if (c < cols) {
-                load_vec<T, VEC, true>(x_ptr + off + c, xh[k]);
-                load_vec<T, VEC, true>(dy_ptr + off + c, dyv[k]);
-            } else {  // past the row: xhat = 0 and dy = 0, nothing adds
-#pragma unroll
-                for (int i = 0; i < VEC; i++) {
-                    xh[k][i] = mean;
-                    dyv[k][i] = 0.0f;
-                }
-            }
-#pragma unroll
-            for (int i = 0; i < VEC; i++) {
-                xh[k][i] = (xh[k][i] - mean) * rstd;
-                g[k][i] = dyv[k][i] * wv[k][i];
-                s1 += g[k][i] * xh[k][i];
-                s2 += g[k][i];
-            }
-        }
-        const float c1 = block_sum(s1, scratch) / cols;
-        const float c2 = RMS ? 0.0f : block_sum(s2, scratch) / cols;
-#pragma unroll
-        for (int k = 0; k < ITEMS; k++) {
-            int c = (threadIdx.x + k * blockDim.x) * VEC;
-            if (c < cols) {
-                float dx[VEC];
-#pragma unroll
-                for (int i = 0; i < VEC; i++) {
-                    dx[i] = (g[k][i] - xh[k][i] * c1 - c2) * rstd;
-                    adw[k][i] += dyv[k][i] * xh[k][i];
-                    adb[k][i] += dyv[k][i];
-                }
-                store_vec<T, VEC>(dx_ptr + off + c, dx);
-            }
-        }
-    }
-    float* pdw = pdw_ptr + (long long)blockIdx.x * cols;
-    float* pdb = pdb_ptr + (long long)blockIdx.x * cols;
+                                         float* __restrict__ p_ptr, int rows, int cols) {
+    __shared__ float scratch[64];
+    extern __shared__ float acc[];  // [cols] dw shares, then [cols] db shares (LayerNorm)
 #pragma unroll
     for (int k = 0; k < ITEMS; k++) {
         int c = (threadIdx.x + k * blockDim.x) * VEC;
         if (c < cols) {
 #pragma unroll
             for (int i = 0; i < VEC; i++) {
-                pdw[c + i] = adw[k][i];
-                if constexpr (!RMS) pdb[c + i] = adb[k][i];
+                acc[c + i] = 0.0f;
+                if constexpr (!RMS) acc[cols + c + i] = 0.0f;
+            }
+        }
+    }
+    for (long long row = blockIdx.x; row < rows; row += gridDim.x) {
+        const long long off = row * cols;
+        const float mean = RMS ? 0.0f : mean_ptr[row];
+        const float rstd = rstd_ptr[row];
+        float xh[ITEMS][VEC], g[ITEMS][VEC];
+        float s1 = 0.0f, s2 = 0.0f;
+#pragma unroll
+        for (int k = 0; k < ITEMS; k++) {
+            int c = (threadIdx.x + k * blockDim.x) * VEC;
+            if (c < cols) {
+                float dyv[VEC], wv[VEC];
+                load_vec<T, VEC, true>(x_ptr + off + c, xh[k]);
+                load_vec<T, VEC, true>(dy_ptr + off + c, dyv);
+                load_vec<T, VEC, false>(w_ptr + c, wv);
+#pragma unroll
+                for (int i = 0; i < VEC; i++) {
+                    xh[k][i] = (xh[k][i] - mean) * rstd;
+                    g[k][i] = dyv[i] * wv[i];
+                    s1 += g[k][i] * xh[k][i];
+                    s2 += g[k][i];
+                    acc[c + i] += dyv[i] * xh[k][i];
+                    if constexpr (!RMS) acc[cols + c + i] += dyv[i];
+                }
+            } else {  // past the row: nothing adds
+#pragma unroll
+                for (int i = 0; i < VEC; i++) xh[k][i] = g[k][i] = 0.0f;
+            }
+        }
+        const float2 sums = block_sum2(s1, s2, scratch);
+        const float c1 = sums.x / cols;
+        const float c2 = RMS ? 0.0f : sums.y / cols;
+#pragma unroll
+        for (int k = 0; k < ITEMS; k++) {
+            int c = (threadIdx.x + k * blockDim.x) * VEC;
+            if (c < cols) {
+                float dx[VEC];
+#pragma unroll
+                for (int i = 0; i < VEC; i++) dx[i] = (g[k][i] - xh[k][i] * c1 - c2) * rstd;
+                store_vec<T, VEC>(dx_ptr + off + c, dx);
+            }
+        }
+    }
+    float* pdw = p_ptr + (long long)blockIdx.x * cols;
+    float* pdb = p_ptr + ((long long)gridDim.x + blockIdx.x) * cols;
+#pragma unroll
+    for (int k = 0; k < ITEMS; k++) {
+        int c = (threadIdx.x + k * blockDim.x) * VEC;
+        if (c < cols) {
+#pragma unroll
+            for (int i = 0; i < VEC; i++) {
+                pdw[c + i] = acc[c + i];
+                if constexpr (!RMS) pdb[c + i] = acc[cols + c + i];
             }
         }
     }
 }
 
-// Stage 2 of v5's backward: out[c] = sum over parts of p[part, c], rounded once to T.
+// Stage 2 of v5's backward: out[c] = the sum over parts of p[part, c], rounded once to T; for
+// blockIdx.y = 1, out2[c] = that of the next (parts, cols) partials (dw's, then db's). A block is 32 columns by COLSUM_SLICES
+// slices of the parts (blockDim (32, COLSUM_SLICES)): each warp reads 128 contiguous bytes a
+// step, and a grid of (cols / 32) x 2 blocks fills the GPU where a thread per column left it
+// idle. The slices are added in a fixed order: the result does not change from run to run.
+#define COLSUM_SLICES 16
 template <class T>
-__global__ void column_sum_vec_kernel(const float* __restrict__ p_ptr, T* __restrict__ out_ptr, int parts, int cols) {
-    int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= cols) return;
+__global__ void column_sum_vec_kernel(const float* __restrict__ p_ptr, T* __restrict__ out_ptr, T* __restrict__ out2_ptr,
+                                      int parts, int cols) {
+    __shared__ float slice[COLSUM_SLICES][33];
+    const int c = blockIdx.x * 32 + threadIdx.x;
+    const float* p = p_ptr + (long long)blockIdx.y * parts * cols;
     float s = 0.0f;
-    for (int p = 0; p < parts; p++) s += p_ptr[(long long)p * cols + c];
-    out_ptr[c] = from_float<T>(s);
+    if (c < cols) {
+#pragma unroll 4
+        for (int k = threadIdx.y; k < parts; k += COLSUM_SLICES) s += p[(long long)k * cols + c];
+    }
+    slice[threadIdx.y][threadIdx.x] = s;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < cols) {
+        float t = 0.0f;
+#pragma unroll
+        for (int j = 0; j < COLSUM_SLICES; j++) t += slice[j][threadIdx.x];
+        (blockIdx.y ? out2_ptr : out_ptr)[c] = from_float<T>(t);
+    }
 }

@@ -157,8 +157,9 @@ WARP_ROWS = 4
 #: x, dy, w and its dw/db shares: 4).
 VEC_ITEMS_MAX = 8
 BWD_ITEMS_MAX = 4
-#: Persistent blocks of the vec backward per SM.
-BWD_BLOCKS_PER_SM = 2
+#: Persistent blocks of the vec backward per SM, at most (fewer where their threads or shared
+#: memory do not fit): each has one row in flight.
+BWD_BLOCKS_PER_SM = 4
 
 
 def _pow2_at_least(n: int) -> int:
@@ -181,10 +182,14 @@ def vec_config(cols: int, itemsize: int, aligned: bool):
     if nvec <= 32 * VEC_ITEMS_MAX:
         items = VEC_ITEMS_MAX if runtime.SIMULATE else _pow2_at_least(cdiv(nvec, 32))
         return vec, items, WARP_ROWS, 32 * WARP_ROWS
-    for items in ((8,) if runtime.SIMULATE else (4, 8)):
-        threads = _pow2_at_least(cdiv(nvec, items))
-        if threads <= MAX_THREADS:
-            return vec, items, 1, max(threads, 64)
+    # Long rows: 4 vectors a thread, or 8 where 4 would need more than 512 threads (on the H200,
+    # float32 rows of 16384: 8 x 512 threads ran at 86% of copy, 4 x 1024 at 77%; a block of
+    # 1024 threads waits at each barrier for 32 warps).
+    for most in ((MAX_THREADS,) if runtime.SIMULATE else (512, MAX_THREADS)):
+        for items in ((8,) if runtime.SIMULATE else (4, 8)):
+            threads = _pow2_at_least(cdiv(nvec, items))
+            if threads <= most:
+                return vec, items, 1, max(threads, 64)
     return None
 
 
@@ -255,17 +260,30 @@ def rmsnorm(x, w, eps=EPS, stats=False, config=None):
     return _vec_forward(x, w, None, eps, stats, "rmsnorm", True, config)
 
 
+#: Threads per block of the column sum: 32 columns x COLSUM_SLICES slices of the parts (the
+#: ``#define`` of layernorm.cu).
+COLSUM_SLICES = 16
+
+
+def _bwd_shared(cols: int, rms: bool) -> int:
+    """Bytes of dynamic shared memory of the vec backward: a block's dw (and db) shares."""
+    return (1 if rms else 2) * cols * 4
+
+
 @functools.lru_cache(maxsize=512)
-def bwd_vec_config(rows: int, cols: int, itemsize: int, aligned: bool):
-    """(VEC, ITEMS, threads, blocks) of the vec backward: 256 threads where ITEMS <= 4 allows it
-    (the fastest on an H100 at 4096 x 4096, float32 and bfloat16); None for longer rows."""
+def bwd_vec_config(rows: int, cols: int, itemsize: int, aligned: bool, rms: bool = False):
+    """(VEC, ITEMS, threads, blocks) of the vec backward: 256 threads where ITEMS <= 4 allows it,
+    and up to BWD_BLOCKS_PER_SM blocks an SM as its threads and shared memory allow; None for
+    rows longer than it holds."""
     vec = 16 // itemsize if aligned and cols % (16 // itemsize) == 0 else 1
     nvec = cdiv(cols, vec)
     items = BWD_ITEMS_MAX if runtime.SIMULATE else min(BWD_ITEMS_MAX, _pow2_at_least(cdiv(nvec, 256)))
     threads = max(32, _pow2_at_least(cdiv(nvec, items)))
-    if threads > MAX_THREADS:
+    shared = _bwd_shared(cols, rms)
+    if threads > MAX_THREADS or shared > runtime.max_dynamic_shared():
         return None
-    return vec, items, threads, max(1, min(rows, BWD_BLOCKS_PER_SM * sm_count()))
+    per_sm = max(1, min(BWD_BLOCKS_PER_SM, 2048 // threads, (runtime.max_dynamic_shared() + 1024) // (shared + 1024)))
+    return vec, items, threads, max(1, min(rows, per_sm * sm_count()))
 
 
 def bwd_vec_configs(rows: int, cols: int, itemsize: int) -> list[tuple[int, int, int]]:
@@ -275,7 +293,7 @@ def bwd_vec_configs(rows: int, cols: int, itemsize: int) -> list[tuple[int, int,
     for items in (1, 2, 4):
         threads = _pow2_at_least(cdiv(nvec, items))
         if 64 <= threads <= MAX_THREADS:
-            out += [(items, threads, per_sm * sm_count()) for per_sm in (1, 2, 4)]
+            out += [(items, threads, per_sm * sm_count()) for per_sm in (2, 3, 4, 6)]
     return out
 
 
@@ -292,26 +310,24 @@ def _vec_backward(dy, x, w, mean, rstd, op, rms, config=None):
     if config is not None:
         vec, (items, threads, parts) = 16 // x.element_size(), config
     else:
-        cfg = bwd_vec_config(rows, cols, x.element_size(), _aligned(dy, x, w, dx))
+        cfg = bwd_vec_config(rows, cols, x.element_size(), _aligned(dy, x, w, dx), rms)
         if cfg is None:  # rows too long: the float32 partials kernels (bfloat16 through float32)
             out = (rmsnorm_backward_partials(dy.float(), x.float(), w.float(), rstd) if rms else
                    layernorm_backward_partials(dy.float(), x.float(), w.float(), mean, rstd))
             return (out[0].to(x.dtype).reshape(shape),) + tuple(t.to(w.dtype) for t in out[1:])
         vec, items, threads, parts = cfg
     parts = min(parts, rows)
-    pdw = torch.empty(parts, cols, dtype=torch.float32, device=x.device)
-    pdb = pdw if rms else torch.empty(parts, cols, dtype=torch.float32, device=x.device)
+    halves = 1 if rms else 2
+    # one buffer for the partials of dw and db, and one launch sums both
+    p = torch.empty(halves, parts, cols, dtype=torch.float32, device=x.device)
     t = _CTYPE[x.dtype]
-    kernel(f"layernorm_bwd_vec_kernel<{t}, {vec}, {items}, {'true' if rms else 'false'}>")[parts, threads](
-        dy, x, w, mean, rstd, dx, pdw, pdb, rows, cols)
+    kernel(f"layernorm_bwd_vec_kernel<{t}, {vec}, {items}, {'true' if rms else 'false'}>")[
+        parts, threads, _bwd_shared(cols, rms)](dy, x, w, mean, rstd, dx, p, rows, cols)
     dw = torch.empty(cols, dtype=w.dtype, device=x.device)
-    colsum = kernel(f"column_sum_vec_kernel<{_CTYPE[w.dtype]}>")
-    colsum[cdiv(cols, 256), 256](pdw, dw, parts, cols)
-    if rms:
-        return dx.reshape(shape), dw
-    db = torch.empty(cols, dtype=w.dtype, device=x.device)
-    colsum[cdiv(cols, 256), 256](pdb, db, parts, cols)
-    return dx.reshape(shape), dw, db
+    db = dw if rms else torch.empty(cols, dtype=w.dtype, device=x.device)
+    kernel(f"column_sum_vec_kernel<{_CTYPE[w.dtype]}>")[(cdiv(cols, 32), halves), (32, COLSUM_SLICES)](
+        p, dw, db, parts, cols)
+    return (dx.reshape(shape), dw) if rms else (dx.reshape(shape), dw, db)
 
 
 def layernorm_backward_vec(dy, x, w, mean, rstd, config=None):

@@ -43,6 +43,23 @@ __device__ __forceinline__ float block_sum(float v, float* scratch) {
     return warp_sum(v);  // each warp sums the partials itself: no broadcast step
 }
 
+// Two block sums at once, with one pair of barriers for both (`scratch`: 64 floats): a row
+// that needs two sums (LayerNorm's backward) waits at two barriers instead of four.
+__device__ __forceinline__ float2 block_sum2(float a, float b, float* scratch) {
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+    a = warp_sum(a);
+    b = warp_sum(b);
+    __syncthreads();  // the previous call's readers are done with scratch
+    if (lane == 0) {
+        scratch[warp] = a;
+        scratch[32 + warp] = b;
+    }
+    __syncthreads();  // every warp's partials are written before any warp reads them
+    a = lane < warps ? scratch[lane] : 0.0f;
+    b = lane < warps ? scratch[32 + lane] : 0.0f;
+    return make_float2(warp_sum(a), warp_sum(b));
+}
+
 __device__ __forceinline__ float block_max(float v, float* scratch) {
     int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
     v = warp_max(v);

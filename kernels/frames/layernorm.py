@@ -118,20 +118,23 @@ def norm_forward(x, w, b, eps, stats, *, op, launch, rms=False, dtypes=F32, max_
 
 def norm_backward(dy, x, w, mean, rstd, *, op, launch, rms=False, dtypes=F32, max_cols=None, accumulate=True):
     """What every backward launcher of the topic does around its kernels: check dy, x, w and
-    the saved statistics, make dx and the weight gradients (dw and db, RMSNorm dw only: zeros,
-    in ``stats_dtype(x)`` for kernels that ``accumulate`` into them, else in w's dtype for a
-    column sum to write), call ``launch(dy, x, w, mean, rstd, dx, dw, db, rows, cols)`` unless
-    x is empty (RMSNorm: ``launch(dy, x, w, rstd, dx, dw, rows, cols)``), and return
+    the saved statistics, make dx and the weight gradients (dw and db, RMSNorm dw only: zeros
+    in ``stats_dtype(x)`` for kernels that ``accumulate`` into them, else left for a column
+    sum to write, in w's dtype), call ``launch(dy, x, w, mean, rstd, dx, dw, db, rows, cols)``
+    unless x is empty (RMSNorm: ``launch(dy, x, w, rstd, dx, dw, rows, cols)``), and return
     (dx in x's shape, dw, db) with the gradients in w's dtype (RMSNorm: (dx, dw))."""
     saved = ((rstd, "rstd"),) if rms else ((mean, "mean"), (rstd, "rstd"))
     dy, x, w, saved, shape = check_norm_backward_inputs(dy, x, w, saved, op=op, dtypes=dtypes)
     rows, cols = x.shape
     _check_row_length(cols, max_cols, op)
     dx = torch.empty_like(x)
+    n = 1 if rms else 2
+    if not (rows and cols):  # nothing to launch: the gradients of no rows are zeros
+        return (dx.reshape(shape),) + tuple(torch.zeros(cols, dtype=w.dtype, device=x.device) for _ in range(n))
+    new = torch.zeros if accumulate else torch.empty  # a column sum writes every value: no zeros
     dtype = stats_dtype(x) if accumulate else w.dtype
-    grads = tuple(torch.zeros(cols, dtype=dtype, device=x.device) for _ in range(1 if rms else 2))
-    if rows and cols:
-        launch(dy, x, w, *saved, dx, *grads, rows, cols)
+    grads = tuple(new(cols, dtype=dtype, device=x.device) for _ in range(n))
+    launch(dy, x, w, *saved, dx, *grads, rows, cols)
     return (dx.reshape(shape),) + tuple(g.to(w.dtype) for g in grads)
 
 

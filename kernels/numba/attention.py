@@ -406,8 +406,8 @@ def _forward_one_kernel(kernel, queries_per_block, threads, q, k, v, causal, op)
     if nq == 0 or nk == 0 or d == 0 or B * H == 0:
         return frame.empty_result(q, k, v, squeeze)
     o, lse = _outputs(B, H, nq, d, q.device)
-    args = [runtime.to_numba(t) for t in (qf, kf, vf, o, lse)]
-    kernel[(cdiv(nq, queries_per_block), B * H), threads](*args, 1.0 / math.sqrt(d), nk - nq, bool(causal))
+    runtime.numba_launch(kernel, (cdiv(nq, queries_per_block), B * H), threads, qf, kf, vf, o, lse,
+                         1.0 / math.sqrt(d), nk - nq, bool(causal))
     return _finish(q, o, lse, B, H, nq, d, squeeze)
 
 

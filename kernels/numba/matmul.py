@@ -70,8 +70,7 @@ def matmul_tiled(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """v2: TILE x TILE threads per block, tiles of A and B staged in shared memory."""
     a, b, c, M, N, K = prepare_operands(a, b, "matmul_tiled")
     if c.numel() and K:
-        matmul_tiled_kernel[(cdiv(N, TILE), cdiv(M, TILE)), (TILE, TILE)](
-            runtime.to_numba(a), runtime.to_numba(b), runtime.to_numba(c))
+        runtime.numba_launch(matmul_tiled_kernel, (cdiv(N, TILE), cdiv(M, TILE)), (TILE, TILE), a, b, c)
     return c
 
 

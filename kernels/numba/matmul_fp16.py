@@ -33,8 +33,7 @@ def matmul_fp16(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     if a.dtype == torch.bfloat16:
         a, b = a.float(), b.float()  # exact: every bfloat16 value is a float32 value
     if c.numel() and K:
-        matmul_fp16_kernel[(cdiv(N, 16), cdiv(M, 16)), (16, 16)](
-            runtime.to_numba(a), runtime.to_numba(b), runtime.to_numba(c))
+        runtime.numba_launch(matmul_fp16_kernel, (cdiv(N, 16), cdiv(M, 16)), (16, 16), a, b, c)
     return c
 
 

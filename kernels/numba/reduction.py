@@ -264,15 +264,15 @@ def sum_two_pass(x: torch.Tensor) -> torch.Tensor:
         # A few blocks per SM, each thread summing many elements; no more blocks than needed.
         blocks = num_blocks_grid_stride(n, BLOCK_SIZE, per_thread=8)
         partials = torch.empty(blocks, dtype=torch.float32, device=x.device)
-        sum_partials_kernel[blocks, BLOCK_SIZE](runtime.to_numba(x), runtime.to_numba(partials))
-        sum_final_kernel[1, BLOCK_SIZE](runtime.to_numba(partials), runtime.to_numba(out.view(1)))
+        runtime.numba_launch(sum_partials_kernel, blocks, BLOCK_SIZE, x, partials)
+        runtime.numba_launch(sum_final_kernel, 1, BLOCK_SIZE, partials, out.view(1))
     return sum_frame(x, launch)
 
 
 def row_max(x: torch.Tensor) -> torch.Tensor:
     """The max of each row of a 2-D tensor: shape (rows,). -inf for rows of length 0."""
     def launch(x, out, rows, cols):
-        row_max_kernel[rows, whole_warps(cols, BLOCK_SIZE)](runtime.to_numba(x), runtime.to_numba(out))
+        runtime.numba_launch(row_max_kernel, rows, whole_warps(cols, BLOCK_SIZE), x, out)
     return row_max_frame(x, launch)
 
 

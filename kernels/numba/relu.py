@@ -9,8 +9,9 @@ Versions (``VERSIONS``, naive to best; ``relu`` is the reference, v3):
 and ``relu_backward(grad_out, x)``: grad_out where x > 0, else 0.
 
 ``import runtime`` comes first: it decides whether ``numba.cuda`` is the real GPU target or
-Numba's CUDA simulator. Tensors reach the kernels through ``runtime.to_numba`` (same memory,
-no copy), so a kernel's writes land in the torch tensor.
+Numba's CUDA simulator. Tensors reach the kernels as they are, through ``runtime.numba_launch``
+(a ``NumbaLauncher`` per kernel: the tensor's pointer, shape and strides, no copy and no
+device-array wrapper), so a kernel's writes land in the torch tensor.
 """
 from __future__ import annotations
 
@@ -93,18 +94,13 @@ def relu_backward_kernel(grad_out_ptr, x_ptr, grad_in_ptr, n):
         grad_in_ptr[idx] = grad_out_ptr[idx] if x_ptr[idx] > ZERO else ZERO
 
 
-def _flat(t: torch.Tensor):
-    """The tensor as a 1-D Numba array (same memory, no copy): the kernels index it flat."""
-    return runtime.to_numba(t.view(-1))
-
-
 def launch_map(kernel, x: torch.Tensor, op: str, items_per_thread: int = 1, max_numel=None) -> torch.Tensor:
     """y = kernel(x) for a kernel ``(x_ptr, y_ptr, n)`` that maps ``items_per_thread`` elements
     per thread, BLOCK_SIZE threads per block, the grid rounded up (relu's and gelu's)."""
     x, y = inputs_and_output(x, op=op, max_numel=max_numel)
     n = x.numel()
     if n:  # a grid of zero blocks is not a launch
-        kernel[cdiv(n, items_per_thread * BLOCK_SIZE), BLOCK_SIZE](_flat(x), _flat(y), n)
+        runtime.numba_launch(kernel, cdiv(n, items_per_thread * BLOCK_SIZE), BLOCK_SIZE, x.view(-1), y.view(-1), n)
     return y
 
 
@@ -118,7 +114,7 @@ def relu_grid_stride(x: torch.Tensor) -> torch.Tensor:
     x, y = inputs_and_output(x, op="relu")
     n = x.numel()
     if n:
-        relu_grid_stride_kernel[capped_grid(n, BLOCK_SIZE), BLOCK_SIZE](_flat(x), _flat(y), n)
+        runtime.numba_launch(relu_grid_stride_kernel, capped_grid(n, BLOCK_SIZE), BLOCK_SIZE, x.view(-1), y.view(-1), n)
     return y
 
 
@@ -132,7 +128,8 @@ def relu_backward(grad_out: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     grad_out, x, grad_in = relu_backward_input(grad_out, x)
     n = x.numel()
     if n:
-        relu_backward_kernel[cdiv(n, BLOCK_SIZE), BLOCK_SIZE](_flat(grad_out), _flat(x), _flat(grad_in), n)
+        runtime.numba_launch(relu_backward_kernel, cdiv(n, BLOCK_SIZE), BLOCK_SIZE, grad_out.view(-1), x.view(-1),
+                             grad_in.view(-1), n)
     return grad_in
 
 

@@ -130,7 +130,7 @@ def softmax_fused(x: torch.Tensor) -> torch.Tensor:
     """v2: one block per row held in registers: one read of x, one write of y."""
     def launch(x, y, rows, cols):
         check_fused_cols(cols, ITEMS, MAX_THREADS)
-        softmax_fused_kernel[rows, whole_warps(cdiv(cols, ITEMS))](runtime.to_numba(x), runtime.to_numba(y))
+        runtime.numba_launch(softmax_fused_kernel, rows, whole_warps(cdiv(cols, ITEMS)), x, y)
     return softmax_frame(x, launch)
 
 
@@ -138,7 +138,7 @@ def softmax_online(x: torch.Tensor) -> torch.Tensor:
     """v3: online softmax, one block per row, any row length."""
     def launch(x, y, rows, cols):
         threads = whole_warps(cdiv(cols, 8)) if not runtime.SIMULATE else whole_warps(cols, ROW_THREADS)
-        softmax_online_kernel[rows, threads](runtime.to_numba(x), runtime.to_numba(y))
+        runtime.numba_launch(softmax_online_kernel, rows, threads, x, y)
     return softmax_frame(x, launch)
 
 

@@ -273,8 +273,13 @@ def layernorm_bwd_partials_kernel(dy_ptr, x_ptr, w_ptr, mean_ptr, rstd_ptr, dx_p
 
 
 @triton.jit
-def column_sum_kernel(p_ptr, out_ptr, parts, cols, BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr):
-    # stage 2: out[c] = sum over parts of p[part, c], a program per BLOCK_C columns
+def column_sum_kernel(p_ptr, out_ptr, out2_ptr, parts, cols, BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr):
+    # stage 2: out[c] = sum over parts of p[part, c], a program per BLOCK_C columns; with a
+    # second grid row (program_id(1) = 1), also out2[c] = the sum of the next (parts, cols)
+    # partials p[parts + part, c] (dw's partials, then db's: one launch for both)
+    if tl.program_id(1) == 1:
+        p_ptr += parts.to(tl.int64) * cols
+        out_ptr = out2_ptr
     cs = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
     acc = tl.zeros([BLOCK_P, BLOCK_C], dtype=p_ptr.dtype.element_ty)
     for start in range(0, parts, BLOCK_P):
@@ -317,26 +322,28 @@ def bwd_config(rows: int, cols: int, itemsize: int) -> tuple[int, int, int, int]
     return nrows, block, warps, parts
 
 
-#: Columns per program of the column sum.
-COLSUM_BLOCK = 64 if runtime.SIMULATE else 128
+#: Columns per program of the column sum: narrow, so that a (parts, 4096) sum is 128 programs
+#: (a program per 128 columns left most SMs idle).
+COLSUM_BLOCK = 32
 
 
-def _column_sum(p, out):
-    """out (cols,) = the sum over the rows of the (parts, cols) partials p."""
-    parts, cols = p.shape
-    column_sum_kernel[(triton.cdiv(cols, COLSUM_BLOCK),)](p, out, parts, cols, BLOCK_P=32, BLOCK_C=COLSUM_BLOCK)
+def _column_sum(p, out, out2=None):
+    """out (cols,) = the sum over the rows of the (parts, cols) partials p; with ``out2``, p is
+    (2, parts, cols) and out2 gets the second sum, in the same launch."""
+    parts, cols = p.shape[-2:]
+    column_sum_kernel[(triton.cdiv(cols, COLSUM_BLOCK), 1 if out2 is None else 2)](
+        p, out, out if out2 is None else out2, parts, cols, BLOCK_P=64, BLOCK_C=COLSUM_BLOCK)
 
 
 def layernorm_backward_partials(dy, x, w, mean, rstd):
     """Fused dx + per-program dw/db partials, then a second kernel over the partials."""
     def launch(dy, x, w, mean, rstd, dx, dw, db, rows, cols):
         nrows, block, warps, parts = bwd_config(rows, cols, x.element_size())
-        pdw = torch.empty(parts, cols, dtype=stats_dtype(x), device=x.device)
-        pdb = torch.empty(parts, cols, dtype=stats_dtype(x), device=x.device)
-        layernorm_bwd_partials_kernel[(parts,)](dy, x, w, mean, rstd, dx, pdw, pdb, rows, cols, ROWS=nrows,
+        p = torch.empty(2, parts, cols, dtype=stats_dtype(x), device=x.device)  # dw's partials, then db's
+        pdb = p[1]
+        layernorm_bwd_partials_kernel[(parts,)](dy, x, w, mean, rstd, dx, p, pdb, rows, cols, ROWS=nrows,
                                                 BLOCK=block, num_warps=warps)
-        _column_sum(pdw, dw)
-        _column_sum(pdb, db)
+        _column_sum(p, dw, db)
     return _backward_frame(dy, x, w, mean, rstd, "layernorm_backward_partials", launch)
 
 
