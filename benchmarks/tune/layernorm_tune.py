@@ -472,20 +472,23 @@ def part_probe2():
         dy = torch.randn(shape, device="cuda").to(dtype)
         _, mean, rstd = cln.layernorm(x, w, b, stats=True)
         rows, cols = shape
-        vec, items, threads, parts = cln.bwd_vec_config(rows, cols, x.element_size(), True)
+        vec, items, threads, parts, acc_shared = cln.bwd_vec_config(rows, cols, x.element_size(), True)
         dx = torch.empty_like(x)
-        pdw = torch.empty(parts, cols, device="cuda")
-        pdb = torch.empty(parts, cols, device="cuda")
+        p = torch.empty(2, parts, cols, device="cuda")
         dw = torch.empty(cols, device="cuda", dtype=dtype)
+        db = torch.empty(cols, device="cuda", dtype=dtype)
         t = cln._CTYPE[dtype]
-        k = cln.kernel(f"layernorm_bwd_vec_kernel<{t}, {vec}, {items}, false>")
+        k = cln.kernel(f"layernorm_bwd_vec_kernel<{t}, {vec}, {items}, false, {'true' if acc_shared else 'false'}>")
         cs = cln.kernel(f"column_sum_vec_kernel<{t}>")
-        for label, fn in (("cuda bwd main kernel", lambda: k[parts, threads](dy, x, w, mean, rstd, dx, pdw, pdb,
-                                                                            rows, cols)),
-                          ("cuda column sum (one of two)", lambda: cs[cln.cdiv(cols, 256), 256](pdw, dw, parts, cols))):
+        shared = cln._bwd_shared(cols, False, acc_shared)
+        for label, fn in (("cuda bwd main kernel", lambda: k[parts, threads, shared](dy, x, w, mean, rstd, dx, p,
+                                                                                    rows, cols)),
+                          ("cuda column sum (dw and db)", lambda: cs[(cln.cdiv(cols, 32), 2), (32, cln.COLSUM_SLICES)](
+                              p, dw, db, parts, cols))):
             try:
                 ms = bench(fn)[0]
-                record("probe", name=label, shape=list(shape), dtype=dname, ms=ms, config=[vec, items, threads, parts])
+                record("probe", name=label, shape=list(shape), dtype=dname, ms=ms,
+                       config=[vec, items, threads, parts, acc_shared])
             except Exception as e:
                 err(f"probe2 {label} {dname}", e)
     # CUDA v5's forward configurations, each as a CUDA graph of the launcher
@@ -511,6 +514,52 @@ def part_probe2():
                 except Exception as e:
                     err(f"probe2 v5 {shp} {dname} {cfg}", e)
             torch.cuda.empty_cache()
+
+
+def part_bwd3():
+    """The backward's configurations at 4096 x 4096, each timed as a CUDA graph of one launcher
+    call (its kernels without its host time): CUDA vec's (ITEMS, threads, blocks, SHARED), and
+    Triton's programs per SM and tile."""
+    import kernels
+    from kernels.triton import layernorm as tln
+    from utils.topics.layernorm import layernorm_backward_bytes
+    cln = kernels.module("layernorm", "cuda")
+    shape = (4096, 4096)
+    for dname, dtype in DTYPES.items():
+        x, w, b = inputs(shape, dtype)
+        dy = torch.randn(shape, device="cuda").to(dtype)
+        _, mean, rstd = cln.layernorm(x, w, b, stats=True)
+        xf = x.float()
+        rdx = torch.ops.aten.native_layer_norm_backward(dy.float(), xf, [shape[1]], mean[:, None], rstd[:, None],
+                                                        w.float(), b.float(), [True, True, True])[0]
+        nb = layernorm_backward_bytes(shape, x.element_size())
+
+        def tg(name, fn, **extra):
+            if left() < 5:
+                return
+            try:
+                if not close(fn()[0], rdx, dtype):
+                    record("bwd", name=name, dtype=dname, status="WRONG", **extra)
+                    return
+                ms = bench(graph_of(fn).replay)[0]
+                record("bwd", name=name, shape=list(shape), dtype=dname, graph_ms=ms,
+                       graph_frac=nb / ms / 1e6 / RES["copy_gbps"], **extra)
+            except Exception as e:
+                err(f"bwd3 {name} {dname} {extra}", e)
+        tg("torch eager ln bwd (graph)", lambda: torch.ops.aten.native_layer_norm_backward(
+            dy, x, [shape[1]], mean[:, None], rstd[:, None], w, b, [True, True, True]))
+        for cfg in cln.bwd_vec_configs(*shape, x.element_size()):
+            tg("cuda ln bwd (graph)", lambda cfg=cfg: cln.layernorm_backward_vec(dy, x, w, mean, rstd, config=cfg),
+               config=list(cfg))
+        for tile in (4096, 8192, 16384):
+            for per_sm in (1, 2, 3, 4):
+                tln.BWD_TILE_BYTES, tln.BWD_PROGRAMS_PER_SM = tile, per_sm
+                tln.bwd_config.cache_clear()
+                tg("triton ln bwd (graph)", lambda: tln.layernorm_backward(dy, x, w, mean, rstd), tile=tile,
+                   per_sm=per_sm, config=list(tln.bwd_config(*shape, x.element_size())))
+        tln.BWD_TILE_BYTES, tln.BWD_PROGRAMS_PER_SM = 16384, 1
+        tln.bwd_config.cache_clear()
+        torch.cuda.empty_cache()
 
 
 def part_fwd2():

@@ -159,7 +159,7 @@ VEC_ITEMS_MAX = 8
 BWD_ITEMS_MAX = 4
 #: Persistent blocks of the vec backward per SM, at most (fewer where their threads or shared
 #: memory do not fit): each has one row in flight.
-BWD_BLOCKS_PER_SM = 4
+BWD_BLOCKS_PER_SM = 2
 
 
 def _pow2_at_least(n: int) -> int:
@@ -265,35 +265,41 @@ def rmsnorm(x, w, eps=EPS, stats=False, config=None):
 COLSUM_SLICES = 16
 
 
-def _bwd_shared(cols: int, rms: bool) -> int:
-    """Bytes of dynamic shared memory of the vec backward: a block's dw (and db) shares."""
-    return (1 if rms else 2) * cols * 4
+#: Where the vec backward keeps a block's dw/db shares: registers (False) or shared memory (True).
+BWD_SHARED = False
+
+
+def _bwd_shared(cols: int, rms: bool, shared: bool) -> int:
+    """Bytes of dynamic shared memory of the vec backward: a block's dw (and db) shares, if it
+    keeps them there."""
+    return (1 if rms else 2) * cols * 4 if shared else 0
 
 
 @functools.lru_cache(maxsize=512)
 def bwd_vec_config(rows: int, cols: int, itemsize: int, aligned: bool, rms: bool = False):
-    """(VEC, ITEMS, threads, blocks) of the vec backward: 256 threads where ITEMS <= 4 allows it,
-    and up to BWD_BLOCKS_PER_SM blocks an SM as its threads and shared memory allow; None for
-    rows longer than it holds."""
+    """(VEC, ITEMS, threads, blocks, SHARED) of the vec backward: 256 threads where ITEMS <= 4
+    allows it, BWD_BLOCKS_PER_SM blocks an SM (fewer where their threads or shared memory do
+    not fit); None for rows longer than it holds."""
     vec = 16 // itemsize if aligned and cols % (16 // itemsize) == 0 else 1
     nvec = cdiv(cols, vec)
     items = BWD_ITEMS_MAX if runtime.SIMULATE else min(BWD_ITEMS_MAX, _pow2_at_least(cdiv(nvec, 256)))
     threads = max(32, _pow2_at_least(cdiv(nvec, items)))
-    shared = _bwd_shared(cols, rms)
+    shared = _bwd_shared(cols, rms, BWD_SHARED)
     if threads > MAX_THREADS or shared > runtime.max_dynamic_shared():
         return None
     per_sm = max(1, min(BWD_BLOCKS_PER_SM, 2048 // threads, (runtime.max_dynamic_shared() + 1024) // (shared + 1024)))
-    return vec, items, threads, max(1, min(rows, per_sm * sm_count()))
+    return vec, items, threads, max(1, min(rows, per_sm * sm_count())), BWD_SHARED
 
 
-def bwd_vec_configs(rows: int, cols: int, itemsize: int) -> list[tuple[int, int, int]]:
-    """(ITEMS, threads, blocks) the vec backward can run aligned rows with (tuning)."""
+def bwd_vec_configs(rows: int, cols: int, itemsize: int) -> list[tuple[int, int, int, bool]]:
+    """(ITEMS, threads, blocks, SHARED) the vec backward can run aligned rows with (tuning)."""
     nvec = cdiv(cols, 16 // itemsize)
     out = []
     for items in (1, 2, 4):
         threads = _pow2_at_least(cdiv(nvec, items))
         if 64 <= threads <= MAX_THREADS:
-            out += [(items, threads, per_sm * sm_count()) for per_sm in (2, 3, 4, 6)]
+            out += [(items, threads, per_sm * sm_count(), shared)
+                    for shared in (False, True) for per_sm in (1, 2, 3, 4)]
     return out
 
 
@@ -308,21 +314,21 @@ def _vec_backward(dy, x, w, mean, rstd, op, rms, config=None):
         zero = torch.zeros(cols, dtype=w.dtype, device=x.device)
         return (dx.reshape(shape), zero) if rms else (dx.reshape(shape), zero, zero.clone())
     if config is not None:
-        vec, (items, threads, parts) = 16 // x.element_size(), config
+        vec, (items, threads, parts, acc_shared) = 16 // x.element_size(), config
     else:
         cfg = bwd_vec_config(rows, cols, x.element_size(), _aligned(dy, x, w, dx), rms)
         if cfg is None:  # rows too long: the float32 partials kernels (bfloat16 through float32)
             out = (rmsnorm_backward_partials(dy.float(), x.float(), w.float(), rstd) if rms else
                    layernorm_backward_partials(dy.float(), x.float(), w.float(), mean, rstd))
             return (out[0].to(x.dtype).reshape(shape),) + tuple(t.to(w.dtype) for t in out[1:])
-        vec, items, threads, parts = cfg
+        vec, items, threads, parts, acc_shared = cfg
     parts = min(parts, rows)
     halves = 1 if rms else 2
     # one buffer for the partials of dw and db, and one launch sums both
     p = torch.empty(halves, parts, cols, dtype=torch.float32, device=x.device)
-    t = _CTYPE[x.dtype]
-    kernel(f"layernorm_bwd_vec_kernel<{t}, {vec}, {items}, {'true' if rms else 'false'}>")[
-        parts, threads, _bwd_shared(cols, rms)](dy, x, w, mean, rstd, dx, p, rows, cols)
+    name = (f"layernorm_bwd_vec_kernel<{_CTYPE[x.dtype]}, {vec}, {items}, {'true' if rms else 'false'}, "
+            f"{'true' if acc_shared else 'false'}>")
+    kernel(name)[parts, threads, _bwd_shared(cols, rms, acc_shared)](dy, x, w, mean, rstd, dx, p, rows, cols)
     dw = torch.empty(cols, dtype=w.dtype, device=x.device)
     db = dw if rms else torch.empty(cols, dtype=w.dtype, device=x.device)
     kernel(f"column_sum_vec_kernel<{_CTYPE[w.dtype]}>")[(cdiv(cols, 32), halves), (32, COLSUM_SLICES)](
