@@ -525,6 +525,7 @@ def part_bwd3():
     from utils.topics.layernorm import layernorm_backward_bytes
     cln = kernels.module("layernorm", "cuda")
     shape = (4096, 4096)
+    tile0, per_sm0 = tln.BWD_TILE_BYTES, tln.BWD_PROGRAMS_PER_SM
     for dname, dtype in DTYPES.items():
         x, w, b = inputs(shape, dtype)
         dy = torch.randn(shape, device="cuda").to(dtype)
@@ -557,7 +558,7 @@ def part_bwd3():
                 tln.bwd_config.cache_clear()
                 tg("triton ln bwd (graph)", lambda: tln.layernorm_backward(dy, x, w, mean, rstd), tile=tile,
                    per_sm=per_sm, config=list(tln.bwd_config(*shape, x.element_size())))
-        tln.BWD_TILE_BYTES, tln.BWD_PROGRAMS_PER_SM = 16384, 1
+        tln.BWD_TILE_BYTES, tln.BWD_PROGRAMS_PER_SM = tile0, per_sm0
         tln.bwd_config.cache_clear()
         torch.cuda.empty_cache()
 

@@ -265,8 +265,10 @@ def rmsnorm(x, w, eps=EPS, stats=False, config=None):
 COLSUM_SLICES = 16
 
 
-#: Where the vec backward keeps a block's dw/db shares: registers (False) or shared memory (True).
-BWD_SHARED = False
+#: Where the vec backward keeps a block's dw/db shares, by the element size: registers (False)
+#: or shared memory (True). From the H200 sweep at 4096 x 4096 (benchmarks/tune/layernorm_tune.py
+#: bwd3): float32 71.7 us in shared memory against 88.1 in registers, bfloat16 68.5 against 62.1.
+BWD_SHARED = {4: True, 2: False}
 
 
 def _bwd_shared(cols: int, rms: bool, shared: bool) -> int:
@@ -277,18 +279,20 @@ def _bwd_shared(cols: int, rms: bool, shared: bool) -> int:
 
 @functools.lru_cache(maxsize=512)
 def bwd_vec_config(rows: int, cols: int, itemsize: int, aligned: bool, rms: bool = False):
-    """(VEC, ITEMS, threads, blocks, SHARED) of the vec backward: 256 threads where ITEMS <= 4
-    allows it, BWD_BLOCKS_PER_SM blocks an SM (fewer where their threads or shared memory do
-    not fit); None for rows longer than it holds."""
+    """(VEC, ITEMS, threads, blocks, SHARED) of the vec backward: a vector a thread up to 1024
+    threads (the fastest at 4096 x 4096 on the H200, in both dtypes), BWD_BLOCKS_PER_SM blocks
+    an SM (fewer where their threads or shared memory do not fit); None for rows longer than it
+    holds."""
     vec = 16 // itemsize if aligned and cols % (16 // itemsize) == 0 else 1
     nvec = cdiv(cols, vec)
-    items = BWD_ITEMS_MAX if runtime.SIMULATE else min(BWD_ITEMS_MAX, _pow2_at_least(cdiv(nvec, 256)))
+    items = BWD_ITEMS_MAX if runtime.SIMULATE else min(BWD_ITEMS_MAX, _pow2_at_least(cdiv(nvec, MAX_THREADS)))
     threads = max(32, _pow2_at_least(cdiv(nvec, items)))
-    shared = _bwd_shared(cols, rms, BWD_SHARED)
+    acc_shared = BWD_SHARED[itemsize]
+    shared = _bwd_shared(cols, rms, acc_shared)
     if threads > MAX_THREADS or shared > runtime.max_dynamic_shared():
         return None
     per_sm = max(1, min(BWD_BLOCKS_PER_SM, 2048 // threads, (runtime.max_dynamic_shared() + 1024) // (shared + 1024)))
-    return vec, items, threads, max(1, min(rows, per_sm * sm_count())), BWD_SHARED
+    return vec, items, threads, max(1, min(rows, per_sm * sm_count())), acc_shared
 
 
 def bwd_vec_configs(rows: int, cols: int, itemsize: int) -> list[tuple[int, int, int, bool]]:

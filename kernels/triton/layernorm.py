@@ -303,11 +303,13 @@ def layernorm_backward_atomic(dy, x, w, mean, rstd):
     return _backward_frame(dy, x, w, mean, rstd, "layernorm_backward_atomic", launch, accumulate=True)
 
 
-#: Persistent programs of the backward per SM (each writes a row of partial sums: more
-#: programs overlap better, but the partials are extra traffic), and the bytes of x and dy
-#: one step of a program holds.
-BWD_PROGRAMS_PER_SM = 1
-BWD_TILE_BYTES = 16384
+#: Persistent programs of the backward per SM, by the element size (each writes a row of
+#: partial sums: more programs overlap better, but the partials are extra traffic), and the
+#: bytes of x and dy one step of a program holds. From the H200 sweep at 4096 x 4096
+#: (benchmarks/tune/layernorm_tune.py bwd3): float32 78.1 us with 1 program an SM (82.3 with
+#: 2), bfloat16 46.5 us with 2 (62.7 with 1).
+BWD_PROGRAMS_PER_SM = {4: 1, 2: 2}
+BWD_TILE_BYTES = 8192
 
 
 @functools.lru_cache(maxsize=256)
@@ -318,7 +320,8 @@ def bwd_config(rows: int, cols: int, itemsize: int) -> tuple[int, int, int, int]
         return min(4, max(1, 1024 // block)), block, 1, max(1, min(triton.cdiv(rows, 4), 8))
     nrows = max(1, BWD_TILE_BYTES // (block * itemsize))
     warps = max(2, min(16, nrows * block * itemsize // 1024))
-    parts = max(1, min(triton.cdiv(rows, nrows), BWD_PROGRAMS_PER_SM * sm_count()))
+    per_sm = BWD_PROGRAMS_PER_SM if isinstance(BWD_PROGRAMS_PER_SM, int) else BWD_PROGRAMS_PER_SM.get(itemsize, 1)
+    parts = max(1, min(triton.cdiv(rows, nrows), per_sm * sm_count()))
     return nrows, block, warps, parts
 
 
