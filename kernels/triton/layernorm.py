@@ -277,8 +277,9 @@ def column_sum_kernel(p_ptr, out_ptr, out2_ptr, parts, cols, BLOCK_P: tl.constex
     # stage 2: out[c] = sum over parts of p[part, c], a program per BLOCK_C columns; with a
     # second grid row (program_id(1) = 1), also out2[c] = the sum of the next (parts, cols)
     # partials p[parts + part, c] (dw's partials, then db's: one launch for both)
-    if tl.program_id(1) == 1:
-        p_ptr += parts.to(tl.int64) * cols
+    h = tl.program_id(1).to(tl.int64)  # int64 first: parts * cols may pass int32, and parts may be the constant 1
+    p_ptr += h * parts * cols
+    if h == 1:
         out_ptr = out2_ptr
     cs = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
     acc = tl.zeros([BLOCK_P, BLOCK_C], dtype=p_ptr.dtype.element_ty)
