@@ -57,13 +57,12 @@ def per_launch_us(fn) -> dict:
                 max_us=round(times[-1], 2))
 
 
-def graph_vs_eager(call, n: int = 20, reps: int = 20) -> dict:
-    """Microseconds per call of ``call`` run ``n`` times back to back from Python, and of the
-    same ``n`` calls captured once in a CUDA graph (``torch.cuda.graph``) and replayed: a
-    replay is one launch for the host, whatever the number of kernels inside."""
+def graph_of(call, n: int = 1):
+    """A CUDA graph of ``n`` calls of ``call`` (``torch.cuda.graph``, warmed up on a side stream
+    as it asks): its replay runs their kernels without their host time."""
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):  # warm up on a side stream, as torch.cuda.graph asks
+    with torch.cuda.stream(side):
         for _ in range(3):
             call()
     torch.cuda.current_stream().wait_stream(side)
@@ -73,6 +72,14 @@ def graph_vs_eager(call, n: int = 20, reps: int = 20) -> dict:
         for _ in range(n):
             call()
     torch.cuda.synchronize()
+    return graph
+
+
+def graph_vs_eager(call, n: int = 20, reps: int = 20) -> dict:
+    """Microseconds per call of ``call`` run ``n`` times back to back from Python, and of the
+    same ``n`` calls captured once in a CUDA graph (``torch.cuda.graph``) and replayed: a
+    replay is one launch for the host, whatever the number of kernels inside."""
+    graph = graph_of(call, n)
 
     def wall(fn):
         times = []

@@ -346,20 +346,10 @@ def part_host():
 
 
 def graph_of(fn):
-    """A CUDA graph of one call of ``fn`` (warmed up on a side stream): its replay is the
-    launcher's GPU work without its host time."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(side)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        fn()
-    torch.cuda.synchronize()
-    return g
+    """A CUDA graph of one call of ``fn``: its replay is the launcher's GPU work without its
+    host time (``launch_overhead.graph_of``)."""
+    from benchmarks.lessons.launch_overhead import graph_of as captured
+    return captured(fn)
 
 
 def host_issue_us(fn, n=30, reps=7):
