@@ -27,6 +27,7 @@ from .interop import *  # noqa: F403  torch <-> numba arrays
 from .occupancy import *  # noqa: F403  occupancy: the CUDA occupancy calculator, GPUS
 from .progress import *  # noqa: F403  progress bars on long sweeps
 from .inputs import *  # noqa: F403  check_input: the input rules of every launcher
+from .dist import *  # noqa: F403  run_ranks: N processes joined by torch.distributed (lesson 13)
 from .backends.triton import compat as triton_compat  # noqa: F401  tanh, do_bench, autotune that work in both modes
 from .backends.triton import interpreter as triton_sim  # noqa: F401  races and poison in Triton's interpreter, its driver
 from .backends.numba.races import SimulatorMemoryError, SimulatorRaceError  # noqa: F401

@@ -23,6 +23,7 @@ from runtime.interop import *  # noqa: F403  torch <-> numba arrays
 from runtime.occupancy import *  # noqa: F403  occupancy: the CUDA occupancy calculator, GPUS
 from runtime.progress import *  # noqa: F403  progress bars on long sweeps
 from runtime.inputs import *  # noqa: F403  check_input: the input rules of every launcher
+from runtime.dist import *  # noqa: F403  run_ranks: N processes joined by torch.distributed (lesson 13)
 from runtime import triton_compat, triton_sim  # noqa: F401  Triton in both modes; races and poison in its interpreter
 from runtime.backends.numba.races import SimulatorMemoryError, SimulatorRaceError  # noqa: F401
 from runtime.backends import Backend, BACKENDS, backend_of, record_launches  # noqa: F401  one interface to the three
