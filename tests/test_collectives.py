@@ -156,3 +156,18 @@ def _nccl_one_rank(rank, world):
 def test_the_ring_on_nccl_with_one_rank():
     (x, device), = runtime.run_ranks(_nccl_one_rank, 1, backend="nccl", timeout_s=120)
     assert torch.equal(x, torch.arange(10, dtype=torch.float32)) and device == 0
+
+
+def test_the_collectives_bandwidthmark_checks_then_times_on_gloo(tmp_path):
+    import json
+
+    from benchmarks.lessons import collectives_bandwidth
+    assert collectives_bandwidth.sizes(4096, 2**30)[:3] == [4096, 16384, 65536]
+    rc = collectives_bandwidth.main(["--backend", "gloo", "--world", "2", "--max-bytes", "16384", "--iters", "2",
+                                 "--reps", "1", "--out", str(tmp_path)])
+    assert rc == 0
+    data = json.loads((tmp_path / "cpu-collectives-gloo-2.json").read_text())
+    assert {(r["op"], r["bytes"]) for r in data["rows"]} == {(op, b) for op in collectives_bandwidth.OPS
+                                                            for b in (4096, 16384)}
+    assert all(r["us"] > 0 and r["busbw_gbps"] > 0 for r in data["rows"])
+    assert (tmp_path / "cpu-collectives-gloo-2.png").stat().st_size > 0

@@ -1,6 +1,9 @@
 """Captures that a lesson shows: GPU numbers and outputs recorded once and committed in
 ``benchmarks/results/lessons/``, so that the lesson shows them on any machine.
 
+    collectives_bandwidth          lesson 13: the ring all-reduce written from sends and receives
+                                   beside torch.distributed.all_reduce, 4 KB to 1 GB, bus
+                                   bandwidth (<gpu>-collectives-<backend>-<world>.json, .png)
     gpt_cpu_train                  lesson 11's laptop run: a character-level GPT trained on the
                                    CPU (gpt-cpu-train.json)
     gpt_kernels                    lesson 11's kernels (fused cross-entropy, embedding backward,
