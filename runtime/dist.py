@@ -27,6 +27,7 @@ import os
 import pickle
 import queue
 import shutil
+import sys
 import tempfile
 import time
 import traceback
@@ -100,6 +101,12 @@ def _diagnosis(states: list[tuple[int, int, int, int]]) -> str:
         elif op == _RECV and other == _RECV and not other_sent:
             lines.append(f"ranks {r} and {peer} both wait to receive, and neither has posted its send: post "
                          f"the send before waiting for the receive (isend, irecv, then wait on both)")
+    waiting = [s for s in states if s[0] in (_SEND, _RECV)]
+    if len(waiting) > 1 and all(s[0] == _SEND for s in waiting) and all(
+            states[s[1]][0] == _SEND for s in waiting if 0 <= s[1] < len(states)):
+        lines.append("every rank waits in a blocking send, and no rank has posted the receive it waits for: a "
+                     "blocking send returns only once its receive is posted, so post both first (isend and "
+                     "irecv, then wait on both)")
     return "\n".join(dict.fromkeys(lines))
 
 
@@ -156,6 +163,27 @@ def _instrument(dist, state, rank: int):
     dist.isend, dist.irecv = posted(isend, _SEND, "dst"), posted(irecv, _RECV, "src")
 
 
+def _read(path: str) -> str:
+    try:
+        with open(path, errors="replace") as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
+def _tail(path: str) -> str:
+    """The last meaningful line a rank wrote to stderr (a C++ library's reason for aborting)."""
+    lines = [ln.strip() for ln in _read(path).splitlines() if ln.strip()]
+    why = [ln for ln in lines if "what():" in ln or "Error" in ln or "error" in ln]
+    return (why or lines or ["(nothing on stderr)"])[-1]
+
+
+def _stalled(state, world: int, got) -> bool:
+    """Every rank without a result waits in a send or a receive."""
+    pending = [r for r in range(world) if r not in got and state[r * _WORDS] != _DONE]
+    return bool(pending) and all(state[r * _WORDS] in (_SEND, _RECV) for r in pending)
+
+
 def _to_cpu(x):
     if isinstance(x, torch.Tensor):
         return x.detach().cpu()
@@ -166,9 +194,19 @@ def _to_cpu(x):
     return x
 
 
-def _rank_main(fn, rank, world, args, backend, init, timeout_s, state, results):
+def _rank_main(fn, rank, world, args, backend, init, timeout_s, state, results, err_path):
     os.environ.update(NO_MULTICAST)
+    # What the rank writes to stderr, its C++ libraries' last words included, goes to a file the
+    # parent shows (and quotes, for a rank that dies without a Python exception).
+    sys.stderr.flush()
+    fd = os.open(err_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.dup2(fd, 2)
+    os.close(fd)
     import torch.distributed as dist
+    if backend == "gloo":
+        # A forked child must not enter the OpenMP pool its parent may have started (it would
+        # hang); N ranks on one CPU are N processes, one thread each is what they get anyway.
+        torch.set_num_threads(1)
     try:
         if backend == "nccl":
             torch.cuda.set_device(rank % torch.cuda.device_count())
@@ -195,13 +233,21 @@ def _rank_main(fn, rank, world, args, backend, init, timeout_s, state, results):
         os._exit(0)  # no atexit handlers of the parent's (a notebook's, pytest's) in a forked rank
 
 
-def run_ranks(fn, world: int, *args, backend: str = "gloo", timeout_s: float = 60.0) -> list:
+def run_ranks(fn, world: int, *args, backend: str = "gloo", timeout_s: float = 60.0,
+              stall_s: float | None = None) -> list:
     """``[fn(0, world, *args), ..., fn(world - 1, world, *args)]``, each call in a process of its
     own joined to a process group of ``world`` ranks (``backend`` "gloo" or "nccl"). Raises
     ``RankError`` (a rank raised) or ``RankTimeout`` (some rank still waited after
-    ``timeout_s`` seconds; every rank is then stopped)."""
+    ``timeout_s`` seconds; every rank is then stopped).
+
+    ``stall_s``: also give up, as after the time limit, once every rank that has not finished
+    has waited in a send or a receive, with nothing changing, for ``stall_s`` seconds: a
+    deadlock, found without waiting for ``timeout_s`` (for small transfers only: a large one
+    can legitimately wait that long)."""
     if not isinstance(world, int) or isinstance(world, bool) or world < 1:
         raise ValueError(f"run_ranks: world must be a positive int (the number of ranks), got {world!r}")
+    if stall_s is not None and not stall_s > 0:
+        raise ValueError(f"run_ranks: stall_s must be a positive number of seconds or None, got {stall_s!r}")
     if backend not in ("gloo", "nccl"):
         raise ValueError(f"run_ranks: backend must be 'gloo' (CPU tensors) or 'nccl' (CUDA tensors), got {backend!r}")
     if backend == "nccl":
@@ -216,13 +262,15 @@ def run_ranks(fn, world: int, *args, backend: str = "gloo", timeout_s: float = 6
     state = ctx.Array("i", world * _WORDS, lock=False)
     results = ctx.Queue()
     init = "file://" + os.path.join(folder, "rendezvous")
-    procs = [ctx.Process(target=_rank_main, args=(fn, r, world, args, backend, init, timeout_s, state, results),
-                         daemon=True) for r in range(world)]
+    errs = [os.path.join(folder, f"stderr-{r}") for r in range(world)]
+    procs = [ctx.Process(target=_rank_main, args=(fn, r, world, args, backend, init, timeout_s, state, results,
+                                                  errs[r]), daemon=True) for r in range(world)]
     got: dict[int, tuple] = {}
     try:
         for p in procs:
             p.start()
         deadline = time.monotonic() + timeout_s
+        seen, since = None, time.monotonic()
         while len(got) < world:
             try:
                 rank, payload = results.get(timeout=max(0.05, min(0.5, deadline - time.monotonic())))
@@ -232,10 +280,27 @@ def run_ranks(fn, world: int, *args, backend: str = "gloo", timeout_s: float = 6
             except queue.Empty:
                 if time.monotonic() > deadline:
                     break
+                if stall_s is not None:
+                    now_state = tuple(state[:])
+                    if now_state != seen:
+                        seen, since = now_state, time.monotonic()
+                    elif time.monotonic() - since > stall_s and _stalled(now_state, world, got):
+                        timeout_s = time.monotonic() - (deadline - timeout_s)
+                        break
                 if all(not p.is_alive() for p in procs) and results.empty():
                     break
         failed = sorted(r for r, v in got.items() if v[0] == "error")
         if failed:
+            # a rank killed by its C++ library (gloo aborts on a message of the wrong size) is the
+            # cause; the others only see the connection it closed
+            for p in procs:
+                p.join(timeout=0.5)
+            died = [r for r in range(world) if r not in got and (procs[r].exitcode or 0) < 0]
+            if died:
+                r = died[0]
+                last = _tail(errs[r])
+                raise RankError(r, "a crash", f"rank {r} died (signal {-procs[r].exitcode}): {last}",
+                                f"rank {r}'s last words on stderr:\n{last}")
             _, kind, message, trace = got[failed[0]]
             raise RankError(failed[0], kind, message, trace)
         if len(got) < world:
@@ -246,7 +311,7 @@ def run_ranks(fn, world: int, *args, backend: str = "gloo", timeout_s: float = 6
             for r in lost:
                 lines[r] = f"rank {r} ended without a result (exit code {procs[r].exitcode})"
             why = _diagnosis(states)
-            raise RankTimeout(f"after {timeout_s:g} s not every rank had finished:\n  " + "\n  ".join(lines) +
+            raise RankTimeout(f"after {timeout_s:.3g} s not every rank had finished:\n  " + "\n  ".join(lines) +
                               (f"\n{why}" if why else ""), waits)
         return [got[r][1] for r in range(world)]
     finally:
@@ -257,4 +322,8 @@ def run_ranks(fn, world: int, *args, backend: str = "gloo", timeout_s: float = 6
                 p.kill()
                 p.join(timeout=5.0)
         results.close()
+        for path in errs:  # what the ranks wrote to stderr, shown where the caller sees its own
+            text = _read(path)
+            if text:
+                sys.stderr.write(text)
         shutil.rmtree(folder, ignore_errors=True)
