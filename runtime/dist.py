@@ -22,6 +22,7 @@ NCCL's NVLink multicast stays off in every rank (``NCCL_NVLS_ENABLE=0``,
 from __future__ import annotations
 
 import datetime
+import faulthandler
 import multiprocessing as mp
 import os
 import pickle
@@ -199,6 +200,7 @@ def _rank_main(fn, rank, world, args, backend, init, timeout_s, state, results, 
     # What the rank writes to stderr, its C++ libraries' last words included, goes to a file the
     # parent shows (and quotes, for a rank that dies without a Python exception).
     sys.stderr.flush()
+    faulthandler.disable()  # the parent's (pytest's) crash dump does not belong to a rank
     fd = os.open(err_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     os.dup2(fd, 2)
     os.close(fd)

@@ -171,3 +171,45 @@ def test_the_collectives_bandwidthmark_checks_then_times_on_gloo(tmp_path):
                                                             for b in (4096, 16384)}
     assert all(r["us"] > 0 and r["busbw_gbps"] > 0 for r in data["rows"])
     assert (tmp_path / "cpu-collectives-gloo-2.png").stat().st_size > 0
+
+
+def _blocking_sends(rank, world):
+    x, buf = torch.ones(1000), torch.empty(1000)
+    dist.send(x, (rank + 1) % world)
+    dist.recv(buf, (rank - 1) % world)
+
+
+def test_a_deadlock_is_given_up_early_with_stall_s():
+    import time
+    t = time.monotonic()
+    with pytest.raises(runtime.RankTimeout, match="every rank waits in a blocking send"):
+        runtime.run_ranks(_blocking_sends, 3, timeout_s=60, stall_s=0.5)
+    assert time.monotonic() - t < 20
+    with pytest.raises(ValueError, match="stall_s"):
+        runtime.run_ranks(_blocking_sends, 2, stall_s=0)
+
+
+def _size_mismatch(rank, world):
+    # rank 0 receives 2 values where rank 1 sends 3: gloo aborts rank 0's process
+    if rank == 0:
+        dist.recv(torch.empty(2), 1)
+    else:
+        dist.send(torch.ones(3), 0)
+
+
+def test_a_rank_killed_by_gloo_is_named_with_its_last_words():
+    with pytest.raises(runtime.RankError) as e:
+        runtime.run_ranks(_size_mismatch, 2, timeout_s=30, stall_s=2)
+    assert e.value.rank == 0 and "died" in str(e.value), str(e.value)
+    assert "size" in str(e.value)
+
+
+def test_the_graders_accept_the_course_ring(capsys):
+    import utils
+    utils.check_reduce_scatter(coll.ring_reduce_scatter, seed=3)
+    utils.check_all_gather(coll.ring_all_gather, seed=3)
+    utils.check_all_reduce(coll.ring_all_reduce, seed=3)
+    out = capsys.readouterr().out
+    assert out.count("correct at world 2, 3, 4") == 3, out
+    with pytest.raises(TypeError, match="expects your function"):
+        utils.check_all_reduce("ring")

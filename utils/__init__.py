@@ -32,7 +32,8 @@ from .grading import POISON_BITS, GradingError, check_shared, check_traffic, sho
 from .topics import CHECKS as _CHECKS, topic  # noqa: F401  one spec per topic (utils/topics/<topic>.py)
 from .topics.gelu import gelu_tanh_ref  # noqa: F401
 from .topics.gpt import check_gpt_op  # noqa: F401  lesson 11: your kernels in the GPT
-from kernels.collectives import bus_bandwidth, chunk_bounds  # noqa: F401  lesson 13: the ring's chunks
+from kernels.collectives import bus_bandwidth, chunk_bounds, ring_all_reduce  # noqa: F401  lesson 13: the ring
+from kernels.data_parallel import BucketedDDP, ZeroAdamW  # noqa: F401  lesson 13: DDP and ZeRO-1 from scratch
 from .topics.collectives import *  # noqa: F403  lesson 13: check_reduce_scatter, check_all_gather, check_all_reduce
 globals().update(_CHECKS)  # check_relu, check_gelu, check_sum, check_softmax, ...: every topic's graders
 from .bench import *  # noqa: F403  bench, recorded results

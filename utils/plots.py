@@ -16,6 +16,7 @@ Pass ``ax=`` to draw into an existing axes instead (the function then returns it
     utils.plot_sectors(p, arg="x")                    # the 32-byte sectors of one warp's load
     utils.plot_banks(p)                               # the banks of one shared access
     utils.plot_timeline("trace.json")                 # a torch.profiler trace, host and GPU
+    utils.plot_ring_all_reduce(4)                     # the ring all-reduce, chunk by chunk, step by step
 """
 from __future__ import annotations
 
@@ -40,6 +41,8 @@ __all__ = [
     "online_softmax_steps",
     "plot_flash_loop",
     "plot_recorded_attention",
+    "ring_steps",
+    "plot_ring_all_reduce",
 ]
 
 _MASKED = "#d9d9d9"   # threads past the end: launched, but the bounds check stops them
@@ -1176,4 +1179,74 @@ def plot_recorded_attention(path=None, *, d: int = 64, pass_: str = "forward", d
     axes[0].set_ylabel("TFLOP/s")
     axes[1].legend(fontsize=8, loc="lower right")
     fig.suptitle(f"recorded on {recorded_label('attention', path)}", fontsize=9)
+    return fig
+
+
+# ---------------------------------------------------------------------------------------
+# The ring all-reduce (lesson 13)
+# ---------------------------------------------------------------------------------------
+def ring_steps(world: int) -> list[dict]:
+    """The ring all-reduce of ``world`` ranks, as ``kernels/collectives.py`` runs it, symbolically:
+    before any step and after each of the ``2 (world - 1)`` steps, which ranks' values every
+    chunk of every rank sums (``state[rank][chunk]``, a frozenset), and the messages of the step
+    (``(src, dst, chunk)``). The first ``world - 1`` steps are the reduce-scatter, the others the
+    all-gather."""
+    if not isinstance(world, int) or isinstance(world, bool) or not 1 <= world <= 8:
+        raise ValueError(f"ring_steps: world must be an int from 1 to 8, got {world!r}")
+    state = [[frozenset({r}) for _ in range(world)] for r in range(world)]
+    out = [{"phase": "start", "step": 0, "state": [row[:] for row in state], "messages": []}]
+    for half in ("reduce-scatter", "all-gather"):
+        for step in range(world - 1):
+            messages = []
+            for r in range(world):
+                first = r if half == "reduce-scatter" else (r + 1) % world
+                messages.append((r, (r + 1) % world, (first - step) % world))
+            new = [row[:] for row in state]
+            for src, dst, c in messages:
+                new[dst][c] = state[dst][c] | state[src][c] if half == "reduce-scatter" else state[src][c]
+            state = new
+            out.append({"phase": half, "step": step + 1, "state": [row[:] for row in state], "messages": messages})
+    return out
+
+
+def plot_ring_all_reduce(world: int = 4, *, ax=None):
+    """The ring all-reduce of ``world`` ranks, one panel a step: a row per rank, a column per
+    chunk; a cell lists the ranks whose values it sums (dark: all of them), an arrow each
+    chunk sent in the step. Reduce-scatter first (each step adds one rank), then all-gather
+    (each step copies one finished chunk on)."""
+    plt, _, Rectangle = _mpl()
+    steps = ring_steps(world)
+    if ax is not None:
+        raise ValueError("plot_ring_all_reduce draws one panel a step: it makes its own figure (no ax=)")
+    cols = min(len(steps), 4)
+    rows = math.ceil(len(steps) / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(2.9 * cols, 0.55 * world * rows + 0.9 * rows), squeeze=False)
+    for k, (s, a) in enumerate(zip(steps, axes.flat)):
+        for r in range(world):
+            for c in range(world):
+                ranks = s["state"][r][c]
+                full = len(ranks) == world
+                color = "#08519c" if full else _BLOCK_COLORS[min(len(ranks), len(_BLOCK_COLORS)) - 1]
+                a.add_patch(Rectangle((c, r), 0.92, 0.8, facecolor=color, edgecolor="#888888", linewidth=0.5,
+                                      gid="full" if full else "partial"))
+                a.text(c + 0.46, r + 0.4, "+".join(map(str, sorted(ranks))) if len(ranks) < world else "all",
+                       ha="center", va="center", fontsize=7, color="white" if full else "black")
+        for src, dst, c in s["messages"]:
+            a.annotate("", xy=(c + 0.85, dst + 0.4), xytext=(c + 0.85, src + 0.4),
+                       arrowprops=dict(arrowstyle="->", color="#d62728", lw=0.8,
+                                       connectionstyle="arc3,rad=0.3"), gid="send")
+        a.set_xlim(-0.1, world)
+        a.set_ylim(world, -0.1)
+        a.set_xticks([c + 0.46 for c in range(world)], [f"chunk {c}" for c in range(world)], fontsize=6)
+        a.set_yticks([r + 0.4 for r in range(world)], [f"rank {r}" for r in range(world)], fontsize=6)
+        a.tick_params(length=0)
+        for side in a.spines.values():
+            side.set_visible(False)
+        title = "start: each rank its own x" if s["phase"] == "start" else f"{s['phase']} step {s['step']}"
+        a.set_title(title, fontsize=8)
+    for a in list(axes.flat)[len(steps):]:
+        a.axis("off")
+    fig.suptitle(f"Ring all-reduce of {world} ranks: {2 * (world - 1)} steps, each rank sends one chunk a step "
+                 f"({2 * (world - 1)}/{world} of x in all)", fontsize=10)
+    fig.tight_layout()
     return fig

@@ -4,6 +4,9 @@
     collectives_bandwidth          lesson 13: the ring all-reduce written from sends and receives
                                    beside torch.distributed.all_reduce, 4 KB to 1 GB, bus
                                    bandwidth (<gpu>-collectives-<backend>-<world>.json, .png)
+    ddp_step_time                  lesson 13: the training step under the bucketed DDP written
+                                   from scratch beside torch's DDP on gloo ranks of the CPU, and
+                                   AdamW's state a rank under ZeRO-1 (cpu-ddp-step-time.json)
     gpt_cpu_train                  lesson 11's laptop run: a character-level GPT trained on the
                                    CPU (gpt-cpu-train.json)
     gpt_kernels                    lesson 11's kernels (fused cross-entropy, embedding backward,
@@ -20,6 +23,10 @@
     step_time_and_dram             lessons 08 and 06: a training step with and without
                                    print(loss) (<gpu>-print-loss.json), the DRAM bytes of every
                                    matmul version under ncu (<gpu>-matmul-dram.json)
+    streams_and_graphs             lesson 13: a copy beside compute on two CUDA streams, the
+                                   LayerNorm launchers replayed as CUDA graphs, and what breaks a
+                                   graph's capture (<gpu>-streams-graphs.json,
+                                   <gpu>-streams-trace.json.gz)
 
 GPU sessions, run with bash from the course's root on the GPU machine:
 

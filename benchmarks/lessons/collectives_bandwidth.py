@@ -80,8 +80,8 @@ def measure(rank: int, world: int, byte_sizes: list[int], iters: int, reps: int)
                 continue
             sec = _time(fn, sync, iters if nbytes < 2**26 else max(2, iters // 10), reps)
             rows.append(dict(op=op, bytes=nbytes, us=round(sec * 1e6, 2),
-                             algbw_gbps=round(nbytes / sec / 1e9, 3),
-                             busbw_gbps=round(coll.bus_bandwidth(nbytes, sec, world) / 1e9, 3)))
+                             algbw_gbps=float(f"{nbytes / sec / 1e9:.4g}"),
+                             busbw_gbps=float(f"{coll.bus_bandwidth(nbytes, sec, world) / 1e9:.4g}")))
     return rows if rank == 0 else []
 
 
