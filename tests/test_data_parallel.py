@@ -148,6 +148,13 @@ def _world3(rank, world):
     return out
 
 
+@pytest.fixture(scope="module", autouse=True)
+def optimizers_imported():
+    """torch's first optimizer imports torch._dynamo (about a second): here, once, so that the
+    forked ranks inherit it instead of each paying for it."""
+    torch.optim.AdamW([nn.Parameter(torch.zeros(1))])
+
+
 @pytest.fixture(scope="module")
 def world2():
     return runtime.run_ranks(_world2, 2, timeout_s=120)
