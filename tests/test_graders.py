@@ -540,6 +540,33 @@ def _cross_entropy_autograd(logits, targets):
 _SPECS = utils.topics.TOPICS
 _LN = utils.topics.layernorm
 _AT = utils.topics.attention
+def _torch_reduce_scatter(x, rank, world):
+    import torch.distributed as dist
+    dist.all_reduce(x)  # the whole sum: every chunk holds it
+    return (rank + 1) % world
+
+
+def _torch_all_gather(x, rank, world, owned):
+    import torch.distributed as dist
+    bounds = utils.chunk_bounds(x.numel(), world)
+    lo, hi = bounds[owned]
+    parts = [torch.zeros(max(b - a for a, b in bounds)) for _ in range(world)]
+    mine = torch.zeros(max(b - a for a, b in bounds))
+    mine[:hi - lo] = x[lo:hi]
+    dist.all_gather(parts, mine)
+    owners = [None] * world
+    dist.all_gather_object(owners, owned)
+    for part, c in zip(parts, owners):
+        a, b = bounds[c]
+        x[a:b] = part[:b - a]
+
+
+def _torch_all_reduce(x, rank, world):
+    import torch.distributed as dist
+    dist.all_reduce(x)
+    return x
+
+
 #: grader -> (torch's answer, the operator its message must name); the efficiency checks get a
 #: function where a kernel belongs, lesson 07's operator grader torch's own operator.
 TORCH_ANSWERS = {
@@ -579,6 +606,9 @@ TORCH_ANSWERS = {
     "check_gpt_op": ((lambda x: torch.nn.functional.gelu(x, approximate="tanh"), _gelu_backward_formula),
                      r"torch\.nn\.functional\.gelu \(aten\.gelu\)|torch\.tanh \(aten\.tanh\)"),
     "check_custom_op": (torch.ops.aten.relu.default, r"torch's own operator aten\.relu"),
+    "check_reduce_scatter": (_torch_reduce_scatter, r"called torch\.distributed\.all_reduce"),
+    "check_all_gather": (_torch_all_gather, r"called torch\.distributed\.all_gather"),
+    "check_all_reduce": (_torch_all_reduce, r"called torch\.distributed\.all_reduce"),
     "check_traffic": (torch.relu, r"is not one: torch\.relu \(aten\.relu\) computed its values"),
     "check_shared": (torch.relu, r"is not one: torch\.relu \(aten\.relu\) computed its values"),
 }
