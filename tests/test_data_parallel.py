@@ -294,3 +294,27 @@ def test_the_step_time_script_checks_then_times(tmp_path):
     state = data["state_bytes"]
     assert state["ddp_adamw_per_rank"] == [8 * data["params"]] * 2      # every rank: all of AdamW's state
     assert sum(state["zero_adamw_per_rank"]) == 8 * data["params"]      # ZeRO-1: split over the ranks
+
+
+def test_the_scaling_script_checks_the_losses_then_times_every_mode_on_gloo(tmp_path):
+    import json
+
+    from benchmarks.lessons import ddp_scaling
+    rc = ddp_scaling.main(["--backend", "gloo", "--world", "2", "--tiny", "--steps", "2", "--warmup", "1",
+                           "--bucket-mb", "0.01", "--out", str(tmp_path)])
+    assert rc == 0
+    data = json.loads((tmp_path / "cpu-ddp-scaling-gloo-2.json").read_text())
+    modes = data["modes"]
+    assert set(modes) == set(ddp_scaling.MODES)
+    for name, m in modes.items():
+        assert len(m["losses"]) == 3 and len(m["step_ms"]) == 2 and m["tokens_per_s"] > 0, name
+        assert m["losses_agree"], (name, m["loss_rel_diff_vs_single"])
+    # every mode starts from the same weights and the same global batch: the same first loss
+    assert len({round(m["losses"][0], 5) for m in modes.values()}) == 1
+    p = modes["single"]["params"]
+    assert modes["torch"]["state_bytes_per_rank"] == [8 * p, 8 * p]
+    assert sum(modes["zero"]["state_bytes_per_rank"]) == 8 * p
+    assert modes["ours"]["world"] == 2 and "vs_torch_ddp" in modes["ours"]
+    assert (tmp_path / "cpu-ddp-scaling-gloo-2.png").stat().st_size > 0
+    with pytest.raises(SystemExit):
+        ddp_scaling.main(["--backend", "gloo", "--modes", "fastest"])

@@ -4,6 +4,11 @@
     collectives_bandwidth          lesson 13: the ring all-reduce written from sends and receives
                                    beside torch.distributed.all_reduce, 4 KB to 1 GB, bus
                                    bandwidth (<gpu>-collectives-<backend>-<world>.json, .png)
+    ddp_scaling                    lesson 13 on several GPUs: lesson 11's GPT on one rank and on N
+                                   (NCCL, or gloo with --tiny), the same global batch, under the
+                                   DDP from scratch, torch's DDP, the naive all-reduce and ZeRO-1:
+                                   tokens/s, scaling, losses against one rank's
+                                   (<gpu>-ddp-scaling-<backend>-<world>.json, .png)
     ddp_step_time                  lesson 13: the training step under the bucketed DDP written
                                    from scratch beside torch's DDP on gloo ranks of the CPU, and
                                    AdamW's state a rank under ZeRO-1 (cpu-ddp-step-time.json)
