@@ -119,7 +119,7 @@ def test_a_hang_says_who_waits_on_whom():
 
 def test_an_off_by_one_ring_hangs_and_is_named():
     with pytest.raises(runtime.RankTimeout) as e:
-        runtime.run_ranks(_off_by_one, 4, timeout_s=2)
+        runtime.run_ranks(_off_by_one, 4, timeout_s=20, stall_s=0.5)
     msg = str(e.value)
     assert "rank 1 waits to receive 4 values from rank 0" in msg
     assert "rank 1 waits to receive from rank 0, but rank 0 sent to rank 2: the ranks do not agree" in msg, msg
@@ -134,7 +134,7 @@ def _receive_first(rank, world):
 
 def test_receiving_before_sending_on_every_rank_is_named():
     with pytest.raises(runtime.RankTimeout, match="neither has posted its send"):
-        runtime.run_ranks(_receive_first, 3, timeout_s=2)
+        runtime.run_ranks(_receive_first, 3, timeout_s=20, stall_s=0.5)
 
 
 def test_run_ranks_refuses_what_it_cannot_run():

@@ -31,7 +31,7 @@ def test_recorded_on_a_gpu_with_its_commit():
 @recorded
 @in_simulation
 def test_every_entry_was_recorded():
-    keys = {f"mistake:{ex}/{m.name}" for ex, m in svg.M.all_mistakes()}
+    keys = {f"mistake:{ex}/{m.name}" for ex, m in svg.M.all_mistakes() if not svg.M.mode_independent(ex)}
     keys |= {f"kernel:{k}" for k in svg.grader_kernels()}
     missing = sorted(keys - set(_recorded()["verdicts"]))
     assert not missing, ("not recorded on the GPU (re-run python -m benchmarks.simulators.sim_vs_gpu --record "
@@ -87,3 +87,14 @@ def test_disagreement_rules():
     gpu[f"kernel:{race}"]["verdict"] = "rejected"
     sim[f"kernel:{race}"]["verdict"] = "accepted"   # the other way round is a disagreement
     assert len(svg.disagreements(sim, gpu)) == 2
+
+
+def test_a_mode_independent_exercise_runs_no_kernel():
+    """An exercise excused from the GPU's record (``MODE_INDEPENDENT``) must hold nothing that
+    runs differently on a GPU: no kernel of any language, no device."""
+    import re
+    excused = [ex for ex in svg.M.exercises() if svg.M.mode_independent(ex)]
+    for ex in excused:
+        code = "\n".join(src for _, src, _, _ in svg.M._cells(ex))
+        found = re.findall(r"\b(triton|numba|cuda|DEVICE|load_inline|cuda_kernel|\.jit)\b", code)
+        assert not found, f"{ex} is marked MODE_INDEPENDENT but its solution uses {sorted(set(found))}"

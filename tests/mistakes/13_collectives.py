@@ -1,5 +1,9 @@
 """Exercise 13, collectives by hand: typical mistakes as mutations of the solution (see __init__.py)."""
 
+#: The graders run the learner's functions as gloo processes on CPU tensors, with a GPU or without:
+#: no kernel, no simulator, the same verdicts in both modes.
+MODE_INDEPENDENT = "collectives on gloo and CPU tensors in both modes: no kernel runs, simulated or not"
+
 STEP = "def ring_step("
 AG = "def ring_all_gather("
 AR = "def ring_all_reduce("

@@ -11,6 +11,10 @@ Right kernels written an unusual way are entries too, with ``verdict="accepted"`
 A module may also define ``prepare(source, tag) -> source``, applied to every cell before it
 runs, for notebooks that register global names (exercise 07's ``torch.library`` operators).
 
+A module whose exercise runs the same code in both modes (no kernel: exercise 13's collectives
+run as gloo processes on CPU tensors, with a GPU or without) says so in ``MODE_INDEPENDENT``, a
+sentence; its entries then need no verdict recorded on a GPU (``tests/test_sim_vs_gpu.py``).
+
 The entries that recur across exercises (an index without its guard, a store without its
 mask, a race) are made by the functions below, which a catalog imports.
 
@@ -121,6 +125,11 @@ def load(exercise: str):
     spec.loader.exec_module(mod)
     assert (ROOT / "solutions" / f"{exercise}.ipynb").exists(), f"no solutions/{exercise}.ipynb"
     return mod
+
+
+def mode_independent(exercise: str) -> str | None:
+    """Why the exercise's verdicts cannot differ between simulation and a GPU, or None."""
+    return getattr(load(exercise), "MODE_INDEPENDENT", None)
 
 
 def catalog(exercise: str) -> list[Mistake]:
