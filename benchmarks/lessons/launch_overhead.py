@@ -57,6 +57,37 @@ def per_launch_us(fn) -> dict:
                 max_us=round(times[-1], 2))
 
 
+def _per_call_us(fn, n: int, reps: int, wait: bool) -> float:
+    """Microseconds per call of ``fn``: ``n`` calls back to back after a synchronisation, until
+    the last call returns (``wait=False``) or until the GPU finishes them (``wait``); median of
+    ``reps``."""
+    fn()
+    times = []
+    for _ in range(reps):
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        for _ in range(n):
+            fn()
+        if wait:
+            torch.cuda.synchronize()
+        times.append((time.perf_counter() - t) / n * 1e6)
+    torch.cuda.synchronize()
+    return round(statistics.median(times), 2)
+
+
+def host_us(fn, n: int = 30, reps: int = 7) -> float:
+    """Microseconds of host time per call of ``fn``: ``n`` calls back to back after a
+    synchronisation (few enough that the launch queue never fills), median of ``reps``."""
+    return _per_call_us(fn, n, reps, wait=False)
+
+
+def loop_us(fn, n: int = 100, reps: int = 5) -> float:
+    """Microseconds per call of ``fn`` in a loop, as a program sees it: the wall time of ``n``
+    calls back to back, from one synchronisation to the next, over ``n``; median of ``reps``.
+    The larger of the host's time per call and the GPU's."""
+    return _per_call_us(fn, n, reps, wait=True)
+
+
 def graph_of(call, n: int = 1):
     """A CUDA graph of ``n`` calls of ``call`` (``torch.cuda.graph``, warmed up on a side stream
     as it asks): its replay runs their kernels without their host time."""

@@ -50,7 +50,7 @@ if not __package__:  # run as a file, not with -m: the course's root on the path
 import torch  # noqa: E402
 
 import utils  # noqa: E402
-from benchmarks.lessons.launch_overhead import graph_of  # noqa: E402
+from benchmarks.lessons.launch_overhead import graph_of, host_us, loop_us  # noqa: E402
 
 RESULT = "{gpu}-streams-graphs.json"
 TRACE = "{gpu}-streams-trace.json.gz"
@@ -371,37 +371,6 @@ def recapture() -> None:
     with torch.cuda.graph(torch.cuda.CUDAGraph(), stream=torch.cuda.Stream()):
         t.add_(1)
     torch.cuda.synchronize()
-
-
-def host_us(fn, n: int = 30, reps: int = 7) -> float:
-    """Microseconds of host time per call of ``fn``: ``n`` calls back to back after a
-    synchronisation (few enough that the launch queue never fills), median of ``reps``."""
-    fn()
-    times = []
-    for _ in range(reps):
-        torch.cuda.synchronize()
-        t = time.perf_counter()
-        for _ in range(n):
-            fn()
-        times.append((time.perf_counter() - t) / n * 1e6)
-    torch.cuda.synchronize()
-    return round(statistics.median(times), 2)
-
-
-def loop_us(fn, n: int = 100, reps: int = 5) -> float:
-    """Microseconds per call of ``fn`` in a loop, as a program sees it: the wall time of ``n``
-    calls back to back, from one synchronisation to the next, over ``n``; median of ``reps``.
-    The larger of the host's time per call and the GPU's."""
-    fn()
-    times = []
-    for _ in range(reps):
-        torch.cuda.synchronize()
-        t = time.perf_counter()
-        for _ in range(n):
-            fn()
-        torch.cuda.synchronize()
-        times.append((time.perf_counter() - t) / n * 1e6)
-    return round(statistics.median(times), 2)
 
 
 def event_ms(fn, reps: int = 5) -> float:

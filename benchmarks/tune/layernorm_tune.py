@@ -352,18 +352,10 @@ def graph_of(fn):
     return captured(fn)
 
 
-def host_issue_us(fn, n=30, reps=7):
-    """Microseconds of host time to issue one call of ``fn``: ``n`` calls back to back after a
-    synchronisation (few enough that the launch queue never fills), median of ``reps``."""
-    times = []
-    for _ in range(reps):
-        torch.cuda.synchronize()
-        t = time.perf_counter()
-        for _ in range(n):
-            fn()
-        times.append((time.perf_counter() - t) / n * 1e6)
-    torch.cuda.synchronize()
-    return round(sorted(times)[reps // 2], 2)
+def host_us(fn):
+    """The host's microseconds per call of ``fn``, back to back (``launch_overhead.host_us``)."""
+    from benchmarks.lessons.launch_overhead import host_us as issued
+    return issued(fn)
 
 
 def part_probe():
@@ -403,7 +395,7 @@ def part_probe():
                 try:
                     row["ms"] = bench(fn)[0]
                     row["frac"] = nbytes / row["ms"] / 1e6 / RES["copy_gbps"]
-                    row["host_us"] = host_issue_us(fn)
+                    row["host_us"] = host_us(fn)
                 except Exception as e:
                     err(f"probe {name} {shape} {dname}", e)
                     continue
