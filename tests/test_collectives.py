@@ -213,3 +213,22 @@ def test_the_graders_accept_the_course_ring(capsys):
     assert out.count("correct at world 2, 3, 4") == 3, out
     with pytest.raises(TypeError, match="expects your function"):
         utils.check_all_reduce("ring")
+
+
+def _through_the_process_group(x, rank, world):
+    dist.group.WORLD.allreduce([x]).wait()  # no dist.all_reduce in sight
+    return x
+
+
+def _functional(x, rank, world):
+    import torch.distributed._functional_collectives as fc
+    x.copy_(fc.all_reduce(x, "sum", dist.group.WORLD))
+    return x
+
+
+@pytest.mark.parametrize("cheat, op", [(_through_the_process_group, r"c10d::allreduce_"),
+                                       (_functional, r"_c10d_functional::all_reduce")])
+def test_every_way_to_a_collective_is_refused(cheat, op):
+    import utils
+    with pytest.raises(utils.GradingError, match=rf"called torch\.distributed\.all_reduce \({op}\)"):
+        utils.check_all_reduce(cheat, seed=5)

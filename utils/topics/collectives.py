@@ -12,7 +12,9 @@ one value longer. Each function works on ``x`` in place (a flat float32 tensor).
 
 A grader reads what each rank did as well as what it computed: the values each rank sent to
 each peer (a ring sends to the next rank only, ``(N - 1) / N`` of x in each half), any
-collective of ``torch.distributed`` called (it would do the work), and, when the ranks hang,
+collective of ``torch.distributed`` run, however it was reached (``dist.all_reduce``, the process
+group's own ``allreduce``, the functional collectives: all meet at the dispatcher, where a
+dispatch mode records them; it would do the work), and, when the ranks hang,
 who waits on whom (``runtime.RankTimeout``). A wrong result is named by what it holds: the
 sum of the wrong chunk, a sum missing some rank's values, one rank's values written over the
 sum, the mean instead of the sum, values past the last whole chunk never reduced.
@@ -44,10 +46,19 @@ TIMEOUT_S, STALL_S = 20.0, 2.0
 #: What the all-gather's grader writes into the chunks a rank does not own: a value no sum of
 #: the inputs takes (they are integers and halves near multiples of 1024), exact in float32.
 MARKER = -777777.25
-#: torch.distributed's collectives: a grader refuses a function that calls one.
-COLLECTIVES = ("all_reduce", "reduce_scatter", "reduce_scatter_tensor", "all_gather", "all_gather_into_tensor",
-               "all_gather_object", "broadcast", "reduce", "all_to_all", "all_to_all_single", "scatter", "gather",
-               "all_reduce_coalesced", "all_gather_coalesced")
+#: The operators of torch.distributed's process groups (namespaces ``c10d`` and
+#: ``_c10d_functional``) a learner's ring may run: point-to-point messages and a barrier. Every
+#: other one is a collective computing the answer itself, however it was reached
+#: (``dist.all_reduce``, the process group's ``allreduce``, the functional collectives).
+P2P_OPS = {"send", "recv_", "recv_any_source_", "barrier", "monitored_barrier_"}
+#: A collective operator's name in torch.distributed, for the message (others go by their own).
+COLLECTIVE_NAMES = {"allreduce_": "all_reduce", "allreduce_coalesced_": "all_reduce_coalesced",
+                    "all_reduce": "all_reduce", "allgather_": "all_gather",
+                    "_allgather_base_": "all_gather_into_tensor",
+                    "all_gather_into_tensor": "all_gather_into_tensor", "reduce_scatter_": "reduce_scatter",
+                    "_reduce_scatter_base_": "reduce_scatter_tensor", "reduce_scatter_tensor": "reduce_scatter_tensor",
+                    "broadcast_": "broadcast", "reduce_": "reduce", "alltoall_": "all_to_all",
+                    "alltoall_base_": "all_to_all_single", "gather_": "gather", "scatter_": "scatter"}
 HINT_RING = ("in step s of either half, rank r sends one chunk to rank (r + 1) % world and receives one from "
              "rank (r - 1) % world")
 
@@ -66,31 +77,24 @@ def _owned_chunks(world: int, shift: int) -> list[int]:
 def _rank_side(rank, world, fn, kind, seed, shift):
     """What a rank runs: the learner's function on each size, with every send counted and
     every collective recorded. Returns ``[(x after, returned, sent), ...], collectives``."""
-    import torch.distributed as dist
-    from torch.distributed import distributed_c10d as c10d
+    from torch.utils._python_dispatch import TorchDispatchMode
     called: list[str] = []
     sent: dict[int, int] = {}
 
-    def refused(name, real):
-        def call(*args, **kwargs):
-            called.append(name)
-            return real(*args, **kwargs)
-        return call
+    class Collectives(TorchDispatchMode):
+        """Records the values every send carries and every collective operator the learner's
+        function runs, at the dispatcher, where every way of reaching one meets."""
 
-    for name in COLLECTIVES:
-        for mod in (dist, c10d):
-            real = getattr(mod, name, None)
-            if real is not None:
-                setattr(mod, name, refused(name, real))
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            name = func._schema.name
+            space, _, op = name.partition("::")
+            if name == "c10d::send":  # (tensors, process group, destination, tag): the values sent, by peer
+                peer = int(args[2])
+                sent[peer] = sent.get(peer, 0) + sum(t.numel() for t in args[0])
+            elif space in ("c10d", "_c10d_functional") and op not in P2P_OPS and not op.startswith("wait"):
+                called.append(f"torch.distributed.{COLLECTIVE_NAMES.get(op, op)} ({name})")
+            return func(*args, **(kwargs or {}))
 
-    def counted(real):
-        def call(tensor, *args, **kwargs):
-            peer = args[0] if args else kwargs.get("dst", kwargs.get("group_dst", -1))
-            sent[peer] = sent.get(peer, 0) + tensor.numel()
-            return real(tensor, *args, **kwargs)
-        return call
-
-    dist.send, dist.isend = counted(dist.send), counted(dist.isend)
     owned = _owned_chunks(world, shift)[rank]
     out = []
     for n in SIZES:
@@ -101,10 +105,8 @@ def _rank_side(rank, world, fn, kind, seed, shift):
             x.fill_(MARKER)
             x[bounds[owned][0]:bounds[owned][1]] = keep
         before = dict(sent)
-        if kind == "all_gather":
-            ret = fn(x, rank, world, owned)
-        else:
-            ret = fn(x, rank, world)
+        with Collectives():
+            ret = fn(x, rank, world, owned) if kind == "all_gather" else fn(x, rank, world)
         if isinstance(ret, torch.Tensor) and ret.numel() == 1 and kind == "reduce_scatter":
             ret = int(ret)
         elif isinstance(ret, torch.Tensor):
@@ -148,7 +150,7 @@ def _refuse_collectives(name, world, results):
     for r, (_, called) in enumerate(results):
         if called:
             raise GradingError(
-                f"{name} failed at world {world}: rank {r} called torch.distributed.{called[0]}, which computes the "
+                f"{name} failed at world {world}: rank {r} called {called[0]}, a collective that computes the "
                 f"answer itself.\nHint: write it from point-to-point messages only (dist.isend and dist.irecv, or "
                 f"dist.send and dist.recv): {HINT_RING}.")
 
