@@ -32,7 +32,22 @@ _SUPPORTED = {torch.float16, torch.float32, torch.float64, torch.int8, torch.int
 
 
 def to_numba(t: torch.Tensor):
-    """A Numba device-array view of ``t`` (same memory): pass it to a ``@cuda.jit`` kernel."""
+    """A Numba device-array view of ``t`` (same memory): pass it to a ``@cuda.jit`` kernel.
+
+    On a GPU it waits for torch's current stream (off the default stream), so that a Numba
+    launch on Numba's own stream sees torch's results: a host synchronisation, which a CUDA
+    Graph's capture cannot contain. Inside a capture it raises; launch with ``numba_launch``,
+    which passes tensors as they are and launches on torch's stream."""
+    from .backends import launches
+    if launches._CAPTURES or (not SIMULATE and torch.cuda.is_current_stream_capturing()):
+        from .graphs import host_sync_error
+        raise host_sync_error("utils.to_numba(tensor)", "waits for torch's stream, for a launch on Numba's own "
+                              "stream (utils.numba_launch(kernel, grid, block, *tensors) launches on torch's "
+                              "stream and needs no to_numba)")
+    return _as_numba(t, sync=True)
+
+
+def _as_numba(t: torch.Tensor, sync: bool):
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"to_numba expects a torch.Tensor, got {type(t).__name__}")
     if t.device.type != DEVICE.type:
@@ -46,12 +61,13 @@ def to_numba(t: torch.Tensor):
         from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
         # The simulator would copy a plain NumPy argument in and out (and refuses a
         # non-contiguous one); wrapped like this, it runs on the tensor's own memory.
-        return FakeCUDAArray(t.numpy())
+        with torch._C.DisableTorchFunction():  # a view, not a read on the host (a CUDA Graph's capture allows it)
+            return FakeCUDAArray(t.numpy())
     from numba import cuda
     # On torch's default stream the launch is ordered after torch's work by the stream
     # itself; skip the host-side wait that `sync=True` costs on every call.
     on_default = torch.cuda.current_stream(t.device).cuda_stream == 0
-    return cuda.as_cuda_array(t, sync=not on_default)
+    return cuda.as_cuda_array(t, sync=sync and not on_default)
 
 
 def from_numba(a) -> torch.Tensor:
@@ -78,11 +94,13 @@ def from_numba(a) -> torch.Tensor:
 def numba_stream():
     """The stream argument that puts a Numba launch on torch's current stream.
 
-    ``kernel[blocks, threads, utils.numba_stream()](...)``. In simulation there are no
-    streams and this is 0, the default.
+    ``kernel[blocks, threads, utils.numba_stream()](...)``. In simulation there is one stream:
+    this stands for torch's, which a simulated CUDA Graph captures (Numba's default, 0, it does
+    not, as on a GPU).
     """
     if SIMULATE:
-        return 0
+        from .backends.numba.simulator import TORCH_STREAM
+        return TORCH_STREAM
     from numba import cuda
     return cuda.external_stream(torch.cuda.current_stream().cuda_stream)
 
@@ -118,7 +136,8 @@ class NumbaLauncher:
                      for a in args)
 
     def _slow(self, grid, block, shared, args):
-        conv = [to_numba(a) if isinstance(a, torch.Tensor) else a for a in args]
+        # on torch's stream: no wait for it is needed (nor allowed, inside a CUDA Graph's capture)
+        conv = [_as_numba(a, sync=False) if isinstance(a, torch.Tensor) else a for a in args]
         return self.kernel[grid, block, numba_stream(), shared](*conv)
 
     def _compile_entry(self, args):

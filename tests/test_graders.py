@@ -567,6 +567,11 @@ def _torch_all_reduce(x, rank, world):
     return x
 
 
+def _torch_normalize_rows(x, amax, out):
+    a = x.abs().amax(dim=1, keepdim=True)
+    out.copy_(torch.where(a > 0, x / a, 0.0))
+
+
 #: grader -> (torch's answer, the operator its message must name); the efficiency checks get a
 #: function where a kernel belongs, lesson 07's operator grader torch's own operator.
 TORCH_ANSWERS = {
@@ -609,6 +614,8 @@ TORCH_ANSWERS = {
     "check_reduce_scatter": (_torch_reduce_scatter, r"called torch\.distributed\.all_reduce"),
     "check_all_gather": (_torch_all_gather, r"called torch\.distributed\.all_gather"),
     "check_all_reduce": (_torch_all_reduce, r"called torch\.distributed\.all_reduce"),
+    "check_graph_safe": (_torch_normalize_rows, r"aten\.(abs|amax|div|where)"),
+    "check_make_graphed": (lambda fn, example: lambda x: torch.softmax(x, -1), r"torch\.softmax \(aten\._softmax\)"),
     "check_traffic": (torch.relu, r"is not one: torch\.relu \(aten\.relu\) computed its values"),
     "check_shared": (torch.relu, r"is not one: torch\.relu \(aten\.relu\) computed its values"),
 }
@@ -751,10 +758,14 @@ def _host_op(form):
 #: Graders of collectives (lesson 13): their answer is messages between processes, not a
 #: kernel's stores; what torch's collectives compute is refused by name in each rank instead.
 _COLLECTIVES = ("check_reduce_scatter", "check_all_gather", "check_all_reduce")
+#: Graders of CUDA Graphs (lesson 13): the launcher writes into buffers it is given (a value
+#: returned is not its answer), or is a function that wraps a launcher; torch's answer is refused
+#: through the launch recording, in the table above.
+_GRAPHS = ("check_graph_safe", "check_make_graphed")
 
 
 @pytest.mark.parametrize("form", ["nothing", "reads"])
-@pytest.mark.parametrize("name", sorted(set(TORCH_ANSWERS) - set(_NOT_VALUES) - set(_COLLECTIVES)))
+@pytest.mark.parametrize("name", sorted(set(TORCH_ANSWERS) - set(_NOT_VALUES) - set(_COLLECTIVES) - set(_GRAPHS)))
 def test_every_grader_refuses_values_computed_on_the_host(name, form):
     """Values computed outside any kernel, beside a kernel that does nothing or only reads: the
     recording sees a launch and no torch operator, so only the store tracker can refuse them."""

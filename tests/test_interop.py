@@ -88,8 +88,8 @@ def test_bad_inputs_get_clear_errors():
 def test_launch_on_torchs_current_stream():
     x = torch.ones(64, device=utils.DEVICE)
     stream = utils.numba_stream()
-    if utils.SIMULATE:
-        assert stream == 0
+    if utils.SIMULATE:  # torch's stream, which a simulated CUDA Graph captures (Numba's default, 0, it does not)
+        assert not isinstance(stream, int) and "torch" in repr(stream)
     double_1d[1, 64, stream](utils.to_numba(x))
     _sync()
     assert x.cpu().tolist() == [2.0] * 64

@@ -24,6 +24,7 @@ from runtime.occupancy import *  # noqa: F403  occupancy: the CUDA occupancy cal
 from runtime.progress import *  # noqa: F403  progress bars on long sweeps
 from runtime.inputs import *  # noqa: F403  check_input: the input rules of every launcher
 from runtime.dist import *  # noqa: F403  run_ranks: N processes joined by torch.distributed (lesson 13)
+from runtime.graphs import CUDAGraph, CaptureError, capture, graph  # noqa: F401  lesson 13: CUDA Graphs in both modes
 from runtime import triton_compat, triton_sim  # noqa: F401  Triton in both modes; races and poison in its interpreter
 from runtime.backends.numba.races import SimulatorMemoryError, SimulatorRaceError  # noqa: F401
 from runtime.backends import Backend, BACKENDS, backend_of, record_launches  # noqa: F401  one interface to the three
@@ -35,6 +36,7 @@ from .topics.gpt import check_gpt_op  # noqa: F401  lesson 11: your kernels in t
 from kernels.collectives import bus_bandwidth, chunk_bounds, ring_all_reduce  # noqa: F401  lesson 13: the ring
 from kernels.data_parallel import BucketedDDP, ZeroAdamW  # noqa: F401  lesson 13: DDP and ZeRO-1 from scratch
 from .topics.collectives import *  # noqa: F403  lesson 13: check_reduce_scatter, check_all_gather, check_all_reduce
+from .topics.graphs import *  # noqa: F403  lesson 13: check_graph_safe, check_make_graphed
 globals().update(_CHECKS)  # check_relu, check_gelu, check_sum, check_softmax, ...: every topic's graders
 from .bench import *  # noqa: F403  bench, recorded results
 from .plots import *  # noqa: F403  bandwidth plots, index maps, reduction trees

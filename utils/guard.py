@@ -325,7 +325,7 @@ def install(utils_pkg) -> None:
     # the graders a check cell calls by name, in the package and in the modules that define them
     topics = sys.modules.get("utils.topics")
     entry_names = set(getattr(topics, "CHECKS", {}))  # every topic's graders (utils/topics/*.py)
-    for modname in ("utils.check", "utils.ship", "utils.topics.collectives"):
+    for modname in ("utils.check", "utils.ship", "utils.topics.collectives", "utils.topics.graphs"):
         mod = sys.modules.get(modname)
         entry_names |= {n for n in getattr(mod, "__all__", ())
                         if isinstance(getattr(mod, n, None), types.FunctionType)}

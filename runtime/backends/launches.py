@@ -99,7 +99,7 @@ _MARK = "__course_launch_hook_"
 
 class Hook(NamedTuple):
     label: str    # what it hooks, for messages: "Numba's launch path"
-    locate: Callable  # () -> (cls, attr, name_of, skip), or None while there is nothing to hook yet
+    locate: Callable  # () -> (cls, attr, backend, name_of, skip[, captured]), or None while there is nothing to hook
 
 
 def register_hook(label: str, locate) -> None:
@@ -377,13 +377,33 @@ def launching(backend: str, name: str, args=()):
                     t.launch_end()
 
 
-def recorded(backend: str, name_of, skip=None):
+#: The simulated CUDA Graph captures in progress (``runtime.graphs``), innermost last: a launch
+#: made on torch's stream while one is active goes on its tape and does not run, as a launch on
+#: a capturing stream does not.
+_CAPTURES: list = []
+
+
+def recorded(backend: str, name_of, skip=None, captured=None):
     """Wrap a launch function ``fn(self, ...)`` so that each call is recorded as a launch of
     ``name_of(self)``; ``skip(self, *args, **kwargs)`` true: not a launch (a device function
-    call, a warm-up that only compiles). Costs one test while nothing records."""
+    call, a warm-up that only compiles). Costs one test while nothing records.
+
+    While a simulated CUDA Graph captures (``_CAPTURES``), a launch goes on the capture's tape
+    instead of running, when ``captured(self)`` says it is on torch's stream (None: every launch
+    is; False: none is, as for a profiled run); one that is not runs now, unrecorded."""
     def wrap(fn):
         @functools.wraps(fn)
         def launch(self, *args, **kwargs):
+            if _CAPTURES and captured is not False and not _STATE.inside and not _STATE.tracking \
+                    and not (skip is not None and skip(self, *args, **kwargs)):
+                if captured is None or captured(self):
+                    name = name_of(self)
+                    _CAPTURES[-1].launch(backend, name, lambda: launch(self, *args, **kwargs))
+                    for rec in _ACTIVE:
+                        rec.kernels.append(Launch(backend, name))
+                    return None
+                with launching(backend, name_of(self), (args, kwargs)):  # its torch work is its own
+                    return fn(self, *args, **kwargs)
             if not _ACTIVE or (skip is not None and skip(self, *args, **kwargs)):
                 return fn(self, *args, **kwargs)
             with launching(backend, name_of(self), (args, kwargs)):
@@ -393,12 +413,12 @@ def recorded(backend: str, name_of, skip=None):
     return wrap
 
 
-def record_method(cls, attr: str, backend: str, name_of, skip=None) -> None:
+def record_method(cls, attr: str, backend: str, name_of, skip=None, captured=None) -> None:
     """Make ``cls.<attr>``, a library's launch method, record its calls (``recorded``); a
     method that records already is left as it is, so installing twice wraps once."""
     fn = cls.__dict__.get(attr)
     if fn is not None and not getattr(fn, "_records_launches", False):
-        hooked = recorded(backend, name_of, skip)(fn)
+        hooked = recorded(backend, name_of, skip, captured)(fn)
         hooked._records_launches = True
         setattr(cls, attr, hooked)
         setattr(cls, _MARK + attr, hooked)  # what hook_problems expects to find there

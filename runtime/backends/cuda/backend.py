@@ -9,9 +9,10 @@ from . import race_detection as _race_detection
 
 __all__ = ["BACKEND", "CudaBackend"]
 
-# Every launch, emulated or on a GPU, and every profiled launch goes through these two methods.
-for _method in ("_launch", "_profile_run"):
-    launches.record_method(CudaKernel, _method, "cuda", lambda k: k.name)
+# Every launch, emulated or on a GPU, and every profiled launch goes through these two methods
+# (a profiled run is never part of a CUDA Graph's capture: it runs at once).
+launches.record_method(CudaKernel, "_launch", "cuda", lambda k: k.name)
+launches.record_method(CudaKernel, "_profile_run", "cuda", lambda k: k.name, captured=False)
 
 
 class CudaBackend:

@@ -32,7 +32,7 @@ def _locate_launch():
     hook yet (on a GPU, until a notebook imports ``numba.cuda``)."""
     if simulator.is_applied():
         from numba.cuda.simulator import kernel
-        return kernel.FakeCUDAKernel, "__call__", "numba", _name, _skip_simulated
+        return kernel.FakeCUDAKernel, "__call__", "numba", _name, _skip_simulated, simulator.on_torch_stream
     if not SIMULATE:
         dispatcher = sys.modules.get("numba.cuda.dispatcher")  # imported with numba.cuda
         if dispatcher is None or not hasattr(dispatcher, "CUDADispatcher"):

@@ -910,7 +910,40 @@ def apply() -> bool:
 
     __call__.__wrapped__ = original_call
     kernel.FakeCUDAKernel.__call__ = __call__
+
+    original_getitem = kernel.FakeCUDAKernel.__getitem__
+
+    def __getitem__(self, configuration):
+        # kernel[grid, block, stream, shared]: the simulator drops the stream; a CUDA Graph's
+        # capture needs it (a launch on Numba's default stream is not captured)
+        out = original_getitem(self, configuration)
+        out.stream = configuration[2] if isinstance(configuration, tuple) and len(configuration) > 2 else 0
+        return out
+
+    __getitem__.__wrapped__ = original_getitem
+    kernel.FakeCUDAKernel.__getitem__ = __getitem__
+    NUMBA_SIM_PATCHES.append("kernel[grid, block, stream]: the stream is kept (CUDA Graph captures read it)")
     return True
+
+
+class TorchStream:
+    """What ``utils.numba_stream()`` gives in simulation: torch's current stream, for a launch
+    ``kernel[grid, block, utils.numba_stream()]`` (a simulated CUDA Graph captures such a launch;
+    one on Numba's default stream, 0, it does not)."""
+
+    def __repr__(self):
+        return "<torch's current stream (simulated)>"
+
+    def synchronize(self):
+        pass
+
+
+TORCH_STREAM = TorchStream()
+
+
+def on_torch_stream(k) -> bool:
+    """Whether a configured simulated kernel launches on torch's stream."""
+    return getattr(k, "stream", 0) is TORCH_STREAM
 
 
 def is_applied() -> bool:
