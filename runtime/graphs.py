@@ -143,7 +143,7 @@ def _modes(tape: _Tape):
             tape.op(func, args, kwargs, out)
             return out
 
-    return HostReads(), Ops()
+    return HostReads(), _launches.without_dynamo_import(Ops)()
 
 
 class SimulatedGraph:

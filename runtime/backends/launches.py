@@ -293,11 +293,17 @@ def _dispatch_mode():
             self.rec.torch_ops[func.overloadpacket.__name__] += 1
             return _tracked(stores, func, args, kwargs)
 
-    # torch keeps torch.compile out of a mode's __torch_dispatch__ with a wrapper that imports
-    # torch._dynamo at its first call (over a second, in every notebook's first check). Until
-    # something imports it, torch.compile has not run and there is nothing to keep out: the
-    # wrapper is made only then.
-    raw = _TorchOps.__dict__["__torch_dispatch__"]
+    return without_dynamo_import(_TorchOps)
+
+
+def without_dynamo_import(mode_cls):
+    """``mode_cls`` (a ``TorchDispatchMode``) made to cost nothing at its first use.
+
+    torch keeps torch.compile out of a mode's ``__torch_dispatch__`` with a wrapper that imports
+    torch._dynamo at its first call: over a second, in every notebook's first check, and in
+    every process forked for a collective's rank. Until something imports it, torch.compile has
+    not run and there is nothing to keep out: the wrapper is made only then."""
+    raw = mode_cls.__dict__["__torch_dispatch__"]
     raw = getattr(raw, "__wrapped__", raw)
 
     def dispatch_outside_dynamo(*args, **kwargs):
@@ -311,7 +317,7 @@ def _dispatch_mode():
 
     if not hasattr(raw, "__dynamo_disable"):
         setattr(raw, "__dynamo_disable", dispatch_outside_dynamo)
-    return _TorchOps
+    return mode_cls
 
 
 #: Operators that make memory: inside a launch, what they make is the launch's.

@@ -26,6 +26,7 @@ import itertools
 import torch
 
 from kernels.collectives import chunk_bounds
+from runtime.backends.launches import without_dynamo_import
 from runtime.dist import RankError, RankTimeout, run_ranks
 
 from .. import guard as _guard
@@ -95,6 +96,7 @@ def _rank_side(rank, world, fn, kind, seed, shift):
                 called.append(f"torch.distributed.{COLLECTIVE_NAMES.get(op, op)} ({name})")
             return func(*args, **(kwargs or {}))
 
+    without_dynamo_import(Collectives)  # a forked rank would import torch._dynamo at its first operator
     owned = _owned_chunks(world, shift)[rank]
     out = []
     for n in SIZES:

@@ -76,8 +76,19 @@ def _first_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {text[0] if text else ''}"[:400]
 
 
+def _messages(e: BaseException) -> str:
+    """The messages of ``e`` and of the exceptions it was raised during or from: on a GPU the end of a
+    failed capture raises again ("operation failed due to a previous error during capture")."""
+    seen, out = set(), []
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        out.append(str(e))
+        e = e.__cause__ or e.__context__
+    return "\n".join(out)
+
+
 def _capture_failure(name: str, e: BaseException, what: str) -> GradingError:
-    msg = str(e)
+    msg = _messages(e)
     if "to_numba" in msg:
         return GradingError(
             f"{name} failed: {what} could not be captured: utils.to_numba(tensor) waits for torch's stream (for a "
@@ -235,7 +246,7 @@ def check_make_graphed(make, *, seed=None):
         except Exception as e:
             if isinstance(e, GradingError):
                 raise
-            hint = _capture_failure(name, e, what) if "captur" in str(e) else None
+            hint = _capture_failure(name, e, what) if "captur" in _messages(e) else None
             if hint is not None:
                 raise hint from None
             g.fail(f"{what} raised {_first_line(e)}.", "run(x) copies x into the captured input, replays, and "
@@ -250,7 +261,7 @@ def check_make_graphed(make, *, seed=None):
     try:
         run = make(fn, example)
     except Exception as e:
-        if "captur" in str(e):
+        if "captur" in _messages(e):
             raise _capture_failure(name, e, "make_graphed(fn, example)") from None
         g.fail(f"make_graphed(fn, example) raised {_first_line(e)}.")
     if not callable(run):
