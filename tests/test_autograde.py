@@ -15,7 +15,8 @@ get full marks, the runs finish, nbgrader's ``generate_feedback`` works on the g
 the instructor's files (the course's code, the course directory, the other submissions, the
 rest of the gradebook) are unchanged. Smaller tests run a sandbox or two directly (keyrings,
 files in each tmpfs, the memory cgroup on an error), or no sandbox at all (names in an ASCII
-terminal, lone surrogates and links in the feedback, the comparison outside the sandbox).
+terminal, lone surrogates and links in the feedback, the comparison outside the sandbox, lesson
+13's collectives run again as ranks included).
 
 Without bubblewrap these tests are skipped, with the reason; under CI (CI=true) they fail.
 """
@@ -1261,8 +1262,9 @@ def test_names_are_escaped_in_an_ascii_terminal(tmp_path, monkeypatch):
 
 
 def test_the_comparison_outside_the_sandbox_accepts_right_and_refuses_wrong():
-    """Every grader of verify.VERIFIERS: the course's own kernel called as the kernel would
-    (runner.VERIFY_SOURCE) is right outside, a result slightly off or of the input is not."""
+    """Every grader of verify.VERIFIERS that checks one result (the collectives' are below):
+    the course's own kernel called as the kernel would (runner.VERIFY_SOURCE) is right outside,
+    a result slightly off or of the input is not."""
     import utils
     if not utils.SIMULATE:
         pytest.skip("the autograde grades in simulation (no GPU is passed into the sandbox): the calls it "
@@ -1271,6 +1273,8 @@ def test_the_comparison_outside_the_sandbox_accepts_right_and_refuses_wrong():
     calls_of = {}
     exec(runner.VERIFY_SOURCE, calls_of)
     for grader, v in verify.VERIFIERS.items():
+        if not isinstance(v, verify.Verifier):
+            continue
         plan = [dict(grader=grader, fn="f", make=v.make, shapes=verify._shapes(v.shapes))]
         for fn, right in [(REFERENCE_LAUNCHERS[grader][0](), True), (lambda *a: a[0] * 1.001 + 0.01, False),
                           (lambda *a: a[-1], False)]:
@@ -1288,6 +1292,152 @@ def test_the_comparison_outside_the_sandbox_accepts_right_and_refuses_wrong():
     found, unverified = verify.plans(source_notebook())
     assert [c["fn"] for c in found["tiny-check-1"]] == ["add"] and [c["fn"] for c in found["tiny-check-2"]] == ["relu"]
     assert unverified == {}
+
+
+COLLECTIVES = ROOT / "solutions" / "13_collectives.ipynb"
+COLLECTIVE_CHECKS = {"13_collectives-check-1": "ring_reduce_scatter", "13_collectives-check-2": "ring_all_gather",
+                     "13_collectives-check-3": "ring_all_reduce"}
+
+
+def _collective_plans() -> dict:
+    found, unverified = verify.plans(nbformat.read(str(COLLECTIVES), as_version=4))
+    assert unverified == {}, unverified
+    return found
+
+
+def _solution_functions() -> dict:
+    """Lesson 13's solution cells, run as the notebook runs them (its setup's names)."""
+    import torch
+    import torch.distributed as dist
+
+    from kernels.collectives import chunk_bounds
+    ns = {"torch": torch, "dist": dist, "chunk_bounds": chunk_bounds}
+    for cell in nbformat.read(str(COLLECTIVES), as_version=4).cells:
+        if cell.cell_type == "code" and cell.metadata.get("nbgrader", {}).get("solution"):
+            exec(cell.source, ns)
+    return ns
+
+
+def _ranks_reply(plan: list, ns: dict, seed: int = 4242) -> dict:
+    """What the runner sends back after the kernel ran ``plan`` (runner.VERIFY_SOURCE) on ``ns``."""
+    calls_of = {}
+    exec(runner.VERIFY_SOURCE, calls_of)
+    path = Path(tempfile.mktemp())
+    try:
+        calls_of["_autograde_call"](ns, [dict(c, seed=seed + 1000 * k) for k, c in enumerate(plan)], str(path))
+        return {"seed": seed, "status": "ok", "message": "", "data": base64.b64encode(path.read_bytes()).decode()}
+    finally:
+        path.unlink(missing_ok=True)
+
+
+def _records(reply: dict) -> list:
+    """The results of a reply: ``[[header, body], ...]``."""
+    import struct
+    data, at, out = base64.b64decode(reply["data"]), 0, []
+    while at < len(data):
+        head_len, body_len = struct.unpack_from("<II", data, at)
+        out.append([json.loads(data[at + 8:at + 8 + head_len]), data[at + 8 + head_len:at + 8 + head_len + body_len]])
+        at += 8 + head_len + body_len
+    return out
+
+
+def _packed(reply: dict, records: list) -> dict:
+    import struct
+    data = b"".join(struct.pack("<II", len(h := json.dumps(head).encode()), len(body)) + h + body
+                    for head, body in records)
+    return dict(reply, data=base64.b64encode(data).decode())
+
+
+def test_the_collectives_are_verified_as_ranks_outside_the_sandbox():
+    """Lesson 13's check cells are planned (run again as ranks), not scored from the kernel's
+    report only; the solution's ring reduce-scatter, all-gather and all-reduce are right
+    outside; a wrong chunk index, an all-reduce that skips a step or the all-gather, an
+    all-gather that ignores its owners, and tampered values and headers are refused with a
+    message."""
+    import ast
+
+    from kernels import collectives as kc
+    found = _collective_plans()
+    assert {gid: [c["fn"] for c in calls] for gid, calls in found.items()} == {
+        gid: [fn] for gid, fn in COLLECTIVE_CHECKS.items()}
+    for calls in found.values():   # (the runner sends the plan to the kernel as its repr)
+        assert [c["kind"] for c in calls] == ["ranks"] and ast.literal_eval(repr(calls)) == calls
+    rs, ag, ar = (found[gid] for gid in COLLECTIVE_CHECKS)
+    solution = _solution_functions()
+    t0 = time.monotonic()
+    for plan in (rs, ag, ar):
+        assert verify.compare(plan, _ranks_reply(plan, solution)) == "", plan[0]["fn"]
+    print(f"the three collectives run again as ranks: {time.monotonic() - t0:.2f} s")
+
+    def own_rank(x, rank, world):
+        kc.ring_reduce_scatter(x, rank, world)
+        return rank
+
+    def skipping_a_step(x, rank, world):
+        bounds = kc.chunk_bounds(x.numel(), world)
+        for step in range(world - 2):
+            kc._step(x, (rank - step) % world, (rank - step - 1) % world, bounds, rank, world, add=True)
+        kc.ring_all_gather(x, rank, world, (rank + 1) % world)
+        return x
+
+    for plan, fn, expect in [
+            (rs, own_rank, "chunk 0, whose index rank 0 returned, is not the sum of that chunk over the ranks"),
+            (rs, lambda x, r, w: (kc.ring_reduce_scatter(x, r, w), 0)[1], "two ranks claim one chunk"),
+            (rs, lambda x, r, w: None, "rank 0 returned 'None', not the index of a chunk"),
+            (rs, lambda x, r, w: kc.ring_reduce_scatter(x, r, w) + 0.5, "rank 0 returned '1.5'"),
+            (ar, skipping_a_step, "rank 0's x is not the sum of every rank's x"),
+            (ar, lambda x, r, w: kc.ring_reduce_scatter(x, r, w), "rank 0's x is not the sum of every rank's x"),
+            (ag, lambda x, r, w, owned: kc.ring_all_gather(x, r, w, (r + 1) % w), "is not the values of its owner"),
+            (ag, lambda x, r, w, owned: None, "it still holds the marker -777777.25 written into it"),
+            (ag, lambda x, r, w, owned: None, "chunk 0 on rank 1 is not the values of its owner, rank 0: 1 of 1 values "
+             "differ (largest error")]:
+        why = verify.compare(plan, _ranks_reply(plan, {plan[0]["fn"]: fn}))
+        assert expect in why and why.endswith("this check earns no points"), (plan[0]["fn"], expect, why)
+
+
+def test_a_changed_or_malformed_reply_of_ranks_earns_nothing():
+    """The collectives' replies changed on their way (a value, the index a rank returned, a
+    header), of the wrong count or dtype, cut short, failed or missing: a message, never an
+    exception."""
+    import struct
+    rs, ag, ar = (_collective_plans()[gid] for gid in COLLECTIVE_CHECKS)
+    solution = _solution_functions()
+    replies = {name: _ranks_reply(plan, solution) for name, plan in (("rs", rs), ("ag", ag), ("ar", ar))}
+    count = sum(ag[0]["worlds"]) * len(ag[0]["sizes"])      # one result a rank, size and world
+
+    def one_more(records):           # the last value of the last rank's x, plus one
+        head, body = records[-1]
+        records[-1][1] = body[:-4] + struct.pack("<f", struct.unpack("<f", body[-4:])[0] + 1.0)
+
+    def index_of_the_rank_before(records):
+        records[-1][0]["returned"] = records[-2][0]["returned"]
+
+    def as_float64(records):
+        records[0][0]["dtype"], records[0][1] = "float64", records[0][1] * 2
+
+    for name, plan, change, expect in [
+            ("ar", ar, one_more, "rank 2's x is not the sum of every rank's x: 1 of 1003 values differ"),
+            ("rs", rs, index_of_the_rank_before, "two ranks claim one chunk"),
+            ("rs", rs, lambda r: r[-1][0].update(returned=[1]), "a result's description was not valid"),
+            ("rs", rs, lambda r: r[-1][0].update(returned=True), "a result's description was not valid"),
+            ("ag", ag, lambda r: r[0][0].update(dtype=["float32"]), "a result's description was not valid"),
+            ("ag", ag, lambda r: r.pop(), f"{count - 1} results came back, not {count}"),
+            ("ag", ag, lambda r: r.append(r[-1]), f"{count + 1} results came back, not {count}"),
+            ("ar", ar, as_float64, "rank 0's x came back as float64 of shape (1,), not float32 of shape (1,)"),
+            ("ar", ar, lambda r: r[0][0].update(dtype="int32"), "not of floating-point numbers")]:
+        records = _records(replies[name])
+        change(records)
+        why = verify.compare(plan, _packed(replies[name], records))
+        assert expect in why and why.endswith("this check earns no points"), (name, expect, why)
+    data = base64.b64decode(replies["ar"]["data"])
+    for reply, expect in [
+            (None, "no valid reply"), ({"seed": True, "status": "ok"}, "no valid reply"),
+            (dict(replies["ar"], status="error", message="RankError: rank 1 raised ValueError"),
+             "failed: RankError: rank 1 raised ValueError: this check earns no points"),
+            (dict(replies["ar"], data=base64.b64encode(data[:-3]).decode()), "the results were cut short"),
+            (dict(replies["ar"], data="not base64!"), "were not valid: this check earns no points")]:
+        why = verify.compare(ar, reply)
+        assert expect in why, (expect, why)
 
 
 # --------------------------------------------------------------------------------------

@@ -50,27 +50,78 @@ MAX_VERIFY_BYTES = 16 << 20
 #: Run in the kernel after a check cell passed: ``_autograde_call(ns, calls, path)`` calls each
 #: learner's function ``ns[call["fn"]]`` on the inputs ``make(shape, seed=seed + j)`` of each
 #: shape (``make`` is ``"module:function"``, the topic's input maker) and writes every result,
-#: a header and its bytes, to ``path``. Nothing here is trusted: the trusted side draws the same
-#: inputs from the same seed itself, and compares the results with its float64 reference.
+#: a header and its bytes, to ``path``. A call of ``"kind": "ranks"`` (lesson 13) runs the
+#: function as each world of ranks instead (``runtime.dist.run_ranks``), rank r's x
+#: ``make(seed, r, n)`` for each size n (for the all-gather: only the chunk the rank owns,
+#: ``owners(world, seed)[r]``, kept, the marker written elsewhere), and writes every rank's x
+#: after the call, by world, size and rank (for the reduce-scatter with the chunk index it
+#: returned in the header). Nothing here is trusted: the trusted side draws the same inputs
+#: from the same seed itself, and compares the results with its float64 reference.
 VERIFY_SOURCE = """
 def _autograde_call(ns, calls, path):
     import importlib, json, struct
     import torch
+
+    def resolve(spec):
+        module, _, name = spec.partition(":")
+        return getattr(importlib.import_module(module), name)
+
+    def write(f, out, **extra):
+        out = (out if isinstance(out, torch.Tensor) else torch.as_tensor(out)).detach().to("cpu")
+        out = out.contiguous().reshape(-1)
+        data = out.view(torch.uint8).numpy().tobytes() if out.numel() else b""
+        head = json.dumps({"dtype": str(out.dtype).replace("torch.", ""),
+                           "shape": list(out.shape), **extra}).encode()
+        f.write(struct.pack("<II", len(head), len(data)) + head + data)
+
+    def as_index(ret):
+        if isinstance(ret, torch.Tensor) and ret.numel() == 1:
+            try:
+                ret = int(ret)
+            except (ValueError, RuntimeError):
+                pass
+        if isinstance(ret, int) and not isinstance(ret, bool) and abs(ret) < 1 << 31:
+            return ret
+        try:
+            return repr(ret)[:80]
+        except Exception:
+            return type(ret).__name__[:80]
+
+    def rank_side(rank, world, fn, call):
+        make, bounds, owners = resolve(call["make"]), resolve(call["bounds"]), resolve(call["owners"])
+        out = []
+        for n in call["sizes"]:
+            x = make(call["seed"], rank, n)
+            if call["collective"] == "all_gather":
+                owned = owners(world, call["seed"])[rank]
+                lo, hi = bounds(n, world)[owned]
+                keep = x[lo:hi].clone()
+                x.fill_(resolve(call["marker"]))
+                x[lo:hi] = keep
+                ret = fn(x, rank, world, owned)
+            else:
+                ret = fn(x, rank, world)
+            out.append((x, as_index(ret) if call["collective"] == "reduce_scatter" else None))
+        return out
+
     with open(path, "wb") as f:
         for call in calls:
-            module, _, name = call["make"].partition(":")
-            make = getattr(importlib.import_module(module), name)
             fn = ns[call["fn"]]
+            if call.get("kind") == "ranks":
+                from runtime.dist import run_ranks
+                for world in call["worlds"]:
+                    ranks = run_ranks(rank_side, world, fn, call, timeout_s=call["timeout_s"],
+                                      stall_s=call["stall_s"])
+                    for i in range(len(call["sizes"])):
+                        for rank in range(world):
+                            x, ret = ranks[rank][i]
+                            write(f, x, **({} if ret is None else {"returned": ret}))
+                continue
+            make = resolve(call["make"])
             for j, shape in enumerate(call["shapes"]):
                 inputs = make(tuple(shape), seed=call["seed"] + j, device="cpu")
                 inputs = tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
-                out = fn(*inputs)
-                out = (out if isinstance(out, torch.Tensor) else torch.as_tensor(out)).detach().to("cpu")
-                out = out.contiguous().reshape(-1)
-                data = out.view(torch.uint8).numpy().tobytes() if out.numel() else b""
-                head = json.dumps({"dtype": str(out.dtype).replace("torch.", ""),
-                                   "shape": list(out.shape)}).encode()
-                f.write(struct.pack("<II", len(head), len(data)) + head + data)
+                write(f, fn(*inputs))
     return "ok"
 """
 
