@@ -252,7 +252,9 @@ else:
 
 def capture(cuda_graph, fn, *args, **kwargs):
     """``(what fn returned, None)`` after capturing ``fn(*args, **kwargs)`` into ``cuda_graph``, or
-    ``(None, the exception)`` when the capture failed. After a failure the GPU is left as it was
+    ``(None, the exception)`` when the capture failed: the one the captured code raised, where it
+    raised one (on a GPU the capture's end then fails too, "operation failed due to a previous
+    error during capture"). After a failure the GPU is left as it was
     before: torch's current stream put back (a capture that raised leaves its own current), and
     torch's CUDA generator taken out of the capture mode a failed capture leaves it in (until a
     capture succeeds, ``torch.randn`` on the GPU raises). The graders capture through this."""
@@ -264,14 +266,19 @@ def capture(cuda_graph, fn, *args, **kwargs):
         except Exception as e:
             return None, e
     prev = torch.cuda.current_stream()
+    first = []  # what the captured code raised: the end of the capture then raises again, of that
     try:
         with torch.cuda.graph(cuda_graph):
-            out = fn(*args, **kwargs)
+            try:
+                out = fn(*args, **kwargs)
+            except Exception as e:
+                first.append(e)
+                raise
         return out, None
     except Exception as e:
         torch.cuda.set_stream(prev)
         recover_after_failed_capture()
-        return None, e
+        return None, first[0] if first else e
     finally:
         torch.cuda.set_stream(prev)
 
