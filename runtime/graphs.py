@@ -19,10 +19,11 @@ capture keeps a tape, in order, of what a GPU's capture would record and replays
 * a Numba launch on Numba's own default stream (``kernel[grid, block](...)`` without
   ``utils.numba_stream()``, and not through ``utils.numba_launch``) runs at once and is not
   recorded: on a GPU it is not on the capturing stream, so the replay skips it;
-* a host synchronisation (``.item()``, ``bool(t)``, ``float(t)``, ``.tolist()``, ``.numpy()``,
-  ``.cpu()``, ``print(t)``, ``torch.equal``) raises ``CaptureError``, as the GPU's
-  "operation not permitted when stream is capturing" does; so does ``utils.to_numba``, which
-  synchronises torch's stream for Numba;
+* a host synchronisation (``.item()``, ``bool(t)``, ``float(t)``, ``print(t)``, ``torch.equal``)
+  raises ``CaptureError``, as the GPU's "operation not permitted when stream is capturing" does;
+  so does ``utils.to_numba``, which synchronises torch's stream for Numba; a copy to the host
+  (``.cpu()``, ``.tolist()``, ``.numpy()``) raises it in torch's words on a GPU ("Cannot copy
+  between CPU and CUDA tensors during CUDA graph capture unless the CPU tensor is pinned");
 * a capture that recorded nothing warns, as torch does ("The CUDA Graph is empty").
 
 What simulation does not model: memory freed during a capture and reused by it, a capture's
@@ -63,6 +64,18 @@ def _spelling(name: str) -> str:
             "__float__": "float(tensor)", "__index__": "a tensor used as an index or size",
             "__repr__": "print(tensor)", "__str__": "print(tensor)", "__format__": "an f-string of a tensor",
             "__array__": "numpy.asarray(tensor)"}.get(name, f"Tensor.{name}()")
+
+
+#: torch's words for a copy to the host inside a capture (``.cpu()``, ``.tolist()``: a pageable copy).
+COPY_REFUSED = ("Cannot copy between CPU and CUDA tensors during CUDA graph capture unless the CPU tensor is pinned. "
+                "Please use tensor.pin_memory() or allocate the tensor with pin_memory=True.")
+#: The Tensor methods that copy the whole tensor to the host, which torch refuses in those words.
+_COPIES = {"tolist", "numpy", "cpu", "__array__"}
+
+
+def host_copy_error(what: str) -> CaptureError:
+    return CaptureError(f"{COPY_REFUSED} (simulated: {what} copies the tensor to the host, a host synchronisation "
+                        "inside a CUDA Graph capture)")
 
 
 def host_sync_error(what: str, why: str = "copies a value to the host, which waits for the GPU") -> CaptureError:
@@ -120,13 +133,13 @@ def _modes(tape: _Tape):
         def __torch_function__(self, func, types, args=(), kwargs=None):
             name = getattr(func, "__name__", "")
             if name in _HOST_READS and not _launches._STATE.inside and not _launches._STATE.tracking:
-                raise host_sync_error(_spelling(name))
+                raise (host_copy_error if name in _COPIES else host_sync_error)(_spelling(name))
             if name == "to" and not _launches._STATE.inside:
                 dev = kwargs.get("device") if kwargs else None
                 dev = dev if dev is not None else next((a for a in args[1:] if isinstance(a, (str, torch.device))),
                                                        None)
                 if dev is not None and torch.device(dev).type == "cpu" and torch.device(dev) != args[0].device:
-                    raise host_sync_error("Tensor.to('cpu')")
+                    raise host_copy_error("Tensor.to('cpu')")
             return func(*args, **(kwargs or {}))
 
     class Ops(TorchDispatchMode):
