@@ -2,21 +2,26 @@
 
 Building it compiles torch's headers (tens of seconds): with one name and one source, torch's
 build cache (TORCH_EXTENSIONS_DIR) makes the second file load the first one's build, whichever
-worker runs it, instead of compiling again.
+worker runs it, instead of compiling again. It is one module for every test, with a
+hand-written PYBIND11_MODULE (the form of a hand-written extension); the ``functions=[...]``
+form, where torch writes the bindings, is built by lesson 02 (``relu_inline_02``) and runs
+under nbval.
 """
 from cuda_sources import TREE_SUM
 
 import utils
 
 NAME = "course_test_inline_ops"
-FUNCTIONS = ["relu", "block_sum", "relu_host_api", "hello", "bad_barrier"]
+FUNCTIONS = ["relu", "block_sum", "relu_host_api", "hello", "bad_barrier", "warp_sums"]
 
+#: The declarations that ``functions=[...]`` needs (tests that stop before a build use them).
 CPP = """
 torch::Tensor relu(torch::Tensor x);
 torch::Tensor block_sum(torch::Tensor x);
 torch::Tensor relu_host_api(torch::Tensor x_cpu);
 void hello(int tag);
 void bad_barrier(torch::Tensor x);
+torch::Tensor warp_sums(torch::Tensor x);
 """
 
 CUDA = r"""
@@ -100,9 +105,42 @@ void bad_barrier(torch::Tensor x) {
     half_barrier_kernel<<<1, 64>>>(x.data_ptr<float>());
     C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
+
+__device__ float warp_reduce(float v) {
+    for (int off = 16; off > 0; off /= 2) v += __shfl_down_sync(0xffffffff, v, off);
+    return v;
+}
+
+__global__ void warp_sums_kernel(const float* x, float* out, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    float v = warp_reduce(i < n ? x[i] : 0.0f);
+    if (threadIdx.x % 32 == 0 && i < cdiv(n, 32) * 32) out[i / 32] = v;
+}
+
+torch::Tensor warp_sums(torch::Tensor x) {
+    CHECK_INPUT(x);
+    int n = x.numel();
+    auto out = torch::zeros({cdiv(n, 32)}, x.options());
+    if (n == 0) return out;
+    warp_sums_kernel<<<cdiv(n, 256), 256>>>(x.data_ptr<float>(), out.data_ptr<float>(), n);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    return out;
+}
+"""
+
+#: The bindings, written by hand as in an extension of one's own.
+PYBIND = r"""
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+    m.def("relu", &relu, "y = max(x, 0)");
+    m.def("block_sum", &block_sum, "the sum of x, one atomicAdd a block");
+    m.def("relu_host_api", &relu_host_api, "relu through cudaMalloc and cudaMemcpy");
+    m.def("hello", &hello, "printf from two blocks");
+    m.def("bad_barrier", &bad_barrier, "a barrier half the block never reaches");
+    m.def("warp_sums", &warp_sums, "sum of each group of 32 elements");
+}
 """
 
 
 def build():
     """The extension (built once; later calls load torch's cached build)."""
-    return utils.load_inline(NAME, CPP, CUDA, functions=FUNCTIONS)
+    return utils.load_inline(NAME, "", CUDA + PYBIND)

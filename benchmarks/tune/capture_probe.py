@@ -1,0 +1,93 @@
+"""Which host read inside a CUDA graph capture breaks a later capture, and what recovers it
+(on a GPU). Each scenario runs in a fresh process; the JSON record lists what each step raised.
+
+    python -m benchmarks.tune.capture_probe [--out FILE]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import textwrap
+
+SCENARIO = textwrap.dedent(r'''
+import json, sys, threading, traceback
+import torch, triton, triton.language as tl
+import utils
+from runtime import graphs
+
+@triton.jit
+def add_one_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) + 1, mask=mask)
+
+READS = {"item": lambda t: t.item(), "bool": lambda t: bool(t.sum() > 0), "float": lambda t: float(t.max()),
+         "print": lambda t: print(t), "equal": lambda t: torch.equal(t, t + 1), "tolist": lambda t: t.tolist(),
+         "cpu": lambda t: t.cpu(), "numpy": lambda t: t.cpu().numpy()}
+steps, recover, follow, warm = sys.argv[1].split(","), sys.argv[2], sys.argv[3], sys.argv[4] == "warm"
+log = []
+x = torch.randn(64, device="cuda")
+y = torch.zeros(64, device="cuda")
+if warm:
+    add_one_kernel[(1,)](x, y, 64, BLOCK=64); torch.cuda.synchronize()
+
+def follow_up(tag):
+    y.zero_()
+    torch.randn(4, device="cuda")
+    g2 = torch.cuda.CUDAGraph()
+    fn = (lambda: add_one_kernel[(1,)](x, y, 64, BLOCK=64)) if follow == "triton" else (lambda: y.copy_(x + 1))
+    _, err = graphs.capture(g2, fn)
+    if err is None:
+        g2.replay(); torch.cuda.synchronize()
+        ok = bool(torch.equal(y, x + 1))
+        log.append({"step": tag, "ok": ok})
+    else:
+        log.append({"step": tag, "error": f"{type(err).__name__}: {err}"[:300]})
+
+for s in steps:
+    g = torch.cuda.CUDAGraph()
+    _, err = graphs.capture(g, lambda: READS[s](x[:1]))
+    log.append({"step": s, "capture_error": f"{type(err).__name__}: {err}"[:200] if err else None,
+                "threads": [t.name for t in threading.enumerate()]})
+    if recover == "new_stream":
+        torch.cuda.graph.default_capture_stream = None
+    elif recover == "sync":
+        torch.cuda.synchronize(); torch.cuda.empty_cache()
+    try:
+        follow_up("after " + s)
+    except Exception as e:
+        log.append({"step": "after " + s, "raised": f"{type(e).__name__}: {e}"[:300]})
+print("JSON" + json.dumps(log))
+''')
+
+SCENARIOS = [
+    ("tolist", "none", "triton", "cold"), ("tolist", "none", "triton", "warm"), ("tolist", "none", "torch", "warm"),
+    ("cpu", "none", "triton", "warm"), ("numpy", "none", "triton", "warm"),
+    ("item,bool,float,print,equal,tolist,cpu", "none", "triton", "warm"),
+    ("item,bool,float,print,equal,tolist,cpu", "none", "triton", "cold"),
+    ("tolist", "new_stream", "triton", "warm"), ("tolist", "sync", "triton", "warm"),
+    ("tolist,tolist", "none", "triton", "warm"), ("item,tolist", "none", "triton", "warm"),
+]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out")
+    args = ap.parse_args()
+    results = []
+    for sc in SCENARIOS:
+        proc = subprocess.run([sys.executable, "-c", SCENARIO, *sc], capture_output=True, text=True, timeout=180)
+        line = next((l for l in proc.stdout.splitlines() if l.startswith("JSON")), None)
+        res = {"scenario": list(sc), "rc": proc.returncode,
+               "log": json.loads(line[4:]) if line else None, "stderr": proc.stderr[-1500:] if not line else ""}
+        results.append(res)
+        print(json.dumps(res), flush=True)
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(results, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
