@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
+import tempfile
 import textwrap
 
 SCENARIO = textwrap.dedent(r'''
@@ -28,30 +30,35 @@ READS = {"item": lambda t: t.item(), "bool": lambda t: bool(t.sum() > 0), "float
          "cpu": lambda t: t.cpu(), "numpy": lambda t: t.cpu().numpy()}
 steps, recover, follow, warm = sys.argv[1].split(","), sys.argv[2], sys.argv[3], sys.argv[4] == "warm"
 log = []
-x = torch.randn(64, device="cuda")
-y = torch.zeros(64, device="cuda")
+DEV = utils.DEVICE
+x = torch.randn(64, device=DEV)
+y = torch.zeros(64, device=DEV)
 if warm:
-    add_one_kernel[(1,)](x, y, 64, BLOCK=64); torch.cuda.synchronize()
+    add_one_kernel[(1,)](x, y, 64, BLOCK=64)
 
 def follow_up(tag):
     y.zero_()
-    torch.randn(4, device="cuda")
-    g2 = torch.cuda.CUDAGraph()
+    torch.randn(4, device=DEV)
+    g2 = utils.CUDAGraph()
     fn = (lambda: add_one_kernel[(1,)](x, y, 64, BLOCK=64)) if follow == "triton" else (lambda: y.copy_(x + 1))
     _, err = graphs.capture(g2, fn)
     if err is None:
-        g2.replay(); torch.cuda.synchronize()
+        g2.replay()
+        if not utils.SIMULATE:
+            torch.cuda.synchronize()
         ok = bool(torch.equal(y, x + 1))
         log.append({"step": tag, "ok": ok})
     else:
         log.append({"step": tag, "error": f"{type(err).__name__}: {err}"[:300]})
 
 for s in steps:
-    g = torch.cuda.CUDAGraph()
+    g = utils.CUDAGraph()
     _, err = graphs.capture(g, lambda: READS[s](x[:1]))
     log.append({"step": s, "capture_error": f"{type(err).__name__}: {err}"[:200] if err else None,
                 "threads": [t.name for t in threading.enumerate()]})
-    if recover == "new_stream":
+    if utils.SIMULATE:
+        pass
+    elif recover == "new_stream":
         torch.cuda.graph.default_capture_stream = None
     elif recover == "sync":
         torch.cuda.synchronize(); torch.cuda.empty_cache()
@@ -77,8 +84,13 @@ def main():
     ap.add_argument("--out")
     args = ap.parse_args()
     results = []
+    fd, script = tempfile.mkstemp(suffix=".py", prefix="capture_probe_")   # @triton.jit needs a file
+    with os.fdopen(fd, "w") as f:
+        f.write(SCENARIO)
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
     for sc in SCENARIOS:
-        proc = subprocess.run([sys.executable, "-c", SCENARIO, *sc], capture_output=True, text=True, timeout=180)
+        proc = subprocess.run([sys.executable, script, *sc], capture_output=True, text=True, timeout=180, env=env)
         line = next((l for l in proc.stdout.splitlines() if l.startswith("JSON")), None)
         res = {"scenario": list(sc), "rc": proc.returncode,
                "log": json.loads(line[4:]) if line else None, "stderr": proc.stderr[-1500:] if not line else ""}
