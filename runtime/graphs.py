@@ -7,7 +7,8 @@ simulation a model of what a capture records and a replay runs again.
     static_x.copy_(new_x)             # new data goes into the memory the capture saw
     g.replay()                        # every recorded launch again, on the same memory: y holds the result
 
-On a GPU these are ``torch.cuda.CUDAGraph`` and ``torch.cuda.graph`` themselves. In simulation a
+On a GPU these are ``torch.cuda.CUDAGraph`` and ``torch.cuda.graph`` themselves (the latter with
+Python's cyclic garbage collector paused while it captures: see ``gpu_graph``). In simulation a
 capture keeps a tape, in order, of what a GPU's capture would record and replays it:
 
 * each launch of a course kernel (CUDA C++, Numba, Triton) made on torch's stream, with its
@@ -33,6 +34,7 @@ other streams joined into the capture.
 from __future__ import annotations
 
 import contextlib
+import gc
 import warnings
 
 import torch
@@ -257,10 +259,37 @@ def capturing() -> bool:
     return bool(torch.cuda.is_available() and torch.cuda.is_current_stream_capturing())
 
 
+class gpu_graph(torch.cuda.graph):
+    """``torch.cuda.graph`` with Python's cyclic garbage collector paused during the capture. A
+    ``CUDAGraph`` left in a reference cycle (a failed capture's graph, held by its exception's
+    traceback) is otherwise destroyed whenever the collector runs, and destroying a graph inside
+    a capture is not permitted: it breaks that capture ("operation failed due to a previous error
+    during capture", on an H200 after a host read in an earlier capture of the same process)."""
+
+    def __enter__(self):
+        self._gc_was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            return super().__enter__()
+        except BaseException:
+            self._restore_gc()
+            raise
+
+    def __exit__(self, *exc_info):
+        try:
+            return super().__exit__(*exc_info)
+        finally:
+            self._restore_gc()
+
+    def _restore_gc(self):
+        if self._gc_was_enabled:
+            gc.enable()
+
+
 if SIMULATE:
     CUDAGraph, graph = SimulatedGraph, simulated_graph
 else:
-    CUDAGraph, graph = torch.cuda.CUDAGraph, torch.cuda.graph
+    CUDAGraph, graph = torch.cuda.CUDAGraph, gpu_graph
 
 
 def capture(cuda_graph, fn, *args, **kwargs):
@@ -281,7 +310,7 @@ def capture(cuda_graph, fn, *args, **kwargs):
     prev = torch.cuda.current_stream()
     first = []  # what the captured code raised: the end of the capture then raises again, of that
     try:
-        with torch.cuda.graph(cuda_graph):
+        with gpu_graph(cuda_graph):
             try:
                 out = fn(*args, **kwargs)
             except Exception as e:
@@ -306,6 +335,6 @@ def recover_after_failed_capture() -> None:
     except Exception:
         pass
     t = torch.zeros(1, device="cuda")
-    with torch.cuda.graph(torch.cuda.CUDAGraph(), stream=torch.cuda.Stream()):
+    with gpu_graph(torch.cuda.CUDAGraph(), stream=torch.cuda.Stream()):
         t.add_(1)
     torch.cuda.synchronize()

@@ -3,6 +3,8 @@ kernels' defaults (tile sizes, warps, programs per SM, configurations to autotun
 
     attention_tune      tile sizes of the Triton attention kernels, forward and backward, beside
                         SDPA's backends (the candidates of kernels/triton/attention.py)
+    capture_probe       which host read inside a CUDA graph capture breaks a later capture of the
+                        same process, and what recovers it (results/tune/<gpu>-capture-probe.json)
     gpt_launch_tune     lesson 11's step beyond its norms: each matmul on cuBLAS and on the Triton
                         linear (splits of K), the Triton cross-entropy launcher, the whole step
                         (results/tune/<gpu>-gpt-launch-tune.json; -tma.json: a later run with the

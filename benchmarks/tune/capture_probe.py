@@ -14,7 +14,7 @@ import tempfile
 import textwrap
 
 SCENARIO = textwrap.dedent(r'''
-import json, sys, threading, traceback
+import gc, json, sys, threading
 import torch, triton, triton.language as tl
 import utils
 from runtime import graphs
@@ -36,12 +36,42 @@ y = torch.zeros(64, device=DEV)
 if warm:
     add_one_kernel[(1,)](x, y, 64, BLOCK=64)
 
+def collect_during(fn):
+    """fn, with Python's collector made to run at the next allocations, as it may at any time."""
+    def run():
+        old = gc.get_threshold()
+        gc.set_threshold(1, 1, 1)
+        try:
+            junk = [[] for _ in range(100)]  # allocations: the collector runs if it is enabled
+            del junk
+        finally:
+            gc.set_threshold(*old)
+        return fn()
+    return run
+
+
+def capture_with_torch_graph(g2, fn):
+    """torch.cuda.graph itself, without the course's wrapper (the collector runs on)."""
+    try:
+        with torch.cuda.graph(g2):
+            fn()
+        return None, None
+    except Exception as e:
+        graphs.recover_after_failed_capture()
+        return None, e
+
+
 def follow_up(tag):
     y.zero_()
     torch.randn(4, device=DEV)
     g2 = utils.CUDAGraph()
     fn = (lambda: add_one_kernel[(1,)](x, y, 64, BLOCK=64)) if follow == "triton" else (lambda: y.copy_(x + 1))
-    _, err = graphs.capture(g2, fn)
+    if recover in ("gc_torch_graph", "gc_course_graph"):
+        fn = collect_during(fn)
+    if recover == "gc_torch_graph" and not utils.SIMULATE:
+        _, err = capture_with_torch_graph(g2, fn)
+    else:
+        _, err = graphs.capture(g2, fn)
     if err is None:
         g2.replay()
         if not utils.SIMULATE:
@@ -54,14 +84,20 @@ def follow_up(tag):
 for s in steps:
     g = utils.CUDAGraph()
     _, err = graphs.capture(g, lambda: READS[s](x[:1]))
-    log.append({"step": s, "capture_error": f"{type(err).__name__}: {err}"[:200] if err else None,
+    err_text = f"{type(err).__name__}: {err}"[:200] if err else None
+    log.append({"step": s, "capture_error": err_text,
                 "threads": [t.name for t in threading.enumerate()]})
+    if recover.startswith("gc_"):   # the failed graph in a reference cycle, as a traceback leaves it
+        cycle = [g, err]
+        cycle.append(cycle)
+        del cycle
     if utils.SIMULATE:
         pass
     elif recover == "new_stream":
         torch.cuda.graph.default_capture_stream = None
     elif recover == "sync":
         torch.cuda.synchronize(); torch.cuda.empty_cache()
+    del g, err
     try:
         follow_up("after " + s)
     except Exception as e:
@@ -76,6 +112,9 @@ SCENARIOS = [
     ("item,bool,float,print,equal,tolist,cpu", "none", "triton", "cold"),
     ("tolist", "new_stream", "triton", "warm"), ("tolist", "sync", "triton", "warm"),
     ("tolist,tolist", "none", "triton", "warm"), ("item,tolist", "none", "triton", "warm"),
+    # a failed capture's graph in a reference cycle, collected during the next capture
+    ("item", "gc_torch_graph", "triton", "warm"), ("item", "gc_course_graph", "triton", "warm"),
+    ("tolist", "gc_torch_graph", "triton", "warm"), ("tolist", "gc_course_graph", "triton", "warm"),
 ]
 
 
