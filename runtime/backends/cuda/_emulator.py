@@ -31,7 +31,6 @@ from ._toolchain import (
     EMU_DIR,
     EMU_FLAGS,
     KERNEL_LIB_FLAGS,
-    PROFILE_OPT,
     compiler_version,
     emulator_key,
     headers_digest,
@@ -170,7 +169,7 @@ def _setup(text: str, include_dir: Path | None, racecheck: bool, profile: bool):
         flags += _racecheck.FLAGS
     if profile:
         from . import _profile
-        flags += [PROFILE_OPT, *_profile.flags(cxx)]
+        flags += _profile.flags(cxx)
     if sys.platform.startswith("linux"):  # the header's exit() and __assert_fail win over the C library's
         flags.append("-Wl,-Bsymbolic-functions")
     headers = project_headers(text, include_dir) if include_dir is not None else {}
