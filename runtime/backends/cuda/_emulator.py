@@ -199,14 +199,17 @@ def _compile(full: str, out: Path, cxx: str, flags: list[str], include_dir: Path
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=cache_dir)
     os.close(fd)
     obj = tmp + ".o" if racecheck else tmp  # instrumented: linked apart, without the sanitizer's runtime
+    rt = runtime_object(cxx, flags)  # the launcher's machinery, compiled once: only the kernel here
+    if rt:
+        flags = [*flags, "-DEMU_RUNTIME_SPLIT"]
     pch = precompiled_header(cxx, flags)
-    cmd = [cxx, *flags, *pch, *incs, "-x", "c++", "-", "-o", obj] + (["-c"] if racecheck else [])
+    cmd = [cxx, *flags, *pch, *incs, "-x", "c++", "-", "-o", obj] + (["-c"] if racecheck else ["-x", "none", *rt])
     proc = subprocess.run(cmd, input=full, capture_output=True, text=True)
     if pch:  # the messages read as without it
         proc.stderr = proc.stderr.replace(f"In file included from {pch[1]}:1:", "In file included from <stdin>:1:")
     compile_log = proc.stderr  # the learner's warnings come from the compile, not the link
     if proc.returncode == 0 and racecheck:
-        proc = subprocess.run([cxx, "-shared", *[f for f in flags if f.startswith("-Wl,")], obj, "-o", tmp],
+        proc = subprocess.run([cxx, "-shared", *[f for f in flags if f.startswith("-Wl,")], obj, *rt, "-o", tmp],
                               capture_output=True, text=True)
         os.unlink(obj)
     if proc.returncode != 0:
@@ -383,6 +386,38 @@ def precompiled_header(cxx: str, flags: list[str]) -> list[str]:
         os.replace(tmp, gch)  # atomic: a parallel build never reads half a file
     _PCH[key] = ["-include", str(header)]
     return _PCH[key]
+
+
+_RUNTIME: dict[str, list[str]] = {}  # emulator key -> [the runtime object] or [] (build each library whole)
+
+
+def runtime_object(cxx: str, flags: list[str]) -> list[str]:
+    """``[path]`` of the emulator's launcher machinery (``launch``, the block scheduler, the fault
+    and race reports, the ``__tsan_*`` hooks: ``EMU_RT`` and ``EMU_RUNTIME_IMPL`` in cuda_emu.h)
+    compiled for these flags, or ``[]``. It is most of the code of a kernel's library, the same
+    for every kernel: compiled once per compiler, set of flags and version of the headers, in
+    .cache/cuda-emu-rt/, and linked into each library (each keeps its own copy and its own
+    state), a kernel's build generates code for the kernel alone (about half the time). Where it
+    cannot be made, each library is compiled whole, as before."""
+    cflags = [f for f in flags if f != "-shared" and not f.startswith("-Wl,")]
+    key = emulator_key(cxx, cflags)
+    if key in _RUNTIME:
+        return _RUNTIME[key]
+    _RUNTIME[key] = []
+    folder = Path(paths.CACHE_DIR) / "cuda-emu-rt" / key
+    obj = folder / "emu_runtime.o"
+    if not obj.is_file():
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(suffix=".o", dir=folder)
+        os.close(fd)
+        proc = subprocess.run([cxx, *cflags, "-DEMU_RUNTIME_IMPL", "-isystem", str(EMU_DIR), "-x", "c++", "-",
+                               "-c", "-o", tmp], input='#include "cuda_emu.h"\n', capture_output=True, text=True)
+        if proc.returncode != 0:
+            os.unlink(tmp)
+            return []
+        os.replace(tmp, obj)  # atomic: a parallel build never links half a file
+    _RUNTIME[key] = [str(obj)]
+    return _RUNTIME[key]
 
 
 def _warnings_of(stderr: str) -> str:

@@ -65,6 +65,19 @@
 #define __grid_constant__
 
 #define EMU_API extern "C" __attribute__((visibility("default"), used))
+// The launcher's machinery (launch, the block scheduler, the fault and race reports, the
+// __tsan_* hooks) is most of the code a kernel's library holds. The course compiles it once
+// per set of flags into an object (EMU_RUNTIME_IMPL) that each library links; a kernel's
+// translation unit (EMU_RUNTIME_SPLIT) then sees these functions' bodies for reading only
+// and generates code for the kernel alone. Without either macro, one translation unit has
+// it all (an extension built against the emulator).
+#if defined(EMU_RUNTIME_IMPL)
+#define EMU_RT __attribute__((noinline))
+#elif defined(EMU_RUNTIME_SPLIT)
+#define EMU_RT inline __attribute__((gnu_inline, noinline))
+#else
+#define EMU_RT inline
+#endif
 #define EMU_NS namespace emu __attribute__((visibility("hidden")))
 // Race detection (EMU_RACECHECK) compiles the kernel with g++'s -fsanitize=thread
 // instrumentation, without its runtime: every load and store of kernel code calls a
@@ -611,7 +624,7 @@ EMU_NOTSAN inline RaceShadow* race_map_shadow(size_t bytes, size_t* out) {
 }
 
 // At the start of a launch (before any block).
-EMU_NOTSAN inline void race_launch_start() {
+EMU_NOTSAN EMU_RT void race_launch_start() {
     R.active = 0;
     if (!R.want) return;
     char* a = arena();
@@ -722,7 +735,7 @@ EMU_NOTSAN inline void fill_block(int* out, unsigned long long lb) {
     out[2] = (int)(lb / ((unsigned long long)gridDim.x * gridDim.y));
 }
 
-[[noreturn]] EMU_NOTSAN inline void race_report(const RaceCell& c, int kind_then, int kind_now, int region,
+[[noreturn]] EMU_NOTSAN EMU_RT void race_report(const RaceCell& c, int kind_then, int kind_now, int region,
                                                  uintptr_t addr, unsigned size, uintptr_t pc) {
     RaceInfo& I = R.info;
     memset(&I, 0, sizeof I);
@@ -1152,10 +1165,12 @@ EMU_NOTSAN inline long long prof_popcount(const unsigned char* bits, size_t n, c
     return c;
 }
 }  // namespace emu
+#if !defined(EMU_RUNTIME_SPLIT)
 extern "C" {
 // trace-pc: called at the start of every basic block of kernel code.
 EMU_NOTSAN void __sanitizer_cov_trace_pc() { emu::prof_bb((uintptr_t)__builtin_return_address(0)); }
 }
+#endif
 EMU_NS {
 #endif  // EMU_PROFILE
 
@@ -1370,7 +1385,7 @@ EMU_NOTSAN inline int describe_block(char* buf, int pos, int cap) {
     return pos;
 }
 
-[[noreturn]] EMU_NOTSAN inline void fault_deadlock(const char* why) {
+[[noreturn]] EMU_NOTSAN EMU_RT void fault_deadlock(const char* why) {
     emu_fault_info& f = S.fault;
     f.kind = 1;
     f.block[0] = (int)blockIdx.x; f.block[1] = (int)blockIdx.y; f.block[2] = (int)blockIdx.z;
@@ -1516,7 +1531,7 @@ EMU_NOTSAN inline unsigned coalesced_wait(int line, const char* file) {
     switch_to_scheduler();
     return (unsigned)me.result;
 }
-EMU_NOTSAN inline void resolve_coalesced() {
+EMU_NOTSAN EMU_RT void resolve_coalesced() {
     static int ids[kMaxThreads];
     int n = (int)S.nthreads, k = 0;
     for (int t = 0; t < n; ++t) {
@@ -1542,7 +1557,7 @@ template <class T> inline T from_bits(unsigned long long b) { T v; memcpy(&v, &b
 
 // ---------------------------------- one block ------------------------------------------
 // `when`: "before the __syncthreads() on line 12", "before the block ended".
-EMU_NOTSAN inline void check_shared_guards(const char* when) {
+EMU_NOTSAN EMU_RT void check_shared_guards(const char* when) {
     const unsigned char* dg = (const unsigned char*)dyn_ptr + dyn_shared_bytes;
     for (size_t k = 0; k < kSharedGuard; ++k) {
         if (guard_byte_ok(dg, k)) continue;
@@ -1582,7 +1597,7 @@ EMU_NOTSAN inline void check_shared_guards(const char* when) {
              r.name, count, count == 1 ? "" : "s", count - 1, when, r.name);
 }
 
-EMU_NOTSAN inline void run_block() {
+EMU_NOTSAN EMU_RT void run_block() {
     int n = (int)S.nthreads;
     S.n_done = 0; S.n_wait_block = 0; S.block_mixed = 0; S.qhead = S.qtail = 0;
     for (int w = 0; w < (n + 31) / 32; ++w) S.warp_arrived[w] = 0;
@@ -1640,7 +1655,7 @@ inline struct sigaction old_actions[32];
 inline const int fault_signals[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGINT};
 alignas(16) inline char alt_stack[64 * 1024];
 
-EMU_NOTSAN inline void on_signal(int sig, siginfo_t* si, void* uctx) {
+EMU_NOTSAN EMU_RT void on_signal(int sig, siginfo_t* si, void* uctx) {
     if (!S.in_launch) {  // not ours: hand it to whoever had it before
         struct sigaction& o = old_actions[sig];
         if (o.sa_flags & SA_SIGINFO) { if (o.sa_sigaction) o.sa_sigaction(sig, si, uctx); return; }
@@ -1704,7 +1719,7 @@ struct SignalGuard {
 
 // ---------------------------------- launch ---------------------------------------------
 // Returns 0, or the kind of fault (details in S.fault).
-EMU_NOTSAN inline int launch(const emu_launch_params& p, void (*thunk)(void*), void* ctx) {
+EMU_NOTSAN EMU_RT int launch(const emu_launch_params& p, void (*thunk)(void*), void* ctx) {
     memset(&S.fault, 0, sizeof S.fault);
     unsigned nthreads = p.block[0] * p.block[1] * p.block[2];
     if (nthreads == 0 || nthreads > (unsigned)kMaxThreads || p.block[2] > 64 || p.grid[1] > 65535 || p.grid[2] > 65535) {
@@ -2078,7 +2093,7 @@ EMU_API inline void emu_stack_layout(unsigned long long* out) {
 // Race detection: what g++'s -fsanitize=thread instrumentation calls. Plain loads and
 // stores are checked; the atomic builtins (rare in kernels) count as atomic accesses.
 // ---------------------------------------------------------------------------------------
-#if defined(EMU_RACECHECK)
+#if defined(EMU_RACECHECK) && !defined(EMU_RUNTIME_SPLIT)
 extern "C" {
 // (with profiling, each access is also logged for the counters)
 #if defined(EMU_PROFILE)
