@@ -120,3 +120,32 @@ def test_fallbacks_keep_the_messages(tmp_path, compiles):
                        "__global__ void b_kernel(float* y_ptr) { y_ptr[0] = 1.0f; }\n"))
     with pytest.raises(utils.CudaCompileError, match=r"`helper\(float\)` is declared but not defined"):
         utils.cuda_kernel(missing, "b_kernel")
+
+
+RACY = r"""
+__global__ void neighbour_kernel(float* y_ptr) {
+    __shared__ float s[64];
+    s[threadIdx.x] = threadIdx.x;
+    y_ptr[threadIdx.x] = s[(threadIdx.x + 1) % 64];   // no __syncthreads(): a race
+}
+"""
+
+
+@pytest.mark.parametrize("split", [True, False], ids=["runtime object", "whole"])
+def test_a_library_with_and_without_the_shared_runtime_object(split, monkeypatch):
+    """With g++ the launcher's machinery comes from one object linked into every library; built
+    whole (another compiler, or that object could not be made) a library behaves the same: it
+    runs, reports a fault with its line, and reports a race."""
+    if not split:
+        monkeypatch.setattr(_emulator, "runtime_object", lambda cxx, flags: [])
+    elif not _emulator.runtime_object(_emulator.compiler(), list(_emulator.CXX_FLAGS)):
+        pytest.skip("the host compiler is not g++: libraries are built whole")
+    tag = uuid.uuid4().hex[:8]  # a source of its own: no library from the cache
+    k = utils.cuda_kernel(TWO.replace("2.0f * x_ptr[i]", f"2.0f * x_ptr[i]; // {tag}"), "scale_kernel")
+    x, y = torch.randn(100), torch.zeros(100)
+    k[1, 128](x, y, 100)
+    torch.testing.assert_close(y, 2 * x)
+    with pytest.raises(utils.KernelFault, match=r"read `x_ptr\[100\]`, past the end of argument `x_ptr`"):
+        k[1, 128](x, y, 1000)
+    with pytest.raises(utils.KernelRace):
+        utils.cuda_kernel(RACY + f"// {tag}\n", "neighbour_kernel")[1, 64](torch.zeros(64))

@@ -398,12 +398,14 @@ def runtime_object(cxx: str, flags: list[str]) -> list[str]:
     for every kernel: compiled once per compiler, set of flags and version of the headers, in
     .cache/cuda-emu-rt/, and linked into each library (each keeps its own copy and its own
     state), a kernel's build generates code for the kernel alone (about half the time). Where it
-    cannot be made, each library is compiled whole, as before."""
+    cannot be made, or the compiler is not g++, each library is compiled whole, as before."""
     cflags = [f for f in flags if f != "-shared" and not f.startswith("-Wl,")]
     key = emulator_key(cxx, cflags)
     if key in _RUNTIME:
         return _RUNTIME[key]
     _RUNTIME[key] = []
+    if "Free Software Foundation" not in compiler_version(cxx):  # tried with g++ (gnu_inline's meaning)
+        return []
     folder = Path(paths.CACHE_DIR) / "cuda-emu-rt" / key
     obj = folder / "emu_runtime.o"
     if not obj.is_file():
