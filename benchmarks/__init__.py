@@ -52,8 +52,9 @@ recorded results.
 Layout
 ------
 The command above is this folder's top: ``run.py`` (the run), ``harness.py`` (check, then
-time, one topic), ``topics.py`` (what each topic measures), ``attention.py`` and
-``layernorm.py`` (the topics with a worker of their own), ``report.py`` (the JSON, the
+time, one topic), ``topics.py`` (what each topic measures), ``attention.py``,
+``layernorm.py`` and ``matmul_fp16.py`` (the topics with a worker of their own: masks and
+passes, LayerNorm's backward and RMSNorm, the bfloat16 matmul), ``report.py`` (the JSON, the
 summary, the plots), ``validation.py`` (is a GPU validation call due?), and
 ``rerecord_gpu_run.sh``, which brings a GPU's recordings up to date, every room's included.
 The other scripts are in rooms, each with its index in its ``__init__.py``:

@@ -297,7 +297,8 @@ def configure_torch_compile() -> None:
 
 #: Topics that measure more than one tensor per shape (several dtypes, masks, forward and
 #: backward) bring their own worker: ``<module>.run_topic(events, sizes, **same keywords)``.
-CUSTOM_WORKERS = {"attention": "benchmarks.attention", "layernorm": "benchmarks.layernorm"}
+CUSTOM_WORKERS = {"attention": "benchmarks.attention", "layernorm": "benchmarks.layernorm",
+                  "matmul_fp16": "benchmarks.matmul_fp16"}
 
 
 def run_topic(topic: str, events: Events, sizes, *, skip=(), languages=None, sweep: bool = True,

@@ -90,6 +90,9 @@ def evaluate_targets(rows: list[dict], topics, shapes: dict | None = None) -> li
     if "layernorm" in topics:
         from .layernorm import evaluate
         out += evaluate(rows)
+    if "matmul_fp16" in topics:
+        from .matmul_fp16 import evaluate as evaluate_bf16
+        out += evaluate_bf16(rows)
     return out
 
 

@@ -599,7 +599,7 @@ def test_topic_files_follow_every_import_and_the_frame(tmp_path):
 # --------------------------------------------------------------------------------------
 #: benchmarks/'s own files at its top: the `python -m benchmarks` command and its modules.
 CORE = {"__init__.py", "__main__.py", "run.py", "harness.py", "topics.py", "report.py", "validation.py",
-        "attention.py", "layernorm.py", "rerecord_gpu_run.sh"}
+        "attention.py", "layernorm.py", "matmul_fp16.py", "rerecord_gpu_run.sh"}
 ROOMS = ("tune", "lessons", "simulators")
 
 
@@ -686,3 +686,31 @@ def test_an_update_without_sweeps_keeps_the_earlier_sweeps(tmp_path):
     assert kept["sweeps"] == old["sweeps"] and [r["shape"] for r in kept["rows"]] == [[64]]
     dropped = brun.load_kept(tmp_path / "gpu.json", ["relu"])  # a run that measures the sweeps again
     assert dropped["sweeps"] == {"relu": {}} and dropped["rows"] == []
+
+
+def test_matmul_worker_adds_checked_bfloat16_rows(tmp_path, monkeypatch):
+    """The matmul_fp16 worker: the harness's float16 rows, then bfloat16 rows of the Triton
+    versions and cuBLAS, each version checked first; a wrong bfloat16 product is not timed, and
+    the bfloat16 targets compare the reference row with torch.mm's."""
+    from benchmarks import matmul_fp16 as mm
+    sizes = brun.sizes_for(quick=True)
+    monkeypatch.setattr(harness, "run_topic", lambda *a, **k: None)   # the float16 part: tested above
+    wrong = ("triton wrong", "triton", "wrong", "drops the last column", False,
+             lambda a, b: torch.cat([(a @ b)[:, :-1], torch.zeros(a.shape[0], 1, dtype=a.dtype)], 1))
+    monkeypatch.setattr(mm, "contenders", lambda real=mm.contenders: real() + [wrong])
+    ev = tmp_path / "events.jsonl"
+    mm.run_topic(harness.Events(ev), sizes, languages=["triton"], warmup=0, rep=1)
+    events = harness.read_events(ev)
+    rows = [e for e in events if e["event"] == "row"]
+    assert {r["variant"] for r in rows} >= {"triton v2 [bfloat16]", "triton v3 [bfloat16]", "torch [bfloat16]"}
+    assert all(r["dtype"] == "bfloat16" and r["tflops"] > 0 for r in rows)
+    bad = [e for e in events if e["event"] == "failed" and e["variant"] == "triton wrong [bfloat16]"]
+    assert bad and "values wrong" in bad[0]["reason"] and not any(r["variant"].startswith("triton wrong") for r in rows)
+    shape = (4096, 4096, 4096)
+    fake = [dict(topic="matmul_fp16", lang="triton", variant="triton v3 [bfloat16]", reference=True, dtype="bfloat16",
+                 shape=list(shape), median_ms=1.0),
+            dict(topic="matmul_fp16", lang="torch", variant="torch [bfloat16]", reference=False, dtype="bfloat16",
+                 shape=list(shape), median_ms=0.95)]
+    got = {tuple(t["shape"]): t for t in mm.evaluate(fake)}
+    assert got[shape]["value"] == pytest.approx(0.95) and got[shape]["met"] is True
+    assert got[(4095, 4097, 4093)]["met"] is None   # not measured
