@@ -696,7 +696,7 @@ def test_matmul_worker_adds_checked_bfloat16_rows(tmp_path, monkeypatch):
     sizes = brun.sizes_for(quick=True)
     monkeypatch.setattr(harness, "run_topic", lambda *a, **k: None)   # the float16 part: tested above
     wrong = ("triton wrong", "triton", "wrong", "drops the last column", False,
-             lambda a, b: torch.cat([(a @ b)[:, :-1], torch.zeros(a.shape[0], 1, dtype=a.dtype)], 1))
+             lambda a, b: torch.cat([(a @ b)[:, :-1], torch.zeros(a.shape[0], 1, dtype=a.dtype, device=a.device)], 1))
     monkeypatch.setattr(mm, "contenders", lambda real=mm.contenders: real() + [wrong])
     ev = tmp_path / "events.jsonl"
     mm.run_topic(harness.Events(ev), sizes, languages=["triton"], warmup=0, rep=1)
