@@ -295,6 +295,38 @@ def configure_torch_compile() -> None:
             setattr(cfg, name, max(getattr(cfg, name), 256))
 
 
+def time_row(events: "Events", meta: dict, shape, fn: Callable, make_args: Callable, nbytes: Callable, *,
+             skip=(), deadline: float | None = None, warmup: float = 25, rep: float = 100, **fields) -> None:
+    """For a topic's own worker: time ``fn(*make_args())`` at ``shape`` (its check done) and emit
+    its row, or why there is none: measured by an earlier worker (in ``skip``), out of time past
+    ``deadline``, or an error while timing, which ends the worker if the CUDA context is lost.
+    ``meta``: the row's topic, variant, lang, version (and dtype, pass); ``nbytes(args)``: the
+    bytes it must move; ``fields``: the rest of the row (reference, description)."""
+    key = f"{meta['variant']}@{shape_key(shape)}"
+    if key in skip:
+        return
+    if deadline is not None and time.time() > deadline:
+        events.emit(event="failed", key=key, **meta, shape=list(shape), status="skipped",
+                    reason="out of time for this run")
+        return
+    events.emit(event="start", key=key)
+    try:
+        args = make_args()
+        nb = nbytes(args)
+        res = utils.bench(fn, *args, nbytes=nb, name=meta["variant"], warmup=warmup, rep=rep)
+    except Exception as e:
+        events.emit(event="failed", key=key, **meta, shape=list(shape), status="error",
+                    reason=f"while timing: {type(e).__name__}: {_short(e)}")
+        if not cuda_context_ok():
+            raise ContextLost(key)
+        return
+    events.emit(event="row", key=key, **meta, **fields, shape=list(shape), bytes=nb, median_ms=res.median_ms,
+                p20_ms=res.p20_ms, p80_ms=res.p80_ms, gbps=res.gbps, simulated=res.simulated,
+                **_flops(TOPICS[meta["topic"]], shape, res.median_ms))
+    del args
+    _free()
+
+
 #: Topics that measure more than one tensor per shape (several dtypes, masks, forward and
 #: backward) bring their own worker: ``<module>.run_topic(events, sizes, **same keywords)``.
 CUSTOM_WORKERS = {"attention": "benchmarks.attention", "layernorm": "benchmarks.layernorm",

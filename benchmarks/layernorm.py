@@ -22,8 +22,6 @@ forward's targets stay in the topic's spec.
 """
 from __future__ import annotations
 
-import time
-
 import torch
 
 import utils
@@ -220,29 +218,9 @@ def run_topic(events, sizes, *, skip=(), languages=None, sweep=True, main=True, 
                 events.emit(event="failed", key=f"{variant}@*", **meta, shape=None, status="failed check", reason=why)
                 continue
             for shape in shapes:
-                key = f"{variant}@{harness.shape_key(shape)}"
-                if key in skip:
-                    continue
-                if deadline is not None and time.time() > deadline:
-                    events.emit(event="failed", key=key, **meta, shape=list(shape), status="skipped",
-                                reason="out of time for this run")
-                    continue
-                events.emit(event="start", key=key)
-                try:
-                    args = _timed_inputs(kind, shape, dtype)
-                    nbytes = _bytes(kind, shape, args[0].element_size())
-                    res = utils.bench(fn, *args, nbytes=nbytes, name=variant, warmup=warmup, rep=rep)
-                except Exception as e:
-                    events.emit(event="failed", key=key, **meta, shape=list(shape), status="error",
-                                reason=f"while timing: {type(e).__name__}: {harness._short(e)}")
-                    if not harness.cuda_context_ok():
-                        raise harness.ContextLost(key)
-                    continue
-                events.emit(event="row", key=key, **meta, reference=ref, description=desc, shape=list(shape),
-                            bytes=nbytes, median_ms=res.median_ms, p20_ms=res.p20_ms, p80_ms=res.p80_ms,
-                            gbps=res.gbps, simulated=res.simulated)
-                del args
-                harness._free()
+                harness.time_row(events, meta, shape, fn, lambda: _timed_inputs(kind, shape, dtype),
+                                 lambda args: _bytes(kind, shape, args[0].element_size()), skip=skip,
+                                 deadline=deadline, warmup=warmup, rep=rep, reference=ref, description=desc)
 
 
 def evaluate(rows: list[dict]) -> list[dict]:

@@ -13,8 +13,6 @@ targets stay in the topic's spec.
 """
 from __future__ import annotations
 
-import time
-
 import torch
 
 import utils
@@ -94,29 +92,9 @@ def run_topic(events, sizes, *, skip=(), languages=None, sweep=True, main=True, 
             events.emit(event="failed", key=f"{variant}@*", **meta, shape=None, status="failed check", reason=why)
             continue
         for shape in main_shapes(TOPIC, sizes):
-            key = f"{variant}@{harness.shape_key(shape)}"
-            if key in skip:
-                continue
-            if deadline is not None and time.time() > deadline:
-                events.emit(event="failed", key=key, **meta, shape=list(shape), status="skipped",
-                            reason="out of time for this run")
-                continue
-            events.emit(event="start", key=key)
-            try:
-                a, b = _inputs(shape, 1)
-                nbytes = spec.nbytes(shape)  # two bytes an element, as float16
-                res = utils.bench(fn, a, b, nbytes=nbytes, name=variant, warmup=warmup, rep=rep)
-            except Exception as e:
-                events.emit(event="failed", key=key, **meta, shape=list(shape), status="error",
-                            reason=f"while timing: {type(e).__name__}: {harness._short(e)}")
-                if not harness.cuda_context_ok():
-                    raise harness.ContextLost(key)
-                continue
-            events.emit(event="row", key=key, **meta, reference=ref, description=desc, shape=list(shape),
-                        bytes=nbytes, median_ms=res.median_ms, p20_ms=res.p20_ms, p80_ms=res.p80_ms,
-                        gbps=res.gbps, simulated=res.simulated, **harness._flops(spec, shape, res.median_ms))
-            del a, b
-            harness._free()
+            harness.time_row(events, meta, shape, fn, lambda: _inputs(shape, 1),
+                             lambda args: spec.nbytes(shape),  # two bytes an element, as float16
+                             skip=skip, deadline=deadline, warmup=warmup, rep=rep, reference=ref, description=desc)
 
 
 def evaluate(rows: list[dict]) -> list[dict]:

@@ -12,7 +12,6 @@ from cuda_sources import TREE_SUM
 import utils
 
 NAME = "course_test_inline_ops"
-FUNCTIONS = ["relu", "block_sum", "relu_host_api", "hello", "bad_barrier", "warp_sums"]
 
 #: The declarations that ``functions=[...]`` needs (tests that stop before a build use them).
 CPP = """
