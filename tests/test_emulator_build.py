@@ -135,7 +135,7 @@ __global__ void neighbour_kernel(float* y_ptr) {
 def test_a_library_with_and_without_the_shared_runtime_object(split, monkeypatch):
     """With g++ the launcher's machinery comes from one object linked into every library; built
     whole (another compiler, or that object could not be made) a library behaves the same: it
-    runs, reports a fault with its line, and reports a race."""
+    runs, names an out-of-bounds read, and reports a race."""
     if not split:
         monkeypatch.setattr(_emulator, "runtime_object", lambda cxx, flags: [])
     elif not _emulator.runtime_object(_emulator.compiler(), list(_emulator.CXX_FLAGS)):
