@@ -7,6 +7,7 @@
                         interpreter) and the launch recordings the graders read
     runtime.interop     torch tensors <-> Numba arrays
     runtime.graphs      CUDA Graphs: torch's on a GPU, a model of capture and replay in simulation
+    runtime.tma         TMA tensor maps for the Hopper kernels of lesson 12
     runtime.inputs      the input rules every launcher applies
     runtime.occupancy   the CUDA occupancy calculator
     runtime.progress    progress bars on long sweeps
@@ -30,6 +31,7 @@ from .progress import *  # noqa: F403  progress bars on long sweeps
 from .inputs import *  # noqa: F403  check_input: the input rules of every launcher
 from .dist import *  # noqa: F403  run_ranks: N processes joined by torch.distributed (lesson 13)
 from .graphs import *  # noqa: F403  CUDAGraph, graph: torch's on a GPU, a capture model in simulation (lesson 13)
+from .tma import *  # noqa: F403  tensor_map: TMA tensor maps for hopper.h (lesson 12)
 from .backends.triton import compat as triton_compat  # noqa: F401  tanh, do_bench, autotune that work in both modes
 from .backends.triton import interpreter as triton_sim  # noqa: F401  races and poison in Triton's interpreter, its driver
 from .backends.numba.races import SimulatorMemoryError, SimulatorRaceError  # noqa: F401

@@ -25,6 +25,7 @@ from runtime.progress import *  # noqa: F403  progress bars on long sweeps
 from runtime.inputs import *  # noqa: F403  check_input: the input rules of every launcher
 from runtime.dist import *  # noqa: F403  run_ranks: N processes joined by torch.distributed (lesson 13)
 from runtime.graphs import CUDAGraph, CaptureError, capture, graph  # noqa: F401  lesson 13: CUDA Graphs in both modes
+from runtime.tma import tensor_map  # noqa: F401  lesson 12: TMA tensor maps in both modes
 from runtime import triton_compat, triton_sim  # noqa: F401  Triton in both modes; races and poison in its interpreter
 from runtime.backends.numba.races import SimulatorMemoryError, SimulatorRaceError  # noqa: F401
 from runtime.backends import Backend, BACKENDS, backend_of, record_launches  # noqa: F401  one interface to the three

@@ -67,7 +67,7 @@ def _compile(text: str, name: str, filename: str, include_dir: Path | None, targ
 
 def ptx(text: str, name: str, filename: str, include_dir: Path | None) -> str:
     dev = _device()
-    arch = "compute_" + "".join(map(str, dev.compute_capability))
+    arch = _tc.specific_arch(text, "compute_" + "".join(map(str, dev.compute_capability)))
     obj = _compile(text, name, filename, include_dir, "ptx", arch)
     code = obj.code
     return code.decode() if isinstance(code, (bytes, bytearray)) else str(code)
@@ -77,7 +77,7 @@ def build(text: str, name: str, filename: str, include_dir: Path | None):
     """A launchable ``cuda.core`` Kernel for ``name``."""
     core = _core()
     dev = _device()
-    arch = "sm_" + "".join(map(str, dev.compute_capability))
+    arch = _tc.specific_arch(text, "sm_" + "".join(map(str, dev.compute_capability)))
     nv = _tc.nvrtc()
     key = _tc.cache_key(prepare(text, filename, include_dir), name, arch, _tc.headers_digest(include_dir),
                         str(include_dir), _tc.include_dirs(), nv.version if nv else getattr(core, "__version__", ""))

@@ -631,11 +631,24 @@ def nvrtc_check_device_code(text: str, filename: str, include_dir: Path | None =
 # ---------------------------------------------------------------------------------------
 # PTX, SASS, resources
 # ---------------------------------------------------------------------------------------
+#: Code that needs an architecture-specific target (sm_90a): wgmma and setmaxnreg, which
+#: kernels/cuda/hopper.h wraps, exist only there.
+_ARCH_SPECIFIC = re.compile(r'#\s*include\s*[<"]hopper\.h[>"]|\bwgmma\.|\bsetmaxnreg\.')
+
+
+def specific_arch(text: str, arch: str) -> str:
+    """``arch`` (``sm_90``, ``compute_90``), with the architecture-specific ``a`` (``sm_90a``)
+    for a Hopper when ``text`` uses what only that target has."""
+    if re.fullmatch(r"(sm|compute)_90", arch) and _ARCH_SPECIFIC.search(text):
+        return arch + "a"
+    return arch
+
+
 def compile_for_gpu(text: str, name: str, filename: str, include_dir: Path | None, arch: str,
                     what: str, extra=()) -> tuple[NvrtcResult, str]:
     """(NVRTC's result with the PTX, the cubin and ptxas's report, the kernel's mangled name)."""
     nv = nvrtc(required=what)
-    arch = _check_arch(arch)
+    arch = specific_arch(text, _check_arch(arch))
     sm = arch.replace("compute_", "sm_")
     # On a machine with a GPU driver, NVRTC keeps compiled code in the driver's compute cache,
     # and a cached compile prints no ptxas report: the cache is off for this compile.

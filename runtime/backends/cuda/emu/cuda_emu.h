@@ -324,7 +324,8 @@ struct emu_launch_params {
 
 EMU_NS {
 
-enum { ST_READY = 0, ST_RUNNING, ST_WAIT_BLOCK, ST_WAIT_WARP, ST_DONE, ST_WAIT_TILE, ST_WAIT_COALESCED };
+enum { ST_READY = 0, ST_RUNNING, ST_WAIT_BLOCK, ST_WAIT_WARP, ST_DONE, ST_WAIT_TILE, ST_WAIT_COALESCED,
+       ST_WAIT_EXT /* in a wait of an extension (hopper_emu.h: an mbarrier, a wgmma); Thread::what names it */ };
 enum { OP_SYNCWARP = 0, OP_SHFL, OP_SHFL_UP, OP_SHFL_DOWN, OP_SHFL_XOR, OP_BALLOT, OP_ANY, OP_ALL,
        OP_NONE };
 static const char* const op_names[] = {
@@ -352,6 +353,7 @@ struct Thread {
     unsigned iseq;     // race detection: the last warp collective it took part in
     unsigned long long value, result;
     uint3 tid;
+    const char* what;  // ST_WAIT_EXT: what it waits in
 #ifdef EMU_UCONTEXT
     jmp_buf jb;        // where it stopped (portable switch)
 #endif
@@ -1376,6 +1378,7 @@ EMU_NOTSAN inline int describe_block(char* buf, int pos, int cap) {
         else if (p.state == ST_WAIT_BLOCK) pos = appendf(buf, pos, cap, ": wait at __syncthreads() on line %d", p.line);
         else if (p.state == ST_WAIT_WARP)
             pos = appendf(buf, pos, cap, ": wait at %s(mask=0x%08x) on line %d (warp %d)", op_names[p.op], p.mask, p.line, start / 32);
+        else if (p.state == ST_WAIT_EXT) pos = appendf(buf, pos, cap, ": wait in %s on line %d", p.what, p.line);
         else if (p.state == ST_WAIT_TILE)
             pos = appendf(buf, pos, cap, ": wait in a collective of thread_block_tile<%d> (tile %d) on line %d", p.width,
                           start / p.width, p.line);
@@ -1597,6 +1600,12 @@ EMU_NOTSAN EMU_RT void check_shared_guards(const char* when) {
              r.name, count, count == 1 ? "" : "s", count - 1, when, r.name);
 }
 
+// Hooks of the emulator's extensions (hopper_emu.h sets them when a kernel includes it):
+// at the start and the end of each block, and when no thread can run (true: it made some
+// runnable again; it reports a stuck block itself).
+struct BlockHooks { void (*begin)(); void (*end)(); bool (*stuck)(); };
+inline BlockHooks block_hooks = {nullptr, nullptr, nullptr};
+
 EMU_NOTSAN EMU_RT void run_block() {
     int n = (int)S.nthreads;
     S.n_done = 0; S.n_wait_block = 0; S.block_mixed = 0; S.qhead = S.qtail = 0;
@@ -1607,12 +1616,15 @@ EMU_NOTSAN EMU_RT void run_block() {
     poison_shared();
     for (int t = 0; t < n; ++t) { S.th[t].started = 0; S.th[t].stack = -1; S.th[t].op = OP_NONE; S.th[t].line = 0; ids[t] = t; }
     push_many(ids, n);
+    if (block_hooks.begin) block_hooks.begin();
     for (;;) {
         while (S.qhead != S.qtail) resume(S.queue[S.qhead++ & (2 * kMaxThreads - 1)]);
         if (S.n_done == n) {
+            if (block_hooks.end) block_hooks.end();
             check_shared_guards("before the block ended");
             return;
         }
+        if (block_hooks.stuck && block_hooks.stuck()) continue;
         if (S.n_wait_coalesced) {  // nobody else can run: the lanes at each coalesced_threads() meet
             resolve_coalesced();
             continue;

@@ -1,0 +1,182 @@
+"""Lesson 12's GEMM ladder on a Hopper GPU: every CUDA C++ version of kernels/cuda/hopper.cu
+(and of kernels/triton/hopper.py when it exists) checked, timed against cuBLAS, and the
+typical mistakes of tests/hopper_mistakes.cu run on the GPU beside what the emulator reports.
+
+    python -m benchmarks.lessons.hopper_ladder [--out FILE] [--quick]
+
+Each version is first checked against the float64 product at awkward shapes (tails in M, N
+and K, K not a multiple of 8). Then C = A @ B^T, bfloat16 in and out, float32 accumulation, is
+timed with triton.testing.do_bench (median, on random inputs) at 4096^3, 8192^3 and
+4095 x 4097 x 4093, beside torch's F.linear (cuBLAS) on the same inputs: TFLOP/s = 2 M N K /
+time. Each mistake runs in its own process with a time limit (some hang on a GPU, one faults
+the CUDA context): what happened there (an error, a hang, a wrong or a right result) is
+recorded next to the emulator's report, which tests/test_hopper.py checks.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+import utils
+from kernels.cuda import hopper as H
+
+SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192), (4095, 4097, 4093)]
+CHECKS = [(1, 1, 1), (127, 33, 65), (257, 300, 1000), (128, 256, 64)]
+MISTAKES = {0: "the right kernel", 1: "arrive_expect_tx announces half the bytes", 2: "the phase bit not flipped",
+            3: "a wgmma descriptor with another swizzle than the tensor map's", 4: "a tile not 128-byte aligned",
+            5: "a TMA load into a tile a wgmma still reads", 6: "half a warpgroup issues the wgmma",
+            7: "the accumulators read before wgmma_wait", 8: "a wrong stride byte offset in a descriptor",
+            9: "wgmma never waited for", 10: "TMA loads never waited for"}
+OUT = utils.LESSON_RESULTS_DIR / "h200-hopper-ladder.json"
+
+
+def contenders():
+    out = [(f"cuda {v}", desc, f) for v, (desc, f) in H.VERSIONS.items()]
+    try:
+        from kernels.triton import hopper as T
+        out += [(f"triton {v}", desc, f) for v, (desc, f) in T.VERSIONS.items()]
+    except ImportError:
+        pass
+    out.append(("cublas", "torch F.linear (cuBLAS), bfloat16 in and out", H.hopper_torch))
+    return out
+
+
+def inputs(shape, seed=0):
+    m, n, k = shape
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    a = torch.randn(m, k, device="cuda", generator=g).to(torch.bfloat16)
+    b = torch.randn(n, k, device="cuda", generator=g).to(torch.bfloat16)
+    return a, b
+
+
+def check(fn) -> str | None:
+    for shape in CHECKS:
+        a, b = inputs(shape, seed=sum(shape))
+        c = fn(a, b)
+        torch.cuda.synchronize()
+        ref = H.hopper_ref(a, b)
+        err = (c.double() - ref).abs()
+        tol = ref.abs() * 2.0 ** -8 + 1e-3 * shape[2] ** 0.5
+        if c.shape != ref.shape or not bool((err <= tol).all()):
+            return f"at {shape}: {int((err > tol).sum())} wrong of {err.numel()}, max error {float(err.max()):.3g}"
+    return None
+
+
+def time_rows(log) -> list[dict]:
+    from triton.testing import do_bench
+    rows = []
+    for name, desc, fn in contenders():
+        try:
+            why = check(fn)
+        except Exception as e:
+            why = f"raised {type(e).__name__}: {str(e)[:300]}"
+        if why:
+            rows.append(dict(variant=name, description=desc, status="failed check", reason=why))
+            log(f"{name}: FAILED CHECK {why}")
+            continue
+        for shape in SHAPES:
+            ab = inputs(shape, seed=1)
+            ms = do_bench(lambda ab=ab: fn(*ab), warmup=25, rep=100)
+            tflops = 2 * shape[0] * shape[1] * shape[2] / ms / 1e9
+            rows.append(dict(variant=name, description=desc, shape=list(shape), median_ms=ms, tflops=tflops))
+            log(f"{name:12s} {shape}: {ms * 1e3:8.1f} us  {tflops:6.1f} TFLOP/s")
+    for r in rows:
+        base = next((x for x in rows if x["variant"] == "cublas" and x.get("shape") == r.get("shape")), None)
+        if base and r.get("median_ms"):
+            r["vs_cublas"] = base["median_ms"] / r["median_ms"]
+    return rows
+
+
+_CHILD = r"""
+import sys, json, torch, utils
+from pathlib import Path
+m = int(sys.argv[1])
+k = utils.cuda_kernel(Path("tests/hopper_mistakes.cu"), "one_tile_kernel")
+g = torch.Generator(device="cuda").manual_seed(3)
+a = torch.randn(64, 128, device="cuda", generator=g).to(torch.bfloat16)
+b = torch.randn(64, 128, device="cuda", generator=g).to(torch.bfloat16)
+maps = utils.tensor_map(a, 64, 64), utils.tensor_map(b, 64, 64)
+c = torch.full((64, 64), float("nan"), device="cuda")
+try:
+    k[1, 128, 4 * 64 * 64 * 2 + 2048](*maps, c, m)
+    torch.cuda.synchronize()
+except Exception as e:
+    print(json.dumps({"outcome": "error", "detail": f"{type(e).__name__}: {str(e)[:300]}"}))
+    sys.exit(0)
+ref = a.double() @ b.double().T
+if m == 7:
+    out = {"outcome": "ran", "nan": int(torch.isnan(c).sum()), "detail": "per-thread dump of the accumulators"}
+else:
+    err = (c.double() - ref).abs()
+    ok = bool((err <= ref.abs() * 1e-5 + 1e-3).all())
+    out = {"outcome": "right result" if ok else "wrong result", "max_error": float(err.nan_to_num(1e30).max()),
+           "nan": int(torch.isnan(c).sum())}
+print(json.dumps(out))
+"""
+
+
+def mistakes(log) -> dict:
+    out = {}
+    env = dict(os.environ)
+    procs = {m: subprocess.Popen([sys.executable, "-c", _CHILD, str(m)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 text=True, env=env) for m in MISTAKES}
+    deadline = time.time() + 120
+    for m, p in procs.items():
+        try:
+            so, se = p.communicate(timeout=max(1.0, deadline - time.time()))
+            line = next((ln for ln in reversed(so.splitlines()) if ln.startswith("{")), None)
+            rec = json.loads(line) if line else {"outcome": "crashed", "detail": se[-400:]}
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.communicate()
+            rec = {"outcome": "hang", "detail": "killed after the time limit: the kernel never finished"}
+        rec["mistake"] = MISTAKES[m]
+        out[str(m)] = rec
+        log(f"mistake {m} ({MISTAKES[m]}): {rec['outcome']} {rec.get('max_error', '')} {rec.get('detail', '')[:150]}")
+    return out
+
+
+def resources() -> dict:
+    res = {}
+    for v in H.VERSIONS:
+        try:
+            res[v] = utils.cuda_resources(H.SOURCE, f"hopper_gemm_{v}_kernel")
+        except Exception as e:
+            res[v] = {"error": str(e)[:300]}
+    return res
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--quick", action="store_true", help="4096^3 only")
+    args = ap.parse_args()
+    if args.quick:
+        SHAPES[:] = SHAPES[:1]
+    lines = []
+
+    def log(msg):
+        print(msg, flush=True)
+        lines.append(msg)
+    rec = dict(gpu=torch.cuda.get_device_name(), torch=torch.__version__, python=platform.python_version(),
+               date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), **utils.source_commit(),
+               method=" ".join(__doc__.split("\n\n")[2].split()))
+    rec["resources"] = resources()
+    log(f"resources: {json.dumps(rec['resources'])}")
+    rec["mistakes"] = mistakes(log)
+    rec["rows"] = time_rows(log)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(rec, indent=1) + "\n")
+    log(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,67 @@
+"""C = A @ B^T on Hopper's tensor cores in CUDA C++ (lesson 12): launchers for the kernels of
+``hopper.cu``, whose header lists the versions; the machinery (TMA, mbarriers, wgmma) is
+``hopper.h``.
+
+    hopper_gemm(a, b)   the reference (v3): bfloat16 A (M, K), B (N, K) -> bfloat16 C (M, N)
+
+On a GPU the kernels need a Hopper (sm_90); in simulation the emulator runs them anywhere.
+"""
+from __future__ import annotations
+
+import torch
+
+import runtime
+from kernels._launch import cdiv, cuda_kernels, cuda_source, version_index
+from kernels.frames.hopper import hopper_ref, hopper_torch, prepare_linear  # noqa: F401  (importable from here too)
+from runtime.tma import tensor_map
+
+SOURCE = runtime.KERNELS_DIR / "cuda" / "hopper.cu"
+BK = 64  # K per tile: 64 bfloat16, one 128-byte swizzled row
+
+kernel = cuda_kernels(SOURCE)
+
+
+def source(name: str, path=SOURCE) -> str:
+    """The text of one kernel or helper of hopper.cu (or of ``path``, such as hopper.h)."""
+    return cuda_source(name, path)
+
+
+def _check_gpu() -> None:
+    if not runtime.SIMULATE:
+        major, _ = torch.cuda.get_device_capability(runtime.DEVICE)
+        if major != 9:
+            raise RuntimeError(f"hopper.cu's kernels use TMA and wgmma, which only a Hopper GPU (sm_90) has; this "
+                               f"one is sm_{major}{_}. Run them in simulation (COURSE_SIMULATE=1), or use lesson 06's")
+
+
+def _launch(a, b, name: str, bm: int, bn: int, stages: int, threads: int):
+    a, b, c, M, N, K = prepare_linear(a, b, op=name)
+    if c.numel() == 0 or K == 0:
+        return c
+    _check_gpu()
+    a_map = tensor_map(a, bm, BK, swizzle=128)
+    b_map = tensor_map(b, bn, BK, swizzle=128)
+    shared = stages * (bm + bn) * BK * 2 + 1024  # + the rounding up to 1024 bytes
+    kernel(f"{name}_kernel")[(cdiv(N, bn), cdiv(M, bm)), threads, shared](a_map, b_map, c, M, N, K)
+    return c
+
+
+def hopper_gemm_v1(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """v1: TMA + wgmma, one warpgroup per 128 x 128 tile, one stage."""
+    return _launch(a, b, "hopper_gemm_v1", 128, 128, 1, 128)
+
+
+def hopper_gemm_v2(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """v2: a 4-stage mbarrier pipeline."""
+    return _launch(a, b, "hopper_gemm_v2", 128, 128, 4, 128)
+
+
+def hopper_gemm_v3(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """v3: a producer warpgroup and two consumer warpgroups, 128 x 256 tiles, 4 stages."""
+    return _launch(a, b, "hopper_gemm_v3", 128, 256, 4, 384)
+
+
+#: name -> (one line, launcher), naive to best.
+VERSIONS = version_index(SOURCE, v1=hopper_gemm_v1, v2=hopper_gemm_v2, v3=hopper_gemm_v3)
+REFERENCE = "v3"
+hopper_gemm = VERSIONS[REFERENCE][1]

@@ -1,0 +1,157 @@
+"""Lesson 12, Hopper's machinery: the CUDA C++ GEMM ladder (kernels/cuda/hopper.cu) against the
+float64 product on awkward shapes, its input rules, the TMA tensor maps' rules, the sm_90a
+target, and the emulator's reports of the typical mistakes of TMA, mbarrier and wgmma code
+(tests/hopper_mistakes.cu: one kernel, each mistake switched on by an argument)."""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+import utils
+from kernels.cuda import hopper as H
+from runtime.backends.cuda import _toolchain as tc
+
+MISTAKES = Path(__file__).with_name("hopper_mistakes.cu")
+SHAPES = [(128, 128, 64), (200, 130, 100), (1, 1, 1), (64, 300, 1000)]
+in_simulation = pytest.mark.skipif(not utils.SIMULATE, reason="the emulator's reports: on a GPU these mistakes hang, "
+                                                              "race or fault the context")
+
+
+def _inputs(m, n, k, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    a = torch.randn(m, k, generator=g).to(torch.bfloat16).to(utils.DEVICE)
+    b = torch.randn(n, k, generator=g).to(torch.bfloat16).to(utils.DEVICE)
+    return a, b
+
+
+def _assert_close(c, a, b):
+    ref = H.hopper_ref(a, b)
+    assert c.dtype == torch.bfloat16 and tuple(c.shape) == tuple(ref.shape)
+    # float32 sums of exact products, rounded once to bfloat16: half an ulp of bfloat16 (2^-8
+    # relative), plus the float32 sums' error, small beside it
+    tol = ref.abs() * 2.0 ** -8 + 1e-3 * math.sqrt(max(a.shape[1], 1))
+    err = (c.double() - ref).abs()
+    bad = int((err > tol).sum())
+    assert not bad, f"{bad} of {err.numel()} wrong, max error {float(err.max()):.3g}"
+
+
+@pytest.mark.parametrize("version", list(H.VERSIONS))
+def test_versions_match_the_float64_product(version):
+    fn = H.VERSIONS[version][1]
+    for shape in SHAPES:
+        a, b = _inputs(*shape, seed=sum(shape))
+        _assert_close(fn(a, b), a, b)
+
+
+def test_empty_and_zero_k():
+    a, b = _inputs(5, 3, 0)
+    assert torch.equal(H.hopper_gemm(a, b).float().cpu(), torch.zeros(5, 3))
+    a, b = _inputs(0, 4, 8)
+    assert H.hopper_gemm(a, b).shape == (0, 4)
+
+
+def test_strided_and_offset_inputs_are_copied_for_tma():
+    a, b = _inputs(40, 24, 48)
+    a_view = torch.cat([a, a], dim=1)[:, 1:49]  # rows not 16-byte aligned: copied first
+    _assert_close(H.hopper_gemm(a_view, b), a_view, b)
+
+
+def test_bad_inputs_are_refused_clearly():
+    a, b = _inputs(8, 8, 16)
+    with pytest.raises(TypeError, match="bfloat16"):
+        H.hopper_gemm(a.float(), b)
+    with pytest.raises(ValueError, match="same K"):
+        H.hopper_gemm(a, b[:, :8])
+    with pytest.raises(ValueError, match="2-D"):
+        H.hopper_gemm(a.reshape(-1), b)
+
+
+def test_tensor_map_rules_are_checked_in_both_modes():
+    t = torch.zeros(64, 64, dtype=torch.bfloat16, device=utils.DEVICE)
+    m = utils.tensor_map(t, 64, 64)
+    assert m.dtype == torch.uint8 and m.numel() == 128 and m.data_ptr() % 64 == 0
+    assert utils.tensor_map(t, 64, 64) is m  # cached
+    with pytest.raises(ValueError, match="at most 128 bytes"):
+        utils.tensor_map(t, 64, 128)
+    with pytest.raises(ValueError, match="multiple of 16 bytes"):
+        utils.tensor_map(t, 64, 4, swizzle=0)
+    with pytest.raises(ValueError, match="1 to 256"):
+        utils.tensor_map(t, 300, 64)
+    with pytest.raises(ValueError, match="2-D"):
+        utils.tensor_map(t.reshape(-1), 64, 64)
+    with pytest.raises(ValueError, match="16-byte aligned"):
+        flat = torch.zeros(64 * 64 + 8, dtype=torch.bfloat16, device=utils.DEVICE)
+        utils.tensor_map(flat[1:4097].view(64, 64), 64, 64)
+    with pytest.raises(ValueError, match="row stride"):
+        utils.tensor_map(torch.zeros(8, 12, dtype=torch.bfloat16, device=utils.DEVICE)[:, :8], 8, 8)
+    with pytest.raises(ValueError, match="swizzle is 0"):
+        utils.tensor_map(t, 64, 64, swizzle=96)
+
+
+def test_hopper_code_compiles_for_sm_90a():
+    text = H.SOURCE.read_text()
+    assert tc.specific_arch(text, "sm_90") == "sm_90a"
+    assert tc.specific_arch(text, "compute_90") == "compute_90a"
+    assert tc.specific_arch(text, "sm_80") == "sm_80"
+    assert tc.specific_arch("__global__ void k() {}", "sm_90") == "sm_90"
+
+
+@pytest.fixture(scope="module")
+def one_tile():
+    if not utils.SIMULATE:
+        pytest.skip("the emulator's reports: on a GPU these mistakes hang, race or fault the context")
+    k = utils.cuda_kernel(MISTAKES, "one_tile_kernel")
+    a, b = _inputs(64, 64, 128, seed=3)
+    maps = utils.tensor_map(a, 64, 64), utils.tensor_map(b, 64, 64)
+
+    def run(mistake):
+        c = torch.full((64, 64), float("nan"))
+        k[1, 128, 4 * 64 * 64 * 2 + 2048](*maps, c, mistake)
+        assert a.data_ptr() and b.data_ptr()  # the maps hold the addresses of a and b: keep them alive
+        return c
+    return run, a.double() @ b.double().T
+
+
+# mistake -> words the report must hold (its cause)
+REPORTS = {
+    1: ["already complete when it arrived", "arrive_expect_tx announced 8192 bytes"],
+    2: ["a second time for the same phase", "Flip the phase bit"],
+    3: ["SWIZZLE_128B", "reads it as SWIZZLE_64B"],
+    4: ["not 128-byte aligned"],
+    5: ["overwrites shared memory that the wgmma", "releases the stage"],
+    6: ["only 64 of the 128 threads of warpgroup 0"],
+    8: ["stride byte offset is 512 bytes", "1024 bytes apart"],
+    9: ["wgmma issued on line", "never waited for"],
+    10: ["TMA load issued on line", "never waited for"],
+}
+
+
+def test_the_right_tile_is_the_product(one_tile):
+    run, ref = one_tile
+    c = run(0)
+    assert torch.allclose(c.double(), ref, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("mistake", sorted(REPORTS))
+def test_each_mistake_is_reported_with_its_cause(one_tile, mistake):
+    run, _ = one_tile
+    with pytest.raises(utils.KernelFault) as e:
+        run(mistake)
+    for words in REPORTS[mistake]:
+        assert words in str(e.value), str(e.value)
+
+
+def test_accumulators_read_before_the_wait_are_nan(one_tile):
+    run, _ = one_tile
+    assert bool(torch.isnan(run(7)).all())
+
+
+@in_simulation
+def test_a_pipeline_runs_in_any_thread_order():
+    a, b = _inputs(130, 260, 640, seed=5)
+    with utils.emulation_schedule("random", seed=11):
+        for version in ("v2", "v3"):
+            _assert_close(H.VERSIONS[version][1](a, b), a, b)
