@@ -128,7 +128,7 @@ def mistakes(log) -> dict:
     env = dict(os.environ)
     procs = {m: subprocess.Popen([sys.executable, "-c", _CHILD, str(m)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                  text=True, env=env) for m in MISTAKES}
-    deadline = time.time() + 120
+    deadline = time.time() + 45
     for m, p in procs.items():
         try:
             so, se = p.communicate(timeout=max(1.0, deadline - time.time()))

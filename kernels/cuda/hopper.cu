@@ -6,6 +6,7 @@
 //   v1  TMA + wgmma: one warpgroup, 128 x 128 tiles, one stage      hopper_gemm_v1_kernel
 //   v2  a 4-stage mbarrier pipeline: TMA loads run ahead of wgmma   hopper_gemm_v2_kernel
 //   v3  a producer warpgroup and two consumers, setmaxnreg          hopper_gemm_v3_kernel
+//   v4  v3, one wgmma group in flight while the next is issued      hopper_gemm_v4_kernel
 //
 // Every tile is 64 columns of K deep: 64 bfloat16 are 128 bytes, one row of the 128-byte
 // swizzle, so one TMA box per operand and stage, and four wgmma k-steps of 16 per tile.
@@ -197,6 +198,57 @@ __global__ void __launch_bounds__(384, 1) hopper_gemm_v3_kernel(const TmaDescrip
             wgmma_wait<0>();
             if (t % 32 == 0) mbarrier_arrive(&empty[s]);  // this warp's products have read the stage
         }
+        store_tile<V3_BN>(d, c_ptr, M, N, row0 + 64 * c, col0, t);
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// v4: v3's warpgroups, but a consumer no longer waits for a tile's products before issuing
+// the next tile's: after committing tile kt it waits only for tile kt - 1 (wgmma_wait<1>)
+// and releases that stage, so the tensor cores always have the next group queued.
+__global__ void __launch_bounds__(384, 1) hopper_gemm_v4_kernel(const TmaDescriptor* a_map, const TmaDescriptor* b_map,
+                                                                __nv_bfloat16* c_ptr, int M, int N, int K) {
+    extern __shared__ unsigned char smem[];
+    __nv_bfloat16* sa = tiles_base(smem);
+    __nv_bfloat16* sb = sa + V3_STAGES * V3_BM * BK;
+    __shared__ uint64_t full[V3_STAGES], empty[V3_STAGES];
+    int t = threadIdx.x, wg = t / 128;
+    int row0 = blockIdx.y * V3_BM, col0 = blockIdx.x * V3_BN;
+    int tiles = (K + BK - 1) / BK;
+    if (t == 0) {
+        for (int s = 0; s < V3_STAGES; ++s) {
+            mbarrier_init(&full[s], 1);
+            mbarrier_init(&empty[s], 8);  // one arrival per consumer warp
+        }
+        fence_barrier_init();
+    }
+    __syncthreads();
+    if (wg == 0) {
+        setmaxnreg_dec<40>();
+        if (t == 0) {
+            const unsigned bytes = (V3_BM + V3_BN) * BK * sizeof(__nv_bfloat16);
+            for (int kt = 0; kt < tiles; ++kt) {
+                int s = kt % V3_STAGES;
+                if (kt >= V3_STAGES) mbarrier_wait(&empty[s], (kt / V3_STAGES - 1) & 1);
+                mbarrier_arrive_expect_tx(&full[s], bytes);
+                tma_load_2d(sa + s * V3_BM * BK, a_map, kt * BK, row0, &full[s]);
+                tma_load_2d(sb + s * V3_BN * BK, b_map, kt * BK, col0, &full[s]);
+            }
+        }
+    } else {
+        setmaxnreg_inc<232>();
+        int c = wg - 1;
+        float d[V3_BN / 2];
+        for (int kt = 0; kt < tiles; ++kt) {
+            int s = kt % V3_STAGES;
+            mbarrier_wait(&full[s], (kt / V3_STAGES) & 1);
+            wgmma_fence();
+            mma_tile<V3_BN>(d, sa + s * V3_BM * BK + c * 64 * BK, sb + s * V3_BN * BK, kt > 0);
+            wgmma_commit();
+            wgmma_wait<1>();  // tile kt - 1's products are done: release its stage
+            if (kt > 0 && t % 32 == 0) mbarrier_arrive(&empty[(kt - 1) % V3_STAGES]);
+        }
+        wgmma_wait<0>();
         store_tile<V3_BN>(d, c_ptr, M, N, row0 + 64 * c, col0, t);
     }
 }
