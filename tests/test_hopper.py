@@ -1,11 +1,10 @@
 """Lesson 12, Hopper's machinery: the CUDA C++ GEMM ladder (kernels/cuda/hopper.cu) against the
 float64 product on awkward shapes, its input rules, the TMA tensor maps' rules, the sm_90a
 target, and the emulator's reports of the typical mistakes of TMA, mbarrier and wgmma code
-(tests/hopper_mistakes.cu: one kernel, each mistake switched on by an argument)."""
+(kernels/cuda/hopper_mistakes.cu: one kernel, each mistake switched on by an argument)."""
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import pytest
 import torch
@@ -14,7 +13,7 @@ import utils
 from kernels.cuda import hopper as H
 from runtime.backends.cuda import _toolchain as tc
 
-MISTAKES = Path(__file__).with_name("hopper_mistakes.cu")
+MISTAKES = H.SOURCE.with_name("hopper_mistakes.cu")
 SHAPES = [(128, 128, 64), (200, 130, 100), (1, 1, 1), (64, 300, 1000)]
 in_simulation = pytest.mark.skipif(not utils.SIMULATE, reason="the emulator's reports: on a GPU these mistakes hang, "
                                                               "race or fault the context")

@@ -1,6 +1,6 @@
 """Lesson 12's GEMM ladder on a Hopper GPU: every CUDA C++ version of kernels/cuda/hopper.cu
 (and of kernels/triton/hopper.py when it exists) checked, timed against cuBLAS, and the
-typical mistakes of tests/hopper_mistakes.cu run on the GPU beside what the emulator reports.
+typical mistakes of kernels/cuda/hopper_mistakes.cu run on the GPU beside what the emulator reports.
 
     python -m benchmarks.lessons.hopper_ladder [--out FILE] [--quick]
 
@@ -35,7 +35,8 @@ MISTAKES = {0: "the right kernel", 1: "arrive_expect_tx announces half the bytes
             5: "a TMA load into a tile a wgmma still reads", 6: "half a warpgroup issues the wgmma",
             7: "the accumulators read before wgmma_wait", 8: "a wrong stride byte offset in a descriptor",
             9: "wgmma never waited for", 10: "TMA loads never waited for"}
-OUT = utils.LESSON_RESULTS_DIR / "h200-hopper-ladder.json"
+RESULT = "{gpu}-hopper-ladder.json"
+OUT = utils.LESSON_RESULTS_DIR / RESULT.format(gpu="h200")
 
 
 def contenders():
@@ -99,7 +100,7 @@ _CHILD = r"""
 import sys, json, torch, utils
 from pathlib import Path
 m = int(sys.argv[1])
-k = utils.cuda_kernel(Path("tests/hopper_mistakes.cu"), "one_tile_kernel")
+k = utils.cuda_kernel(Path("kernels/cuda/hopper_mistakes.cu"), "one_tile_kernel")
 g = torch.Generator(device="cuda").manual_seed(3)
 a = torch.randn(64, 128, device="cuda", generator=g).to(torch.bfloat16)
 b = torch.randn(64, 128, device="cuda", generator=g).to(torch.bfloat16)
@@ -152,6 +153,52 @@ def resources() -> dict:
         except Exception as e:
             res[v] = {"error": str(e)[:300]}
     return res
+
+
+def load_recorded(path=None) -> tuple[dict, str | None]:
+    """The recorded ladder (``path``, else the newest GPU's ``<gpu>-hopper-ladder.json`` in
+    ``benchmarks/results/lessons/``) and the GPU's short name."""
+    if path is None:
+        path, gpu = utils.recorded_gpu_file(RESULT)
+        if path is None:
+            raise FileNotFoundError(f"no {RESULT.format(gpu='<gpu>')} in {utils.LESSON_RESULTS_DIR}: run "
+                                    "python -m benchmarks.lessons.hopper_ladder on a Hopper GPU")
+    else:
+        gpu = None
+    data = json.loads(Path(path).read_text())
+    return data, gpu or utils.gpu_short_name(data.get("gpu"))
+
+
+def format_rows(rec: dict) -> str:
+    """The timed rows as a table: TFLOP/s at each shape and the ratio to cuBLAS."""
+    shapes = [tuple(s) for s in dict.fromkeys(tuple(r["shape"]) for r in rec["rows"] if r.get("shape"))]
+    head = f"{'version':12s}" + "".join(f"{'x'.join(map(str, s)):>26s}" for s in shapes)
+    lines = [head]
+    for name in dict.fromkeys(r["variant"] for r in rec["rows"]):
+        cells = []
+        for s in shapes:
+            r = next((r for r in rec["rows"] if r["variant"] == name and tuple(r.get("shape") or ()) == s), None)
+            cells.append(f"{r['tflops']:7.0f} TFLOP/s {r['vs_cublas']:5.2f}x" if r and r.get("tflops") else
+                         f"{'(failed check)':>26s}")
+        lines.append(f"{name:12s}" + "".join(f"{c:>26s}" for c in cells))
+    return "\n".join(lines)
+
+
+def plot_ladder(rec: dict, shape=(4096, 4096, 4096), ax=None):
+    """TFLOP/s of each version at ``shape``, cuBLAS as a line."""
+    from utils.plots import _new_axes, variant_color
+    rows = [r for r in rec["rows"] if tuple(r.get("shape") or ()) == tuple(shape) and r.get("tflops")]
+    mine = [r for r in rows if r["variant"] != "cublas"]
+    base = next((r for r in rows if r["variant"] == "cublas"), None)
+    fig, ax = _new_axes(ax, (7, 3.2))
+    ax.bar([r["variant"] for r in mine], [r["tflops"] for r in mine],
+           color=[variant_color(r["variant"]) for r in mine])
+    if base:
+        ax.axhline(base["tflops"], color="black", linestyle="--", linewidth=1)
+        ax.text(len(mine) - 0.5, base["tflops"], " cuBLAS", va="bottom", ha="right")
+    ax.set_ylabel("TFLOP/s")
+    ax.set_title(f"C = A @ B^T, bfloat16, {'x'.join(map(str, shape))}, on the {utils.gpu_short_name(rec.get('gpu'))}")
+    return fig
 
 
 def main() -> None:

@@ -3,6 +3,7 @@
 ``hopper.h``.
 
     hopper_gemm(a, b)   the reference (v4): bfloat16 A (M, K), B (N, K) -> bfloat16 C (M, N)
+    header_index()      what each function of hopper.h does
 
 On a GPU the kernels need a Hopper (sm_90); in simulation the emulator runs them anywhere.
 """
@@ -11,11 +12,12 @@ from __future__ import annotations
 import torch
 
 import runtime
-from kernels._launch import cdiv, cuda_kernels, cuda_source, version_index
+from kernels._launch import cdiv, cuda_header, cuda_kernels, cuda_source, version_index
 from kernels.frames.hopper import hopper_ref, hopper_torch, prepare_linear  # noqa: F401  (importable from here too)
 from runtime.tma import tensor_map
 
 SOURCE = runtime.KERNELS_DIR / "cuda" / "hopper.cu"
+HEADER = SOURCE.with_name("hopper.h")  # TMA, mbarriers, wgmma: inline PTX on a GPU, emulated otherwise
 BK = 64  # K per tile: 64 bfloat16, one 128-byte swizzled row
 
 kernel = cuda_kernels(SOURCE)
@@ -24,6 +26,11 @@ kernel = cuda_kernels(SOURCE)
 def source(name: str, path=SOURCE) -> str:
     """The text of one kernel or helper of hopper.cu (or of ``path``, such as hopper.h)."""
     return cuda_source(name, path)
+
+
+def header_index() -> str:
+    """The header comment of hopper.h: what each of its functions does."""
+    return cuda_header(HEADER)
 
 
 def _check_gpu() -> None:

@@ -1,5 +1,5 @@
 // One tile of C = A @ B^T (64 x 64, K = 128: two k-tiles) by TMA and wgmma, with the typical
-// mistakes of Hopper code switched on by `mistake` (tests/test_hopper.py): one compile, many
+// mistakes of Hopper code switched on by `mistake` (lesson 12, tests/test_hopper.py): one compile, many
 // launches. mistake 0 is the right kernel.
 #include "hopper.h"
 
