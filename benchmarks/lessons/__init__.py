@@ -19,6 +19,9 @@
                                    (<gpu>-lesson11.json)
     gpt_train                      lesson 11: GPT-2 124M trained on torch's kernels and on the
                                    course's (gpt-train.json, gpt-train.png)
+    hopper_ladder                  lesson 12: the TMA + wgmma GEMM ladder and Triton's beside
+                                   cuBLAS, and Hopper's mistakes run on the GPU
+                                   (<gpu>-hopper-ladder.json)
     launch_overhead                lessons 03 and 08: what one launch costs the host
                                    (launch-overhead.json)
     layernorm_forward_backward     lesson 09: LayerNorm and RMSNorm forward and backward beside
@@ -45,3 +48,22 @@ Each script runs as ``python -m benchmarks.lessons.<name>`` from the course's ro
 or the usage at the top of the script). Names: subject first, then what is measured, no
 lesson number (the rule is in ``benchmarks/__init__.py``).
 """
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+
+def load_gpu_record(pattern: str, script: str, path=None) -> tuple[dict, str | None]:
+    """A lesson's recorded GPU result and the GPU's short name: ``path``, else the newest GPU's
+    file named by ``pattern`` (``"{gpu}-hopper-ladder.json"``) in ``benchmarks/results/``; a
+    clear error naming the ``script`` that records it when there is none."""
+    import utils
+    gpu = None
+    if path is None:
+        path, gpu = utils.recorded_gpu_file(pattern)
+        if path is None:
+            raise FileNotFoundError(f"no {pattern.format(gpu='<gpu>')} in {utils.LESSON_RESULTS_DIR}: run "
+                                    f"python -m benchmarks.lessons.{script} on a GPU")
+    data = json.loads(Path(path).read_text())
+    return data, gpu or utils.gpu_short_name(data.get("gpu"))

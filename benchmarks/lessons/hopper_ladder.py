@@ -26,6 +26,7 @@ from pathlib import Path
 import torch
 
 import utils
+from benchmarks.lessons import load_gpu_record
 from kernels.cuda import hopper as H
 
 SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192), (4095, 4097, 4093)]
@@ -158,15 +159,7 @@ def resources() -> dict:
 def load_recorded(path=None) -> tuple[dict, str | None]:
     """The recorded ladder (``path``, else the newest GPU's ``<gpu>-hopper-ladder.json`` in
     ``benchmarks/results/lessons/``) and the GPU's short name."""
-    if path is None:
-        path, gpu = utils.recorded_gpu_file(RESULT)
-        if path is None:
-            raise FileNotFoundError(f"no {RESULT.format(gpu='<gpu>')} in {utils.LESSON_RESULTS_DIR}: run "
-                                    "python -m benchmarks.lessons.hopper_ladder on a Hopper GPU")
-    else:
-        gpu = None
-    data = json.loads(Path(path).read_text())
-    return data, gpu or utils.gpu_short_name(data.get("gpu"))
+    return load_gpu_record(RESULT, "hopper_ladder", path)
 
 
 def format_rows(rec: dict) -> str:

@@ -50,6 +50,7 @@ if not __package__:  # run as a file, not with -m: the course's root on the path
 import torch  # noqa: E402
 
 import utils  # noqa: E402
+from benchmarks.lessons import load_gpu_record  # noqa: E402
 from benchmarks.lessons.launch_overhead import graph_of, host_us, loop_us  # noqa: E402
 
 RESULT = "{gpu}-streams-graphs.json"
@@ -278,15 +279,7 @@ def format_rows(rows: list[dict]) -> str:
 def load_recorded(path=None) -> tuple[dict, str | None]:
     """The recorded result (``path``, else the newest GPU's ``<gpu>-streams-graphs.json`` in
     ``benchmarks/results/lessons/``) and the GPU's short name."""
-    if path is None:
-        path, gpu = utils.recorded_gpu_file(RESULT)
-        if path is None:
-            raise FileNotFoundError(f"no {RESULT.format(gpu='<gpu>')} in {utils.LESSON_RESULTS_DIR}: run "
-                                    "python -m benchmarks.lessons.streams_and_graphs on a GPU")
-    else:
-        gpu = None
-    data = json.loads(Path(path).read_text())
-    return data, gpu or utils.gpu_short_name(data.get("gpu"))
+    return load_gpu_record(RESULT, "streams_and_graphs", path)
 
 
 def plot_streams(result: dict, ax=None):

@@ -153,11 +153,16 @@ __global__ void __launch_bounds__(128) hopper_gemm_v2_kernel(const TmaDescriptor
 // v3: warp specialisation. Warpgroup 0 only loads: one of its threads waits for a stage to
 // be released (its `empty` mbarrier), and fills it by TMA. Warpgroups 1 and 2 only multiply,
 // each a 64 x 256 half of the 128 x 256 tile: they wait for a stage to be full, issue its
-// wgmma, and release it (each warp, once its own wgmma_wait returned). The producer needs few registers and gives them to the consumers
-// (setmaxnreg), whose accumulators are 128 floats a thread.
+// wgmma, and release it (each warp, once its own wgmma_wait returned). The producer needs few
+// registers and gives them to the consumers (setmaxnreg), whose accumulators are 128 floats a
+// thread.
+// v4: the same, but a consumer keeps IN_FLIGHT = 1 group of wgmma running: after committing
+// tile kt it waits only for tile kt - 1 and releases that stage, so the tensor cores always
+// have the next group queued.
 constexpr int V3_BM = 128, V3_BN = 256, V3_STAGES = 4;
-__global__ void __launch_bounds__(384, 1) hopper_gemm_v3_kernel(const TmaDescriptor* a_map, const TmaDescriptor* b_map,
-                                                                __nv_bfloat16* c_ptr, int M, int N, int K) {
+template <int IN_FLIGHT>
+__device__ __forceinline__ void warp_specialized_gemm(const TmaDescriptor* a_map, const TmaDescriptor* b_map,
+                                                      __nv_bfloat16* c_ptr, int M, int N, int K) {
     extern __shared__ unsigned char smem[];
     __nv_bfloat16* sa = tiles_base(smem);
     __nv_bfloat16* sb = sa + V3_STAGES * V3_BM * BK;
@@ -195,60 +200,20 @@ __global__ void __launch_bounds__(384, 1) hopper_gemm_v3_kernel(const TmaDescrip
             wgmma_fence();
             mma_tile<V3_BN>(d, sa + s * V3_BM * BK + c * 64 * BK, sb + s * V3_BN * BK, kt > 0);
             wgmma_commit();
-            wgmma_wait<0>();
-            if (t % 32 == 0) mbarrier_arrive(&empty[s]);  // this warp's products have read the stage
-        }
-        store_tile<V3_BN>(d, c_ptr, M, N, row0 + 64 * c, col0, t);
-    }
-}
-
-// ---------------------------------------------------------------------------------------
-// v4: v3's warpgroups, but a consumer no longer waits for a tile's products before issuing
-// the next tile's: after committing tile kt it waits only for tile kt - 1 (wgmma_wait<1>)
-// and releases that stage, so the tensor cores always have the next group queued.
-__global__ void __launch_bounds__(384, 1) hopper_gemm_v4_kernel(const TmaDescriptor* a_map, const TmaDescriptor* b_map,
-                                                                __nv_bfloat16* c_ptr, int M, int N, int K) {
-    extern __shared__ unsigned char smem[];
-    __nv_bfloat16* sa = tiles_base(smem);
-    __nv_bfloat16* sb = sa + V3_STAGES * V3_BM * BK;
-    __shared__ uint64_t full[V3_STAGES], empty[V3_STAGES];
-    int t = threadIdx.x, wg = t / 128;
-    int row0 = blockIdx.y * V3_BM, col0 = blockIdx.x * V3_BN;
-    int tiles = (K + BK - 1) / BK;
-    if (t == 0) {
-        for (int s = 0; s < V3_STAGES; ++s) {
-            mbarrier_init(&full[s], 1);
-            mbarrier_init(&empty[s], 8);  // one arrival per consumer warp
-        }
-        fence_barrier_init();
-    }
-    __syncthreads();
-    if (wg == 0) {
-        setmaxnreg_dec<40>();
-        if (t == 0) {
-            const unsigned bytes = (V3_BM + V3_BN) * BK * sizeof(__nv_bfloat16);
-            for (int kt = 0; kt < tiles; ++kt) {
-                int s = kt % V3_STAGES;
-                if (kt >= V3_STAGES) mbarrier_wait(&empty[s], (kt / V3_STAGES - 1) & 1);
-                mbarrier_arrive_expect_tx(&full[s], bytes);
-                tma_load_2d(sa + s * V3_BM * BK, a_map, kt * BK, row0, &full[s]);
-                tma_load_2d(sb + s * V3_BN * BK, b_map, kt * BK, col0, &full[s]);
-            }
-        }
-    } else {
-        setmaxnreg_inc<232>();
-        int c = wg - 1;
-        float d[V3_BN / 2];
-        for (int kt = 0; kt < tiles; ++kt) {
-            int s = kt % V3_STAGES;
-            mbarrier_wait(&full[s], (kt / V3_STAGES) & 1);
-            wgmma_fence();
-            mma_tile<V3_BN>(d, sa + s * V3_BM * BK + c * 64 * BK, sb + s * V3_BN * BK, kt > 0);
-            wgmma_commit();
-            wgmma_wait<1>();  // tile kt - 1's products are done: release its stage
-            if (kt > 0 && t % 32 == 0) mbarrier_arrive(&empty[(kt - 1) % V3_STAGES]);
+            wgmma_wait<IN_FLIGHT>();  // tile kt - IN_FLIGHT's products are done: release its stage
+            if (kt >= IN_FLIGHT && t % 32 == 0) mbarrier_arrive(&empty[(kt - IN_FLIGHT) % V3_STAGES]);
         }
         wgmma_wait<0>();
         store_tile<V3_BN>(d, c_ptr, M, N, row0 + 64 * c, col0, t);
     }
+}
+
+__global__ void __launch_bounds__(384, 1) hopper_gemm_v3_kernel(const TmaDescriptor* a_map, const TmaDescriptor* b_map,
+                                                                __nv_bfloat16* c_ptr, int M, int N, int K) {
+    warp_specialized_gemm<0>(a_map, b_map, c_ptr, M, N, K);
+}
+
+__global__ void __launch_bounds__(384, 1) hopper_gemm_v4_kernel(const TmaDescriptor* a_map, const TmaDescriptor* b_map,
+                                                                __nv_bfloat16* c_ptr, int M, int N, int K) {
+    warp_specialized_gemm<1>(a_map, b_map, c_ptr, M, N, K);
 }
