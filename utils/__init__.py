@@ -29,6 +29,8 @@ from runtime.tma import tensor_map  # noqa: F401  lesson 12: TMA tensor maps in 
 from runtime import triton_compat, triton_sim  # noqa: F401  Triton in both modes; races and poison in its interpreter
 from runtime.backends.numba.races import SimulatorMemoryError, SimulatorRaceError  # noqa: F401
 from runtime.backends import Backend, BACKENDS, backend_of, record_launches  # noqa: F401  one interface to the three
+from runtime.cute import CuteError, CuteUnavailable, cute_run  # noqa: F401  lesson 12: CuTe's C++ on the host (g++)
+from runtime.cute_layouts import *  # noqa: F403  lesson 12: cute_layout, the layout algebra, partitions, evaluated by CuTe
 from .check import *  # noqa: F403  tolerance table, assert_close
 from .grading import POISON_BITS, GradingError, check_shared, check_traffic, show_rejection  # noqa: F401  the harness
 from .topics import CHECKS as _CHECKS, topic  # noqa: F401  one spec per topic (utils/topics/<topic>.py)
@@ -40,7 +42,7 @@ from .topics.collectives import *  # noqa: F403  lesson 13: check_reduce_scatter
 from .topics.graphs import *  # noqa: F403  lesson 13: check_graph_safe, check_make_graphed
 globals().update(_CHECKS)  # check_relu, check_gelu, check_sum, check_softmax, ...: every topic's graders
 from .bench import *  # noqa: F403  bench, recorded results
-from .plots import *  # noqa: F403  bandwidth plots, index maps, reduction trees
+from .plots import *  # noqa: F403  bandwidth plots, index maps, reduction trees, draw_layout (CuTe)
 from .source_view import *  # noqa: F403  show(kernel): the source, PTX or SASS of a kernel of any language
 from .report import *  # noqa: F403  environment report
 from .ship import *  # noqa: F403  check_custom_op: lesson 07's grader

@@ -17,6 +17,8 @@ Pass ``ax=`` to draw into an existing axes instead (the function then returns it
     utils.plot_banks(p)                               # the banks of one shared access
     utils.plot_timeline("trace.json")                 # a torch.profiler trace, host and GPU
     utils.plot_ring_all_reduce(4)                     # the ring all-reduce, chunk by chunk, step by step
+    utils.draw_layout(utils.cute_layout("make_layout(make_shape(4, 8), make_stride(8, 1))"))
+    utils.draw_layout(utils.mma_partition("SM80_16x8x16_F32F16F16F32_TN", "A"))   # CuTe's threads and values
 """
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ import math
 __all__ = [
     "plot_index_map",
     "plot_index_map_2d",
+    "draw_layout",
     "plot_reduction_tree",
     "plot_bandwidth",
     "plot_recorded_bandwidth",
@@ -263,6 +266,116 @@ def plot_index_map_2d(shape, block_shape, *, show_ids: bool | None = None,
     ids = "\ncell text: threadIdx.x,threadIdx.y" if show_ids else ""
     ax.set_title(title or f"{rows}x{cols} matrix, {brows}x{bcols} blocks: "
                           f"grid of {grid_x} (x) by {grid_y} (y) blocks{ids}", fontsize=10)
+    return fig
+
+
+# ---------------------------------------------------------------------------------------
+# CuTe's layouts
+# ---------------------------------------------------------------------------------------
+# CuTe's print_latex colours a thread-value layout by thread % 8, in these eight.
+_TV_COLORS = ["#afafff", "#afffaf", "#ffffaf", "#ffafaf", "#d2d2ff", "#d2ffd2", "#ffffd2", "#ffd2d2"]
+
+
+def _mode_period(shape_of_mode) -> int:
+    """How many rows (or columns) the first sub-mode of a nested mode spans: ``(2,4)`` -> 2."""
+    if not isinstance(shape_of_mode, tuple) or len(shape_of_mode) < 2:
+        return 0
+    first = shape_of_mode[0]
+    return math.prod(_flat_ints(first))
+
+
+def _flat_ints(x):
+    return [v for e in x for v in _flat_ints(e)] if isinstance(x, tuple) else [x]
+
+
+def draw_layout(layout, *, color=None, show_ids: bool | None = None, title: str | None = None, ax=None):
+    """A CuTe layout or partition as a grid, as CuTe's ``print_latex`` draws it.
+
+    A ``Layout`` (``utils.cute_layout``, the algebra functions): one cell per coordinate,
+    rows are mode 0 and columns mode 1 (a rank-1 layout is one row), each cell labelled with
+    the index CuTe computed there and coloured by it (a light-to-dark ramp over the codomain).
+    ``color=f`` colours by ``f(index)`` instead, one of the course's block colours per value:
+    ``color=lambda i: i // 8 % 8`` shows which 16-byte chunk of a row of halves each element of a
+    swizzled tile lands in. Black lines mark the inner modes of a nested mode: in
+    ``((2,4),(4,2))`` every 2 rows and every 4 columns.
+
+    A ``Partition`` (``utils.thread_partition``, ``utils.tile_partition``, ``utils.mma_partition``,
+    ``utils.tv_partition``): each element labelled ``T<thread>`` / ``V<value>`` and coloured by its
+    thread (CuTe's eight colours, thread % 8), or by its tile for ``local_tile``; elements nobody
+    owns are grey.
+    """
+    from runtime.cute_layouts import Layout, Partition
+    _, _, Rectangle = _mpl()
+    if isinstance(layout, Partition):
+        grid, kind = layout.owner, "partition"
+    elif isinstance(layout, Layout):
+        if layout.rank > 2:
+            raise ValueError(f"draw_layout draws rank-1 and rank-2 layouts, and {layout} has rank {layout.rank}: "
+                             "group its modes into two (CuTe's group<...> or a rank-2 shape)")
+        grid, kind = layout.indices(), "layout"
+    else:
+        raise TypeError(f"draw_layout draws a Layout or a Partition (utils.cute_layout, utils.mma_partition, ...), "
+                        f"got {type(layout).__name__}")
+    if grid.ndim == 1:
+        grid = grid.reshape(1, -1)
+    if grid.ndim != 2:
+        raise ValueError(f"draw_layout draws 1-D and 2-D tiles, and this one has {grid.ndim} dimensions")
+    rows, cols = grid.shape
+    if rows * cols > 4096:
+        raise ValueError(f"{rows}x{cols} cells are too many to draw: take a smaller tile")
+    if show_ids is None:
+        show_ids = rows * cols <= 1024
+    fig, ax = _new_axes(ax, (min(16, 1.5 + cols * 0.5), min(16, 1.2 + rows * 0.5)))
+    size = 8 if max(rows, cols) <= 16 else 6 if max(rows, cols) <= 32 else 4
+    if kind == "layout":
+        import numpy as np
+        if grid.dtype == object:
+            raise ValueError(f"{layout} maps to coordinates, not indices: draw_layout colours by an integer index")
+        span = max(int(grid.max()) + 1, 1)
+        if color is None:
+            from matplotlib import colormaps
+            ramp = colormaps["YlGnBu"]
+            fill = {int(i): ramp(0.08 + 0.6 * int(i) / span) for i in np.unique(grid)}
+        else:
+            fill = {int(i): _block_color(int(color(int(i)))) for i in np.unique(grid)}
+    for r in range(rows):
+        for c in range(cols):
+            if kind == "layout":
+                idx = int(grid[r, c])
+                face, gid, text = fill[idx], f"index {idx}", str(idx)
+            else:
+                o = int(layout.owner.reshape(rows, cols)[r, c])
+                v = int(layout.value.reshape(rows, cols)[r, c])
+                if o < 0:
+                    face, gid, text = _MASKED, "nobody", ""
+                elif layout.kind == "tile":
+                    face, gid, text = _block_color(o), f"tile {o} V{v}", f"tile {o}\n{v}"
+                else:
+                    face, gid, text = _TV_COLORS[o % 8], f"T{o} V{v}", f"T{o}\nV{v}"
+            ax.add_patch(Rectangle((c, r), 1, 1, facecolor=face, edgecolor="#555555", linewidth=0.5, gid=gid))
+            if show_ids and text:
+                ax.text(c + 0.5, r + 0.5, text, ha="center", va="center", fontsize=size)
+    if kind == "layout" and layout.rank == 2:  # the inner modes of nested modes
+        shape = layout.shape
+        for axis, period in ((0, _mode_period(shape[0])), (1, _mode_period(shape[1]))):
+            for k in range(period, (rows, cols)[axis], period) if period else ():
+                if axis == 0:
+                    ax.axhline(k, color="black", linewidth=1.6)
+                else:
+                    ax.axvline(k, color="black", linewidth=1.6)
+    ax.set_xlim(0, cols)
+    ax.set_ylim(rows, 0)  # row 0 at the top, as CuTe draws it
+    ax.set_aspect("equal")
+    step = 1 if max(rows, cols) <= 32 else 8
+    ax.set_xticks([c + 0.5 for c in range(0, cols, step)], [str(c) for c in range(0, cols, step)], fontsize=size)
+    ax.set_yticks([r + 0.5 for r in range(0, rows, step)], [str(r) for r in range(0, rows, step)], fontsize=size)
+    ax.xaxis.tick_top()
+    ax.tick_params(length=0)
+    if title is None:
+        title = str(layout.text) if kind == "layout" else f"{layout.owners} {layout.kind}s: {layout.text}"
+        if kind == "partition" and layout.shared:
+            title += f"\nseveral {layout.kind}s share an element (in shared memory): the first is shown"
+    ax.set_title(title, fontsize=9)
     return fig
 
 
