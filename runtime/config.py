@@ -98,6 +98,17 @@ PROBLEM_SIZES = {
                               (5, 3, 0), (0, 4, 3), (4, 0, 3)],
         matmul_probe_shape=(256, 256, 256),
         matmul_bench_check_shapes=[(1, 1, 1), (300, 7, 1), (127, 255, 63)],
+        # lesson 12: Hopper. The graders' shapes: transposes (R, C) with boxes over both edges;
+        # one wgmma tile (M, N, K <= 64); the pipelined C = A @ B^T (M, N, K) with tails in M, N
+        # and K, K of one, three and several 64-column tiles (a two-stage ring goes round), empty
+        # matrices, K = 0; the benchmark shapes, the sweep and the shapes checked before timing.
+        hopper_transpose_shapes=[(130, 200), (64, 64), (1, 8), (37, 72), (1000, 2008), (0, 8)],
+        hopper_tile_shapes=[(37, 50, 24), (64, 64, 64), (1, 64, 8), (64, 3, 40), (17, 33, 64), (5, 6, 0)],
+        hopper_grader_shapes=[(130, 200, 264), (64, 64, 64), (1, 1, 8), (200, 70, 520), (65, 129, 192),
+                              (1000, 1500, 1000), (0, 5, 8), (3, 4, 0)],
+        hopper_bench_shapes=[(4096, 4096, 4096), (8192, 8192, 8192), (4095, 4097, 4093)],
+        hopper_sweep=[1024, 2048, 4096, 8192],
+        hopper_bench_check_shapes=[(1, 1, 8), (130, 200, 264), (4095, 4097, 4093)],
         # lesson 09: LayerNorm demo shape, benchmark shapes, awkward shapes checked before timing
         layernorm_shape=(1823, 781),
         layernorm_bench_shapes=[(4096, 4096), (4096, 16384), (65536, 512)],
@@ -140,6 +151,13 @@ PROBLEM_SIZES = {
         matmul_grader_shapes=[(37, 45, 29), (1, 1, 1), (20, 7, 1), (9, 33, 70), (5, 3, 0), (0, 4, 3), (4, 0, 3)],
         matmul_probe_shape=(64, 64, 64),
         matmul_bench_check_shapes=[(1, 1, 1), (20, 7, 1), (37, 45, 29)],
+        hopper_transpose_shapes=[(130, 200), (64, 64), (1, 8), (37, 72), (0, 8)],
+        hopper_tile_shapes=[(37, 50, 24), (64, 64, 64), (1, 64, 8), (64, 3, 40), (17, 33, 64), (5, 6, 0)],
+        hopper_grader_shapes=[(130, 200, 264), (64, 64, 64), (1, 1, 8), (200, 70, 520), (65, 129, 192),
+                              (0, 5, 8), (3, 4, 0)],
+        hopper_bench_shapes=[(128, 256, 128), (130, 200, 264)],
+        hopper_sweep=[64, 128, 256],
+        hopper_bench_check_shapes=[(1, 1, 8), (130, 200, 264)],
         layernorm_shape=(13, 100),
         layernorm_bench_shapes=[(8, 256), (4, 1024)],
         layernorm_check_shapes=[(1, 1), (7, 3), (5, 257)],

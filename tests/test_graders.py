@@ -616,11 +616,15 @@ TORCH_ANSWERS = {
     "check_all_reduce": (_torch_all_reduce, r"called torch\.distributed\.all_reduce"),
     "check_graph_safe": (_torch_normalize_rows, r"aten\.(abs|amax|div|where)"),
     "check_make_graphed": (lambda fn, example: lambda x: torch.softmax(x, -1), r"torch\.softmax \(aten\._softmax\)"),
+    "check_tma_transpose": (lambda x: x.t() * 1, r"aten\.mul"),
+    "check_wgmma_tile": (lambda a, b: torch.nn.functional.linear(a, b), r"aten\.(mm|linear|addmm|matmul)"),
+    "check_hopper_gemm": (lambda a, b: a @ b.T, r"aten\.(mm|linear|addmm|matmul)"),
     "check_traffic": (torch.relu, r"is not one: torch\.relu \(aten\.relu\) computed its values"),
     "check_shared": (torch.relu, r"is not one: torch\.relu \(aten\.relu\) computed its values"),
 }
 #: The course's own float64 reference returned.
 REFERENCE_ANSWERS = {
+    "check_hopper_gemm": lambda a, b: _SPECS["hopper"].reference(a, b).float(),
     "check_relu": lambda x: _SPECS["relu"].reference(x).float(),
     "check_softmax": lambda x: _SPECS["softmax"].reference(x).float(),
     "check_layernorm": lambda x, w, b: (_LN.layernorm_ref64(x, w, b).float(),)
@@ -690,6 +694,9 @@ REFERENCE_LAUNCHERS = {
     "check_bias_gelu_backward": (lambda: _triton("bias_gelu", "bias_gelu_backward"), {}),
     "check_residual_layernorm": (lambda: _triton("residual_layernorm"), {}),
     "check_gpt_op": (lambda: (_triton("gelu"), _gelu_backward_kernel), {}),
+    "check_tma_transpose": (lambda: K.cu_tma_transpose_ok, {}),
+    "check_wgmma_tile": (lambda: kernels.get("hopper", "cuda", "v1"), {}),
+    "check_hopper_gemm": (lambda: _triton("hopper", "hopper_gemm_v1"), {}),
 }
 
 

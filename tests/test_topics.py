@@ -22,12 +22,18 @@ def sizes_of(mode):
     return SimpleNamespace(**PROBLEM_SIZES[mode])
 
 
+#: Topics a language cannot express, with why (the lesson says so too).
+NOT_WRITTEN = {("hopper", "numba"): "Numba has no TMA, mbarrier or wgmma (lesson 12)"}
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_spec_is_complete(name):
     spec = utils.topic(name)
     assert spec.name == name and spec.title and spec.checks
     assert (utils.ROOT / "notebooks" / f"{spec.lesson}.ipynb").exists(), spec.lesson
     for lang in kernels.LANGUAGES:
+        if (name, lang) in NOT_WRITTEN:
+            continue
         mod = kernels.module(name, lang)
         assert mod.REFERENCE in mod.VERSIONS
         assert all(description and callable(launcher) for description, launcher in mod.VERSIONS.values())
@@ -59,7 +65,8 @@ def test_inputs_are_seeded_and_the_reference_is_float64(name):
     assert all(torch.equal(x, y) for x, y in zip(a, b))
     assert not torch.equal(a[0], spec.inputs(shape, seed=4)[0])
     # (float inputs, and int64 indices: class targets, token ids)
-    assert all(x.dtype in (torch.float32, torch.float16, torch.int64) and x.device.type == utils.DEVICE.type for x in a)
+    assert all(x.dtype in (torch.float32, torch.float16, torch.bfloat16, torch.int64)
+               and x.device.type == utils.DEVICE.type for x in a)
     ref = spec.reference(*a)
     assert ref.dtype == torch.float64
     assert ref.numel() == spec.out_numel(shape)

@@ -263,11 +263,11 @@ def _poison_allocator(numel: int) -> None:
     del block
 
 
-def guarded_input(values: torch.Tensor) -> tuple[torch.Tensor, _Guarded]:
-    """``values`` copied to ``DEVICE`` into the middle of a NaN-guarded buffer."""
-    g = _Guarded(values.shape, torch.float32, DEVICE, INPUT_GUARD_BITS, "input")
-    g.view.copy_(values.to(torch.float32))
-    g.orig = values.to(torch.float32).contiguous()
+def guarded_input(values: torch.Tensor, dtype=torch.float32) -> tuple[torch.Tensor, _Guarded]:
+    """``values`` copied to ``DEVICE`` as ``dtype`` into the middle of a NaN-guarded buffer."""
+    g = _Guarded(values.shape, dtype, DEVICE, INPUT_GUARD_BITS, "input")
+    g.view.copy_(values.to(dtype))
+    g.orig = values.to(dtype).contiguous()
     return g.view, g
 
 

@@ -55,7 +55,8 @@ SIM_ONLY_KERNELS = {
 #: The grader of a test kernel, from its name (longest prefix first).
 _GRADER_OF = [("relu_backward", "check_relu_backward"), ("relu_2d", "check_relu_2d"), ("relu", "check_relu"),
               ("add_2d", "check_add_2d"), ("add", "check_add"), ("gelu", "check_gelu"), ("sum", "check_sum"),
-              ("row_max", "check_row_max"), ("softmax", "check_softmax"), ("matmul", "check_matmul")]
+              ("row_max", "check_row_max"), ("softmax", "check_softmax"), ("matmul", "check_matmul"),
+              ("tma_transpose", "check_tma_transpose")]
 _NOT_LAUNCHERS = {"have_cuda_kernel", "relu_stub_kernel"}
 
 
@@ -111,9 +112,17 @@ GRADED_LAST = {
 
 
 def groups() -> list[str]:
-    """The entries' groups: the graders' kernels, then one per exercise. On a GPU each group is
-    graded in a process of its own, so an illegal memory access decides no other group's verdicts."""
-    return ["kernel:"] + [f"mistake:{ex}/" for ex in M.exercises()]
+    """The entries' groups: the graders' kernels, then one per exercise, or one per entry of an
+    exercise whose catalog says ``ISOLATE`` (why one entry's failure ends its process's CUDA
+    context). On a GPU each group is graded in a process of its own, so an illegal memory
+    access or a trap decides no other group's verdicts."""
+    out = ["kernel:"]
+    for ex in M.exercises():
+        if getattr(M.load(ex), "ISOLATE", None):
+            out += [f"mistake:{ex}/{m.name}" for m in M.catalog(ex)]
+        else:
+            out.append(f"mistake:{ex}/")
+    return out
 
 
 def run(only: str | None = None, log=print) -> dict[str, dict]:
@@ -130,8 +139,9 @@ def run(only: str | None = None, log=print) -> dict[str, dict]:
     jobs.sort(key=lambda job: job[0] in GRADED_LAST)  # stable: the order above otherwise
     out: dict[str, dict] = {}
     for key, grade, fields in jobs:
-        if only and only not in key:
-            continue
+        one_entry = only is not None and only.startswith("mistake:") and not only.endswith("/")
+        if only and (key != only if one_entry else only not in key):
+            continue  # one entry's key: that entry alone, not the others whose names begin with it
         t = time.perf_counter()
         v = grade()
         out[key] = {"verdict": v.verdict, "message": _first_line(v.message), **fields,
@@ -205,15 +215,17 @@ def main(argv=None) -> int:
     if args.json:
         Path(args.json).write_text(json.dumps(run(args.only)))
         return 0
-    if utils.SIMULATE or args.only:
+    # on a GPU, one process per group: a CUDA context broken by one entry breaks no other group
+    chosen = [g for g in groups() if not args.only or args.only in g]
+    if utils.SIMULATE or not chosen:
         results = run(args.only)
-    else:  # one process per group: a CUDA context broken by one entry breaks no other group
+    else:
         import subprocess
         import tempfile
         results = {}
         with tempfile.TemporaryDirectory() as d:
             # a few groups at a time: each process compiles for a while, the GPU is mostly idle
-            pending = [(group, Path(d) / f"{k}.json") for k, group in enumerate(groups())]
+            pending = [(group, Path(d) / f"{k}.json") for k, group in enumerate(chosen)]
             running = []
             while pending or running:
                 while pending and len(running) < args.jobs:

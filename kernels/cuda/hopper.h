@@ -86,8 +86,31 @@ __device__ __forceinline__ bool mbarrier_try_wait(uint64_t* bar, unsigned phase)
                  : "=r"(done) : "r"(smem_addr(bar)), "r"(phase) : "memory");
     return done != 0;
 }
+// A wait that has not completed after COURSE_MBARRIER_TIMEOUT_NS nanoseconds (2 s unless the
+// source defines it first) stops the kernel with a trap, after printing which barrier and
+// phase it waited for, instead of hanging the GPU: a phase that never completes (bytes or
+// arrivals missing, a wait for the wrong phase) then reaches the host as "unspecified launch
+// failure". The CUDA context is lost after it: restart the process.
+#ifndef COURSE_MBARRIER_TIMEOUT_NS
+#define COURSE_MBARRIER_TIMEOUT_NS 2000000000ull
+#endif
+__device__ __forceinline__ uint64_t globaltimer_ns() {
+    uint64_t t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+__device__ __noinline__ void mbarrier_timed_out(uint64_t* bar, unsigned phase) {
+    printf("hopper.h: thread %d of block (%d, %d, %d) waited %llu ms for the phase of parity %u of the mbarrier at "
+           "shared address 0x%x, which never completed (transaction bytes or arrivals missing, or the wrong phase): "
+           "the kernel is stopped\n", (int)threadIdx.x, (int)blockIdx.x, (int)blockIdx.y, (int)blockIdx.z,
+           (unsigned long long)(COURSE_MBARRIER_TIMEOUT_NS / 1000000), phase, smem_addr(bar));
+    __trap();
+}
 __device__ __forceinline__ void mbarrier_wait(uint64_t* bar, unsigned phase) {
-    while (!mbarrier_try_wait(bar, phase)) {}
+    if (mbarrier_try_wait(bar, phase)) return;
+    uint64_t start = globaltimer_ns();
+    while (!mbarrier_try_wait(bar, phase))
+        if (globaltimer_ns() - start > COURSE_MBARRIER_TIMEOUT_NS) mbarrier_timed_out(bar, phase);
 }
 
 // ------------------------------------ fences ---------------------------------------------
@@ -163,8 +186,15 @@ template <int R> __device__ __forceinline__ void setmaxnreg_dec() {
 // every accumulator register (tools/gen_wgmma.py writes hopper_wgmma.h).
 template <int N, class T> struct Wgmma;
 #include "hopper_wgmma.h"
+// A block of a size that is not whole warpgroups would hang in its first wgmma: stopped instead.
+__device__ __noinline__ void wgmma_partial_warpgroup() {
+    printf("hopper.h: a block of %d threads issues wgmma, which a whole warpgroup (128 threads) issues together: "
+           "launch a multiple of 128 threads; the kernel is stopped\n", (int)(blockDim.x * blockDim.y * blockDim.z));
+    __trap();
+}
 template <int N, class T = __nv_bfloat16>
 __device__ __forceinline__ void wgmma(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+    if ((blockDim.x * blockDim.y * blockDim.z) % 128) wgmma_partial_warpgroup();
     Wgmma<N, T>::run(d, desc_a, desc_b, scale_d);
 }
 #endif  // !COURSE_CUDA_EMULATOR

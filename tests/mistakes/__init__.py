@@ -15,6 +15,10 @@ A module whose exercise runs the same code in both modes (no kernel: exercise 13
 run as gloo processes on CPU tensors, with a GPU or without) says so in ``MODE_INDEPENDENT``, a
 sentence; its entries then need no verdict recorded on a GPU (``tests/test_sim_vs_gpu.py``).
 
+A module whose entries may end the CUDA context of the process grading them on a GPU (a trap,
+a hang stopped by a time limit) says why in ``ISOLATE``: on a GPU, ``sim_vs_gpu`` then grades each
+of its entries in a process of its own.
+
 The entries that recur across exercises (an index without its guard, a store without its
 mask, a race) are made by the functions below, which a catalog imports.
 

@@ -14,7 +14,7 @@ from ._spec import Baseline, Spec, Target  # noqa: F401
 #: In lesson order.
 _MODULES = ("add", "relu", "gelu", "reduction", "softmax", "matmul", "matmul_fp16", "layernorm", "attention",
             "cross_entropy", "embedding", "adamw",
-            "bias_gelu", "residual_layernorm")
+            "bias_gelu", "residual_layernorm", "hopper")
 
 #: name -> Spec, in lesson order.
 TOPICS: dict[str, Spec] = {}

@@ -819,6 +819,8 @@ def _race_fault(lib, kname, params, groups) -> KernelFault:
 def _raise_fault(kname, params, rc, f, groups):
     thread, block = _fmt3(f.thread), _fmt3(f.block)
     msg = f.msg.decode("utf-8", errors="replace")
+    if rc == 1 and ("mbarrier" in msg or "wgmma" in msg):  # Hopper's waits: the report names the cause
+        raise KernelFault(f"{kname}: {msg}")
     if rc == 1:
         raise KernelFault(f"{kname}: {msg}\nEvery thread of a block must reach the same __syncthreads() "
                           "(and every lane named in a warp collective's mask must reach it): do not put it "

@@ -246,18 +246,37 @@ _SHARED_QUALIFIER = re.compile(r"^\s*(?:(?:__align__|alignas)\s*\([^)]*\)\s*)+")
 _DECLARATOR = re.compile(r"^\s*([*&\s]*)\s*([A-Za-z_]\w*)\s*((?:\[[^\]]*\]\s*)*)$")
 
 
-def _shared_decl(type_: str, name: str, dims: str) -> str:
+def _shared_decl(type_: str, name: str, dims: str, align: str | None = None) -> str:
     """One static __shared__ variable, placed in the emulator's shared-memory arena and
-    registered there: poisoned at every block start and, for an array, between guard zones."""
+    registered there: poisoned at every block start and, for an array, between guard zones.
+    ``align``: the alignment its declaration asks for (``__align__(128)``), kept there."""
+    a = f", ({align})" if align else ""
     if not dims:
-        return (f"__shared__ {type_}& {name} = ::emu::shared_new<{type_}>(); "
+        return (f"__shared__ {type_}& {name} = ::emu::shared_new<{type_}{a}>(); "
                 f"static ::emu::SharedReg emu_shared_reg_{name}((void*)&{name}, sizeof({name}));")
     g = f"emu_guarded_{name}"
-    return (f"__shared__ ::emu::Guarded<{type_} {dims}>& {g} = ::emu::shared_new<::emu::Guarded<{type_} {dims}>>(); "
+    t = f"::emu::Guarded<{type_} {dims}{a}>"
+    return (f"__shared__ {t}& {g} = ::emu::shared_new<{t}>(); "
             f"auto& {name} = {g}.v; "
-            f"static ::emu::SharedReg emu_shared_reg_{name}((void*)&{name}, sizeof({name}), {g}.pre, "
+            f"static ::emu::SharedReg emu_shared_reg_{name}((void*)&{name}, sizeof({name}), {g}.guard_before(), "
             f"{g}.post, \"{name}\", sizeof(std::remove_all_extents_t<std::remove_reference_t<"
             f"decltype({name})>>));")
+
+
+_ALIGN_ARG = re.compile(r"(?:__align__|alignas)\s*\(([^)]*)\)")
+
+
+def _alignment(qualifier: str) -> str | None:
+    """The largest alignment ``__align__(n)`` / ``alignas(n)`` words ask for, as a C++
+    expression; ``alignas(T)`` of a type is ``alignof(T)``."""
+    args = [a.strip() for a in _ALIGN_ARG.findall(qualifier) if a.strip()]
+    if not args:
+        return None
+    exprs = [a if re.match(r"^[\d(]|^(?:sizeof|alignof)\b", a) or a.isupper() else f"alignof({a})" for a in args]
+    out = exprs[0]
+    for e in exprs[1:]:
+        out = f"(({out}) > ({e}) ? ({out}) : ({e}))"
+    return out
 
 
 def _register_shared(text: str) -> str:
@@ -276,6 +295,8 @@ def _register_shared(text: str) -> str:
         body = text[m.end():end]
         if any(c in body for c in "{}=") or re.search(r"\bextern\s*$", text[max(0, m.start() - 20):m.start()]):
             continue  # not a plain declaration: leave it to g++
+        qualifier = _SHARED_QUALIFIER.match(body)
+        align = _alignment(qualifier.group(0)) if qualifier else None
         body = _SHARED_QUALIFIER.sub("", body)
         parts = _split_top(body)
         first = re.match(r"^\s*((?:(?:volatile|const|unsigned|signed|long|short|struct)\s+)*"
@@ -292,7 +313,7 @@ def _register_shared(text: str) -> str:
                 pieces = None
                 break
             stars = dm.group(1).replace(" ", "").replace("\n", "")
-            pieces.append(_shared_decl(type_ + stars, dm.group(2), dm.group(3).strip()))
+            pieces.append(_shared_decl(type_ + stars, dm.group(2), dm.group(3).strip(), align))
         if not pieces:
             continue
         out.append(text[pos:m.start()])

@@ -478,7 +478,10 @@ EMU_NOTSAN inline void* shared_alloc(size_t n, size_t align) {
     memcpy(a + arena_used, slack_guard(arena_used), arena_rw - arena_used);  // the slack: a guard
     return a + at;
 }
-template <class T> inline T& shared_new() { return *(T*)shared_alloc(sizeof(T), alignof(T) < 16 ? 16 : alignof(T)); }
+template <class T, size_t Align = 16> inline T& shared_new() {
+    constexpr size_t a = alignof(T) > Align ? alignof(T) : Align;
+    return *(T*)shared_alloc(sizeof(T), a < 16 ? 16 : a);
+}
 
 constexpr size_t kSharedGuard = 64;
 // The guard pattern: a signalling NaN as a float. Reading it gives NaN, as any unwritten
@@ -490,10 +493,14 @@ EMU_NOTSAN inline void fill_guard(unsigned char* g) {
 EMU_NOTSAN inline bool guard_byte_ok(const unsigned char* g, size_t k) {
     return g[k] == ((const unsigned char*)&kGuardWord)[k % 4];
 }
-template <class A> struct alignas(64) Guarded {
-    unsigned char pre[kSharedGuard];
+// A static __shared__ array between two guard zones; `Align` is the alignment its declaration
+// asks for (__align__(128), alignas(1024): a TMA tile), kept by a longer zone in front whose
+// last kSharedGuard bytes are the guard (guard_before).
+template <class A, size_t Align = 64> struct alignas(Align > 64 ? Align : 64) Guarded {
+    unsigned char pre[Align > kSharedGuard ? Align : kSharedGuard];
     A v;
     unsigned char post[kSharedGuard];
+    unsigned char* guard_before() { return pre + sizeof(pre) - kSharedGuard; }
 };
 struct SharedRegion {
     void* p; size_t n;

@@ -518,19 +518,36 @@ EMU_NOTSAN inline bool block_stuck() {
                       "(threads %d-%d) reached: all 128 must issue it", S.th[waiter].line, arrived[wg], wg, 128 * wg,
                       128 * wg + 127);
     } else {
-        const Barrier& B = bars[wait_bar[waiter]];
-        pos = appendf(why, pos, sizeof why, "an mbarrier wait on line %d that never completes: the mbarrier initialised "
-                      "on line %d waits for phase %d (parity %d) with %d of its %d arrivals missing",
-                      S.th[waiter].line, B.line, B.phases, wait_parity[waiter], B.pending, B.count);
-        if (B.tx > 0)
-            pos = appendf(why, pos, sizeof why, " and %lld transaction bytes missing (arrive_expect_tx announced %lld, "
-                          "the TMA loads delivered %lld: the byte count must equal the bytes of the boxes loaded)",
-                          B.tx, B.announced, B.landed);
-        else if (B.tx < 0)
-            pos = appendf(why, pos, sizeof why, " (the TMA loads delivered %lld bytes more than announced)", -B.tx);
-        if (B.pending > 0 && B.tx == 0)
-            pos = appendf(why, pos, sizeof why, " (no thread will arrive: an arrive missing, or the count given to "
-                          "mbarrier_init too high)");
+        // every barrier some thread waits on, in the order of its first waiter
+        bool seen[kMaxBarriers] = {};
+        int described = 0;
+        for (int t = waiter; t < n; ++t) {
+            if (S.th[t].state != ST_WAIT_EXT || wait_bar[t] < 0 || seen[wait_bar[t]]) continue;
+            seen[wait_bar[t]] = true;
+            const Barrier& B = bars[wait_bar[t]];
+            if (described++)
+                pos = appendf(why, pos, sizeof why, "; and ");
+            pos = appendf(why, pos, sizeof why, "an mbarrier wait on line %d that never completes: the mbarrier "
+                          "initialised on line %d waits for phase %d (parity %d) with %d of its %d arrivals missing",
+                          S.th[t].line, B.line, B.phases, wait_parity[t], B.pending, B.count);
+            if (B.tx > 0)
+                pos = appendf(why, pos, sizeof why, " and %lld transaction bytes missing (arrive_expect_tx announced "
+                              "%lld, the TMA loads delivered %lld: the byte count must equal the bytes of the boxes "
+                              "loaded)", B.tx, B.announced, B.landed);
+            else if (B.tx < 0)
+                pos = appendf(why, pos, sizeof why, " (the TMA loads delivered %lld bytes more than announced)", -B.tx);
+            // the last phase this thread waited for (-1: none, or the phase "before the first")
+            int last = B.consumed[t] ? B.consumed[t] - 2 : -1;
+            if (B.phases - last >= 2)
+                pos = appendf(why, pos, sizeof why, " (thread %d skipped phase %d: the last phase of this barrier it "
+                              "waited for was %s%d, and a wait names a phase by its parity, so this one is for phase %d. "
+                              "Flip the parity after each phase it waits for: with STAGES stages, parity = "
+                              "(k / STAGES) %% 2; a wait for parity 1 before phase 0 completed returns at once)",
+                              t, B.phases - 1, last < 0 ? "none, phase " : "", last, B.phases);
+            else if (B.pending > 0 && B.tx == 0)
+                pos = appendf(why, pos, sizeof why, " (no thread will arrive: an arrive missing, or the count given "
+                              "to mbarrier_init too high)");
+        }
     }
     fault_deadlock(why);
 }
