@@ -2,10 +2,10 @@
 # Lesson 12's GPU session on a Hopper GPU: the exercise catalog's verdicts (each entry in a
 # process of its own: a trap ends its CUDA context) and the graders' TMA test kernel into
 # sim-vs-gpu.json, the hopper topic's rows into the GPU's record, and the lesson's exercise
-# notebook with test_hopper. Usage: bash benchmarks/hopper_gpu_run.sh OUTDIR
+# notebook with test_hopper. Usage: bash benchmarks/lessons/hopper_gpu_run.sh OUTDIR
 # Copy OUTDIR's files back into benchmarks/results/ (the paths under OUTDIR mirror it).
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 out=${1:?usage: hopper_gpu_run.sh OUTDIR}
 mkdir -p "$out"
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 MPLBACKEND=Agg
