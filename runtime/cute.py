@@ -12,7 +12,9 @@ CuTe includes CCCL's ``<cuda/std/...>`` and ``cuda_runtime_api.h``, which come w
 
 A program is compiled once: its binary is cached in ``.cache/cute/``, keyed by the source, the
 flags, the compiler and the headers, and written through a temporary file (parallel notebooks
-never run half a binary); so is g++'s refusal of a program (its messages, ``<key>.refused``). A
+never run half a binary); so is g++'s refusal of a program (its messages, ``<key>.refused``), and
+CuTe's headers, precompiled once (``precompiled_header``: a small program then compiles in half
+a second, not two and a half). ``$COURSE_CUTE_CACHE`` puts the cache elsewhere (a test of a cold cache). A
 program may name the learner's expressions by ``#line`` labels: g++'s messages then point into
 the expression, and a refusal raises ``CuteError`` that names it and gives g++'s first error,
 not its template backtrace.
@@ -34,11 +36,14 @@ from .backends.cuda._source import CudaCompileError
 
 __all__ = ["CuteError", "CuteUnavailable", "cute_include_dirs", "cute_run"]
 
-#: g++'s flags. -O0: the programs run for milliseconds and compile fastest unoptimised; -w: the
-#: CUDA headers' deprecation warnings are noise here; g++ stops after a few errors.
-FLAGS = ["-std=c++17", "-O0", "-w", "-fmax-errors=3", "-fno-diagnostics-color"]
-#: Where the binaries are kept, under ``paths.CACHE_DIR``.
+#: g++'s flags. -Og: the programs run for milliseconds, and g++ compiles CuTe's many small
+#: functions faster when it inlines them than at -O0, where it emits every one (a quarter less
+#: time); -w: the CUDA headers' deprecation warnings are noise here; g++ stops after a few errors.
+FLAGS = ["-std=c++17", "-Og", "-w", "-fmax-errors=3", "-fno-diagnostics-color"]
+#: Where the binaries are kept, under ``paths.CACHE_DIR`` (``cache_dir``).
 CACHE_FOLDER = "cute"
+#: The environment variable that puts the cache elsewhere (a test of a cold cache).
+CACHE_ENV = "COURSE_CUTE_CACHE"
 #: The headers of each kind of program: the layout algebra, swizzles and tensors
 #: (``make_identity_tensor``, ``local_partition``, ``print_layout``), or those and the MMA atoms,
 #: which take about twice as long to parse (``mma_atom.hpp`` includes every architecture's, SM90's
@@ -138,7 +143,12 @@ def binary_path(source: str) -> Path:
     dirs = cute_include_dirs()
     key = _toolchain.cache_key("cute", source, " ".join(FLAGS), _toolchain.compiler_version(cxx),
                                _headers_stamp(dirs))
-    return Path(paths.CACHE_DIR) / CACHE_FOLDER / key
+    return cache_dir() / key
+
+
+def cache_dir() -> Path:
+    """The folder of the cache: ``.cache/cute/``, or ``$COURSE_CUTE_CACHE`` where it is set."""
+    return Path(os.environ.get(CACHE_ENV) or Path(paths.CACHE_DIR) / CACHE_FOLDER)
 
 
 def build(source: str, labels: dict[str, tuple[str, str]] | None = None) -> Path:
@@ -153,7 +163,10 @@ def build(source: str, labels: dict[str, tuple[str, str]] | None = None) -> Path
     refused = binary.with_suffix(".refused")
     if refused.is_file():  # the same source was refused before, by the same compiler and headers
         raise compile_error(refused.read_text(), labels)
+    cxx = compiler()
     incs = [f for d in cute_include_dirs() for f in ("-isystem", str(d))]
+    # a program of either tier (a source of its own includes what it includes, no more)
+    pch = precompiled_header(cxx, incs) if any(includes(t) in source for t in TIERS) else []
     binary.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=binary.name + ".", suffix=".tmp", dir=binary.parent)
     os.close(fd)
@@ -161,7 +174,7 @@ def build(source: str, labels: dict[str, tuple[str, str]] | None = None) -> Path
         with tempfile.TemporaryDirectory(prefix="course-cute-") as work:
             for label, (_, text) in labels.items():
                 Path(work, label).write_text(text + "\n")
-            proc = subprocess.run([compiler(), *FLAGS, *incs, "-x", "c++", "-", "-o", tmp], input=source, cwd=work,
+            proc = subprocess.run([cxx, *FLAGS, *pch, *incs, "-x", "c++", "-", "-o", tmp], input=source, cwd=work,
                                   capture_output=True, text=True, timeout=600)
         if proc.returncode != 0:
             if proc.returncode == 1 and ": error" in proc.stderr and "internal compiler error" not in proc.stderr:
@@ -171,6 +184,49 @@ def build(source: str, labels: dict[str, tuple[str, str]] | None = None) -> Path
     finally:
         Path(tmp).unlink(missing_ok=True)
     return binary
+
+
+_PCH: dict[str, list[str]] = {}
+
+
+def precompiled_header(cxx: str, incs: list[str]) -> list[str]:
+    """``-include`` flags that give g++ the layout tier's headers precompiled (a ``.gch``), or
+    ``[]``.
+
+    Parsing CuTe's headers is most of compiling a small program (about 2 s for the layout
+    tier's; the MMA atoms' take 2 s more), and g++ reads them precompiled in a fraction of a
+    second. The MMA tier includes every header of the layout tier (``cute/tensor.hpp`` includes
+    them), so one precompiled header serves both: an MMA program reads the rest of its headers
+    after it. It is made once per compiler, set of flags and version of the headers, in
+    ``pch/<key>/`` of the cache, by the first program that needs it (it costs about 2.5 parses),
+    through a temporary file (a parallel build never reads half of one). A program keeps its
+    ``#include`` lines (the headers' guards make them no-ops after it), so its binary and the
+    messages a learner sees are the same with it as without (only the "In file included from"
+    lines of ``.log`` name it); where it cannot be made, or g++ finds it unusable, g++ reads the
+    headers as before. Clang names its precompiled headers apart: none there."""
+    key = _toolchain.cache_key("cute-pch", includes("layout"), " ".join(FLAGS), " ".join(incs),
+                               _toolchain.compiler_version(cxx), _headers_stamp(cute_include_dirs()))
+    if key in _PCH:
+        return _PCH[key]
+    folder = cache_dir() / "pch" / key
+    header, gch = folder / "cute_layout.h", folder / "cute_layout.h.gch"
+    _PCH[key] = []
+    if not gch.is_file():
+        if "Free Software Foundation" not in _toolchain.compiler_version(cxx):
+            return []
+        _toolchain.write_atomic(header, (includes("layout") + "\n").encode())
+        fd, tmp = tempfile.mkstemp(prefix=gch.name + ".", suffix=".tmp", dir=folder)
+        os.close(fd)
+        try:
+            proc = subprocess.run([cxx, *FLAGS, *incs, "-x", "c++-header", str(header), "-o", tmp],
+                                  capture_output=True, text=True, timeout=600)
+            if proc.returncode != 0:
+                return []
+            os.replace(tmp, gch)  # atomic: a parallel build never reads half of it
+        finally:
+            Path(tmp).unlink(missing_ok=True)
+    _PCH[key] = ["-include", str(header)]
+    return _PCH[key]
 
 
 def run(source: str, labels: dict[str, tuple[str, str]] | None = None,

@@ -480,19 +480,36 @@ def _read(stdout: str) -> dict:
 
 
 def _owners(d: dict) -> None:
-    """The owner and value arrays of a partition from its owners' coordinates."""
+    """The owner and value arrays of a partition from its owners' coordinates (an element's
+    owner is the first owner, in order, that holds it; its value, its index among that one's)."""
     import numpy as np
     tile = d["tile"] if isinstance(d["tile"], tuple) else (d["tile"],)
     owner = np.full(tile, -1, dtype=np.int64)
     value = np.full(tile, -1, dtype=np.int64)
-    seen = np.zeros(tile, dtype=np.int64)
-    for t, cs in enumerate(d["coords"]):
-        for v, c in enumerate(cs):
-            c = _flat(c)
-            if seen[c] == 0:
-                owner[c], value[c] = t, v
-            seen[c] += 1
-    d.update(tile=tile, owner=owner, value=value, shared=bool((seen > 1).any()))
+    flat = [_flat_coord(c) for cs in d["coords"] for c in cs]
+    at = np.array(flat, dtype=np.int64).reshape(-1, len(tile)) if all(len(c) == len(tile) for c in flat) else None
+    if at is None or not ((at >= 0) & (at < np.array(tile))).all():  # not coordinates of the tile: as numpy says
+        seen = np.zeros(tile, dtype=np.int64)
+        for t, cs in enumerate(d["coords"]):
+            for v, c in enumerate(cs):
+                c = _flat(c)
+                if seen[c] == 0:
+                    owner[c], value[c] = t, v
+                seen[c] += 1
+        d.update(tile=tile, owner=owner, value=value, shared=bool((seen > 1).any()))
+        return
+    at = np.ravel_multi_index(tuple(at.T), tile)  # each element's place in the tile, owner by owner
+    counts = np.array([len(cs) for cs in d["coords"]], dtype=np.int64)
+    held_by = np.repeat(np.arange(len(counts)), counts)
+    index = np.arange(len(at)) - np.repeat(np.cumsum(counts) - counts, counts)  # its index among its owner's
+    places, first = np.unique(at, return_index=True)  # where each element is held first
+    owner.flat[places], value.flat[places] = held_by[first], index[first]
+    d.update(tile=tile, owner=owner, value=value, shared=bool((np.bincount(at, minlength=owner.size) > 1).any()))
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _flat_coord(c) -> tuple:
+    return _flat(c)
 
 
 # ---------------------------------------------------------------------------------------

@@ -4,7 +4,8 @@ function, its algebra, local_partition and local_tile, the MMA fragments of PTX'
 128-byte swizzle), and a refusal's message, the cache and the batching are checked too.
 
 The valid expressions are evaluated in one program (``evaluated``): g++ compiles CuTe's headers
-once for all of them, which is most of this file's time."""
+once for all of them, which is most of this file's time; the other programs read them
+precompiled (``cute.precompiled_header``, made by the first)."""
 import platform
 import subprocess
 import sys
@@ -235,12 +236,12 @@ def test_everything_above_came_from_one_program(evaluated):
 
 
 def _compiles(monkeypatch):
-    """The g++ runs from now on."""
+    """The programs g++ compiles from now on (not the precompiled headers it makes)."""
     runs = []
     real = subprocess.run
 
     def spy(cmd, *args, **kwargs):
-        if cmd and cmd[0] == cute.compiler():
+        if cmd and cmd[0] == cute.compiler() and "c++-header" not in cmd:
             runs.append(cmd)
         return real(cmd, *args, **kwargs)
     monkeypatch.setattr(cute.subprocess, "run", spy)
@@ -258,6 +259,8 @@ def test_a_refusal_names_the_expression_and_gives_gccs_first_error(monkeypatch):
     assert "| make_layout(make_shape(4, 8), make_strid(8, 1))" in msg  # g++'s quote of the line
     assert len(msg.splitlines()) < 10
     assert len(runs) <= 1  # none when this refusal is in the cache already
+    if runs and "Free Software Foundation" in cute._toolchain.compiler_version(cute.compiler()):
+        assert "-include" in runs[0]  # CuTe's headers came precompiled, and the message is as without them
     # the pending result was not to blame: it waits, and is evaluated when used
     assert pending._error is None and pending._data is None
     assert (pending.shape, pending.stride) == ((2, 3), (1, 8))
@@ -283,7 +286,7 @@ def test_the_same_cell_again_compiles_nothing(evaluated, monkeypatch):
     assert programs == evaluated["programs"]
     assert all(str(again[k]) == str(evaluated[k]) and again[k] is not evaluated[k] for k in again)
     binary = cute.binary_path(programs[0])
-    assert binary.is_file() and binary.parent == cute.paths.CACHE_DIR / cute.CACHE_FOLDER
+    assert binary.is_file() and binary.parent == cute.cache_dir()
 
 
 def test_cute_run_runs_statements():
