@@ -20,6 +20,7 @@ Maps are cached by everything they encode, so a launcher may ask for one on ever
 from __future__ import annotations
 
 import ctypes
+import struct
 from collections import OrderedDict
 
 import torch
@@ -33,6 +34,10 @@ SWIZZLES = {0: 0, 32: 1, 64: 2, 128: 3}
 _DTYPES = {torch.uint8: 0, torch.int8: 0, torch.uint16: 1, torch.int16: 1, torch.float16: 6, torch.bfloat16: 9,
            torch.float32: 7, torch.int32: 3, torch.uint32: 2, torch.float64: 8, torch.int64: 5, torch.uint64: 4}
 _MAGIC = 0x414D5443  # "CTMA", hopper_emu.h's kMapMagic
+_LAYOUT = "<IIQQQIIIIQ"  # hopper_emu.h's MapData: magic, element size, dims, row bytes, box, swizzle, pad, base
+#: where the tensor's address lies in an emulator map (the emulator's launch moves it, see
+#: emulated_map_base)
+EMULATOR_BASE_OFFSET = struct.calcsize(_LAYOUT) - 8
 _CACHE: OrderedDict = OrderedDict()
 _CACHE_SIZE = 256
 _ENCODE = None
@@ -73,12 +78,19 @@ def _check(t, box_rows: int, box_cols: int, swizzle: int) -> None:
 
 
 def _encode_emulator(t, box_rows: int, box_cols: int, swizzle: int) -> bytes:
-    import struct
     e = t.element_size()
     row_bytes = t.stride(0) * e if t.shape[0] > 1 else t.shape[1] * e
-    data = struct.pack("<IIQQQIIIIQ", _MAGIC, e, t.shape[1], t.shape[0], row_bytes, box_cols, box_rows,
+    data = struct.pack(_LAYOUT, _MAGIC, e, t.shape[1], t.shape[0], row_bytes, box_cols, box_rows,
                        SWIZZLES[swizzle], 0, t.data_ptr())
     return data.ljust(128, b"\0")
+
+
+def emulated_map_base(address: int) -> int | None:
+    """The address of the tensor an emulator map at ``address`` (its 128 bytes in the host's
+    memory) describes, or None when those bytes are not such a map."""
+    if ctypes.c_uint32.from_address(address).value != _MAGIC:
+        return None
+    return ctypes.c_uint64.from_address(address + EMULATOR_BASE_OFFSET).value
 
 
 def _encoder():

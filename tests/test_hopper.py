@@ -14,7 +14,9 @@ from kernels.cuda import hopper as H
 from runtime.backends.cuda import _toolchain as tc
 
 MISTAKES = H.SOURCE.with_name("hopper_mistakes.cu")
-SHAPES = [(128, 128, 64), (200, 130, 100), (1, 1, 1), (64, 300, 1000)]
+# the last: 9 tiles of 128 x 256 for the persistent versions' 4 blocks in simulation (and an N
+# that is not a multiple of 8: v6 stores from registers)
+SHAPES = [(128, 128, 64), (200, 130, 100), (1, 1, 1), (64, 300, 1000), (300, 518, 136)]
 in_simulation = pytest.mark.skipif(not utils.SIMULATE, reason="the emulator's reports: on a GPU these mistakes hang, "
                                                               "race or fault the context")
 
@@ -153,4 +155,10 @@ def test_a_pipeline_runs_in_any_thread_order():
     a, b = _inputs(130, 260, 640, seed=5)
     with utils.emulation_schedule("random", seed=11):
         for version in ("v2", "v3"):
+            _assert_close(H.VERSIONS[version][1](a, b), a, b)
+    # persistent blocks (4 in simulation) over 9 tiles: stages, phases and C's staging tile
+    # carried from one tile to the next
+    a, b = _inputs(300, 520, 200, seed=6)
+    with utils.emulation_schedule("random", seed=12):
+        for version in ("v5", "v6"):
             _assert_close(H.VERSIONS[version][1](a, b), a, b)

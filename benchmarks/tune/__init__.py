@@ -12,6 +12,9 @@ kernels' defaults (tile sizes, warps, programs per SM, configurations to autotun
     gpt_step_tune       the launch settings of lesson 11's written-out training step at GPT-2
                         124M's shapes: LayerNorm backward, bias gradients, cross entropy
                         (results/tune/<gpu>-gpt-step-tune.json; kernels/gpt_step.py uses them)
+    hopper_tune         lesson 12's CUDA C++ GEMM ladder: each version checked, v3-v6 against cuBLAS
+                        for each persistent tile order (GROUP_M), registers and spills, ncu's
+                        speed of light (DIR/hopper-tune.json)
     layernorm_tune      the knobs of the LayerNorm/RMSNorm kernels and of Triton's fp16/bf16
                         matmul, in one run (DIR/tune.json; two runs: results/tune/)
     matmul_tune         matmul configurations at 4096^3 against torch.mm (VEC4_CONFIG of

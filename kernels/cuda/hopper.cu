@@ -7,6 +7,8 @@
 //   v2  a 4-stage mbarrier pipeline: TMA loads run ahead of wgmma   hopper_gemm_v2_kernel
 //   v3  a producer warpgroup and two consumers, setmaxnreg          hopper_gemm_v3_kernel
 //   v4  v3, one wgmma group in flight while the next is issued      hopper_gemm_v4_kernel
+//   v5  v4 persistent: one block per SM walks tiles in grouped order hopper_gemm_v5_kernel
+//   v6  v5, C stored through shared memory by TMA, 3 stages         hopper_gemm_v6_kernel
 //
 // Every tile is 64 columns of K deep: 64 bfloat16 are 128 bytes, one row of the 128-byte
 // swizzle, so one TMA box per operand and stage, and four wgmma k-steps of 16 per tile.
@@ -216,4 +218,144 @@ __global__ void __launch_bounds__(384, 1) hopper_gemm_v3_kernel(const TmaDescrip
 __global__ void __launch_bounds__(384, 1) hopper_gemm_v4_kernel(const TmaDescriptor* a_map, const TmaDescriptor* b_map,
                                                                 __nv_bfloat16* c_ptr, int M, int N, int K) {
     warp_specialized_gemm<1>(a_map, b_map, c_ptr, M, N, K);
+}
+
+// ---------------------------------------------------------------------------------------
+// v5: persistent. The grid is one block per SM (at most one per tile), and block b computes
+// tiles b, b + gridDim.x, ...: launching and filling a block's pipeline happens once, and the
+// producer loads the next tile's first stages while the consumers store this one's C. The
+// stages and their phases run on from tile to tile (`it` counts a block's k-tiles). Tiles are
+// numbered in groups of group_m tile-rows, column by column inside a group, so that the
+// tiles running at the same time share their rows of A and of B in L2.
+// v6: v5 with the epilogue through shared memory. Each consumer writes its 64 x 256 tile of C,
+// as bfloat16, into four 64 x 64 boxes swizzled like TMA's 128-byte mode (the 8 rows a warp
+// writes at once land in 8 different bank groups), fences them for the async proxy, and one
+// thread stores the boxes by TMA (out-of-bounds parts are not written) without waiting: the
+// consumers go on with the next tile while the TMA unit writes C. The staging boxes take 64 KB,
+// so there are 3 stages. C's tensor map needs rows of a multiple of 16 bytes: for an N that is
+// not a multiple of 8 the launcher passes tma_store = 0 and the tile is stored as in v5.
+__device__ __forceinline__ void grouped_tile(int tile, int tiles_m, int tiles_n, int group_m, int& tm, int& tn) {
+    int per_group = group_m * tiles_n;
+    int first = tile / per_group * group_m;
+    int rows = min(tiles_m - first, group_m);
+    int r = tile % per_group;
+    tm = first + r % rows;
+    tn = r / rows;
+}
+
+// The accumulators of a 64 x BN tile into BN / 64 boxes of 64 x 64 bfloat16 in shared memory,
+// with the 128-byte swizzle: 16-byte chunk k of row r at chunk k ^ (r % 8).
+template <int BN>
+__device__ __forceinline__ void stage_tile(const float (&d)[BN / 2], __nv_bfloat16* stage, int t) {
+    int warp = t / 32 % 4, lane = t % 32;
+    // Rows 16 * warp + lane / 4 and 8 below: row % 8 is lane / 4 for both. Offsets in words of
+    // 4 bytes (two bfloat16), from one base: a 64-bit address per store would spill registers.
+    __nv_bfloat162* words = (__nv_bfloat162*)stage + (16 * warp + lane / 4) * 32 + lane % 4;
+    int x = lane / 4;
+#pragma unroll
+    for (int i = 0; i < BN / 2; i += 4) {
+        int w = i / 32 * 2048 + ((i / 4 % 8) ^ x) * 4;  // box i / 32 (64 x 64 = 2048 words), chunk
+#pragma unroll
+        for (int half = 0; half < 2; ++half)
+            words[w + half * 256] = __floats2bfloat162_rn(d[i + 2 * half], d[i + 2 * half + 1]);
+    }
+}
+
+template <int STAGES, bool STAGED_STORE>
+__device__ __forceinline__ void persistent_gemm(const TmaDescriptor* a_map, const TmaDescriptor* b_map,
+                                                const TmaDescriptor* c_map, __nv_bfloat16* c_ptr, int M, int N,
+                                                int K, int group_m, int tma_store) {
+    constexpr int BM = V3_BM, BN = V3_BN;
+    extern __shared__ unsigned char smem[];
+    __nv_bfloat16* sa = tiles_base(smem);
+    __nv_bfloat16* sb = sa + STAGES * BM * BK;
+    __nv_bfloat16* sc = sb + STAGES * BN * BK;  // v6: each consumer's 64 x BN staging tile
+    __shared__ uint64_t full[STAGES], empty[STAGES], c_full[2], c_free[2];
+    int t = threadIdx.x, wg = t / 128;
+    int tiles_m = (M + BM - 1) / BM, tiles_n = (N + BN - 1) / BN, tiles = tiles_m * tiles_n;
+    int ktiles = (K + BK - 1) / BK;
+    if (t == 0) {
+        for (int s = 0; s < STAGES; ++s) {
+            mbarrier_init(&full[s], 1);
+            mbarrier_init(&empty[s], 8);  // one arrival per consumer warp
+        }
+        for (int c = 0; c < 2; ++c) {
+            mbarrier_init(&c_full[c], 128);  // every thread of consumer c wrote its part of the staging tile
+            mbarrier_init(&c_free[c], 1);    // the TMA stores of its last tile have read the staging tile
+        }
+        fence_barrier_init();
+    }
+    __syncthreads();
+    if (wg == 0) {
+        setmaxnreg_dec<40>();
+        if (t == 0) {
+            const unsigned bytes = (BM + BN) * BK * sizeof(__nv_bfloat16);
+            int it = 0;
+            for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+                int tm, tn;
+                grouped_tile(tile, tiles_m, tiles_n, group_m, tm, tn);
+                for (int kt = 0; kt < ktiles; ++kt, ++it) {
+                    int s = it % STAGES;
+                    if (it >= STAGES) mbarrier_wait(&empty[s], (it / STAGES - 1) & 1);
+                    mbarrier_arrive_expect_tx(&full[s], bytes);
+                    tma_load_2d(sa + s * BM * BK, a_map, kt * BK, tm * BM, &full[s]);
+                    tma_load_2d(sb + s * BN * BK, b_map, kt * BK, tn * BN, &full[s]);
+                }
+            }
+        }
+    } else {
+        setmaxnreg_inc<232>();
+        int c = wg - 1, tc = t % 128;
+        float d[BN / 2];
+        int it = 0, j = 0;  // k-tiles consumed, tiles done
+        for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x, ++j) {
+            int tm, tn;
+            grouped_tile(tile, tiles_m, tiles_n, group_m, tm, tn);
+            for (int kt = 0; kt < ktiles; ++kt, ++it) {
+                int s = it % STAGES;
+                mbarrier_wait(&full[s], (it / STAGES) & 1);
+                wgmma_fence();
+                mma_tile<BN>(d, sa + s * BM * BK + c * 64 * BK, sb + s * BN * BK, kt > 0);
+                wgmma_commit();
+                wgmma_wait<1>();  // the previous k-tile's products are done: release its stage
+                if (kt > 0 && t % 32 == 0) mbarrier_arrive(&empty[(it - 1) % STAGES]);
+            }
+            wgmma_wait<0>();
+            if (t % 32 == 0) mbarrier_arrive(&empty[(it - 1) % STAGES]);  // the tile's last stage
+            int row0 = tm * BM + 64 * c, col0 = tn * BN;
+            if (STAGED_STORE && tma_store) {
+                __nv_bfloat16* stage = sc + c * 64 * BN;
+                if (tc == 0) {
+                    tma_store_wait();  // the stores of the previous tile have read the staging tile
+                    mbarrier_arrive(&c_free[c]);
+                }
+                mbarrier_wait(&c_free[c], j & 1);
+                stage_tile<BN>(d, stage, t);
+                fence_proxy_async();  // these shared-memory stores, before the TMA unit reads them
+                mbarrier_arrive(&c_full[c]);
+                if (tc == 0) {
+                    mbarrier_wait(&c_full[c], j & 1);
+#pragma unroll
+                    for (int q = 0; q < BN / 64; ++q) tma_store_2d(c_map, col0 + 64 * q, row0, stage + q * 64 * 64);
+                    tma_store_commit();
+                }
+            } else {
+                store_tile<BN>(d, c_ptr, M, N, row0, col0, t);
+            }
+        }
+        if (STAGED_STORE && tma_store && tc == 0) tma_store_wait();  // before the block's shared memory goes
+    }
+}
+
+constexpr int V5_STAGES = 4, V6_STAGES = 3;
+__global__ void __launch_bounds__(384, 1) hopper_gemm_v5_kernel(const TmaDescriptor* a_map, const TmaDescriptor* b_map,
+                                                                const TmaDescriptor* c_map, __nv_bfloat16* c_ptr, int M,
+                                                                int N, int K, int group_m, int tma_store) {
+    persistent_gemm<V5_STAGES, false>(a_map, b_map, c_map, c_ptr, M, N, K, group_m, tma_store);
+}
+
+__global__ void __launch_bounds__(384, 1) hopper_gemm_v6_kernel(const TmaDescriptor* a_map, const TmaDescriptor* b_map,
+                                                                const TmaDescriptor* c_map, __nv_bfloat16* c_ptr, int M,
+                                                                int N, int K, int group_m, int tma_store) {
+    persistent_gemm<V6_STAGES, true>(a_map, b_map, c_map, c_ptr, M, N, K, group_m, tma_store);
 }

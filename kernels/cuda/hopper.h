@@ -87,10 +87,12 @@ __device__ __forceinline__ bool mbarrier_try_wait(uint64_t* bar, unsigned phase)
     return done != 0;
 }
 // A wait that has not completed after COURSE_MBARRIER_TIMEOUT_NS nanoseconds (2 s unless the
-// source defines it first) stops the kernel with a trap, after printing which barrier and
-// phase it waited for, instead of hanging the GPU: a phase that never completes (bytes or
-// arrivals missing, a wait for the wrong phase) then reaches the host as "unspecified launch
-// failure". The CUDA context is lost after it: restart the process.
+// source defines it first) stops the kernel with a trap instead of hanging the GPU: a phase
+// that never completes (bytes or arrivals missing, a wait for the wrong phase) then reaches
+// the host as "unspecified launch failure", and the CUDA context is lost: restart the process.
+// Run the kernel in simulation for the report that names the barrier and what it misses.
+// The trap is one instruction, not a call: a function call (printf's included) anywhere in a
+// kernel makes ptxas serialise every wgmma of it (warning C7510) and ignore setmaxnreg.
 #ifndef COURSE_MBARRIER_TIMEOUT_NS
 #define COURSE_MBARRIER_TIMEOUT_NS 2000000000ull
 #endif
@@ -99,18 +101,11 @@ __device__ __forceinline__ uint64_t globaltimer_ns() {
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
     return t;
 }
-__device__ __noinline__ void mbarrier_timed_out(uint64_t* bar, unsigned phase) {
-    printf("hopper.h: thread %d of block (%d, %d, %d) waited %llu ms for the phase of parity %u of the mbarrier at "
-           "shared address 0x%x, which never completed (transaction bytes or arrivals missing, or the wrong phase): "
-           "the kernel is stopped\n", (int)threadIdx.x, (int)blockIdx.x, (int)blockIdx.y, (int)blockIdx.z,
-           (unsigned long long)(COURSE_MBARRIER_TIMEOUT_NS / 1000000), phase, smem_addr(bar));
-    __trap();
-}
 __device__ __forceinline__ void mbarrier_wait(uint64_t* bar, unsigned phase) {
     if (mbarrier_try_wait(bar, phase)) return;
     uint64_t start = globaltimer_ns();
     while (!mbarrier_try_wait(bar, phase))
-        if (globaltimer_ns() - start > COURSE_MBARRIER_TIMEOUT_NS) mbarrier_timed_out(bar, phase);
+        if (globaltimer_ns() - start > COURSE_MBARRIER_TIMEOUT_NS) asm volatile("trap;");
 }
 
 // ------------------------------------ fences ---------------------------------------------
@@ -167,7 +162,13 @@ __device__ __forceinline__ uint64_t smem_descriptor(const void* tile, int swizzl
 }
 
 #ifndef COURSE_CUDA_EMULATOR
-__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+// A block that is not whole warpgroups would hang in its first wgmma: wgmma_fence, which comes
+// before the wgmma of a tile, stops it instead (a trap, as above). The check is not in wgmma()
+// itself: any instruction that may trap between two wgmma makes ptxas fence each of them.
+__device__ __forceinline__ void wgmma_fence() {
+    if ((blockDim.x * blockDim.y * blockDim.z) % 128) asm volatile("trap;");
+    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+}
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
 template <int G> __device__ __forceinline__ void wgmma_wait() {
     static_assert(G >= 0 && G <= 7, "wgmma_wait<G>: G is 0..7");
@@ -186,15 +187,8 @@ template <int R> __device__ __forceinline__ void setmaxnreg_dec() {
 // every accumulator register (tools/gen_wgmma.py writes hopper_wgmma.h).
 template <int N, class T> struct Wgmma;
 #include "hopper_wgmma.h"
-// A block of a size that is not whole warpgroups would hang in its first wgmma: stopped instead.
-__device__ __noinline__ void wgmma_partial_warpgroup() {
-    printf("hopper.h: a block of %d threads issues wgmma, which a whole warpgroup (128 threads) issues together: "
-           "launch a multiple of 128 threads; the kernel is stopped\n", (int)(blockDim.x * blockDim.y * blockDim.z));
-    __trap();
-}
 template <int N, class T = __nv_bfloat16>
 __device__ __forceinline__ void wgmma(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b, int scale_d) {
-    if ((blockDim.x * blockDim.y * blockDim.z) % 128) wgmma_partial_warpgroup();
     Wgmma<N, T>::run(d, desc_a, desc_b, scale_d);
 }
 #endif  // !COURSE_CUDA_EMULATOR

@@ -2,7 +2,7 @@
 ``hopper.cu``, whose header lists the versions; the machinery (TMA, mbarriers, wgmma) is
 ``hopper.h``.
 
-    hopper_gemm(a, b)   the reference (v4): bfloat16 A (M, K), B (N, K) -> bfloat16 C (M, N)
+    hopper_gemm(a, b)   the reference (v6): bfloat16 A (M, K), B (N, K) -> bfloat16 C (M, N)
     header_index()      what each function of hopper.h does
 
 On a GPU the kernels need a Hopper (sm_90); in simulation the emulator runs them anywhere.
@@ -12,13 +12,14 @@ from __future__ import annotations
 import torch
 
 import runtime
-from kernels._launch import cdiv, cuda_header, cuda_kernels, cuda_source, version_index
+from kernels._launch import cdiv, cuda_header, cuda_kernels, cuda_source, sm_count, version_index
 from kernels.frames.hopper import hopper_ref, hopper_torch, prepare_linear  # noqa: F401  (importable from here too)
 from runtime.tma import tensor_map
 
 SOURCE = runtime.KERNELS_DIR / "cuda" / "hopper.cu"
 HEADER = SOURCE.with_name("hopper.h")  # TMA, mbarriers, wgmma: inline PTX on a GPU, emulated otherwise
 BK = 64  # K per tile: 64 bfloat16, one 128-byte swizzled row
+GROUP_M = 8  # v5, v6: tile-rows per group of the persistent tile order
 
 kernel = cuda_kernels(SOURCE)
 
@@ -73,7 +74,35 @@ def hopper_gemm_v4(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return _launch(a, b, "hopper_gemm_v4", 128, 256, 4, 384)
 
 
+def _launch_persistent(a, b, name: str, stages: int, staged: bool):
+    a, b, c, M, N, K = prepare_linear(a, b, op=name)
+    if c.numel() == 0 or K == 0:
+        return c
+    _check_gpu()
+    bm, bn = 128, 256
+    a_map = tensor_map(a, bm, BK, swizzle=128)
+    b_map = tensor_map(b, bn, BK, swizzle=128)
+    # C's map needs rows of a multiple of 16 bytes: otherwise the kernel stores from registers
+    tma_store = int(staged and N % 8 == 0)
+    c_map = tensor_map(c, 64, 64, swizzle=128) if tma_store else a_map
+    shared = stages * (bm + bn) * BK * 2 + (2 * 64 * bn * 2 if staged else 0) + 1024
+    grid = min(cdiv(M, bm) * cdiv(N, bn), sm_count())
+    kernel(f"{name}_kernel")[grid, 384, shared](a_map, b_map, c_map, c, M, N, K, GROUP_M, tma_store)
+    return c
+
+
+def hopper_gemm_v5(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """v5: v4 persistent, one block per SM walking 128 x 256 tiles in grouped order, 4 stages."""
+    return _launch_persistent(a, b, "hopper_gemm_v5", 4, staged=False)
+
+
+def hopper_gemm_v6(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """v6: v5 with C staged in shared memory and stored by TMA, 3 stages."""
+    return _launch_persistent(a, b, "hopper_gemm_v6", 3, staged=True)
+
+
 #: name -> (one line, launcher), naive to best.
-VERSIONS = version_index(SOURCE, v1=hopper_gemm_v1, v2=hopper_gemm_v2, v3=hopper_gemm_v3, v4=hopper_gemm_v4)
-REFERENCE = "v4"
+VERSIONS = version_index(SOURCE, v1=hopper_gemm_v1, v2=hopper_gemm_v2, v3=hopper_gemm_v3, v4=hopper_gemm_v4,
+                         v5=hopper_gemm_v5, v6=hopper_gemm_v6)
+REFERENCE = "v6"
 hopper_gemm = VERSIONS[REFERENCE][1]

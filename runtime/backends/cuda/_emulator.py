@@ -25,6 +25,7 @@ import torch
 
 from ... import paths
 from . import _racecheck
+from ...tma import EMULATOR_BASE_OFFSET, emulated_map_base
 from ._errors import KernelFault
 from ._source import CODE_NAMES, CudaCompileError, Param, _closing, project_headers, strip_comments
 from ._toolchain import (
@@ -753,6 +754,7 @@ def launch(lib: EmuLibrary, kname: str, params: list[Param], grid, block, shared
                 ctypes.memmove(buf.start, g["lo"], g["hi"] - g["lo"])
             for k, t, const in g["members"]:
                 holders[k] = ctypes.c_void_p(buf.start + (t.data_ptr() - g["lo"]))
+        _retarget_tensor_maps(groups)
         argv = (ctypes.c_void_p * max(1, len(holders)))()
         for k, h in enumerate(holders):
             argv[k] = ctypes.cast(ctypes.pointer(h), ctypes.c_void_p)
@@ -801,6 +803,25 @@ def launch(lib: EmuLibrary, kname: str, params: list[Param], grid, block, shared
     finally:
         for b in buffers:
             b.free()
+
+
+def _retarget_tensor_maps(groups) -> None:
+    """A TMA tensor map (runtime.tma) holds its tensor's address. When that tensor is also an
+    argument of the launch, the kernel works on the argument's guarded copy: the map's copy is
+    pointed at it, so that what a TMA store writes is copied back with the kernel's other
+    stores (and a TMA load sees them), as on a GPU, where both are one memory."""
+    for g in groups:
+        for k, t, const in g["members"]:
+            if t.dtype != torch.uint8 or t.numel() != 128:
+                continue
+            at = g["buf"].start + (t.data_ptr() - g["lo"])
+            base = emulated_map_base(at)
+            if base is None:
+                continue
+            for h in groups:
+                if h["lo"] <= base < h["hi"]:
+                    ctypes.c_uint64.from_address(at + EMULATOR_BASE_OFFSET).value = h["buf"].start + base - h["lo"]
+                    break
 
 
 def _race_fault(lib, kname, params, groups) -> KernelFault:

@@ -1,0 +1,102 @@
+"""The knobs of lesson 12's CUDA C++ GEMM ladder on a Hopper GPU: every version checked, then
+v4, v5 and v6 timed against cuBLAS at 4096^3, 8192^3 and 4095 x 4097 x 4093 for each tile
+order of the persistent versions (GROUP_M of kernels/cuda/hopper.py), and the compiler's
+resources (registers, spills) of each kernel; optionally v4 and v6 under Nsight Compute's
+speed-of-light section.
+
+    python -m benchmarks.tune.hopper_tune [--out DIR] [--groups 1,8,16] [--ncu]
+
+Writes DIR/hopper-tune.json (and DIR/hopper-ncu-<version>.txt); prints one line per timing.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+if not __package__:  # run as a file, not with -m: the course's root on the path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+import torch
+
+import utils
+from benchmarks.lessons.hopper_ladder import SHAPES, check, inputs
+from kernels.cuda import hopper as H
+
+_NCU_CHILD = r"""
+import sys, torch
+from kernels.cuda import hopper as H
+from benchmarks.lessons.hopper_ladder import inputs
+a, b = inputs((4096, 4096, 4096), seed=1)
+fn = H.VERSIONS[sys.argv[1]][1]
+for _ in range(3):
+    fn(a, b)
+torch.cuda.synchronize()
+"""
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, default=Path("artifacts/tune"))
+    ap.add_argument("--groups", default="1,8,16")
+    ap.add_argument("--ncu", action="store_true")
+    args = ap.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    from triton.testing import do_bench
+    rec = dict(gpu=torch.cuda.get_device_name(), date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+               **utils.source_commit(), resources={}, checks={}, rows=[])
+    for v in H.VERSIONS:
+        try:
+            rec["resources"][v] = utils.cuda_resources(H.SOURCE, f"hopper_gemm_{v}_kernel")
+        except Exception as e:
+            rec["resources"][v] = {"error": str(e)[:300]}
+        print(f"resources {v}: {rec['resources'][v]}", flush=True)
+    for v, (_, fn) in H.VERSIONS.items():
+        try:
+            why = check(fn)
+        except Exception as e:
+            why = f"raised {type(e).__name__}: {str(e)[:300]}"
+        rec["checks"][v] = why or "ok"
+        print(f"check {v}: {why or 'ok'}", flush=True)
+    groups = [int(g) for g in args.groups.split(",")]
+    default = H.GROUP_M
+    for shape in SHAPES:
+        ab = inputs(shape, seed=1)
+        flop = 2 * shape[0] * shape[1] * shape[2]
+        ms = do_bench(lambda: H.hopper_torch(*ab), warmup=25, rep=100)
+        base = ms
+        rec["rows"].append(dict(variant="cublas", shape=list(shape), median_ms=ms, tflops=flop / ms / 1e9))
+        print(f"cublas        {shape}: {flop / ms / 1e9:6.1f} TFLOP/s", flush=True)
+        for v in ("v3", "v4", "v5", "v6"):
+            if rec["checks"].get(v) != "ok":
+                continue
+            for g in (groups if v in ("v5", "v6") else [default]):
+                H.GROUP_M = g
+                fn = H.VERSIONS[v][1]
+                ms = do_bench(lambda: fn(*ab), warmup=25, rep=100)
+                rec["rows"].append(dict(variant=v, group_m=g, shape=list(shape), median_ms=ms,
+                                        tflops=flop / ms / 1e9, vs_cublas=base / ms))
+                print(f"{v} group {g:2d}  {shape}: {flop / ms / 1e9:6.1f} TFLOP/s  {base / ms:5.3f}x cuBLAS", flush=True)
+        H.GROUP_M = default
+        (args.out / "hopper-tune.json").write_text(json.dumps(rec, indent=1) + "\n")
+    ncu = shutil.which("ncu")
+    if args.ncu and ncu:
+        for v in ("v4", "v6"):
+            t0 = time.time()
+            p = subprocess.run([ncu, "--section", "SpeedOfLight", "--section", "Occupancy", "--kernel-name",
+                                f"regex:hopper_gemm_{v}", "--launch-skip", "2", "--launch-count", "1", sys.executable,
+                                "-c", _NCU_CHILD, v], capture_output=True, text=True, timeout=240,
+                               env=dict(os.environ))
+            (args.out / f"hopper-ncu-{v}.txt").write_text(p.stdout[-20000:] + p.stderr[-4000:])
+            print(f"ncu {v}: {time.time() - t0:.0f} s, rc {p.returncode}", flush=True)
+    (args.out / "hopper-tune.json").write_text(json.dumps(rec, indent=1) + "\n")
+    print(f"wrote {args.out / 'hopper-tune.json'}")
+
+
+if __name__ == "__main__":
+    main()
