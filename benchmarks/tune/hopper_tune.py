@@ -81,7 +81,8 @@ def main() -> None:
                 ms = do_bench(lambda: fn(*ab), warmup=25, rep=100)
                 rec["rows"].append(dict(variant=v, group_m=g, shape=list(shape), median_ms=ms,
                                         tflops=flop / ms / 1e9, vs_cublas=base / ms))
-                print(f"{v} group {g:2d}  {shape}: {flop / ms / 1e9:6.1f} TFLOP/s  {base / ms:5.3f}x cuBLAS", flush=True)
+                print(f"{v} group {g:2d}  {shape}: {flop / ms / 1e9:6.1f} TFLOP/s  {base / ms:5.3f}x cuBLAS",
+                      flush=True)
         H.GROUP_M = default
         (args.out / "hopper-tune.json").write_text(json.dumps(rec, indent=1) + "\n")
     ncu = shutil.which("ncu")

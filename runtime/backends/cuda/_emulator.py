@@ -24,8 +24,8 @@ from pathlib import Path
 import torch
 
 from ... import paths
-from . import _racecheck
 from ...tma import EMULATOR_BASE_OFFSET, emulated_map_base
+from . import _racecheck
 from ._errors import KernelFault
 from ._source import CODE_NAMES, CudaCompileError, Param, _closing, project_headers, strip_comments
 from ._toolchain import (
