@@ -2,9 +2,10 @@
 v4, v5 and v6 timed against cuBLAS at 4096^3, 8192^3 and 4095 x 4097 x 4093 for each tile
 order of the persistent versions (GROUP_M of kernels/cuda/hopper.py), and the compiler's
 resources (registers, spills) of each kernel; optionally v4 and v6 under Nsight Compute's
-speed-of-light section.
+speed-of-light section, and what hopper.h's safety nets cost: v4 and v6 built against copies
+of the header without one of them (``VARIANTS``), with ptxas's remarks on each build.
 
-    python -m benchmarks.tune.hopper_tune [--out DIR] [--groups 1,8,16] [--ncu]
+    python -m benchmarks.tune.hopper_tune [--out DIR] [--groups 1,8,16] [--ncu] [--variants]
 
 Writes DIR/hopper-tune.json (and DIR/hopper-ncu-<version>.txt); prints one line per timing.
 """
@@ -28,6 +29,76 @@ import utils
 from benchmarks.lessons.hopper_ladder import SHAPES, check, inputs
 from kernels.cuda import hopper as H
 
+_LOAD = '    tma_acquire(map);\n    asm volatile("cp.async.bulk.tensor.2d.shared::cluster'
+_WAIT = ("    if (mbarrier_try_wait(bar, phase)) return;\n    uint64_t start = globaltimer_ns();\n"
+         "    while (!mbarrier_try_wait(bar, phase))\n"
+         '        if (globaltimer_ns() - start > COURSE_MBARRIER_TIMEOUT_NS) asm volatile("trap;");')
+#: name -> replacements in hopper.h: the header as it is, without the tensor-map acquire fence
+#: before each TMA load, and without the wait's time limit as well
+VARIANTS = {
+    "as is": [],
+    "no acquire fence per load": [(_LOAD, _LOAD.replace("    tma_acquire(map);\n", ""))],
+    "no fence, plain spin": [(_LOAD, _LOAD.replace("    tma_acquire(map);\n", "")),
+                             (_WAIT, "    while (!mbarrier_try_wait(bar, phase)) {}")],
+}
+
+
+def ptxas_remarks(source: Path, name: str) -> str:
+    """ptxas's performance remarks (C75xx) on one kernel, built by NVRTC as the course builds it."""
+    from runtime.backends.cuda import _gpu
+    core = _gpu._core()
+    dev = _gpu._device()
+    text = source.read_text()
+    arch = "sm_" + "".join(map(str, dev.compute_capability)) + "a"
+    opts = core.ProgramOptions(arch=arch, std="c++17", include_path=[str(source.parent)], ptxas_options=["-v"])
+    import io
+    logs = io.StringIO()
+    core.Program(_gpu.prepare(text, source.name, source.parent), "c++", opts).compile(
+        "cubin", name_expressions=(name,), logs=logs)
+    return "\n".join(ln for ln in logs.getvalue().splitlines() if "C75" in ln or "spill" in ln or "Used" in ln)
+
+
+def header_variants(out: Path, rec: dict) -> None:
+    import tempfile
+
+    from kernels._launch import cuda_kernels
+
+    from triton.testing import do_bench
+    header = H.HEADER.read_text()
+    original = H.kernel
+    rec["variants"] = []
+    for label, subs in VARIANTS.items():
+        text = header
+        for old, new in subs:
+            if old not in text:
+                raise SystemExit(f"variant {label!r}: {old[:60]!r} is not in hopper.h")
+            text = text.replace(old, new)
+        tmp = Path(tempfile.mkdtemp(prefix="hopper-variant-"))
+        (tmp / "hopper.h").write_text(text)
+        shutil.copy(H.HEADER.with_name("hopper_wgmma.h"), tmp)
+        shutil.copy(H.SOURCE, tmp)
+        H.kernel = cuda_kernels(tmp / "hopper.cu")
+        try:
+            for v in ("v4", "v6"):
+                try:
+                    remarks = ptxas_remarks(tmp / "hopper.cu", f"hopper_gemm_{v}_kernel")
+                except Exception as e:
+                    remarks = f"(no remarks: {type(e).__name__}: {str(e)[:200]})"
+                fn = H.VERSIONS[v][1]
+                why = check(fn)
+                row = dict(variant=label, version=v, check=why or "ok", ptxas=remarks)
+                if not why:
+                    for shape in SHAPES[:2]:
+                        ab = inputs(shape, seed=1)
+                        ms = do_bench(lambda: fn(*ab), warmup=25, rep=100)
+                        row[f"tflops {'x'.join(map(str, shape))}"] = 2 * shape[0] * shape[1] * shape[2] / ms / 1e9
+                rec["variants"].append(row)
+                print(f"variant {label!r} {v}: {json.dumps(row)}", flush=True)
+        finally:
+            H.kernel = original
+        (out / "hopper-tune.json").write_text(json.dumps(rec, indent=1) + "\n")
+
+
 _NCU_CHILD = r"""
 import sys, torch
 from kernels.cuda import hopper as H
@@ -45,6 +116,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path("artifacts/tune"))
     ap.add_argument("--groups", default="1,8,16")
     ap.add_argument("--ncu", action="store_true")
+    ap.add_argument("--variants", action="store_true", help="only the header variants")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     from triton.testing import do_bench
@@ -63,6 +135,9 @@ def main() -> None:
             why = f"raised {type(e).__name__}: {str(e)[:300]}"
         rec["checks"][v] = why or "ok"
         print(f"check {v}: {why or 'ok'}", flush=True)
+    if args.variants:
+        header_variants(args.out, rec)
+        return
     groups = [int(g) for g in args.groups.split(",")]
     default = H.GROUP_M
     for shape in SHAPES:
