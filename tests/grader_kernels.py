@@ -842,6 +842,7 @@ __global__ void tma_transpose_two_boxes_kernel(const TmaDescriptor* x_map, __nv_
         mbarrier_init(&bar[0], 1);
         mbarrier_init(&bar[1], 1);
         fence_barrier_init();
+        tma_acquire(x_map);
     }
     __syncthreads();
     if (t == 0)

@@ -79,6 +79,8 @@ __global__ void __launch_bounds__(128) hopper_gemm_v1_kernel(const TmaDescriptor
     if (t == 0) {
         mbarrier_init(&full, 1);
         fence_barrier_init();
+        tma_acquire(a_map);  // once, before this thread's first copy with each map
+        tma_acquire(b_map);
     }
     __syncthreads();
     float d[2][V1_BN / 2];
@@ -122,6 +124,8 @@ __global__ void __launch_bounds__(128) hopper_gemm_v2_kernel(const TmaDescriptor
     if (t == 0) {
         for (int s = 0; s < V2_STAGES; ++s) mbarrier_init(&full[s], 1);
         fence_barrier_init();
+        tma_acquire(a_map);
+        tma_acquire(b_map);
         for (int s = 0; s < V2_STAGES && s < tiles; ++s) {
             mbarrier_arrive_expect_tx(&full[s], bytes);
             tma_load_2d(sa + s * V2_BM * BK, a_map, s * BK, row0, &full[s]);
@@ -183,6 +187,8 @@ __device__ __forceinline__ void warp_specialized_gemm(const TmaDescriptor* a_map
     if (wg == 0) {
         setmaxnreg_dec<40>();
         if (t == 0) {
+            tma_acquire(a_map);
+            tma_acquire(b_map);
             const unsigned bytes = (V3_BM + V3_BN) * BK * sizeof(__nv_bfloat16);
             for (int kt = 0; kt < tiles; ++kt) {
                 int s = kt % V3_STAGES;
@@ -289,6 +295,8 @@ __device__ __forceinline__ void persistent_gemm(const TmaDescriptor* a_map, cons
     if (wg == 0) {
         setmaxnreg_dec<40>();
         if (t == 0) {
+            tma_acquire(a_map);
+            tma_acquire(b_map);
             const unsigned bytes = (BM + BN) * BK * sizeof(__nv_bfloat16);
             int it = 0;
             for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
@@ -306,6 +314,7 @@ __device__ __forceinline__ void persistent_gemm(const TmaDescriptor* a_map, cons
     } else {
         setmaxnreg_inc<232>();
         int c = wg - 1, tc = t % 128;
+        if (STAGED_STORE && tma_store && tc == 0) tma_acquire(c_map);
         float d[BN / 2];
         int it = 0, j = 0;  // k-tiles consumed, tiles done
         for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x, ++j) {

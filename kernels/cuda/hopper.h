@@ -15,6 +15,7 @@
 // shared memory, issued by one thread, described by a tensor map the host builds
 // (utils.tensor_map). A load's completion is counted in bytes on an mbarrier:
 //   TmaDescriptor                              the 128-byte tensor map of a 2-D tensor
+//   tma_acquire(map)                           once per thread, before its first copy with `map`
 //   tma_load_2d(dst, map, col, row, bar)       copy the box whose corner is (row, col) into dst;
 //                                              out-of-bounds elements arrive as zeros
 //   tma_store_2d(map, col, row, src)           copy a box from shared memory to global memory
@@ -114,19 +115,20 @@ __device__ __forceinline__ void fence_proxy_async() {
 }
 
 // ------------------------------------ TMA ------------------------------------------------
-// The tensor map lives in global memory (written by the host before the launch): the
-// acquire fence makes it visible to the TMA unit.
+// The tensor map lives in global memory (written by the host before the launch) and the TMA
+// unit reads it through its own proxy: the acquire fence orders the host's write before this
+// thread's copies. Once per thread and map, before the first copy, is enough, and not more:
+// a gpu-wide fence before each copy halved the GEMM ladder's speed on an H200 (the one thread
+// that issues the loads became the bottleneck).
 __device__ __forceinline__ void tma_acquire(const TmaDescriptor* map) {
     asm volatile("fence.proxy.tensormap::generic.acquire.gpu [%0], 128;" :: "l"(map) : "memory");
 }
 __device__ __forceinline__ void tma_load_2d(void* dst, const TmaDescriptor* map, int col, int row, uint64_t* bar) {
-    tma_acquire(map);
     asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
                  " [%0], [%1, {%2, %3}], [%4];"
                  :: "r"(smem_addr(dst)), "l"(map), "r"(col), "r"(row), "r"(smem_addr(bar)) : "memory");
 }
 __device__ __forceinline__ void tma_store_2d(const TmaDescriptor* map, int col, int row, const void* src) {
-    tma_acquire(map);
     asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group [%0, {%1, %2}], [%3];"
                  :: "l"(map), "r"(col), "r"(row), "r"(smem_addr(src)) : "memory");
 }

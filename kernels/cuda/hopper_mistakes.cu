@@ -15,6 +15,8 @@ __global__ void one_tile_kernel(const TmaDescriptor* a_map, const TmaDescriptor*
         mbarrier_init(&full[0], 1);
         mbarrier_init(&full[1], 1);
         fence_barrier_init();
+        tma_acquire(a_map);
+        tma_acquire(b_map);
     }
     __syncthreads();
     float d[32];
