@@ -39,8 +39,8 @@
 GPU sessions, run with bash from the course's root on the GPU machine:
 
     hopper_gpu_run.sh              lesson 12: its exercise catalog's GPU verdicts (sim_vs_gpu, one process
-                                   an entry), the hopper topic into the GPU's record, its exercise notebook
-                                   and test_hopper
+                                   an entry), the hopper topic into the GPU's record, hopper_ladder, and
+                                   what hopper.h's choices cost (benchmarks/tune/hopper_tune.py --variants)
     matmul_gpu_run.sh              lesson 06: the matmul topics into the GPU's record, then the
                                    matmul tests and notebook
     step_time_and_dram_gpu_run.sh  lessons 06 and 08: step_time_and_dram (under ncu for the

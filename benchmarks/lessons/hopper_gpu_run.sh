@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Lesson 12's GPU session on a Hopper GPU: the exercise catalog's verdicts (each entry in a
 # process of its own: a trap ends its CUDA context) and the graders' TMA test kernel into
-# sim-vs-gpu.json, the hopper topic's rows into the GPU's record, and the lesson's exercise
-# notebook with test_hopper. Usage: bash benchmarks/lessons/hopper_gpu_run.sh OUTDIR
+# sim-vs-gpu.json, the hopper topic's rows into the GPU's record, the ladder the lesson shows
+# (hopper_ladder) and what hopper.h's choices cost (hopper_tune --variants). The lesson's
+# notebooks and test_hopper run in .ci/gpu-validate.sh. Usage:
+#   bash benchmarks/lessons/hopper_gpu_run.sh OUTDIR
 # Copy OUTDIR's files back into benchmarks/results/ (the paths under OUTDIR mirror it).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -17,10 +19,14 @@ python3 -m benchmarks.simulators.sim_vs_gpu --record --only kernel:cu_tma_transp
 echo "sim-vs-gpu: $(( $(date +%s) - t0 )) s"
 python3 -m benchmarks --topics hopper --update --no-sweep 2>&1 | tail -40 | tee "$out/benchmarks-hopper.log"
 echo "benchmarks: $(( $(date +%s) - t0 )) s"
-python3 -m pytest -q -p no:cacheprovider -n 4 --dist loadfile solutions/12_hopper.ipynb tests/test_hopper.py \
-    tests/test_hopper_triton.py 2>&1 | tail -15 | tee "$out/pytest-hopper.log"
+python3 -m benchmarks.lessons.hopper_ladder 2>&1 | tail -30 | tee "$out/hopper-ladder.log"
+echo "ladder: $(( $(date +%s) - t0 )) s"
+python3 -m benchmarks.tune.hopper_tune --variants --out "$out/tune" 2>&1 | grep -v resources | tail -12 \
+    | tee "$out/hopper-tune.log"
 echo "total: $(( $(date +%s) - t0 )) s"
-mkdir -p "$out/results/simulators" "$out/results/records"
+mkdir -p "$out/results/simulators" "$out/results/records" "$out/results/lessons" "$out/results/tune"
 cp benchmarks/results/simulators/sim-vs-gpu.json benchmarks/results/simulators/sim-vs-gpu.md "$out/results/simulators/"
 cp benchmarks/results/records/*.json "$out/results/records/" 2>/dev/null
+cp benchmarks/results/lessons/*-hopper-ladder.json "$out/results/lessons/" 2>/dev/null
+cp "$out/tune/hopper-tune.json" "$out/results/tune/$(python3 -c 'import torch; from utils.bench import gpu_slug; print(gpu_slug(torch.cuda.get_device_name()))')-hopper-header-variants.json" 2>/dev/null
 ls -R "$out" | head -30

@@ -2,8 +2,8 @@
 v4, v5 and v6 timed against cuBLAS at 4096^3, 8192^3 and 4095 x 4097 x 4093 for each tile
 order of the persistent versions (GROUP_M of kernels/cuda/hopper.py), and the compiler's
 resources (registers, spills) of each kernel; optionally v4 and v6 under Nsight Compute's
-speed-of-light section, and what hopper.h's safety nets cost: v4 and v6 built against copies
-of the header without one of them (``VARIANTS``), with ptxas's remarks on each build.
+speed-of-light section, and what hopper.h's choices cost: v4 and v5 built against copies
+of the header that differ in one of them (``VARIANTS``), with ptxas's remarks on each build.
 
     python -m benchmarks.tune.hopper_tune [--out DIR] [--groups 1,8,16] [--ncu] [--variants]
 
@@ -29,17 +29,19 @@ import utils
 from benchmarks.lessons.hopper_ladder import SHAPES, check, inputs
 from kernels.cuda import hopper as H
 
-_LOAD = '    tma_acquire(map);\n    asm volatile("cp.async.bulk.tensor.2d.shared::cluster'
+_LOAD = '    asm volatile("cp.async.bulk.tensor.2d.shared::cluster'
+_TRAP = 'if (globaltimer_ns() - start > COURSE_MBARRIER_TIMEOUT_NS) asm volatile("trap;");'
 _WAIT = ("    if (mbarrier_try_wait(bar, phase)) return;\n    uint64_t start = globaltimer_ns();\n"
-         "    while (!mbarrier_try_wait(bar, phase))\n"
-         '        if (globaltimer_ns() - start > COURSE_MBARRIER_TIMEOUT_NS) asm volatile("trap;");')
-#: name -> replacements in hopper.h: the header as it is, without the tensor-map acquire fence
-#: before each TMA load, and without the wait's time limit as well
+         "    while (!mbarrier_try_wait(bar, phase))\n        " + _TRAP)
+#: name -> replacements in hopper.h: the header as it is; with the tensor-map acquire fence
+#: before every TMA load (as it was); with a printf (a function call) before the wait's trap (as
+#: it was); without the wait's time limit
 VARIANTS = {
     "as is": [],
-    "no acquire fence per load": [(_LOAD, _LOAD.replace("    tma_acquire(map);\n", ""))],
-    "no fence, plain spin": [(_LOAD, _LOAD.replace("    tma_acquire(map);\n", "")),
-                             (_WAIT, "    while (!mbarrier_try_wait(bar, phase)) {}")],
+    "a fence before every load": [(_LOAD, "    tma_acquire(map);\n" + _LOAD)],
+    "printf before the trap": [(_TRAP, _TRAP.replace('asm volatile("trap;");', '{ printf("hopper.h: an mbarrier '
+                                                     'wait timed out\\n"); asm volatile("trap;"); }'))],
+    "plain spin, no time limit": [(_WAIT, "    while (!mbarrier_try_wait(bar, phase)) {}")],
 }
 
 
@@ -49,8 +51,9 @@ def ptxas_remarks(source: Path, name: str) -> str:
     core = _gpu._core()
     dev = _gpu._device()
     text = source.read_text()
-    arch = "sm_" + "".join(map(str, dev.compute_capability)) + "a"
-    opts = core.ProgramOptions(arch=arch, std="c++17", include_path=[str(source.parent)], ptxas_options=["-v"])
+    arch = _gpu._tc.specific_arch(text, "sm_" + "".join(map(str, dev.compute_capability)))
+    incs = [str(_gpu.paths.CUDA_INCLUDE_DIR), str(source.parent)] + _gpu._tc.nvrtc_include_dirs()
+    opts = core.ProgramOptions(arch=arch, std="c++17", include_path=incs, name=source.name, ptxas_options=["-v"])
     import io
     logs = io.StringIO()
     core.Program(_gpu.prepare(text, source.name, source.parent), "c++", opts).compile(
@@ -79,7 +82,7 @@ def header_variants(out: Path, rec: dict) -> None:
         shutil.copy(H.SOURCE, tmp)
         H.kernel = cuda_kernels(tmp / "hopper.cu")
         try:
-            for v in ("v4", "v6"):
+            for v in ("v4", "v5"):
                 try:
                     remarks = ptxas_remarks(tmp / "hopper.cu", f"hopper_gemm_{v}_kernel")
                 except Exception as e:
