@@ -171,6 +171,21 @@ def disagreements(sim: dict[str, dict], gpu: dict[str, dict]) -> list[str]:
     return bad
 
 
+def write_markdown(data: dict) -> None:
+    """sim-vs-gpu.md from the recorded verdicts (sim-vs-gpu.json's ``data``)."""
+    results = data["verdicts"]
+    lines = [f"# Verdicts on {data['machine']['gpu']} ({utils.commit_str(data)}, {data['date'][:10]})", "",
+             "Each catalog mistake (`tests/mistakes/`) and each grader test kernel (`tests/grader_kernels.py`), "
+             "graded on the GPU. `tests/test_sim_vs_gpu.py` compares these verdicts with the simulation's.", "",
+             "| entry | expected | GPU verdict | first line of the message |", "|---|---|---|---|"]
+    for key, r in sorted(results.items()):
+        msg = r["message"].replace("|", "\\|")[:160]
+        lines.append(f"| {key} | {r['expected']} | {r['verdict']} | {msg} |")
+    lines += ["", "Rejected in simulation only (races and undefined behaviour that a GPU may not show):", ""]
+    lines += [f"* {k}: {v}" for k, v in sorted(data["sim_only"].items())]
+    OUT_MD.write_text("\n".join(lines) + "\n")
+
+
 def write(results: dict[str, dict], merge: bool = False) -> None:
     commit = utils.source_commit().get("commit")
     results = {k: {**v, "commit": commit} for k, v in results.items()}
@@ -189,16 +204,7 @@ def write(results: dict[str, dict], merge: bool = False) -> None:
         pass
     RESULTS.mkdir(parents=True, exist_ok=True)
     OUT_JSON.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
-    lines = [f"# Verdicts on {data['machine']['gpu']} ({utils.commit_str(data)}, {data['date'][:10]})", "",
-             "Each catalog mistake (`tests/mistakes/`) and each grader test kernel (`tests/grader_kernels.py`), "
-             "graded on the GPU. `tests/test_sim_vs_gpu.py` compares these verdicts with the simulation's.", "",
-             "| entry | expected | GPU verdict | first line of the message |", "|---|---|---|---|"]
-    for key, r in sorted(results.items()):
-        msg = r["message"].replace("|", "\\|")[:160]
-        lines.append(f"| {key} | {r['expected']} | {r['verdict']} | {msg} |")
-    lines += ["", "Rejected in simulation only (races and undefined behaviour that a GPU may not show):", ""]
-    lines += [f"* {k}: {v}" for k, v in sorted(data["sim_only"].items())]
-    OUT_MD.write_text("\n".join(lines) + "\n")
+    write_markdown(data)
 
 
 def main(argv=None) -> int:
