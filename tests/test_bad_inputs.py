@@ -29,7 +29,7 @@ from kernels.frames.attention import attention_backward_ref, attention_ref, caus
 
 LANGS = ("cuda", "numba", "triton")
 OTHER_DEVICE = "meta" if utils.SIMULATE else "cpu"
-F16, F32 = torch.float16, torch.float32
+F16, F32, BF16 = torch.float16, torch.float32, torch.bfloat16
 
 
 def rn(*shape, dtype=F32, seed=0):
@@ -114,6 +114,9 @@ FAMILIES = {
                                  ref_norm_backward),
     "rmsnorm_backward": Family(("dy", "x", "w", "rstd"), lambda: _ln_bwd_args(rn(3, 7), rms=True),
                                lambda *a: ref_norm_backward(*a, rms=True)),
+    # lesson 12: C = A @ B^T, both operands K-major, bfloat16 only (TMA and wgmma)
+    "hopper": Family(("a", "b"), lambda: (rn(5, 24, dtype=BF16), rn(7, 24, dtype=BF16, seed=1)),
+                     lambda a, b: a.double() @ b.double().T, BF16),
     "attention": Family(("q", "k", "v"), _qkv, ref_attention),
     "attention_fp16": Family(("q", "k", "v"), lambda: _qkv(dtype=F16), ref_attention, F16),
     "attention_backward": Family(("q", "k", "v", "o", "lse", "do"), lambda: _attn_bwd_args(*_qkv()),
@@ -150,6 +153,8 @@ def launchers(lang):
     out.append(("rmsnorm", "rmsnorm", m.rmsnorm, True))
     table("layernorm", "layernorm_backward", "BACKWARD_VERSIONS", "BACKWARD_REFERENCE", "layernorm_backward")
     out.append(("rmsnorm_backward", "rmsnorm_backward", m.rmsnorm_backward, True))
+    if lang != "numba":  # Numba has no TMA or wgmma (lesson 12, section 12)
+        table("hopper", "hopper")
     table("attention", lambda v: "attention_fp16" if lang == "cuda" and v == "v3" else "attention", "FORWARDS",
           prefix="attention_forward")
     table("attention", "attention_backward", "BACKWARDS", prefix="attention_backward")
@@ -237,6 +242,8 @@ def _empties(fam):
         return [(e(0, 5), e(0, 5)), (e(5, 0), e(5, 0))]
     if fam.startswith("matmul"):
         return [(e(0, 5), e(5, 3)), (e(4, 0), e(0, 3)), (e(4, 5), e(5, 0))]
+    if fam == "hopper":
+        return [(e(0, 5), e(3, 5)), (e(4, 0), e(3, 0)), (e(4, 5), e(0, 5))]
     if fam == "layernorm":
         return [(e(0, 7), e(7), e(7)), (e(4, 0), e(0), e(0))]
     if fam == "rmsnorm":
@@ -314,6 +321,14 @@ def _kinds(fam):
                 "K mismatch": ((r(5, 6), r(7, 7)), (ValueError, r"cannot be multiplied")),
                 "1-D": ((r(6), r(6, 7)), (ValueError, r"a must be 2-D")),
                 "dtypes differ": ((r(5, 6), rn(6, 7, dtype=other)), (TypeError, r"b must be"))}
+    if fam == "hopper":
+        return {"a transposed": ((r(24, 5).t(), r(9, 24, seed=1)), "ref"),
+                "b a column slice": ((r(9, 16), r(5, 32, seed=1)[:, ::2]), "ref"),
+                "1 x 1 x 1": ((r(1, 1), r(1, 1, seed=1)), "ref"),
+                "17 x 33 x 5": ((r(17, 5), r(33, 5, seed=1)), "ref"),
+                "K mismatch": ((r(5, 6), r(7, 7)), (ValueError, r"the same K")),
+                "1-D": ((r(6), r(7, 6)), (ValueError, r"a must be 2-D")),
+                "dtypes differ": ((r(5, 6), rn(7, 6, dtype=F16)), (TypeError, r"b must be"))}
     if fam in ("layernorm", "rmsnorm"):
         wb = lambda c: (r(c, seed=1), r(c, seed=2))[:2 if fam == "layernorm" else 1]  # noqa: E731
         kinds = {"x transposed": ((r(6, 5).t(),) + wb(6), "ref"),
