@@ -127,6 +127,7 @@ REPORTS = {
     8: ["stride byte offset is 512 bytes", "1024 bytes apart"],
     9: ["wgmma issued on line", "never waited for"],
     10: ["TMA load issued on line", "never waited for"],
+    11: ["wgmma on line", "wrote with ordinary stores", "fence_proxy_async()"],
 }
 
 
@@ -143,6 +144,32 @@ def test_each_mistake_is_reported_with_its_cause(one_tile, mistake):
         run(mistake)
     for words in REPORTS[mistake]:
         assert words in str(e.value), str(e.value)
+
+
+def test_ordinary_stores_fenced_for_the_async_proxy_are_read_right(one_tile):
+    run, ref = one_tile
+    assert torch.allclose(run(12).double(), ref, rtol=1e-5, atol=1e-4)
+
+
+@in_simulation
+def test_a_staged_epilogue_without_its_fence_is_reported():
+    """v6 writes C's tile with ordinary stores and stores it by TMA: without fence_proxy_async
+    the emulator names the missing fence (the stores are the consumers', the read the TMA's)."""
+    import tempfile
+    from pathlib import Path
+    tmp = Path(tempfile.mkdtemp())
+    for f in ("hopper.h", "hopper_wgmma.h"):
+        (tmp / f).write_text(H.HEADER.with_name(f).read_text())
+    text = H.SOURCE.read_text()
+    assert text.count("fence_proxy_async();") == 1
+    (tmp / "hopper.cu").write_text(text.replace("fence_proxy_async();", ";"))
+    a, b = _inputs(128, 256, 64, seed=4)
+    c = torch.empty(128, 256, dtype=torch.bfloat16)
+    a_map, b_map, c_map = (utils.tensor_map(a, 128, 64), utils.tensor_map(b, 256, 64), utils.tensor_map(c, 64, 64))
+    k = utils.cuda_kernel(tmp / "hopper.cu", "hopper_gemm_v6_kernel")
+    with pytest.raises(utils.KernelFault, match=r"tma_store_2d on line \d+ reads shared memory that thread \d+ "
+                                                r"wrote with ordinary stores"):
+        k[1, 384, 3 * 384 * 64 * 2 + 2 * 64 * 256 * 2 + 1024](a_map, b_map, c_map, c, 128, 256, 64, 8, 1)
 
 
 def test_accumulators_read_before_the_wait_are_nan(one_tile):

@@ -35,7 +35,9 @@ MISTAKES = {0: "the right kernel", 1: "arrive_expect_tx announces half the bytes
             3: "a wgmma descriptor with another swizzle than the tensor map's", 4: "a tile not 128-byte aligned",
             5: "a TMA load into a tile a wgmma still reads", 6: "half a warpgroup issues the wgmma",
             7: "the accumulators read before wgmma_wait", 8: "a wrong stride byte offset in a descriptor",
-            9: "wgmma never waited for", 10: "TMA loads never waited for"}
+            9: "wgmma never waited for", 10: "TMA loads never waited for",
+            11: "a tile written by ordinary stores, not fenced for the async proxy",
+            12: "the same tile, fenced (fence_proxy_async): right"}
 RESULT = "{gpu}-hopper-ladder.json"
 OUT = utils.LESSON_RESULTS_DIR / RESULT.format(gpu="h200")
 

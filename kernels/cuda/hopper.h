@@ -9,7 +9,8 @@
 // are reported with their cause: a transaction byte count that never completes a phase, a
 // phase bit not flipped, a swizzle the TMA copy and the wgmma descriptor disagree on, a tile
 // not aligned for TMA, a producer that overwrites a stage a wgmma still reads, a wgmma not
-// issued by a whole warpgroup, a wgmma never waited for.
+// issued by a whole warpgroup, a wgmma never waited for, ordinary stores that a TMA store or a
+// wgmma reads before the storing thread fenced them (fence_proxy_async).
 //
 // TMA (the Tensor Memory Accelerator) copies a whole tile (a "box") between global and
 // shared memory, issued by one thread, described by a tensor map the host builds

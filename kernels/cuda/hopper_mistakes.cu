@@ -32,10 +32,17 @@ __global__ void one_tile_kernel(const TmaDescriptor* a_map, const TmaDescriptor*
         }
         if (mistake == 10) continue;                                   // the loads never waited for
         mbarrier_wait(&full[mistake == 2 ? 0 : s], 0);                 // 2: the same barrier, phase not flipped
+        __nv_bfloat16* a_tile = sa + s * 64 * 64;
+        if (mistake >= 11 && kt == 0) {                               // 11, 12: A's tile copied by ordinary
+            for (int i = t; i < 64 * 64; i += 128) sa[64 * 64 + i] = a_tile[i];  // stores into the free stage
+            if (mistake == 12) fence_proxy_async();                    // 12: fenced for the async proxy (right)
+            __syncthreads();                                           // 11: not fenced
+            a_tile = sa + 64 * 64;
+        }
         wgmma_fence();
         int swz = mistake == 3 ? SWIZZLE_64B : SWIZZLE_128B;           // 3: not the tensor map's swizzle
-        uint64_t da = smem_descriptor(sa + s * 64 * 64, swz), db = smem_descriptor(sb + s * 64 * 64, swz);
-        if (mistake == 8) da = make_smem_descriptor(smem_addr(sa + s * 64 * 64), 16, 512, 1);  // wrong stride
+        uint64_t da = smem_descriptor(a_tile, swz), db = smem_descriptor(sb + s * 64 * 64, swz);
+        if (mistake == 8) da = make_smem_descriptor(smem_addr(a_tile), 16, 512, 1);  // wrong stride
         if (mistake == 6 && t >= 64) continue;                         // half a warpgroup
         for (int ks = 0; ks < 4; ++ks) wgmma<64>(d, da + 2 * ks, db + 2 * ks, 1);
         wgmma_commit();
@@ -43,6 +50,7 @@ __global__ void one_tile_kernel(const TmaDescriptor* a_map, const TmaDescriptor*
             tma_load_2d(sa, a_map, 64, 0, &full[1]);
         if (mistake == 9) return;                                      // never waited for
         if (mistake != 7) wgmma_wait<0>();                             // 7: accumulators read too early
+        if (mistake >= 11) __syncthreads();                            // the copy's stage is loaded next
     }
     if (mistake == 7) {
         for (int i = 0; i < 32; ++i) c_ptr[t * 32 + i] = d[i];

@@ -821,11 +821,17 @@ EMU_NOTSAN inline void race_check(RaceShadow* sh, uintptr_t off, unsigned n, int
     }
 }
 
+// Set by hopper_emu.h: told of each ordinary store to shared memory (with race detection on,
+// the instrumentation sees every one), to check that a thread fences its stores for the async
+// proxy (fence_proxy_async) before a TMA store or a wgmma reads them.
+inline void (*shared_store_hook)(uintptr_t a, unsigned n) = nullptr;
+
 EMU_NOTSAN inline void race_access(const volatile void* p, unsigned n, int kind, void* pc) {
     if (!R.active) return;
     uintptr_t a = (uintptr_t)p;
     uintptr_t off = a - R.sh_lo;
     if (off < R.sh_len) {  // static __shared__ variables, or the bytes the launch asked for
+        if (kind == 1 && shared_store_hook) shared_store_hook(a, n);
         if (off < kStaticSharedArena || a - (uintptr_t)dyn_ptr < dyn_shared_bytes)
             race_check(R.sh_shadow, off, n, kind, (uintptr_t)pc, -1, a);
         return;

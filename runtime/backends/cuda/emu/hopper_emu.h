@@ -72,6 +72,12 @@ inline int n_tma = 0;
 constexpr size_t kGranules = (kArenaBytes + 15) / 16;
 inline unsigned char tag_swizzle[kGranules];
 inline unsigned short tag_line[kGranules];
+// Ordinary stores not yet fenced for the async proxy, one entry per 16 bytes: 1 + the thread
+// that stored there (0: none, or the TMA wrote it since), and that thread's fence count then.
+// A thread's fence_proxy_async() adds one to its count, which fences all its earlier stores.
+inline unsigned short unfenced_by[kGranules];
+inline unsigned unfenced_epoch[kGranules];
+inline unsigned fences[kMaxThreads];
 
 struct WgmmaOp {
     int used, wg, group, line, n;
@@ -112,6 +118,34 @@ EMU_NOTSAN inline char* pointer_of(uint32_t w) {
 EMU_NOTSAN inline size_t granule(const void* p) { return ((uintptr_t)p - (uintptr_t)arena_base) / 16; }
 EMU_NOTSAN inline bool in_shared(const void* p) {
     return arena_base && (uintptr_t)p >= (uintptr_t)arena_base && (uintptr_t)p < (uintptr_t)arena_base + kArenaBytes;
+}
+
+// --------------------------------- the async proxy ---------------------------------------
+EMU_NOTSAN inline void note_shared_store(uintptr_t a, unsigned n) {
+    if (!in_shared((const void*)a) || !n) return;
+    unsigned me = (unsigned)S.cur;
+    for (size_t g = granule((const void*)a); g <= granule((const void*)(a + n - 1)) && g < kGranules; ++g) {
+        unfenced_by[g] = (unsigned short)(me + 1);
+        unfenced_epoch[g] = fences[me];
+    }
+}
+EMU_NOTSAN inline void forget_stores(const void* lo, size_t bytes) {  // the TMA wrote there
+    if (!in_shared(lo) || !bytes) return;
+    for (size_t g = granule(lo); g <= granule((const char*)lo + bytes - 1) && g < kGranules; ++g) unfenced_by[g] = 0;
+}
+// What an async-proxy read (a TMA store's source, a wgmma operand) of the bytes at p must not
+// see: a thread's ordinary stores there that it has not fenced since.
+EMU_NOTSAN inline void check_fenced(const void* p, size_t bytes, int line, const char* what) {
+    if (!in_shared(p) || !bytes) return;
+    for (size_t g = granule(p); g <= granule((const char*)p + bytes - 1) && g < kGranules; ++g) {
+        unsigned by = unfenced_by[g];
+        if (by && unfenced_epoch[g] == fences[by - 1])
+            fault_trap("%s on line %d reads shared memory that thread %u wrote with ordinary stores and has not fenced "
+                       "since: the TMA unit and the tensor cores read shared memory through the async proxy, which does "
+                       "not see a thread's ordinary stores until that thread calls fence_proxy_async(). Call it after "
+                       "writing the tile and before the barrier that hands the tile on",
+                       what, line, by - 1);
+    }
 }
 
 // --------------------------------- mbarriers --------------------------------------------
@@ -271,6 +305,7 @@ EMU_NOTSAN inline void land(const Tma& t) {
         tag_swizzle[g] = (unsigned char)(1 + m.swizzle);
         tag_line[g] = (unsigned short)t.line;
     }
+    forget_stores(t.dst, (size_t)row_bytes * m.box[1]);
     Barrier& B = bars[t.bar];
     long long bytes = (long long)row_bytes * m.box[1];
     if (B.phases != t.phase)
@@ -302,6 +337,7 @@ EMU_NOTSAN inline void store(const void* mp, int col, int row, const void* src, 
     check_tile(src, m, line, "tma_store_2d");
     uint32_t w0 = window_of(src, line, "tma_store_2d");
     uint32_t row_bytes = m.box[0] * m.elem;
+    check_fenced(src, (size_t)row_bytes * m.box[1], line, "tma_store_2d");
     for (uint32_t r = 0; r < m.box[1]; ++r) {
         long long gr = (long long)row + r;
         if (gr < 0 || gr >= (long long)m.dims[1]) continue;
@@ -371,6 +407,7 @@ EMU_NOTSAN inline void read_operand(float* out, uint64_t desc, int rows, int lin
                                line, which, sbo, tag_line[g], 8 * swizzle_bytes_of((uint32_t)mode),
                                swizzle_bytes_of((uint32_t)mode));
             }
+            check_fenced(p, sizeof(T), line, "wgmma");
             T v;
             memcpy(&v, p, sizeof(T));
             out[r * 16 + k] = (float)v;
@@ -487,6 +524,7 @@ EMU_NOTSAN inline void block_begin() {
     memset(commits, 0, sizeof commits);
     memset(arrived, 0, sizeof arrived);
     memset(tag_swizzle, 0, sizeof tag_swizzle);
+    memset(unfenced_by, 0, sizeof unfenced_by);
     for (int t = 0; t < kMaxThreads; ++t) wait_bar[t] = -1;
 }
 EMU_NOTSAN inline void block_end() {
@@ -551,7 +589,8 @@ EMU_NOTSAN inline bool block_stuck() {
     }
     fault_deadlock(why);
 }
-inline const bool registered = (block_hooks = {&block_begin, &block_end, &block_stuck}, true);
+inline const bool registered = (block_hooks = {&block_begin, &block_end, &block_stuck},
+                                 shared_store_hook = &note_shared_store, true);
 
 }  // namespace hopper
 }  // EMU_NS
@@ -580,7 +619,7 @@ inline bool mbarrier_try_wait(uint64_t* bar, unsigned phase, int line = __builti
     ::emu::hopper::wait(bar, phase, line);
     return true;
 }
-inline void fence_proxy_async() {}
+inline void fence_proxy_async() { ::emu::hopper::fences[::emu::S.cur]++; }
 inline void tma_acquire(const TmaDescriptor*) {}
 inline void tma_load_2d(void* dst, const TmaDescriptor* map, int col, int row, uint64_t* bar, int line = __builtin_LINE()) {
     ::emu::hopper::issue_load(dst, map, col, row, bar, line);
