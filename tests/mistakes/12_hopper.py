@@ -52,6 +52,10 @@ MISTAKES = [
             "mbarrier_wait(&empty[s], phase);", cause=r"parity 1|before the first"),
     Mistake("pipeline_bytes_of_a_only", PP, "(BM + BN) * BK * sizeof(__nv_bfloat16)", "BM * BK * sizeof(__nv_bfloat16)",
             cause=r"bytes"),
+    Mistake("pipeline_release_before_wgmma_wait", PP, "        wgmma_wait<0>();\n        mbarrier_arrive(&empty[s]);\n",
+            "        mbarrier_arrive(&empty[s]);\n        wgmma_wait<0>();\n", cause=r"after wgmma_wait",
+            sim_only="a race: whether the next TMA load into the released stage lands before the tensor cores "
+                     "have read it depends on timing, so a GPU may compute the right product"),
     Mistake("pipeline_last_k_tile_dropped", PP, "int k_tiles = (K + BK - 1) / BK;", "int k_tiles = K / BK;",
             cause=r"last k-tile|cdiv"),
     # right kernels written another way

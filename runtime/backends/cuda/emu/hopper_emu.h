@@ -47,6 +47,10 @@ struct MapData {
 static_assert(sizeof(MapData) <= 128, "the tensor map is 128 bytes");
 
 constexpr int kMaxBarriers = 64;
+// A release that came too early: a thread arrived on a barrier (mbarrier_arrive) while a wgmma
+// of its warpgroup that it had not waited for still read this shared memory.
+struct EarlyRelease { uintptr_t lo, hi; int op_line, arrive_line, thread; };
+constexpr int kMaxEarly = 8;
 struct Barrier {
     const void* addr;
     int count, pending, phases, line;
@@ -54,10 +58,13 @@ struct Barrier {
     long long announced, landed;     // this phase, for the report
     long long announced_last;        // announced in the phase that completed last
     int consumed[kMaxThreads];       // per thread: 1 + the last phase it waited for (0: none)
+    EarlyRelease early[kMaxEarly], early_last[kMaxEarly];  // this phase's, the last completed phase's
+    int n_early, n_early_last;
 };
 inline Barrier bars[kMaxBarriers];
 inline int n_bars = 0;
 inline int wait_bar[kMaxThreads];    // the barrier each waiting thread waits on
+inline int last_waited[kMaxThreads]; // the barrier each thread's last completed wait was on
 inline int wait_parity[kMaxThreads];
 
 struct Tma {
@@ -148,6 +155,39 @@ EMU_NOTSAN inline void check_fenced(const void* p, size_t bytes, int line, const
     }
 }
 
+// --------------------------------- early releases ----------------------------------------
+// A consumer releases a stage by arriving on its barrier; a wgmma of its warpgroup that it has
+// not waited for may still read shared memory then. The arrival notes what those wgmma read; a
+// TMA load by a thread that waited for that phase may not overwrite it (on a GPU the producer
+// can refill the stage while the tensor cores still read it).
+EMU_NOTSAN inline void note_early_release(Barrier& B, int line) {
+    int me = S.cur, wg = me / 128, lane = me % 128;
+    for (int i = 0; i < kMaxOps; ++i) {
+        const WgmmaOp& o = ops[i];
+        if (!o.used || o.wg != wg || (o.landed[lane / 32] >> (lane % 32) & 1u)) continue;
+        for (int k = 0; k < 2; ++k)
+            if (B.n_early < kMaxEarly) B.early[B.n_early++] = {o.lo[k], o.hi[k], o.line, line, me};
+    }
+}
+// Only the barrier of the thread's last wait counts: a later proper release (after the wait
+// for those wgmma) orders the load after them.
+EMU_NOTSAN inline void check_early_release(uintptr_t lo, uintptr_t hi, int line) {
+    int me = S.cur;
+    int b = last_waited[me];
+    if (b >= 0 && b < n_bars) {
+        const Barrier& B = bars[b];
+        if (B.consumed[me] != B.phases + 1) return;  // the barrier completed another phase since
+        for (int i = 0; i < B.n_early_last; ++i) {
+            const EarlyRelease& e = B.early_last[i];
+            if (lo < e.hi && e.lo < hi)
+                fault_trap("tma_load_2d on line %d overwrites shared memory that the wgmma issued on line %d may still "
+                           "read: thread %d released the stage (mbarrier_arrive on line %d, the barrier initialised on "
+                           "line %d) before waiting for that wgmma. Release a stage only after wgmma_wait says the "
+                           "products that read it are done", line, e.op_line, e.thread, e.arrive_line, B.line);
+        }
+    }
+}
+
 // --------------------------------- mbarriers --------------------------------------------
 constexpr uint64_t kBarTag = 0xB4A2000000000000ull;
 EMU_NOTSAN inline int find_bar(const void* bar, int line, const char* what) {
@@ -176,6 +216,9 @@ EMU_NOTSAN inline void complete_if_done(int b) {
     B.pending = B.count;
     B.announced_last = B.announced;
     B.announced = B.landed = 0;
+    memcpy(B.early_last, B.early, sizeof B.early);
+    B.n_early_last = B.n_early;
+    B.n_early = 0;
     race_barrier();  // the phase orders what its participants did before it (an over-approximation)
     wake(b);
 }
@@ -192,6 +235,7 @@ EMU_NOTSAN inline void init(uint64_t* bar, unsigned count, int line) {
     }
     Barrier& B = bars[i];
     B.addr = bar; B.count = B.pending = (int)count; B.phases = 0; B.line = line; B.tx = 0; B.announced = B.landed = B.announced_last = 0;
+    B.n_early = B.n_early_last = 0;
     for (unsigned t = 0; t < S.nthreads; ++t) B.consumed[t] = 0;
     uint64_t v = kBarTag | (uint64_t)i;
     memcpy(bar, &v, 8);
@@ -204,6 +248,7 @@ EMU_NOTSAN inline void arrive(uint64_t* bar, long long tx, int line, const char*
     if (B.pending == 0)
         fault_trap("%s on line %d: one arrival more than the mbarrier's count (%d, mbarrier_init on line %d) in "
                    "one phase", what, line, B.count, B.line);
+    if (tx == 0) note_early_release(B, line);
     B.pending--;
     complete_if_done(b);
 }
@@ -227,6 +272,7 @@ EMU_NOTSAN inline void wait(uint64_t* bar, unsigned parity, int line) {
                            "after each wait (phase ^= 1; with several stages, each time the stage index wraps)",
                            line, me, parity, phase < 0 ? 0 : phase, B.line);
             B.consumed[me] = phase + 2;
+            last_waited[me] = b;
             return;
         }
         S.th[me].state = ST_WAIT_EXT;
@@ -281,6 +327,7 @@ EMU_NOTSAN inline void issue_load(void* dst, const void* mp, int col, int row, u
     check_tile(dst, m, line, "tma_load_2d");
     size_t bytes = (size_t)m.box[0] * m.box[1] * m.elem;
     check_overwrite((uintptr_t)dst, (uintptr_t)dst + bytes, line);
+    check_early_release((uintptr_t)dst, (uintptr_t)dst + bytes, line);
     if (n_tma == kMaxTma) land_all();
     tmas[n_tma++] = {(char*)dst, m, col, row, b, line, bars[b].phases};
 }
@@ -525,7 +572,7 @@ EMU_NOTSAN inline void block_begin() {
     memset(arrived, 0, sizeof arrived);
     memset(tag_swizzle, 0, sizeof tag_swizzle);
     memset(unfenced_by, 0, sizeof unfenced_by);
-    for (int t = 0; t < kMaxThreads; ++t) wait_bar[t] = -1;
+    for (int t = 0; t < kMaxThreads; ++t) wait_bar[t] = last_waited[t] = -1;
 }
 EMU_NOTSAN inline void block_end() {
     if (n_tma)
