@@ -18,6 +18,11 @@ a second, not two and a half). ``$COURSE_CUTE_CACHE`` puts the cache elsewhere (
 program may name the learner's expressions by ``#line`` labels: g++'s messages then point into
 the expression, and a refusal raises ``CuteError`` that names it and gives g++'s first error,
 not its template backtrace.
+
+``gpu_library(path)`` builds a CUDA C++ file that uses CUTLASS (its SM90 GEMM,
+``kernels/cuda/hopper_cutlass.cu``) into a shared library with nvcc, for a Hopper GPU: CUTLASS's
+host code encodes the tensor maps and its device code is inline PTX, which only nvcc compiles
+and only the GPU runs (the course's emulator runs ``hopper.h``'s functions, not CUTLASS's PTX).
 """
 from __future__ import annotations
 
@@ -25,6 +30,7 @@ import importlib.metadata
 import importlib.util
 import os
 import re
+import ctypes
 import subprocess
 import sys
 import tempfile
@@ -34,7 +40,7 @@ from . import paths
 from .backends.cuda import _toolchain
 from .backends.cuda._source import CudaCompileError
 
-__all__ = ["CuteError", "CuteUnavailable", "cute_include_dirs", "cute_run"]
+__all__ = ["CuteError", "CuteUnavailable", "cute_include_dirs", "cute_run", "gpu_library"]
 
 #: g++'s flags. -Og: the programs run for milliseconds, and g++ compiles CuTe's many small
 #: functions faster when it inlines them than at -O0, where it emits every one (a quarter less
@@ -253,6 +259,49 @@ def cute_run(code: str) -> str:
         raise CuteError(f"the code failed (exit status {proc.returncode})"
                         + (":\n" + proc.stderr.strip()[-2000:] if proc.stderr.strip() else ""))
     return proc.stdout
+
+
+# ---------------------------------------------------------------------------------------
+# CUTLASS's device code, for a GPU
+# ---------------------------------------------------------------------------------------
+#: nvcc's flags for a CUTLASS kernel on Hopper: sm_90a (wgmma, setmaxnreg are sm_90a's alone).
+NVCC_FLAGS = ["-std=c++17", "-O3", "-DNDEBUG", "-arch=sm_90a", "--expt-relaxed-constexpr", "-shared",
+              "-Xcompiler", "-fPIC", "-w"]
+_LIBS: dict[str, ctypes.CDLL] = {}
+
+
+def gpu_library(path: Path) -> ctypes.CDLL:
+    """The shared library of the CUDA C++ file ``path`` (which includes CUTLASS's headers), built
+    by nvcc for sm_90a and cached in ``.cache/cute/sm90/`` by the source, the flags, nvcc's version
+    and the headers (about a minute to build). ``CuteUnavailable`` where nvcc or the headers are
+    missing; ``CuteError`` with nvcc's first errors where it refuses the file."""
+    nvcc = _toolchain.find_tool("nvcc")
+    if nvcc is None:
+        raise CuteUnavailable(f"{Path(path).name} uses CUTLASS's SM90 kernels, which only nvcc compiles (a CUDA "
+                              "toolkit's) and only a Hopper GPU runs; this machine has no nvcc the course may use.")
+    dirs = cute_include_dirs()
+    util = dirs[0].parent / "tools" / "util" / "include"  # cutlass/util/packed_stride.hpp
+    text = Path(path).read_text()
+    version = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True).stdout
+    key = _toolchain.cache_key("cute-sm90", text, " ".join(NVCC_FLAGS), version, _headers_stamp(dirs))
+    if key in _LIBS:
+        return _LIBS[key]
+    lib = cache_dir() / "sm90" / f"{Path(path).stem}-{key[:16]}.so"
+    if not lib.is_file():
+        lib.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=lib.name + ".", suffix=".tmp", dir=lib.parent)
+        os.close(fd)
+        try:
+            proc = subprocess.run([str(nvcc), *NVCC_FLAGS, "-I", str(dirs[0]), "-I", str(util), str(path), "-o", tmp],
+                                  capture_output=True, text=True, timeout=900)
+            if proc.returncode != 0:
+                errors = [x for x in proc.stderr.splitlines() if "error" in x][:5]
+                raise CuteError(f"nvcc refused {Path(path).name}:\n" + "\n".join(errors or proc.stderr.splitlines()[:12]))
+            os.replace(tmp, lib)  # atomic: nobody loads half a library
+        finally:
+            Path(tmp).unlink(missing_ok=True)
+    _LIBS[key] = ctypes.CDLL(str(lib))
+    return _LIBS[key]
 
 
 # ---------------------------------------------------------------------------------------

@@ -1,5 +1,6 @@
 """Lesson 12's GEMM ladder on a Hopper GPU: every CUDA C++ version of kernels/cuda/hopper.cu
-(and of kernels/triton/hopper.py when it exists) checked, timed against cuBLAS, and the
+(and of kernels/triton/hopper.py when it exists) and CUTLASS's SM90 GEMM (hopper_cutlass.cu,
+built by nvcc: a minute) checked, timed against cuBLAS, and the
 typical mistakes of kernels/cuda/hopper_mistakes.cu run on the GPU beside what the emulator reports.
 
     python -m benchmarks.lessons.hopper_ladder [--out FILE] [--quick]
@@ -49,6 +50,9 @@ def contenders():
         out += [(f"triton {v}", desc, f) for v, (desc, f) in T.VERSIONS.items()]
     except ImportError:
         pass
+    for cluster in (1, 2):
+        out.append((f"cutlass {cluster}x1", f"CUTLASS's SM90 GEMM (CuTe collectives), cooperative, {cluster} x 1 "
+                    "clusters", lambda a, b, cluster=cluster: H.cutlass_gemm(a, b, cluster=cluster)))
     out.append(("cublas", "torch F.linear (cuBLAS), bfloat16 in and out", H.hopper_torch))
     return out
 

@@ -5,7 +5,10 @@ resources (registers, spills) of each kernel; optionally v4 and v6 under Nsight 
 speed-of-light section, and what hopper.h's choices cost: v4 and v5 built against copies
 of the header that differ in one of them (``VARIANTS``), with ptxas's remarks on each build.
 
-    python -m benchmarks.tune.hopper_tune [--out DIR] [--groups 1,8,16] [--ncu] [--variants]
+    python -m benchmarks.tune.hopper_tune [--out DIR] [--groups 1,8,16] [--ncu] [--variants] [--triton]
+
+``--triton`` times instead each config of the Triton v2 kernel (kernels/triton/hopper.py's
+``WS_SHAPES``) on its own, checked first, beside cuBLAS: the autotuner picks one of them per shape.
 
 Writes DIR/hopper-tune.json (and DIR/hopper-ncu-<version>.txt); prints one line per timing.
 """
@@ -114,14 +117,58 @@ torch.cuda.synchronize()
 """
 
 
+def triton_configs(out: Path) -> None:
+    """Each config of Triton v2 timed alone at ``SHAPES`` beside cuBLAS (and v2 as autotuned)."""
+    from triton.testing import do_bench
+
+    from kernels.triton import hopper as T
+    from runtime.backends.triton.compat import autotune
+    rec = dict(gpu=torch.cuda.get_device_name(), date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+               **utils.source_commit(), rows=[])
+    fns = {"v2 autotuned": T.hopper_gemm_v2}
+    for cfg in T._configs(T.WS_SHAPES, WARP_SPECIALIZE=True):
+        kern = autotune(configs=[cfg], key=["M", "N", "K"])(T.hopper_gemm_kernel)
+        name = (f"{cfg.kwargs['BLOCK_M']}x{cfg.kwargs['BLOCK_N']}x{cfg.kwargs['BLOCK_K']} g{cfg.kwargs['GROUP_M']} "
+                f"s{cfg.num_stages}" + (" subtile" if cfg.kwargs.get("EPILOGUE_SUBTILE") else ""))
+        fns[name] = lambda a, b, kern=kern: T._gemm(kern, a, b, "hopper_gemm_v2")
+    checks = {}
+    for name, fn in fns.items():
+        try:
+            checks[name] = check(fn) or "ok"
+        except Exception as e:
+            checks[name] = f"raised {type(e).__name__}: {str(e)[:300]}"
+        print(f"check {name}: {checks[name]}", flush=True)
+    rec["checks"] = checks
+    for shape in SHAPES:
+        ab = inputs(shape, seed=1)
+        flop = 2 * shape[0] * shape[1] * shape[2]
+        base = do_bench(lambda: H.hopper_torch(*ab), warmup=25, rep=100)
+        rec["rows"].append(dict(variant="cublas", shape=list(shape), median_ms=base, tflops=flop / base / 1e9))
+        for name, fn in fns.items():
+            if checks[name] != "ok":
+                continue
+            ms = do_bench(lambda: fn(*ab), warmup=25, rep=100)
+            rec["rows"].append(dict(variant=f"triton {name}", shape=list(shape), median_ms=ms, tflops=flop / ms / 1e9,
+                                    vs_cublas=base / ms))
+            print(f"triton {name:28s} {shape}: {flop / ms / 1e9:6.1f} TFLOP/s  {base / ms:5.3f}x cuBLAS", flush=True)
+        best = T.hopper_v2_kernel.best_config
+        rec.setdefault("autotuned", {})["x".join(map(str, shape))] = str(best)
+        print(f"autotuned at {shape}: {best}", flush=True)
+        (out / "hopper-tune-triton.json").write_text(json.dumps(rec, indent=1) + "\n")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, default=Path("artifacts/tune"))
     ap.add_argument("--groups", default="1,8,16")
     ap.add_argument("--ncu", action="store_true")
     ap.add_argument("--variants", action="store_true", help="only the header variants")
+    ap.add_argument("--triton", action="store_true", help="only the Triton v2 configs")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.triton:
+        triton_configs(args.out)
+        return
     from triton.testing import do_bench
     rec = dict(gpu=torch.cuda.get_device_name(), date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                **utils.source_commit(), resources={}, checks={}, rows=[])

@@ -4,10 +4,14 @@
 
     hopper_gemm(a, b)   the reference (v5): bfloat16 A (M, K), B (N, K) -> bfloat16 C (M, N)
     header_index()      what each function of hopper.h does
+    cutlass_gemm(a, b)  CUTLASS 4.2's SM90 GEMM (hopper_cutlass.cu), built from CuTe's collectives:
+                        a baseline beside the ladder, on a Hopper GPU only
 
 On a GPU the kernels need a Hopper (sm_90); in simulation the emulator runs them anywhere.
 """
 from __future__ import annotations
+
+import ctypes
 
 import torch
 
@@ -99,6 +103,44 @@ def hopper_gemm_v5(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 def hopper_gemm_v6(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """v6: v5 with C staged in shared memory and stored by TMA, 3 stages."""
     return _launch_persistent(a, b, "hopper_gemm_v6", 3, staged=True)
+
+
+CUTLASS_SOURCE = SOURCE.with_name("hopper_cutlass.cu")
+#: hopper_cutlass.cu's variants: clusters of blocks along M -> its number.
+CUTLASS_VARIANTS = {1: 0, 2: 1}
+
+
+def cutlass_gemm(a: torch.Tensor, b: torch.Tensor, cluster: int = 2) -> torch.Tensor:
+    """C = A @ B^T by CUTLASS's SM90 GEMM (warp-specialised, cooperative, 128 x 256 x 64 tiles,
+    persistent), in clusters of ``cluster`` x 1 blocks that share B's tiles by TMA multicast.
+    Built by nvcc on first use (``runtime.cute.gpu_library``, about a minute): a Hopper GPU
+    only, since the emulator does not run CUTLASS's own PTX."""
+    from runtime import cute
+    if cluster not in CUTLASS_VARIANTS:
+        raise ValueError(f"cutlass_gemm: cluster must be one of {sorted(CUTLASS_VARIANTS)}, got {cluster!r}")
+    a, b, c, M, N, K = prepare_linear(a, b, op="cutlass_gemm")
+    if c.numel() == 0 or K == 0:
+        return c
+    if runtime.SIMULATE:
+        raise cute.CuteUnavailable("cutlass_gemm runs CUTLASS's SM90 kernels, inline PTX that only a Hopper GPU "
+                                   "runs (the emulator runs hopper.h's functions, not CUTLASS's): the ladder's "
+                                   "versions run here, and lesson 12's CuTe section shows CUTLASS's layouts.")
+    _check_gpu()
+    lib = cute.gpu_library(CUTLASS_SOURCE)
+    variant = CUTLASS_VARIANTS[cluster]
+    out = c if N % 8 == 0 else torch.empty(M, cdiv(N, 8) * 8, dtype=c.dtype, device=c.device)[:, :N]
+    sms = sm_count()
+    lib.cutlass_gemm_workspace.restype = ctypes.c_size_t
+    size = lib.cutlass_gemm_workspace(variant, M, N, K, sms)
+    workspace = torch.empty(max(int(size), 1), dtype=torch.uint8, device=c.device)
+    error = ctypes.create_string_buffer(512)
+    stream = ctypes.c_void_p(torch.cuda.current_stream(c.device).cuda_stream)
+    status = lib.cutlass_gemm(variant, ctypes.c_void_p(a.data_ptr()), ctypes.c_void_p(b.data_ptr()),
+                              ctypes.c_void_p(out.data_ptr()), M, N, K, ctypes.c_longlong(out.stride(0)), sms,
+                              ctypes.c_void_p(workspace.data_ptr()), stream, error, len(error))
+    if status != 0:
+        raise RuntimeError(f"cutlass_gemm: CUTLASS refused or failed: {error.value.decode()}")
+    return c if out is c else c.copy_(out)
 
 
 #: name -> (one line, launcher), naive to best.

@@ -47,30 +47,37 @@ from runtime.backends.triton.compat import autotune
 import triton
 import triton.language as tl
 
-#: (BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, num_warps, num_stages) of the warp-specialised kernel
-#: on a GPU, 4 warps each (a warp group a partition). On an H200 (Triton 3.6) 128 x 256 x 64
-#: with 3 stages was the fastest or within 1% of it at 4096^3, 8192^3, 16384 x 768 x 3072 and
-#: 16384 x 3072 x 768, and 256 x 128 x 64 at 4095 x 4097 x 4093; 2 stages and 128 x 128 tiles
-#: were 3-20% slower (one timing each; 4 stages of 128 x 256 do not fit in shared memory).
-WS_SHAPES = [(128, 256, 64, 8, 4, 3), (256, 128, 64, 8, 4, 3), (128, 256, 64, 16, 4, 3), (128, 128, 64, 8, 4, 4)]
+#: (BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, num_warps, num_stages, EPILOGUE_SUBTILE) of the
+#: warp-specialised kernel on a GPU, 4 warps each (a warp group a partition). On an H200 (Triton
+#: 3.6) 128 x 256 x 64 with 3 stages was the fastest or within 1% of it at 4096^3, 8192^3,
+#: 16384 x 768 x 3072 and 16384 x 3072 x 768, and 256 x 128 x 64 at 4095 x 4097 x 4093; 2 stages
+#: and 128 x 128 tiles were 3-20% slower (one timing each). 4 stages of 128 x 256 fit in shared
+#: memory only with C stored in two halves (EPILOGUE_SUBTILE: 32 KB of C staged, not 64 KB).
+WS_SHAPES = [(128, 256, 64, 8, 4, 3, False), (256, 128, 64, 8, 4, 3, False), (128, 256, 64, 16, 4, 3, False),
+             (128, 128, 64, 8, 4, 4, False), (128, 256, 64, 8, 4, 4, True), (256, 128, 64, 8, 4, 4, True),
+             (128, 256, 64, 8, 4, 3, True)]
 #: What simulation runs: small tiles, so the interpreter is quick.
 SIM_CONFIG = (32, 32, 32, 8, 4, 2)
 
 
 def _configs(shapes, **extra):
-    return [triton.Config({"BLOCK_M": m, "BLOCK_N": n, "BLOCK_K": k, "GROUP_M": g, **extra},
-                          num_warps=w, num_stages=s)
-            for m, n, k, g, w, s in ([SIM_CONFIG] if runtime.SIMULATE else shapes)]
+    return [triton.Config({"BLOCK_M": m, "BLOCK_N": n, "BLOCK_K": k, "GROUP_M": g, **extra,
+                           **({"EPILOGUE_SUBTILE": rest[0]} if rest else {})}, num_warps=w, num_stages=s)
+            for m, n, k, g, w, s, *rest in ([SIM_CONFIG] if runtime.SIMULATE else shapes)]
 
 
 @triton.jit
 def hopper_gemm_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_bn, stride_cm,
                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                       GROUP_M: tl.constexpr, NUM_SMS: tl.constexpr, WARP_SPECIALIZE: tl.constexpr):
+                       GROUP_M: tl.constexpr, NUM_SMS: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
+                       EPILOGUE_SUBTILE: tl.constexpr = False):
     a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[stride_am, 1], block_shape=[BLOCK_M, BLOCK_K])
     # B as stored, (N, K): a block is BLOCK_N rows of B, BLOCK_K long, K contiguous like A's
     b_desc = tl.make_tensor_descriptor(b_ptr, shape=[N, K], strides=[stride_bn, 1], block_shape=[BLOCK_N, BLOCK_K])
-    c_desc = tl.make_tensor_descriptor(c_ptr, shape=[M, N], strides=[stride_cm, 1], block_shape=[BLOCK_M, BLOCK_N])
+    # EPILOGUE_SUBTILE: C stored as two halves of BLOCK_N / 2 columns, so half the shared memory
+    # stages C (room for one more stage of A and B) and the second half's conversion overlaps the first's store
+    C_BLOCK_N: tl.constexpr = BLOCK_N // 2 if EPILOGUE_SUBTILE else BLOCK_N
+    c_desc = tl.make_tensor_descriptor(c_ptr, shape=[M, N], strides=[stride_cm, 1], block_shape=[BLOCK_M, C_BLOCK_N])
     num_m = tl.cdiv(M, BLOCK_M)
     num_n = tl.cdiv(N, BLOCK_N)
     k_tiles = tl.cdiv(K, BLOCK_K)
@@ -82,7 +89,13 @@ def hopper_gemm_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_bn, strid
             a = a_desc.load([pid_m * BLOCK_M, kt * BLOCK_K])   # out-of-range parts read as 0
             b = b_desc.load([pid_n * BLOCK_N, kt * BLOCK_K])
             acc = tl.dot(a, b.T, acc)                         # (BLOCK_M, BLOCK_K) @ (BLOCK_K, BLOCK_N)
-        c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], acc.to(c_ptr.dtype.element_ty))  # clipped at the edges
+        if EPILOGUE_SUBTILE:
+            halves = tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1))
+            left, right = tl.split(halves)                    # columns [0, BLOCK_N / 2) and the rest
+            c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], left.to(c_ptr.dtype.element_ty))
+            c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N + BLOCK_N // 2], right.to(c_ptr.dtype.element_ty))
+        else:
+            c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], acc.to(c_ptr.dtype.element_ty))  # clipped at the edges
 
 
 hopper_v1_kernel = autotune(configs=_configs(TMA_SHAPES, WARP_SPECIALIZE=False), key=["M", "N", "K"])(

@@ -372,13 +372,25 @@ def check_hopper_gemm(fn, *, seed=None):
                 dtypes=(torch.float32, torch.bfloat16))
 
 
+def _cutlass():
+    """CUTLASS's SM90 GEMM (kernels/cuda/hopper_cutlass.cu, CuTe's collectives) as baselines, on a
+    GPU: nvcc builds it, and only a Hopper GPU runs its PTX (``kernels.cuda.hopper.cutlass_gemm``)."""
+    from runtime.config import SIMULATE
+    if SIMULATE:
+        return []
+    from kernels.cuda.hopper import cutlass_gemm
+    return [Baseline(f"CUTLASS {c}x1", f"cutlass{c}", f"CUTLASS 4.2's SM90 GEMM (CuTe's collectives): TMA, wgmma, "
+                     f"warp-specialised cooperative, persistent, {c} x 1 clusters",
+                     lambda dynamic=False, c=c: (lambda a, b: cutlass_gemm(a, b, cluster=c))) for c in (2, 1)]
+
+
 SPEC = Spec(
     name="hopper", title="GEMM bf16 on Hopper (TMA + wgmma)", lesson="12_hopper", reference=hopper_ref64,
     make_input=hopper_input, nbytes=nbytes, flops=hopper_flops, tolerance=spec_tolerance,
     checks={"check_tma_transpose": check_tma_transpose, "check_wgmma_tile": check_wgmma_tile,
             "check_hopper_gemm": check_hopper_gemm},
     baselines=[Baseline("torch", "linear", "F.linear (cuBLAS), bf16 in and out, fp32 accumulation",
-                        lambda dynamic=False: hopper_torch)],
+                        lambda dynamic=False: hopper_torch)] + _cutlass(),
     baseline_label="cuBLAS bf16",
     targets=[Target("cuda", "torch", 0.9, shape=(4096, 4096, 4096),
                     if_missed="v5 (persistent, grouped tile order) reached 0.84x cuBLAS at 4096^3 and 0.96x at "
