@@ -7,8 +7,9 @@ of the header that differ in one of them (``VARIANTS``), with ptxas's remarks on
 
     python -m benchmarks.tune.hopper_tune [--out DIR] [--groups 1,8,16] [--ncu] [--variants] [--triton]
 
-``--triton`` times instead each config of the Triton v2 kernel (kernels/triton/hopper.py's
-``WS_SHAPES``) on its own, checked first, beside cuBLAS: the autotuner picks one of them per shape.
+``--triton`` times instead each config of the Triton kernels on its own, checked first, beside
+cuBLAS: v1's (``TMA_SHAPES``) and v2's (``WS_SHAPES``), which the autotuner picks from per shape,
+and the candidates of ``TRITON_CANDIDATES``.
 
 Writes DIR/hopper-tune.json (and DIR/hopper-ncu-<version>.txt); prints one line per timing.
 """
@@ -117,20 +118,28 @@ torch.cuda.synchronize()
 """
 
 
+#: Triton configs tried beside the kernels' own: v1 (8 warps, no warp specialisation) with C
+#: stored in two halves (EPILOGUE_SUBTILE), which leaves room for a fourth stage of 128 x 256.
+TRITON_CANDIDATES = {"v1": [(128, 256, 64, 8, 8, 4, True), (256, 128, 64, 8, 8, 4, True), (128, 256, 64, 8, 8, 3, True),
+                            (128, 256, 64, 16, 8, 4, True)]}
+
+
 def triton_configs(out: Path) -> None:
-    """Each config of Triton v2 timed alone at ``SHAPES`` beside cuBLAS (and v2 as autotuned)."""
+    """Each config of Triton v1 and v2 timed alone at ``SHAPES`` beside cuBLAS (and both as autotuned)."""
     from triton.testing import do_bench
 
     from kernels.triton import hopper as T
     from runtime.backends.triton.compat import autotune
     rec = dict(gpu=torch.cuda.get_device_name(), date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                **utils.source_commit(), rows=[])
-    fns = {"v2 autotuned": T.hopper_gemm_v2}
-    for cfg in T._configs(T.WS_SHAPES, WARP_SPECIALIZE=True):
-        kern = autotune(configs=[cfg], key=["M", "N", "K"])(T.hopper_gemm_kernel)
-        name = (f"{cfg.kwargs['BLOCK_M']}x{cfg.kwargs['BLOCK_N']}x{cfg.kwargs['BLOCK_K']} g{cfg.kwargs['GROUP_M']} "
-                f"s{cfg.num_stages}" + (" subtile" if cfg.kwargs.get("EPILOGUE_SUBTILE") else ""))
-        fns[name] = lambda a, b, kern=kern: T._gemm(kern, a, b, "hopper_gemm_v2")
+    fns = {"v1 autotuned": T.hopper_gemm_v1, "v2 autotuned": T.hopper_gemm_v2}
+    for v, shapes in (("v1", T.TMA_SHAPES + TRITON_CANDIDATES["v1"]), ("v2", T.WS_SHAPES)):
+        for cfg in T._configs(shapes, WARP_SPECIALIZE=v == "v2"):
+            kern = autotune(configs=[cfg], key=["M", "N", "K"])(T.hopper_gemm_kernel)
+            name = (f"{v} {cfg.kwargs['BLOCK_M']}x{cfg.kwargs['BLOCK_N']}x{cfg.kwargs['BLOCK_K']} "
+                    f"g{cfg.kwargs['GROUP_M']} w{cfg.num_warps} s{cfg.num_stages}"
+                    + (" subtile" if cfg.kwargs.get("EPILOGUE_SUBTILE") else ""))
+            fns[name] = lambda a, b, kern=kern: T._gemm(kern, a, b, f"hopper_gemm_{v}")
     checks = {}
     for name, fn in fns.items():
         try:
@@ -150,10 +159,11 @@ def triton_configs(out: Path) -> None:
             ms = do_bench(lambda: fn(*ab), warmup=25, rep=100)
             rec["rows"].append(dict(variant=f"triton {name}", shape=list(shape), median_ms=ms, tflops=flop / ms / 1e9,
                                     vs_cublas=base / ms))
-            print(f"triton {name:28s} {shape}: {flop / ms / 1e9:6.1f} TFLOP/s  {base / ms:5.3f}x cuBLAS", flush=True)
-        best = T.hopper_v2_kernel.best_config
-        rec.setdefault("autotuned", {})["x".join(map(str, shape))] = str(best)
-        print(f"autotuned at {shape}: {best}", flush=True)
+            print(f"triton {name:34s} {shape}: {flop / ms / 1e9:6.1f} TFLOP/s  {base / ms:5.3f}x cuBLAS", flush=True)
+        for v, kern in (("v1", T.hopper_v1_kernel), ("v2", T.hopper_v2_kernel)):
+            best = list(getattr(kern, "cache", {}).values())[-1:]  # the config it picked for this shape
+            rec.setdefault("autotuned", {})[f"{v} {'x'.join(map(str, shape))}"] = str(best[0]) if best else None
+            print(f"{v} autotuned at {shape}: {best[0] if best else None}", flush=True)
         (out / "hopper-tune-triton.json").write_text(json.dumps(rec, indent=1) + "\n")
 
 

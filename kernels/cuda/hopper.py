@@ -128,7 +128,11 @@ def cutlass_gemm(a: torch.Tensor, b: torch.Tensor, cluster: int = 2) -> torch.Te
     _check_gpu()
     lib = cute.gpu_library(CUTLASS_SOURCE)
     variant = CUTLASS_VARIANTS[cluster]
-    out = c if N % 8 == 0 else torch.empty(M, cdiv(N, 8) * 8, dtype=c.dtype, device=c.device)[:, :N]
+    out = c
+    if N % 8:  # CUTLASS's TMA epilogue needs C's rows a multiple of 16 bytes: B padded with zero rows
+        n8 = cdiv(N, 8) * 8
+        b = torch.cat([b, b.new_zeros(n8 - N, K)])
+        out, N = torch.empty(M, n8, dtype=c.dtype, device=c.device), n8
     sms = sm_count()
     lib.cutlass_gemm_workspace.restype = ctypes.c_size_t
     size = lib.cutlass_gemm_workspace(variant, M, N, K, sms)
@@ -140,7 +144,7 @@ def cutlass_gemm(a: torch.Tensor, b: torch.Tensor, cluster: int = 2) -> torch.Te
                               ctypes.c_void_p(workspace.data_ptr()), stream, error, len(error))
     if status != 0:
         raise RuntimeError(f"cutlass_gemm: CUTLASS refused or failed: {error.value.decode()}")
-    return c if out is c else c.copy_(out)
+    return c if out is c else c.copy_(out[:, :c.shape[1]])
 
 
 #: name -> (one line, launcher), naive to best.

@@ -79,12 +79,19 @@ int run(const void* a_ptr, const void* b_ptr, void* c_ptr, int M, int N, int K, 
         void* workspace, cudaStream_t stream, char* error, int error_len) {
     typename G::Gemm gemm;
     auto args = G::arguments(a_ptr, b_ptr, c_ptr, M, N, K, ldc, sm_count);
+    const char* step = "can_implement (the problem's sizes or alignment)";
     cutlass::Status status = gemm.can_implement(args);
-    if (status == cutlass::Status::kSuccess) status = gemm.initialize(args, workspace, stream);
-    if (status == cutlass::Status::kSuccess) status = gemm.run(stream);
+    if (status == cutlass::Status::kSuccess) {
+        step = "initialize";
+        status = gemm.initialize(args, workspace, stream);
+    }
+    if (status == cutlass::Status::kSuccess) {
+        step = "run";
+        status = gemm.run(stream);
+    }
     if (status != cutlass::Status::kSuccess) {
         cudaError_t err = cudaGetLastError();
-        snprintf(error, error_len, "%s%s%s", cutlassGetStatusString(status),
+        snprintf(error, error_len, "%s: %s%s%s", step, cutlassGetStatusString(status),
                  err == cudaSuccess ? "" : ": ", err == cudaSuccess ? "" : cudaGetErrorString(err));
         return 1;
     }
