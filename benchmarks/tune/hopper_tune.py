@@ -126,10 +126,10 @@ TRITON_CANDIDATES = {"v1": [(128, 256, 64, 8, 8, 4, True), (256, 128, 64, 8, 8, 
 
 def triton_configs(out: Path) -> None:
     """Each config of Triton v1 and v2 timed alone at ``SHAPES`` beside cuBLAS (and both as autotuned)."""
-    from triton.testing import do_bench
-
     from kernels.triton import hopper as T
     from runtime.backends.triton.compat import autotune
+
+    from triton.testing import do_bench
     rec = dict(gpu=torch.cuda.get_device_name(), date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                **utils.source_commit(), rows=[])
     fns = {"v1 autotuned": T.hopper_gemm_v1, "v2 autotuned": T.hopper_gemm_v2}
