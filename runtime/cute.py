@@ -26,11 +26,11 @@ and only the GPU runs (the course's emulator runs ``hopper.h``'s functions, not 
 """
 from __future__ import annotations
 
+import ctypes
 import importlib.metadata
 import importlib.util
 import os
 import re
-import ctypes
 import subprocess
 import sys
 import tempfile
@@ -296,7 +296,8 @@ def gpu_library(path: Path) -> ctypes.CDLL:
                                   capture_output=True, text=True, timeout=900)
             if proc.returncode != 0:
                 errors = [x for x in proc.stderr.splitlines() if "error" in x][:5]
-                raise CuteError(f"nvcc refused {Path(path).name}:\n" + "\n".join(errors or proc.stderr.splitlines()[:12]))
+                shown = errors or proc.stderr.splitlines()[:12]
+                raise CuteError(f"nvcc refused {Path(path).name}:\n" + "\n".join(shown))
             os.replace(tmp, lib)  # atomic: nobody loads half a library
         finally:
             Path(tmp).unlink(missing_ok=True)
