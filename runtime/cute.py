@@ -267,14 +267,19 @@ def cute_run(code: str) -> str:
 #: nvcc's flags for a CUTLASS kernel on Hopper: sm_90a (wgmma, setmaxnreg are sm_90a's alone).
 NVCC_FLAGS = ["-std=c++17", "-O3", "-DNDEBUG", "-arch=sm_90a", "--expt-relaxed-constexpr", "-shared",
               "-Xcompiler", "-fPIC", "-w"]
-_LIBS: dict[str, ctypes.CDLL] = {}
+_LIBS: dict[tuple, ctypes.CDLL] = {}
 
 
 def gpu_library(path: Path) -> ctypes.CDLL:
     """The shared library of the CUDA C++ file ``path`` (which includes CUTLASS's headers), built
     by nvcc for sm_90a and cached in ``.cache/cute/sm90/`` by the source, the flags, nvcc's version
     and the headers (about a minute to build). ``CuteUnavailable`` where nvcc or the headers are
-    missing; ``CuteError`` with nvcc's first errors where it refuses the file."""
+    missing; ``CuteError`` with nvcc's first errors where it refuses the file. Loaded once a
+    process (a launcher calls it every time: then it costs a ``stat``)."""
+    st = Path(path).stat()
+    memo = (str(path), st.st_mtime_ns, st.st_size)
+    if memo in _LIBS:
+        return _LIBS[memo]
     nvcc = _toolchain.find_tool("nvcc")
     if nvcc is None:
         raise CuteUnavailable(f"{Path(path).name} uses CUTLASS's SM90 kernels, which only nvcc compiles (a CUDA "
@@ -284,8 +289,6 @@ def gpu_library(path: Path) -> ctypes.CDLL:
     text = Path(path).read_text()
     version = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True).stdout
     key = _toolchain.cache_key("cute-sm90", text, " ".join(NVCC_FLAGS), version, _headers_stamp(dirs))
-    if key in _LIBS:
-        return _LIBS[key]
     lib = cache_dir() / "sm90" / f"{Path(path).stem}-{key[:16]}.so"
     if not lib.is_file():
         lib.parent.mkdir(parents=True, exist_ok=True)
@@ -301,8 +304,8 @@ def gpu_library(path: Path) -> ctypes.CDLL:
             os.replace(tmp, lib)  # atomic: nobody loads half a library
         finally:
             Path(tmp).unlink(missing_ok=True)
-    _LIBS[key] = ctypes.CDLL(str(lib))
-    return _LIBS[key]
+    _LIBS[memo] = ctypes.CDLL(str(lib))
+    return _LIBS[memo]
 
 
 # ---------------------------------------------------------------------------------------

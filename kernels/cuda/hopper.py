@@ -110,6 +110,32 @@ CUTLASS_SOURCE = SOURCE.with_name("hopper_cutlass.cu")
 CUTLASS_VARIANTS = {1: 0, 2: 1}
 
 
+_CUTLASS_LIB = []
+
+
+def cutlass_source() -> str:
+    """hopper_cutlass.cu's ``Sm90Gemm``: the GEMM as CUTLASS's builders assemble it from CuTe's
+    collectives (the mainloop's TMA and wgmma, the epilogue, the tile scheduler)."""
+    text = CUTLASS_SOURCE.read_text()
+    start = text.index("template <int CLUSTER_M>")
+    return text[start:text.index("    static typename Gemm::Arguments", start)].rstrip() + "\n    ...\n};"
+
+
+def _cutlass_library():
+    """hopper_cutlass.cu's library, its functions' argument types declared (once a process)."""
+    if _CUTLASS_LIB:
+        return _CUTLASS_LIB[0]
+    from runtime import cute
+    lib = cute.gpu_library(CUTLASS_SOURCE)
+    p, i = ctypes.c_void_p, ctypes.c_int
+    lib.cutlass_gemm.argtypes = [i, p, p, p, i, i, i, ctypes.c_longlong, i, p, p, ctypes.c_char_p, i]
+    lib.cutlass_gemm.restype = i
+    lib.cutlass_gemm_workspace.argtypes = [i, i, i, i, i]
+    lib.cutlass_gemm_workspace.restype = ctypes.c_size_t
+    _CUTLASS_LIB.append(lib)
+    return lib
+
+
 def cutlass_gemm(a: torch.Tensor, b: torch.Tensor, cluster: int = 2) -> torch.Tensor:
     """C = A @ B^T by CUTLASS's SM90 GEMM (warp-specialised, cooperative, 128 x 256 x 64 tiles,
     persistent), in clusters of ``cluster`` x 1 blocks that share B's tiles by TMA multicast.
@@ -126,7 +152,7 @@ def cutlass_gemm(a: torch.Tensor, b: torch.Tensor, cluster: int = 2) -> torch.Te
                                    "runs (the emulator runs hopper.h's functions, not CUTLASS's): the ladder's "
                                    "versions run here, and lesson 12's CuTe section shows CUTLASS's layouts.")
     _check_gpu()
-    lib = cute.gpu_library(CUTLASS_SOURCE)
+    lib = _cutlass_library()
     variant = CUTLASS_VARIANTS[cluster]
     out = c
     if N % 8:  # CUTLASS's TMA epilogue needs C's rows a multiple of 16 bytes: B padded with zero rows
@@ -134,14 +160,12 @@ def cutlass_gemm(a: torch.Tensor, b: torch.Tensor, cluster: int = 2) -> torch.Te
         b = torch.cat([b, b.new_zeros(n8 - N, K)])
         out, N = torch.empty(M, n8, dtype=c.dtype, device=c.device), n8
     sms = sm_count()
-    lib.cutlass_gemm_workspace.restype = ctypes.c_size_t
     size = lib.cutlass_gemm_workspace(variant, M, N, K, sms)
     workspace = torch.empty(max(int(size), 1), dtype=torch.uint8, device=c.device)
     error = ctypes.create_string_buffer(512)
-    stream = ctypes.c_void_p(torch.cuda.current_stream(c.device).cuda_stream)
-    status = lib.cutlass_gemm(variant, ctypes.c_void_p(a.data_ptr()), ctypes.c_void_p(b.data_ptr()),
-                              ctypes.c_void_p(out.data_ptr()), M, N, K, ctypes.c_longlong(out.stride(0)), sms,
-                              ctypes.c_void_p(workspace.data_ptr()), stream, error, len(error))
+    status = lib.cutlass_gemm(variant, a.data_ptr(), b.data_ptr(), out.data_ptr(), M, N, K, out.stride(0), sms,
+                              workspace.data_ptr(), torch.cuda.current_stream(c.device).cuda_stream, error,
+                              len(error))
     if status != 0:
         raise RuntimeError(f"cutlass_gemm: CUTLASS refused or failed: {error.value.decode()}")
     return c if out is c else c.copy_(out[:, :c.shape[1]])

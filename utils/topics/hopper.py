@@ -395,8 +395,10 @@ SPEC = Spec(
     targets=[Target("cuda", "torch", 0.9, shape=(4096, 4096, 4096),
                     if_missed="v5 (persistent, grouped tile order) reached 0.84x cuBLAS at 4096^3 and 0.96x at "
                               "8192^3 on the H200 (results/tune/h200-hopper-tune.json): at 4096^3 its 512 tiles of "
-                              "128 x 256 are 3.9 waves of 132 SMs and each tile only 64 k-tiles deep; not tried "
-                              "yet: clusters sharing loads by TMA multicast, a ping-pong of two consumer tiles"),
+                              "128 x 256 are 3.9 waves of 132 SMs and each tile only 64 k-tiles deep. Not in the "
+                              "ladder: clusters sharing B's tiles by TMA multicast (the emulator does not model "
+                              "clusters; CUTLASS's kernel in 1x1 and 2x1 clusters is the record's CUTLASS rows), "
+                              "a ping-pong of two consumer tiles"),
              Target("cuda", "torch", 0.9, shape=(8192, 8192, 8192)),
              Target("triton", "torch", 0.9, shape=(4096, 4096, 4096)),
              Target("triton", "torch", 0.9, shape=(8192, 8192, 8192))],
