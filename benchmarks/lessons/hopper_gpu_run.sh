@@ -4,7 +4,7 @@
 # sim-vs-gpu.json, the hopper topic's rows into the GPU's record, the ladder the lesson shows
 # (hopper_ladder) and what hopper.h's choices cost (hopper_tune --variants). The lesson's
 # notebooks and test_hopper run in .ci/gpu-validate.sh. Usage:
-#   bash benchmarks/lessons/hopper_gpu_run.sh OUTDIR
+#   bash benchmarks/lessons/hopper_gpu_run.sh OUTDIR        (VARIANTS=0: without the header variants)
 # Copy OUTDIR's files back into benchmarks/results/ (the paths under OUTDIR mirror it).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -23,8 +23,10 @@ python3 -m benchmarks --topics hopper --update --no-sweep 2>&1 | tail -40 | tee 
 echo "benchmarks: $(( $(date +%s) - t0 )) s"
 python3 -m benchmarks.lessons.hopper_ladder 2>&1 | tail -30 | tee -a "$out/hopper-gpu-run.log"
 echo "ladder: $(( $(date +%s) - t0 )) s"
-python3 -m benchmarks.tune.hopper_tune --variants --out "$tmp" 2>&1 | grep -v resources | tail -12 \
-    | tee -a "$out/hopper-gpu-run.log"
+if [ "${VARIANTS:-1}" != 0 ]; then
+  python3 -m benchmarks.tune.hopper_tune --variants --out "$tmp" 2>&1 | grep -v resources | tail -12 \
+      | tee -a "$out/hopper-gpu-run.log"
+fi
 echo "total: $(( $(date +%s) - t0 )) s"
 mkdir -p "$out/results/simulators" "$out/results/records" "$out/results/lessons" "$out/results/tune"
 cp benchmarks/results/simulators/sim-vs-gpu.json benchmarks/results/simulators/sim-vs-gpu.md "$out/results/simulators/"
