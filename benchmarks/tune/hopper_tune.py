@@ -5,7 +5,7 @@ resources (registers, spills) of each kernel; optionally v4 and v6 under Nsight 
 speed-of-light section, and what hopper.h's choices cost: v4 and v5 built against copies
 of the header that differ in one of them (``VARIANTS``), with ptxas's remarks on each build.
 
-    python -m benchmarks.tune.hopper_tune [--out DIR] [--groups 1,8,16] [--ncu] [--variants] [--triton]
+    python -m benchmarks.tune.hopper_tune [--out DIR] [--groups 1,8,16] [--ncu] [--variants] [--triton] [--inputs]
 
 ``--triton`` times instead each config of the Triton kernels on its own, checked first, beside
 cuBLAS: v1's (``TMA_SHAPES``) and v2's (``WS_SHAPES``), which the autotuner picks from per shape,
@@ -168,6 +168,45 @@ def triton_configs(out: Path) -> None:
         (out / "hopper-tune-triton.json").write_text(json.dumps(rec, indent=1) + "\n")
 
 
+def input_kinds(out: Path) -> None:
+    """The references' speed on the benchmarks' inputs (utils/topics/hopper.py: uniform in [-1, 1))
+    and on the ladder's (normal), timed alternately, three times each, after Triton's autotuner
+    picked its config on one kind or the other (``_INPUT_CHILD``, a process each)."""
+    rec = dict(gpu=torch.cuda.get_device_name(), date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+               **utils.source_commit(), runs=[])
+    for first in ("uniform", "normal"):
+        p = subprocess.run([sys.executable, "-c", _INPUT_CHILD, first], capture_output=True, text=True, timeout=300)
+        print(p.stdout[-4000:], p.stderr[-2000:], flush=True)
+        rec["runs"].append(dict(autotuned_on=first, returncode=p.returncode,
+                                rows=[json.loads(x) for x in p.stdout.splitlines() if x.startswith("{")]))
+        (out / "hopper-tune-inputs.json").write_text(json.dumps(rec, indent=1) + "\n")
+
+
+_INPUT_CHILD = r"""
+import json, sys, torch
+from triton.testing import do_bench
+from benchmarks.lessons.hopper_ladder import inputs
+from kernels.cuda import hopper as H
+from kernels.triton import hopper as T
+from utils.topics.hopper import hopper_input
+first = sys.argv[1]
+for shape in [(8192, 8192, 8192), (4096, 4096, 4096)]:
+    kinds = {"uniform": hopper_input(shape, seed=0), "normal": inputs(shape, seed=1)}
+    order = [first] + [k for k in kinds if k != first]
+    T.hopper_gemm_v1(*kinds[order[0]])  # the autotuner picks its config on this kind
+    torch.cuda.synchronize()
+    picked = [str(c) for c in T.hopper_v1_kernel.cache.values()][-1:]
+    flop = 2 * shape[0] * shape[1] * shape[2]
+    fns = (("triton v1", T.hopper_gemm_v1), ("cuda v5", H.hopper_gemm_v5), ("cublas", H.hopper_torch))
+    for rep in range(3):
+        for kind in order:
+            for name, fn in fns:
+                ms = do_bench(lambda: fn(*kinds[kind]), warmup=25, rep=100)
+                print(json.dumps(dict(shape=list(shape), kind=kind, rep=rep, variant=name, median_ms=ms,
+                                      tflops=flop / ms / 1e9, autotuned=picked)), flush=True)
+"""
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, default=Path("artifacts/tune"))
@@ -175,10 +214,14 @@ def main() -> None:
     ap.add_argument("--ncu", action="store_true")
     ap.add_argument("--variants", action="store_true", help="only the header variants")
     ap.add_argument("--triton", action="store_true", help="only the Triton v2 configs")
+    ap.add_argument("--inputs", action="store_true", help="only: does the kind of input change the speed?")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     if args.triton:
         triton_configs(args.out)
+        return
+    if args.inputs:
+        input_kinds(args.out)
         return
     from triton.testing import do_bench
     rec = dict(gpu=torch.cuda.get_device_name(), date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
