@@ -3,6 +3,7 @@ of the house's shape share (tests/test_backends.py, test_ops.py, test_tools_layo
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -24,24 +25,38 @@ def sources(*packages: str) -> dict[str, tuple[str, bool]]:
             if ".cache" not in p.parts and "build" not in p.parts}
 
 
+@functools.lru_cache(maxsize=None)
+def _import_nodes(text: str) -> tuple:
+    """Each import statement of ``text`` (at module level or inside a function), in the order of
+    ``ast.walk``: ``(False, None, 0, (name, ...))`` for ``import a, b``, ``(True, module, level,
+    (name, ...))`` for ``from module import name, ...``. Parsing every file of the course is most of the time of
+    a graph, and the tests build many graphs of nearly the same files: each text is parsed once."""
+    out = []
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.Import):
+            out.append((False, None, 0, tuple(a.name for a in node.names)))
+        elif isinstance(node, ast.ImportFrom):
+            out.append((True, node.module, node.level, tuple(a.name for a in node.names)))
+    return tuple(out)
+
+
 def imports(mod: str, text: str, is_pkg: bool, known) -> set[str]:
     """The modules of ``known`` that ``mod`` imports, at module level or inside a function (a
     lazy import that closes a circle is still a circle: it only hides it until that call).
     ``from pkg import x`` counts ``pkg.x`` where that is a module, else ``pkg``."""
     package = mod if is_pkg else mod.rpartition(".")[0]
     deps = set()
-    for node in ast.walk(ast.parse(text)):
-        names = []
-        if isinstance(node, ast.Import):
-            names = [a.name for a in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
+    for is_from, module, level, aliases in _import_nodes(text):
+        if not is_from:
+            names = list(aliases)
+        else:
+            if level:
                 base = package.split(".")
-                base = base[:len(base) - (node.level - 1)]
-                target = ".".join(base + ([node.module] if node.module else []))
+                base = base[:len(base) - (level - 1)]
+                target = ".".join(base + ([module] if module else []))
             else:
-                target = node.module or ""
-            subs = [f"{target}.{a.name}" for a in node.names]
+                target = module or ""
+            subs = [f"{target}.{a}" for a in aliases]
             names = [s for s in subs if s in known] or [target]
         for n in names:
             while n and n not in known:  # `import runtime.backends.cuda._toolchain` -> that module
