@@ -333,6 +333,56 @@ CUSTOM_WORKERS = {"attention": "benchmarks.attention", "layernorm": "benchmarks.
                   "matmul_fp16": "benchmarks.matmul_fp16"}
 
 
+#: Rounds of a target's paired timing against its baseline (``paired_targets``).
+PAIRED_ROUNDS = 5
+
+
+def paired_targets(topic: str, passed: list, fns: dict, events: Events, shapes, deadline=None, skip=()) -> None:
+    """Each target of ``topic`` that compares a kernel with a baseline at one shape, timed again
+    in alternation: kernel, baseline, kernel, ... ``PAIRED_ROUNDS`` times (``do_bench``, 50 ms
+    each), the ratio of each round kept. A GPU's clock moves with its power and temperature
+    over seconds (on the H200, cuBLAS's bfloat16 GEMM at 8192^3 ran between 572 and 714 TFLOP/s
+    within one process: results/tune/h200-hopper-tune-inputs.json), so two numbers timed a
+    minute apart may differ by more than the kernels do; the median of ratios timed side by
+    side does not drift with it. The target's value is that median (``report.evaluate_targets``);
+    the single run's ratio stays beside it."""
+    from .report import TARGETS
+    spec = TOPICS[topic]
+    shapes = {tuple(s) for s in shapes}
+    for name, target in TARGETS:
+        if name != topic or getattr(target, "kind", None) != "torch" or target.shape is None \
+                or hasattr(target, "evaluate") or tuple(target.shape) not in shapes:
+            continue
+        base_version = next((b.version for b in spec.baselines if b.version == target.baseline),
+                            spec.baselines[0].version)
+        mine = next((v for v in passed if v.lang == target.lang
+                     and (v.version == target.version if target.version else v.reference)), None)
+        base = next((v for v in passed if v.lang == "torch" and v.version == base_version), None)
+        shape = tuple(target.shape)
+        key = f"paired:{mine.variant if mine else ''}@{shape_key(shape)}"
+        if mine is None or base is None or key in skip:
+            continue
+        if deadline is not None and time.time() > deadline:
+            break
+        import triton.testing
+        inputs = TOPICS[topic].inputs(shape, seed=0, device=utils.DEVICE)  # the timed shape's inputs
+        ratios = []
+        try:
+            for _ in range(PAIRED_ROUNDS):
+                ms = [triton.testing.do_bench(lambda f=fns[v.variant], x=inputs: f(*x), warmup=10, rep=50)
+                      for v in (mine, base)]
+                ratios.append(ms[1] / ms[0])
+        except Exception as e:  # timed before: a failure here is noted, the single run's number stands
+            events.emit(event="note", topic=topic, text=f"paired timing of {mine.variant} at {shape_key(shape)} "
+                                                         f"failed: {type(e).__name__}: {_short(e)}")
+            continue
+        finally:
+            inputs = None
+            _free()
+        events.emit(event="paired", key=key, topic=topic, variant=mine.variant, baseline=base.variant,
+                    baseline_version=base.version, shape=list(shape), ratios=ratios)
+
+
 def run_topic(topic: str, events: Events, sizes, *, skip=(), languages=None, sweep: bool = True,
               main: bool = True, deadline: float | None = None, sweep_deadline: float | None = None,
               warmup: float = 25, rep: float = 100, generic: bool = False) -> None:
@@ -434,6 +484,8 @@ def run_topic(topic: str, events: Events, sizes, *, skip=(), languages=None, swe
         _free()
     small.clear()
     _free()
+    if not utils.SIMULATE:
+        paired_targets(topic, passed, fns, events, shapes, deadline, skip)
 
     # --- size sweep: checked at every size too -------------------------------------------
     if not sweep:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 from pathlib import Path
 
 from utils.bench import commit_str
@@ -72,6 +73,9 @@ def evaluate_targets(rows: list[dict], topics, shapes: dict | None = None) -> li
                 # same shape, same bytes: the ratio of GB/s is the ratio of speeds
                 value = (r["gbps"] / t["gbps"]) if (r and t and t.get("gbps")) else None
                 unit = "ratio_to_torch"
+                paired = (r or {}).get("paired")
+                if paired and paired.get("baseline_version") == base.version and paired.get("ratios"):
+                    single, value = value, statistics.median(paired["ratios"])
             elif kind == "tflops":
                 goal = f">= {thr:,.0f} TFLOP/s"
                 value = r.get("tflops") if r else None
@@ -84,6 +88,9 @@ def evaluate_targets(rows: list[dict], topics, shapes: dict | None = None) -> li
                        value=value, threshold=thr, unit=unit, met=None if value is None else bool(value >= thr))
             if kind == "torch":
                 row["versus"] = label
+                if paired and value is not None and paired.get("baseline_version") == base.version:
+                    row["paired"] = dict(rounds=len(paired["ratios"]), low=min(paired["ratios"]),
+                                         high=max(paired["ratios"]), single_run=single)
             if row["met"] is False and getattr(target, "if_missed", None):
                 row["why"] = target.if_missed
             out.append(row)
@@ -119,7 +126,10 @@ def _value_str(t: dict) -> str:
     if t["unit"] == "fraction_of_copy":
         return f"{100 * v:.1f}% of copy"
     if t["unit"] == "ratio_to_torch":
-        return f"{v:.3f}x {t.get('versus', 'torch')}"
+        p = t.get("paired")
+        alone = f"; timed apart {p['single_run']:.3f}x" if p and p.get("single_run") is not None else ""
+        return f"{v:.3f}x {t.get('versus', 'torch')}" + (
+            f" (median of {p['rounds']} rounds timed side by side, {p['low']:.3f}-{p['high']:.3f}{alone})" if p else "")
     if t["unit"] == "tflops":
         return f"{v:,.1f} TFLOP/s"
     return f"{v:,.0f} GB/s"

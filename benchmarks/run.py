@@ -234,7 +234,7 @@ def skip_set(events: list[dict]) -> tuple[set, list[str]]:
         kind = e["event"]
         if kind == "start":
             opened.append(key)
-        elif kind == "row" or kind == "point":
+        elif kind in ("row", "point", "paired"):
             skip.add(key)
             closed.add(key)
         elif kind == "failed":
@@ -328,7 +328,7 @@ def _kill(proc: subprocess.Popen) -> None:
 
 def merge(events: list[dict]) -> tuple[list, list, dict, list]:
     """rows, failed, sweep {variant: [[n, gbps]]}, notes from a topic's events (last wins)."""
-    rows, failed, points, notes = {}, {}, {}, []
+    rows, failed, points, notes, paired = {}, {}, {}, [], {}
     for e in events:
         kind = e["event"]
         if kind == "row":
@@ -341,6 +341,12 @@ def merge(events: list[dict]) -> tuple[list, list, dict, list]:
             points.setdefault(e["variant"], {})[int(e["n"])] = float(e["gbps"])
         elif kind == "note" and e.get("text") and e["text"] not in notes:
             notes.append(e["text"])
+        elif kind == "paired":
+            paired[e["key"].removeprefix("paired:")] = e
+    for key, e in paired.items():  # a target's kernel and baseline timed in alternation
+        if key in rows:
+            rows[key]["paired"] = dict(baseline=e["baseline"], baseline_version=e["baseline_version"],
+                                       ratios=e["ratios"])
     sweep = {v: [[n, g] for n, g in sorted(p.items())] for v, p in points.items()}
     return list(rows.values()), list(failed.values()), sweep, notes
 

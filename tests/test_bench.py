@@ -355,6 +355,43 @@ def test_targets_met_and_missed():
     assert "**missed**" in md and "GPU X" in md and "3,000 GB/s" in md
 
 
+def test_a_target_timed_side_by_side_is_the_median_of_its_rounds(tmp_path, monkeypatch):
+    """A kernel's target against its baseline at one shape is timed again in alternation; its
+    value is the median of the rounds' ratios, the single run's ratio kept beside it."""
+    import triton.testing
+    shape = (4096, 4096, 4096)
+    mine = harness.Variant("hopper", "cuda v5", "cuda", "v5", "", True, lambda d=False: None)
+    base = harness.Variant("hopper", "torch", "torch", "linear", "", False, lambda d=False: None)
+    calls, times = [], iter([1.0, 0.8, 1.0, 0.95, 1.0, 0.92, 1.0, 0.93, 1.0, 0.5])  # kernel, baseline, ...
+    fns = {"cuda v5": lambda *x: calls.append("cuda v5"), "torch": lambda *x: calls.append("torch")}
+
+    def fake_bench(fn, warmup, rep):
+        fn()
+        return next(times)
+
+    monkeypatch.setattr(triton.testing, "do_bench", fake_bench)
+    monkeypatch.setattr(TOPICS["hopper"], "inputs", lambda shape, seed=0, device=None: (None, None))
+    ev = tmp_path / "hopper.jsonl"
+    harness.paired_targets("hopper", [mine, base], fns, harness.Events(ev), [shape])
+    assert calls == ["cuda v5", "torch"] * harness.PAIRED_ROUNDS   # alternating, one target: cuda at 4096^3
+    events = harness.read_events(ev)
+    assert brun.skip_set(events)[0] == {"paired:cuda v5@4096x4096x4096"}  # a resumed worker does not redo it
+    events = [dict(event="row", key="cuda v5@4096x4096x4096",
+                   **_row("hopper", "cuda v5", "cuda", "v5", list(shape), 1.0, 850.0, 0.2, reference=True)),
+              dict(event="row", key="torch@4096x4096x4096",
+                   **_row("hopper", "torch", "torch", "linear", list(shape), 0.85, 1000.0, 0.24))] + events
+    rows, _, _, _ = brun.merge(events)
+    assert rows[0]["paired"]["ratios"] == pytest.approx([0.8, 0.95, 0.92, 0.93, 0.5])
+    t = next(x for x in report.evaluate_targets(rows, ["hopper"]) if x["lang"] == "cuda" and x["shape"] == list(shape))
+    assert t["value"] == pytest.approx(0.92) and t["met"] is True       # timed apart: 0.85x, missed
+    assert t["paired"] == dict(rounds=5, low=0.5, high=0.95, single_run=pytest.approx(0.85))
+    text = report._value_str(t)
+    assert text.startswith("0.920x") and "median of 5 rounds" in text and "timed apart 0.850x" in text
+    rows[0]["paired"]["baseline_version"] = "other"   # paired with another baseline: the single run stands
+    t = next(x for x in report.evaluate_targets(rows, ["hopper"]) if x["lang"] == "cuda" and x["shape"] == list(shape))
+    assert t["value"] == pytest.approx(0.85) and t["met"] is False and "paired" not in t
+
+
 def test_topics_bytes():
     assert TOPICS["relu"].nbytes((1 << 28,)) == 2 * 4 * (1 << 28)
     assert TOPICS["reduction"].nbytes((1024,)) == 4 * 1024 + 4
