@@ -70,6 +70,39 @@ def test_bad_inputs_are_refused_clearly():
         H.hopper_gemm(a.reshape(-1), b)
 
 
+@pytest.mark.skipif(utils.SIMULATE, reason="CUTLASS's SM90 kernels run on a Hopper GPU only")
+@pytest.mark.parametrize("cluster", sorted(H.CUTLASS_VARIANTS))
+def test_cutlass_gemm_matches_the_float64_product_on_a_gpu(cluster):
+    if torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("CUTLASS's SM90 kernels need a Hopper GPU")
+    for shape in SHAPES:  # N not a multiple of 8 (130, 1, 518): B and C padded for CUTLASS's TMA epilogue
+        a, b = _inputs(*shape, seed=sum(shape))
+        _assert_close(H.cutlass_gemm(a, b, cluster=cluster), a, b)
+
+
+def test_cutlass_gemm_says_where_it_runs_and_refuses_bad_arguments():
+    a, b = _inputs(8, 8, 16)
+    with pytest.raises(ValueError, match="cluster must be one of"):
+        H.cutlass_gemm(a, b, cluster=3)
+    with pytest.raises(TypeError, match="bfloat16"):
+        H.cutlass_gemm(a.float(), b)
+    assert H.cutlass_gemm(a[:0], b).shape == (0, 8)
+    if utils.SIMULATE:
+        from runtime import cute
+        with pytest.raises(cute.CuteUnavailable, match="only a Hopper GPU runs"):
+            H.cutlass_gemm(a, b)
+    source = H.cutlass_source()
+    assert "KernelTmaWarpSpecializedCooperative" in source and source.startswith("template <int CLUSTER_M>")
+
+
+def test_cutlass_library_needs_nvcc(monkeypatch):
+    from runtime import cute
+    monkeypatch.setattr(cute._toolchain, "find_tool", lambda name: None)
+    monkeypatch.setattr(cute, "_LIBS", {})
+    with pytest.raises(cute.CuteUnavailable, match="only nvcc compiles"):
+        cute.gpu_library(H.CUTLASS_SOURCE)
+
+
 def test_tensor_map_rules_are_checked_in_both_modes():
     t = torch.zeros(64, 64, dtype=torch.bfloat16, device=utils.DEVICE)
     m = utils.tensor_map(t, 64, 64)
