@@ -133,6 +133,21 @@ def test_hopper_code_compiles_for_sm_90a():
     assert tc.specific_arch("__global__ void k() {}", "sm_90") == "sm_90"
 
 
+def test_ptxas_keeps_the_wgmma_pipeline_and_setmaxnreg():
+    """No function call in a wgmma kernel (a printf, a non-inlined helper): else ptxas serialises
+    every wgmma (C7510) and ignores setmaxnreg (C7507), which changes no result, only the speed.
+    One build of hopper.cu for sm_90a by NVRTC (no GPU needed): ptxas's log covers every kernel."""
+    if tc.nvrtc() is None:
+        pytest.skip("NVRTC (the nvidia-cuda-nvrtc wheel) is not installed")
+    from runtime.backends.cuda import _gpu
+    log = _gpu.ptxas_log(H.SOURCE.read_text(), "hopper_gemm_v5_kernel", H.SOURCE.name, H.SOURCE.parent,
+                         arch="sm_90")
+    for v in H.VERSIONS:
+        assert f"hopper_gemm_{v}_kernel" in log, log[-3000:]
+    remarks = [ln for ln in log.splitlines() if "C7510" in ln or "C7507" in ln or "C7519" in ln]
+    assert not remarks, "\n".join(remarks)
+
+
 @pytest.fixture(scope="module")
 def one_tile():
     if not utils.SIMULATE:

@@ -52,17 +52,8 @@ VARIANTS = {
 def ptxas_remarks(source: Path, name: str) -> str:
     """ptxas's performance remarks (C75xx) on one kernel, built by NVRTC as the course builds it."""
     from runtime.backends.cuda import _gpu
-    core = _gpu._core()
-    dev = _gpu._device()
-    text = source.read_text()
-    arch = _gpu._tc.specific_arch(text, "sm_" + "".join(map(str, dev.compute_capability)))
-    incs = [str(_gpu.paths.CUDA_INCLUDE_DIR), str(source.parent)] + _gpu._tc.nvrtc_include_dirs()
-    opts = core.ProgramOptions(arch=arch, std="c++17", include_path=incs, name=source.name, ptxas_options=["-v"])
-    import io
-    logs = io.StringIO()
-    core.Program(_gpu.prepare(text, source.name, source.parent), "c++", opts).compile(
-        "cubin", name_expressions=(name,), logs=logs)
-    return "\n".join(ln for ln in logs.getvalue().splitlines() if "C75" in ln or "spill" in ln or "Used" in ln)
+    log = _gpu.ptxas_log(source.read_text(), name, source.name, source.parent)
+    return "\n".join(ln for ln in log.splitlines() if "C75" in ln or "spill" in ln or "Used" in ln)
 
 
 def header_variants(out: Path, rec: dict) -> None:

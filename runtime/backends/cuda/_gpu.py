@@ -46,9 +46,9 @@ def prepare(text: str, filename: str, include_dir: Path | None = None) -> str:
     return _tc.nvrtc_source(text, filename, include_dir)
 
 
-def _options(core, arch: str, filename: str, include_dir: Path | None):
+def _options(core, arch: str, filename: str, include_dir: Path | None, **extra):
     incs = [str(paths.CUDA_INCLUDE_DIR)] + ([str(include_dir)] if include_dir else []) + _tc.nvrtc_include_dirs()
-    return core.ProgramOptions(arch=arch, std="c++17", include_path=incs, name=filename)
+    return core.ProgramOptions(arch=arch, std="c++17", include_path=incs, name=filename, **extra)
 
 
 def _compile(text: str, name: str, filename: str, include_dir: Path | None, target: str, arch: str):
@@ -71,6 +71,19 @@ def ptx(text: str, name: str, filename: str, include_dir: Path | None) -> str:
     obj = _compile(text, name, filename, include_dir, "ptx", arch)
     code = obj.code
     return code.decode() if isinstance(code, (bytes, bytearray)) else str(code)
+
+
+def ptxas_log(text: str, name: str, filename: str, include_dir: Path | None, arch: str | None = None) -> str:
+    """ptxas's log of one kernel built as ``build`` builds it, with ``-v``: its registers, spills
+    and performance remarks (C75xx: a wgmma serialised, setmaxnreg ignored), for ``arch`` (such as
+    ``"sm_90"``; default: this GPU's). NVRTC needs no GPU for it."""
+    arch = _tc.specific_arch(text, arch or "sm_" + "".join(map(str, _device().compute_capability)))
+    logs = io.StringIO()
+    core = _core()
+    prog = core.Program(prepare(text, filename, include_dir), "c++",
+                        _options(core, arch, filename, include_dir, ptxas_options=["-v"]))
+    prog.compile("cubin", name_expressions=(name,), logs=logs)
+    return logs.getvalue()
 
 
 def build(text: str, name: str, filename: str, include_dir: Path | None):
