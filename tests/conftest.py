@@ -1,5 +1,6 @@
 """Shared test setup: plots render off-screen, and `utils` is configured before numba/triton."""
 import os
+from pathlib import Path
 
 os.environ.setdefault("MPLBACKEND", "Agg")
 # Numba's simulator pins its threads to the launching thread's core (quicker hand-offs on an
@@ -65,7 +66,10 @@ def allow_torch_ops(monkeypatch):
 # whole on one worker, so the run ends when the file that started last ends. Started longest
 # first, the long files overlap and the short ones fill the gaps at the end. The length of a file
 # is the time it took in the recorded cold run (benchmarks/results/validation/cpu-validation.txt,
-# written by .ci/cold-run.sh); a file the record does not know yet (a new lesson) counts as
+# written by .ci/cold-run.sh) or, on a GPU, in that GPU's last validation run (<gpu>-validation.txt,
+# .ci/gpu-validate.sh: there other files are the long ones, the GPT's training steps and the
+# graders' autotuned kernels, and started late they made the run a third longer than its longest
+# file); a file the record does not know yet (a new lesson) counts as
 # NEW_FILE_SECONDS. xdist keeps this order only with its own reordering (by number of tests,
 # which put the longest builds last) turned off, as --no-loadscope-reorder does (set here
 # rather than in pyproject.toml: older pytest-xdist releases lack the option).
@@ -73,12 +77,27 @@ NEW_FILE_SECONDS = 30.0
 _RECORD = runtime.paths.VALIDATION_DIR / "cpu-validation.txt"
 
 
-def recorded_file_seconds(record=_RECORD) -> dict[str, float]:
+def timing_record() -> Path:
+    """The record the order comes from: this GPU's validation summary when there is one, else
+    the cold CPU run's."""
+    if runtime.config.SIMULATE:
+        return _RECORD
+    try:
+        import torch
+
+        from utils.bench import gpu_slug
+        mine = runtime.paths.VALIDATION_DIR / f"{gpu_slug(torch.cuda.get_device_name())}-validation.txt"
+    except Exception:  # no usable GPU after all: the CPU run's record
+        return _RECORD
+    return mine if mine.is_file() else _RECORD
+
+
+def recorded_file_seconds(record=None) -> dict[str, float]:
     """{file relative to the course root: seconds} from the per-file table of the record."""
     import re
     seconds = {}
     try:
-        text = record.read_text()
+        text = (record or timing_record()).read_text()
     except OSError:
         return seconds
     for m in re.finditer(r"^\s*([0-9.]+) s\s+(?:\d+ items\s+)?(\S+\.(?:py|ipynb))\s*$", text, flags=re.M):
