@@ -346,11 +346,10 @@ def paired_targets(topic: str, passed: list, fns: dict, events: Events, shapes, 
     minute apart may differ by more than the kernels do; the median of ratios timed side by
     side does not drift with it. The target's value is that median (``report.evaluate_targets``);
     the single run's ratio stays beside it."""
-    from .report import TARGETS
     spec = TOPICS[topic]
     shapes = {tuple(s) for s in shapes}
-    for name, target in TARGETS:
-        if name != topic or getattr(target, "kind", None) != "torch" or target.shape is None \
+    for target in spec.targets:
+        if getattr(target, "kind", None) != "torch" or target.shape is None \
                 or hasattr(target, "evaluate") or tuple(target.shape) not in shapes:
             continue
         base_version = next((b.version for b in spec.baselines if b.version == target.baseline),
