@@ -74,7 +74,9 @@ def evaluate_targets(rows: list[dict], topics, shapes: dict | None = None) -> li
                 value = (r["gbps"] / t["gbps"]) if (r and t and t.get("gbps")) else None
                 unit = "ratio_to_torch"
                 paired = (r or {}).get("paired")
-                if paired and paired.get("baseline_version") == base.version and paired.get("ratios"):
+                if not (paired and paired.get("baseline_version") == base.version and paired.get("ratios")):
+                    paired = None  # timed against another baseline, or no rounds: the single run stands
+                elif value is not None:
                     single, value = value, statistics.median(paired["ratios"])
             elif kind == "tflops":
                 goal = f">= {thr:,.0f} TFLOP/s"
@@ -88,7 +90,7 @@ def evaluate_targets(rows: list[dict], topics, shapes: dict | None = None) -> li
                        value=value, threshold=thr, unit=unit, met=None if value is None else bool(value >= thr))
             if kind == "torch":
                 row["versus"] = label
-                if paired and value is not None and paired.get("baseline_version") == base.version:
+                if paired and value is not None:
                     row["paired"] = dict(rounds=len(paired["ratios"]), low=min(paired["ratios"]),
                                          high=max(paired["ratios"]), single_run=single)
             if row["met"] is False and getattr(target, "if_missed", None):

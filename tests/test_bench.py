@@ -390,6 +390,9 @@ def test_a_target_timed_side_by_side_is_the_median_of_its_rounds(tmp_path, monke
     rows[0]["paired"]["baseline_version"] = "other"   # paired with another baseline: the single run stands
     t = next(x for x in report.evaluate_targets(rows, ["hopper"]) if x["lang"] == "cuda" and x["shape"] == list(shape))
     assert t["value"] == pytest.approx(0.85) and t["met"] is False and "paired" not in t
+    rows[0]["paired"].update(baseline_version="linear", ratios=[])   # no rounds recorded: the same
+    t = next(x for x in report.evaluate_targets(rows, ["hopper"]) if x["lang"] == "cuda" and x["shape"] == list(shape))
+    assert t["value"] == pytest.approx(0.85) and "paired" not in t
 
 
 def test_topics_bytes():
