@@ -131,7 +131,7 @@ def triton_configs(out: Path) -> None:
             name = (f"{v} {cfg.kwargs['BLOCK_M']}x{cfg.kwargs['BLOCK_N']}x{cfg.kwargs['BLOCK_K']} "
                     f"g{cfg.kwargs['GROUP_M']} w{cfg.num_warps} s{cfg.num_stages}"
                     + (" subtile" if cfg.kwargs.get("EPILOGUE_SUBTILE") else ""))
-            fns[name] = lambda a, b, kern=kern: T._gemm(kern, a, b, f"hopper_gemm_{v}")
+            fns[name] = lambda a, b, kern=kern, op=f"hopper_gemm_{v}": T._gemm(kern, a, b, op)
     checks = {}
     for name, fn in fns.items():
         try:
@@ -204,7 +204,7 @@ def main() -> None:
     ap.add_argument("--groups", default="1,8,16")
     ap.add_argument("--ncu", action="store_true")
     ap.add_argument("--variants", action="store_true", help="only the header variants")
-    ap.add_argument("--triton", action="store_true", help="only the Triton v2 configs")
+    ap.add_argument("--triton", action="store_true", help="only the Triton configs, each alone")
     ap.add_argument("--inputs", action="store_true", help="only: does the kind of input change the speed?")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
