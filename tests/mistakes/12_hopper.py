@@ -24,6 +24,8 @@ MISTAKES = [
             "    mbarrier_wait(&bar, 1);\n    // END", cause=r"parity", not_words=("__syncthreads",)),
     Mistake("tma_store_not_guarded", TR, "if (row0 + r < R && col0 + c < C) out_ptr", "out_ptr",
             cause=r"past the end|outside|guard|bounds"),
+    Mistake("tma_tile_not_aligned", TR, "tma_load_2d(tile, x_map, col0, row0, &bar);",
+            "tma_load_2d(tile + 8, x_map, col0, row0, &bar);", cause=r"aligned"),
     # Exercise 2: one wgmma tile
     Mistake("wgmma_swizzle_not_the_maps", WG, "uint64_t da = smem_descriptor(sa, SWIZZLE_128B)",
             "uint64_t da = smem_descriptor(sa, SWIZZLE_64B)", cause=r"swizzle"),
