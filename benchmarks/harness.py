@@ -295,13 +295,53 @@ def configure_torch_compile() -> None:
             setattr(cfg, name, max(getattr(cfg, name), 256))
 
 
+def host_us(fn: Callable, args, n: int = 30, reps: int = 7) -> float:
+    """Microseconds of host time per call of ``fn(*args)``: ``n`` calls back to back after a
+    synchronisation (few enough that the GPU's queue never fills and holds the host back), until
+    the last one returns; median of ``reps``."""
+    times = []
+    for _ in range(reps):
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        for _ in range(n):
+            fn(*args)
+        times.append((time.perf_counter() - t) / n * 1e6)
+    torch.cuda.synchronize()
+    return round(sorted(times)[len(times) // 2], 2)
+
+
+def graph_ms(fn: Callable, args, warmup: float = 25, rep: float = 100) -> float | None:
+    """Milliseconds of one call of ``fn(*args)`` replayed from a CUDA graph, timed as every row
+    is (``do_bench``, the L2 flushed before each replay): the GPU's time without the host's
+    between the launches. None where the call cannot be captured."""
+    import triton.testing
+    try:
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(3):
+                fn(*args)
+        torch.cuda.current_stream().wait_stream(side)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            fn(*args)
+        torch.cuda.synchronize()
+        return float(triton.testing.do_bench(g.replay, warmup=warmup, rep=rep))
+    except Exception:
+        torch.cuda.synchronize()
+        return None
+
+
 def time_row(events: "Events", meta: dict, shape, fn: Callable, make_args: Callable, nbytes: Callable, *,
-             skip=(), deadline: float | None = None, warmup: float = 25, rep: float = 100, **fields) -> None:
+             skip=(), deadline: float | None = None, warmup: float = 25, rep: float = 100, host: bool = False,
+             **fields) -> None:
     """For a topic's own worker: time ``fn(*make_args())`` at ``shape`` (its check done) and emit
     its row, or why there is none: measured by an earlier worker (in ``skip``), out of time past
     ``deadline``, or an error while timing, which ends the worker if the CUDA context is lost.
     ``meta``: the row's topic, variant, lang, version (and dtype, pass); ``nbytes(args)``: the
-    bytes it must move; ``fields``: the rest of the row (reference, description)."""
+    bytes it must move; ``fields``: the rest of the row (reference, description). With ``host``
+    (on a GPU) the row also gets ``host_us``, the launcher's host time per call, and ``graph_ms``,
+    the call's time replayed from a CUDA graph: whether the host or the kernel sets ``median_ms``."""
     key = f"{meta['variant']}@{shape_key(shape)}"
     if key in skip:
         return
@@ -314,6 +354,8 @@ def time_row(events: "Events", meta: dict, shape, fn: Callable, make_args: Calla
         args = make_args()
         nb = nbytes(args)
         res = utils.bench(fn, *args, nbytes=nb, name=meta["variant"], warmup=warmup, rep=rep)
+        if host and not res.simulated:
+            fields = dict(fields, host_us=host_us(fn, args), graph_ms=graph_ms(fn, args, warmup, rep))
     except Exception as e:
         events.emit(event="failed", key=key, **meta, shape=list(shape), status="error",
                     reason=f"while timing: {type(e).__name__}: {_short(e)}")

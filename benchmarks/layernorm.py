@@ -220,7 +220,8 @@ def run_topic(events, sizes, *, skip=(), languages=None, sweep=True, main=True, 
             for shape in shapes:
                 harness.time_row(events, meta, shape, fn, lambda: _timed_inputs(kind, shape, dtype),
                                  lambda args: _bytes(kind, shape, args[0].element_size()), skip=skip,
-                                 deadline=deadline, warmup=warmup, rep=rep, reference=ref, description=desc)
+                                 deadline=deadline, warmup=warmup, rep=rep, reference=ref, description=desc,
+                                 host=(ref or lang == "torch") and kind != "copy")
 
 
 def evaluate(rows: list[dict]) -> list[dict]:
@@ -263,10 +264,31 @@ def _why(kind, dname, shape, rows, r) -> str:
             return (f"a plain copy of the same bytes (y.copy_(x), {dname}, {shape[0]}x{shape[1]}) reached "
                     f"{copy['fraction_of_copy']:.1%} of the 2 GB copy in this run, the ceiling of a pass this "
                     f"size; the kernel ran at {r['gbps'] / copy['gbps']:.0%} of that copy")
+    host = _host_why(r)
+    if host:
+        return host
     if kind in ("backward", "rmsnorm backward"):
         return ("not settled: the tuning sweeps (benchmarks/results/tune/) timed the same launchers faster "
                 "(Triton's bfloat16 backward at 4096x4096 in 67 us in two sweeps); launch-overhead.json "
                 "puts the backward launchers' host cost at 100-150 us a call (five tensors checked, four "
                 "allocations, two or three launches), about the kernel's time: the host may set it here")
     return "not found yet"
+
+
+def _host_why(r) -> str | None:
+    """Whether the host or the kernel set a row's time, from what its run measured beside it:
+    the launcher's host time per call (``host_us``) and the call replayed from a CUDA graph
+    (``graph_ms``, the GPU's time alone)."""
+    if not r or not r.get("median_ms") or r.get("host_us") is None:
+        return None
+    ms, host, graph = r["median_ms"], r["host_us"], r.get("graph_ms")
+    said = f"timed at {ms * 1e3:.0f} us a call; its launcher's host time is {host:.0f} us a call"
+    if graph:
+        frac = r.get("fraction_of_copy")
+        at = f" ({frac * ms / graph:.0%} of copy)" if frac else ""
+        said += f", and the same call replayed from a CUDA graph (no host time) takes {graph * 1e3:.0f} us{at}"
+        if graph < 0.9 * ms:
+            return said + ": the host, not the kernel, sets the time"
+        return said + ": the kernel itself sets the time"
+    return said
 

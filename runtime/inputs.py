@@ -48,6 +48,14 @@ def check_tensor(t, name: str = "x", *, op: str | None = None, dtypes=FLOAT32) -
                      f"move it with {name}.to(utils.DEVICE)")
 
 
+def is_plain(t, dtypes=FLOAT32) -> bool:
+    """True when ``t`` is what a launcher takes as it is: a contiguous torch tensor of one of
+    ``dtypes`` on the course's device. The launchers' fast path asks this, once per tensor, and
+    leaves anything else to ``check_tensor`` and friends, which say what is wrong or make the copy."""
+    return (isinstance(t, torch.Tensor) and t.dtype in dtypes and t.is_contiguous() and
+            (t.is_cuda if _ON_CUDA else t.device.type == DEVICE.type))
+
+
 def check_indices(t, name: str, *, op: str, what: str) -> torch.Tensor:
     """``t`` as a contiguous int64 tensor on the course's device (token ids, class indices), or
     the errors of ``check_tensor``; ``what`` names the indices in the dtype's message."""

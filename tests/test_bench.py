@@ -754,3 +754,14 @@ def test_matmul_worker_adds_checked_bfloat16_rows(tmp_path, monkeypatch):
     got = {tuple(t["shape"]): t for t in mm.evaluate(fake)}
     assert got[shape]["value"] == pytest.approx(0.95) and got[shape]["met"] is True
     assert got[(4095, 4097, 4093)]["met"] is None   # not measured
+
+
+def test_a_missed_layernorm_target_says_whether_the_host_or_the_kernel_set_its_time():
+    from benchmarks import layernorm as bl
+    row = dict(median_ms=0.100, fraction_of_copy=0.40, host_us=95.0, graph_ms=0.050)
+    why = bl._host_why(row)
+    assert "95 us" in why and "50 us" in why and "80% of copy" in why and "the host, not the kernel" in why
+    row.update(graph_ms=0.098)
+    assert "the kernel itself sets the time" in bl._host_why(row)
+    assert bl._host_why(dict(median_ms=0.1)) is None  # measured without the probes: no claim
+    assert "host time is 95 us" in bl._host_why(dict(median_ms=0.1, host_us=95.0, graph_ms=None))

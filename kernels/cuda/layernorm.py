@@ -27,6 +27,7 @@ from kernels.frames.layernorm import (  # the frame: input rules and references,
     INT32_MAX,  # noqa: F401
     check_norm_backward_inputs,
     check_norm_inputs,
+    in_shape,
     layernorm_ref,  # noqa: F401
     norm_backward,
     norm_forward,
@@ -126,7 +127,8 @@ def layernorm_backward_partials(dy, x, w, mean, rstd):
                                                                           rows, cols)
         _column_sum(pdw, dw)
         _column_sum(pdb, db)
-    return norm_backward(dy, x, w, mean, rstd, op="layernorm_backward_partials", launch=launch)
+    # the column sums write every value of dw and db: no zeros first
+    return norm_backward(dy, x, w, mean, rstd, op="layernorm_backward_partials", launch=launch, accumulate=False)
 
 
 def rmsnorm_block(x, w, eps=EPS, stats=False):
@@ -143,7 +145,7 @@ def rmsnorm_backward_partials(dy, x, w, rstd):
         pdw = torch.empty(parts, cols, dtype=torch.float32, device=x.device)
         kernel("rmsnorm_bwd_partials_kernel")[parts, _threads(cols, 4)](dy, x, w, rstd, dx, pdw, rows, cols)
         _column_sum(pdw, dw)
-    return norm_backward(dy, x, w, None, rstd, op="rmsnorm_backward", launch=launch, rms=True)
+    return norm_backward(dy, x, w, None, rstd, op="rmsnorm_backward", launch=launch, rms=True, accumulate=False)
 
 
 # ---------------------------------------------------------------------------------------
@@ -208,7 +210,11 @@ def vec_configs(cols: int, itemsize: int) -> list[tuple[int, int, int]]:
 
 
 def _aligned(*tensors) -> bool:
-    return all(t.data_ptr() % 16 == 0 for t in tensors if t is not None)
+    bits = 0
+    for t in tensors:
+        if t is not None:
+            bits |= t.data_ptr()
+    return bits % 16 == 0
 
 
 def _vec_forward(x, w, b, eps, stats, op, rms, config=None):
@@ -227,7 +233,7 @@ def _vec_forward(x, w, b, eps, stats, op, rms, config=None):
             vec, items, nrows, threads = cfg
         name = f"layernorm_vec_kernel<{_CTYPE[x.dtype]}, {vec}, {items}, {nrows}, {'true' if rms else 'false'}>"
         kernel(name)[cdiv(rows, nrows), threads](x, w, w if rms else b, y, mean, rstd, rows, cols, float(eps))
-    y = y.reshape(shape)
+    y = in_shape(y, shape)
     if rms:
         return (y, rstd) if stats else y
     return (y, mean, rstd) if stats else y
@@ -316,7 +322,8 @@ def _vec_backward(dy, x, w, mean, rstd, op, rms, config=None):
     dx = torch.empty_like(x)
     if rows == 0 or cols == 0:
         zero = torch.zeros(cols, dtype=w.dtype, device=x.device)
-        return (dx.reshape(shape), zero) if rms else (dx.reshape(shape), zero, zero.clone())
+        dx = in_shape(dx, shape)
+        return (dx, zero) if rms else (dx, zero, zero.clone())
     if config is not None:
         vec, (items, threads, parts, acc_shared) = 16 // x.element_size(), config
     else:
@@ -337,7 +344,8 @@ def _vec_backward(dy, x, w, mean, rstd, op, rms, config=None):
     db = dw if rms else torch.empty(cols, dtype=w.dtype, device=x.device)
     kernel(f"column_sum_vec_kernel<{_CTYPE[w.dtype]}>")[(cdiv(cols, 32), halves), (32, COLSUM_SLICES)](
         p, dw, db, parts, cols)
-    return (dx.reshape(shape), dw) if rms else (dx.reshape(shape), dw, db)
+    dx = in_shape(dx, shape)
+    return (dx, dw) if rms else (dx, dw, db)
 
 
 def layernorm_backward_vec(dy, x, w, mean, rstd, config=None):

@@ -7,6 +7,7 @@ epsilon, the input rules, what a launcher does around its kernels and the PyTorc
     stats_dtype(x), row_stats(x)          the statistics' dtype, and an output for one per row
     norm_forward(x, w, b, eps, stats, op=..., launch=...)    check, allocate, skip empty input, shape y
     norm_backward(dy, x, w, mean, rstd, op=..., launch=...)  the same for (dx, dw, db)
+    in_shape(t, shape)                    a (rows, cols) result back in the input's shape
     layernorm_ref, rmsnorm_ref            torch.nn.functional.layer_norm, rms_norm
 
 ``b`` may be None: no bias, as in ``torch.nn.functional.layer_norm``.
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from runtime.inputs import INT32_MAX, check_tensor
+from runtime.inputs import INT32_MAX, check_tensor, is_plain
 
 #: The topic's epsilon (rstd = 1 / sqrt(var + EPS)), defined once: every language's kernels and
 #: the grader's float64 reference (utils/topics/layernorm.py) read it from here.
@@ -28,6 +29,12 @@ def check_norm_inputs(x, w, b=None, *, op="layernorm", name="x", dtypes=(torch.f
     ``cols`` values, or a clear error. Any leading dims are flattened into rows. With ``bias``
     (LayerNorm's forward), a ``b`` of None is a zero bias, as in ``torch.nn.functional.layer_norm``;
     without it (RMSNorm, the backward) b is not used and stays None."""
+    # The common case first, with as little Python as it takes (a launcher's host time adds to
+    # every launch): x already (rows, cols), w and b of cols values, all as the kernels take them.
+    if (is_plain(x, dtypes) and x.dim() == 2 and is_plain(w, dtypes) and w.dim() == 1 and
+            w.shape[0] == x.shape[1] and x.numel() <= INT32_MAX and
+            (b is None if not bias else (is_plain(b, dtypes) and b.dim() == 1 and b.shape[0] == w.shape[0]))):
+        return x, w, b, x.shape
     for t, n in ((x, name), (w, "w"), (b, "b")):
         if t is None and n == "b":
             continue
@@ -49,6 +56,11 @@ def check_norm_inputs(x, w, b=None, *, op="layernorm", name="x", dtypes=(torch.f
         rows *= d
     x2 = x.reshape(rows, cols).contiguous()
     return x2, w.contiguous(), (b.contiguous() if b is not None else None), shape
+
+
+def in_shape(t, shape):
+    """The (rows, cols) result ``t`` in the input's ``shape`` (itself when x was 2-D already)."""
+    return t if len(shape) == 2 else t.reshape(shape)
 
 
 def stats_dtype(x):
@@ -78,11 +90,12 @@ def check_norm_backward_inputs(dy, x, w, stats, *, op, dtypes=(torch.float32,)):
         raise TypeError(f"{op}: dy must have x's dtype {x.dtype}, got {dy.dtype}: convert it with dy.to(x.dtype)")
     rows = x.shape[0]
     out = []
+    sdt = (stats_dtype(x),)
     for t, name in stats:
-        if t is None:
-            out.append(None)
+        if t is None or (is_plain(t, sdt) and t.dim() == 1 and t.shape[0] == rows):
+            out.append(t)  # as the forward returned it: nothing to check further or reshape
             continue
-        check_tensor(t, name, op=op, dtypes=(stats_dtype(x),))
+        check_tensor(t, name, op=op, dtypes=sdt)
         if t.numel() != rows:
             raise ValueError(f"{op}: {name} must hold one value per row of x ({rows}), got shape "
                              f"{tuple(t.shape)}: pass the {name} that the forward returned with stats=True")
@@ -112,7 +125,7 @@ def norm_forward(x, w, b, eps, stats, *, op, launch, rms=False, dtypes=F32, max_
     saved = (row_stats(x),) if rms else (row_stats(x), row_stats(x))
     if rows and cols:
         launch(*((x, w) if rms else (x, w, b)), y, *saved, rows, cols, eps)
-    y = y.reshape(shape)
+    y = in_shape(y, shape)
     return (y, *saved) if stats else y
 
 
@@ -130,12 +143,14 @@ def norm_backward(dy, x, w, mean, rstd, *, op, launch, rms=False, dtypes=F32, ma
     dx = torch.empty_like(x)
     n = 1 if rms else 2
     if not (rows and cols):  # nothing to launch: the gradients of no rows are zeros
-        return (dx.reshape(shape),) + tuple(torch.zeros(cols, dtype=w.dtype, device=x.device) for _ in range(n))
+        return (in_shape(dx, shape),) + tuple(torch.zeros(cols, dtype=w.dtype, device=x.device) for _ in range(n))
     new = torch.zeros if accumulate else torch.empty  # a column sum writes every value: no zeros
     dtype = stats_dtype(x) if accumulate else w.dtype
     grads = tuple(new(cols, dtype=dtype, device=x.device) for _ in range(n))
     launch(dy, x, w, *saved, dx, *grads, rows, cols)
-    return (dx.reshape(shape),) + tuple(g.to(w.dtype) for g in grads)
+    if accumulate and dtype != w.dtype:
+        grads = tuple(g.to(w.dtype) for g in grads)
+    return (in_shape(dx, shape), *grads)
 
 
 def layernorm_ref(x, w, b, eps=EPS):

@@ -310,7 +310,8 @@ def layernorm_backward_partials(dy, x, w, mean, rstd):
         _launch_bwd(parts, _row_threads(cols), dy, x, w, mean, rstd, dx, pdw, pdb)
         _column_sum(pdw, dw)
         _column_sum(pdb, db)
-    return norm_backward(dy, x, w, mean, rstd, op="layernorm_backward_partials", launch=launch)
+    # the column sums write every value of dw and db: no zeros first
+    return norm_backward(dy, x, w, mean, rstd, op="layernorm_backward_partials", launch=launch, accumulate=False)
 
 
 layernorm_backward = layernorm_backward_partials
@@ -328,7 +329,7 @@ def rmsnorm_backward(dy, x, w, rstd):
         pdw = torch.empty(parts, cols, dtype=torch.float32, device=x.device)
         _launch_rms_bwd(parts, _row_threads(cols), dy, x, w, rstd, dx, pdw)
         _column_sum(pdw, dw)
-    return norm_backward(dy, x, w, None, rstd, op="rmsnorm_backward", launch=launch, rms=True)
+    return norm_backward(dy, x, w, None, rstd, op="rmsnorm_backward", launch=launch, rms=True, accumulate=False)
 
 
 VERSIONS = version_index(__doc__, v1=layernorm_block, v2=layernorm_reg, v3=layernorm)

@@ -575,18 +575,17 @@ SPEC = Spec(
     baseline_label="F.layer_norm",
     # the forward reads x once and writes y once: 90 % of the copy bandwidth
     targets=[Target("cuda", "copy", 0.9,
-                    if_missed="v4 moves x and y with 4-byte loads and stores, one block per row up to 16384 "
-                              "columns: no float4 accesses, fewer bytes in flight than the copy it is compared with"),
+                    if_missed="v5 moves 16-byte vectors and keeps the row in registers; the record's copy rows "
+                              "(y.copy_(x) of the same bytes, each shape) give the ceiling of a pass this size: "
+                              "not found yet what the rest is"),
              Target("triton", "copy", 0.9,
-                    if_missed="at 4096 x 4096 the whole pass moves 128 MB in about 51 us, and every kernel "
-                              "measured there stops short of copy (torch.compile 70%, Liger 63%); not found "
-                              "yet what the rest is"),
+                    if_missed="the record's copy rows (y.copy_(x) of the same bytes, each shape) give the ceiling "
+                              "of a pass this size, and torch.compile and Liger stop short of copy there too: "
+                              "not found yet what the rest is"),
              Target("numba", "copy", 0.75,
-                    if_missed="the host, not the GPU, sets the time: every Numba version takes about 0.4 ms a "
-                              "call whatever the size (v3: 0.40 ms at 4096 x 1024, 33 MB, and 0.43 ms at "
-                              "4096 x 16384, 537 MB, which the copy moves in 0.18 ms). Each call converts six "
-                              "tensors with utils.to_numba and launches with seven arguments; "
-                              "benchmarks/lessons/launch_overhead.py measures those steps")],
+                    if_missed="Numba's kernels load one 4-byte element a thread at a time (no 16-byte vector "
+                              "loads from an array), v3 keeps the row in registers; not found yet what the "
+                              "rest is")],
     main_shapes=_main_shapes,
     sweep_shapes=lambda sizes: [(max(1, int(n) // 4096), 4096) for n in sizes.bench_sizes],
     sweep_label="elements, rows of 4096",
