@@ -8,7 +8,8 @@
 #   overhead   benchmarks.lessons.launch_overhead: what one launch costs the host
 #              (lessons/launch-overhead.json)
 #   simvsgpu   benchmarks.simulators.sim_vs_gpu --record: every catalog verdict graded on this
-#              GPU (simulators/sim-vs-gpu.*)
+#              GPU (simulators/sim-vs-gpu.*); SIMVSGPU_ONLY=text: only the entries whose key
+#              contains it, merged into the file
 #   paths      the tests of the GPU-only paths of the harness (test_gpu_paths.py, the guard's)
 #   lesson08   lessons 06 and 08: step time with and without print(loss), Nsight Systems
 #              stats of the training loop, DRAM bytes of every matmul version, into lessons/
@@ -71,7 +72,8 @@ marker=$(mktemp); touch "$marker"; sleep 1
   fi
   if want simvsgpu; then
     mark "sim-vs-gpu verdicts"
-    timeout 240 python3 -m benchmarks.simulators.sim_vs_gpu --record --jobs 12 | tail -40; echo "rc=$?"
+    timeout 240 python3 -m benchmarks.simulators.sim_vs_gpu --record --jobs 12 ${SIMVSGPU_ONLY:+--only "$SIMVSGPU_ONLY"} \
+        | tail -40; echo "rc=$?"
   fi
   if want paths; then
     mark "the harness's GPU-only paths"
