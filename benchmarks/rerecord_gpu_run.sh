@@ -2,6 +2,9 @@
 # Bring a GPU's records up to date, on the GPU machine, from the repository root. STEPS picks
 # the steps (default: "stale overhead simvsgpu paths"); each writes into its kind of
 # benchmarks/results/ (records/, lessons/, simulators/):
+#   tune       benchmarks.tune.layernorm_tune, the parts TUNE_PARTS (default "bwd3:90": the
+#              LayerNorm backward's configurations), into tune/<gpu>-layernorm-tune-<n>.json;
+#              before the stale step, which records with the configurations the sources choose
 #   stale      python -m benchmarks --update --stale: the topics whose kernels changed since
 #              their most recent record, measured into this GPU's file (records/<gpu>.json,
 #              .md, plots)
@@ -61,6 +64,14 @@ marker=$(mktemp); touch "$marker"; sleep 1
     WORKERS=${WORKERS:-16} BUDGET_S=${BUDGET_S:-390} timeout 460 bash .ci/gpu-validate.sh "$tmp" 2>&1 \
         | sed -n '/^wall time/,/== per-file/p'
     cp "$tmp/$GPU-validation.txt" $RES/validation/ 2>/dev/null && echo "summary: $RES/validation/$GPU-validation.txt"
+  fi
+  if want tune; then
+    mark "tune: benchmarks.tune.layernorm_tune --parts ${TUNE_PARTS:-bwd3:90}"
+    tmp=$(mktemp -d)
+    timeout 200 python3 -m benchmarks.tune.layernorm_tune --out "$tmp" --budget 150 --parts "${TUNE_PARTS:-bwd3:90}" \
+        2>&1 | tail -20; echo "rc=$?"
+    n=1; while [ -e "$RES/tune/$GPU-layernorm-tune-$n.json" ]; do n=$((n + 1)); done
+    cp "$tmp/tune.json" "$RES/tune/$GPU-layernorm-tune-$n.json" 2>/dev/null && echo "tune: $RES/tune/$GPU-layernorm-tune-$n.json"
   fi
   if want stale; then
     mark "stale: python -m benchmarks --update --stale --budget $budget"
