@@ -454,14 +454,13 @@ def part_probe2():
         dy = torch.randn(shape, device="cuda").to(dtype)
         _, mean, rstd = cln.layernorm(x, w, b, stats=True)
         rows, cols = shape
-        vec, items, threads, parts, acc_shared, prefetch = cln.bwd_vec_config(rows, cols, x.element_size(), True)
+        vec, items, threads, parts, acc_shared = cln.bwd_vec_config(rows, cols, x.element_size(), True)
         dx = torch.empty_like(x)
         p = torch.empty(2, parts, cols, device="cuda")
         dw = torch.empty(cols, device="cuda", dtype=dtype)
         db = torch.empty(cols, device="cuda", dtype=dtype)
         t = cln._CTYPE[dtype]
-        k = cln.kernel(f"layernorm_bwd_vec_kernel<{t}, {vec}, {items}, false, {'true' if acc_shared else 'false'}, "
-                       f"{'true' if prefetch else 'false'}>")
+        k = cln.kernel(f"layernorm_bwd_vec_kernel<{t}, {vec}, {items}, false, {'true' if acc_shared else 'false'}>")
         cs = cln.kernel(f"column_sum_vec_kernel<{t}>")
         shared = cln._bwd_shared(cols, False, acc_shared)
         for label, fn in (("cuda bwd main kernel", lambda: k[parts, threads, shared](dy, x, w, mean, rstd, dx, p,
@@ -471,7 +470,7 @@ def part_probe2():
             try:
                 ms = bench(fn)[0]
                 record("probe", name=label, shape=list(shape), dtype=dname, ms=ms,
-                       config=[vec, items, threads, parts, acc_shared, prefetch])
+                       config=[vec, items, threads, parts, acc_shared])
             except Exception as e:
                 err(f"probe2 {label} {dname}", e)
     # CUDA v5's forward configurations, each as a CUDA graph of the launcher

@@ -14,8 +14,8 @@
 //   atomic  dx per row, dw/db by atomicAdd                               layernorm_bwd_atomic_kernel
 //   partials  fused: dx and per-block dw/db partials, then a column-sum kernel
 //             layernorm_bwd_partials_kernel, then column_sum_kernel
-//   vec  the reference, float32 or bfloat16: partials with 16-byte vectors, x and dy read once (bfloat16: the next row's loaded while this one is reduced), dw/db shares in registers or shared memory
-//        layernorm_bwd_vec_kernel<T, VEC, ITEMS, RMS, SHARED, PREFETCH>, then column_sum_vec_kernel (dw and db in one launch)
+//   vec  the reference, float32 or bfloat16: partials with 16-byte vectors, x and dy read once, dw/db shares in registers or shared memory
+//        layernorm_bwd_vec_kernel<T, VEC, ITEMS, RMS, SHARED>, then column_sum_vec_kernel (dw and db in one launch)
 //   rmsnorm  rmsnorm_kernel, rmsnorm_bwd_partials_kernel (and v5's kernels with RMS = true)
 //
 // Never E[x^2] - E[x]^2: with x = 1000 + randn, E[x^2] is about 1e6 and float32 keeps it to
@@ -269,26 +269,6 @@ __device__ __forceinline__ void load_vec(const T* p, float* out) {
     }
 }
 
-// VEC elements as loaded, not yet converted: a load whose value is not used yet does not make the
-// thread wait, so the next row's x and dy can be in flight while this row is reduced.
-template <class T, int VEC> struct alignas(sizeof(T) * VEC == 16 ? 16 : alignof(T)) RawVec { T v[VEC]; };
-
-template <class T, int VEC>
-__device__ __forceinline__ void load_raw(const T* p, RawVec<T, VEC>& r) {
-    if constexpr (sizeof(T) * VEC == 16) {
-        *reinterpret_cast<float4*>(r.v) = __ldcs(reinterpret_cast<const float4*>(p));
-    } else {
-#pragma unroll
-        for (int i = 0; i < VEC; i++) r.v[i] = p[i];
-    }
-}
-
-template <class T, int VEC>
-__device__ __forceinline__ void unpack(const RawVec<T, VEC>& r, float* out) {
-#pragma unroll
-    for (int i = 0; i < VEC; i++) out[i] = to_float(r.v[i]);
-}
-
 template <class T, int VEC>
 __device__ __forceinline__ void store_vec(T* p, const float* in) {
     if constexpr (sizeof(T) * VEC == 16) {
@@ -396,7 +376,7 @@ __device__ __forceinline__ void add_shared(float* acc, const float* v) {
     }
 }
 
-template <class T, int VEC, int ITEMS, bool RMS, bool SHARED, bool PREFETCH>
+template <class T, int VEC, int ITEMS, bool RMS, bool SHARED>
 __global__ void layernorm_bwd_vec_kernel(const T* __restrict__ dy_ptr, const T* __restrict__ x_ptr,
                                          const T* __restrict__ w_ptr, const float* __restrict__ mean_ptr,
                                          const float* __restrict__ rstd_ptr, T* __restrict__ dx_ptr,
@@ -419,45 +399,10 @@ __global__ void layernorm_bwd_vec_kernel(const T* __restrict__ dy_ptr, const T* 
             }
         }
     }
-    // PREFETCH: x and dy of the block's next row are loaded one row ahead (raw, converted when
-    // used), in flight while this row's sums cross the barrier and its dx is stored. It costs
-    // registers: 42 instead of 32 a thread for float32 (ptxas, sm_90), which halves the blocks of
-    // 1024 threads an SM holds.
-    [[maybe_unused]] RawVec<T, VEC> nx[ITEMS], ndy[ITEMS];
-    [[maybe_unused]] auto prefetch = [&](long long row) {
-        if (row >= rows) return;
-#pragma unroll
-        for (int k = 0; k < ITEMS; k++) {
-            int c = (threadIdx.x + k * blockDim.x) * VEC;
-            if (c < cols) {
-                load_raw<T, VEC>(x_ptr + row * cols + c, nx[k]);
-                load_raw<T, VEC>(dy_ptr + row * cols + c, ndy[k]);
-            }
-        }
-    };
-    if constexpr (PREFETCH) prefetch(blockIdx.x);
     for (long long row = blockIdx.x; row < rows; row += gridDim.x) {
         const long long off = row * cols;
         const float mean = RMS ? 0.0f : mean_ptr[row];
         const float rstd = rstd_ptr[row];
-        RawVec<T, VEC> cx[ITEMS], cdy[ITEMS];
-        if constexpr (PREFETCH) {
-#pragma unroll
-            for (int k = 0; k < ITEMS; k++) {
-                cx[k] = nx[k];
-                cdy[k] = ndy[k];
-            }
-            prefetch(row + gridDim.x);
-        } else {
-#pragma unroll
-            for (int k = 0; k < ITEMS; k++) {
-                int c = (threadIdx.x + k * blockDim.x) * VEC;
-                if (c < cols) {
-                    load_raw<T, VEC>(x_ptr + off + c, cx[k]);
-                    load_raw<T, VEC>(dy_ptr + off + c, cdy[k]);
-                }
-            }
-        }
         float xh[ITEMS][VEC], g[ITEMS][VEC];
         float s1 = 0.0f, s2 = 0.0f;
 #pragma unroll
@@ -465,8 +410,8 @@ __global__ void layernorm_bwd_vec_kernel(const T* __restrict__ dy_ptr, const T* 
             int c = (threadIdx.x + k * blockDim.x) * VEC;
             if (c < cols) {
                 float dyv[VEC], wv[VEC], dxh[VEC];
-                unpack<T, VEC>(cx[k], xh[k]);
-                unpack<T, VEC>(cdy[k], dyv);
+                load_vec<T, VEC, true>(x_ptr + off + c, xh[k]);
+                load_vec<T, VEC, true>(dy_ptr + off + c, dyv);
                 load_vec<T, VEC, false>(w_ptr + c, wv);
 #pragma unroll
                 for (int i = 0; i < VEC; i++) {

@@ -275,11 +275,6 @@ COLSUM_SLICES = 16
 #: or shared memory (True). From the H200 sweep at 4096 x 4096 (benchmarks/tune/layernorm_tune.py
 #: bwd3): float32 71.7 us in shared memory against 88.1 in registers, bfloat16 68.5 against 62.1.
 BWD_SHARED = {4: True, 2: False}
-#: Whether the vec backward loads the next row's x and dy while it reduces this one, by the
-#: element size: bfloat16 rows of 4096 (512 threads a block, 64 registers a thread) keep their two
-#: blocks an SM with it; float32's blocks of 1024 threads would keep one (42 registers a thread
-#: instead of 32).
-BWD_PREFETCH = {4: False, 2: True}
 
 
 def _bwd_shared(cols: int, rms: bool, shared: bool) -> int:
@@ -290,10 +285,10 @@ def _bwd_shared(cols: int, rms: bool, shared: bool) -> int:
 
 @functools.lru_cache(maxsize=512)
 def bwd_vec_config(rows: int, cols: int, itemsize: int, aligned: bool, rms: bool = False):
-    """(VEC, ITEMS, threads, blocks, SHARED, PREFETCH) of the vec backward: a vector a thread up
-    to 1024 threads (the fastest at 4096 x 4096 on the H200, in both dtypes), BWD_BLOCKS_PER_SM
-    blocks an SM (fewer where their threads or shared memory do not fit); None for rows longer
-    than it holds."""
+    """(VEC, ITEMS, threads, blocks, SHARED) of the vec backward: a vector a thread up to 1024
+    threads (the fastest at 4096 x 4096 on the H200, in both dtypes), BWD_BLOCKS_PER_SM blocks
+    an SM (fewer where their threads or shared memory do not fit); None for rows longer than it
+    holds."""
     vec = 16 // itemsize if aligned and cols % (16 // itemsize) == 0 else 1
     nvec = cdiv(cols, vec)
     items = BWD_ITEMS_MAX if runtime.SIMULATE else min(BWD_ITEMS_MAX, _pow2_at_least(cdiv(nvec, MAX_THREADS)))
@@ -303,18 +298,18 @@ def bwd_vec_config(rows: int, cols: int, itemsize: int, aligned: bool, rms: bool
     if threads > MAX_THREADS or shared > runtime.max_dynamic_shared():
         return None
     per_sm = max(1, min(BWD_BLOCKS_PER_SM, 2048 // threads, (runtime.max_dynamic_shared() + 1024) // (shared + 1024)))
-    return vec, items, threads, max(1, min(rows, per_sm * sm_count())), acc_shared, BWD_PREFETCH[itemsize]
+    return vec, items, threads, max(1, min(rows, per_sm * sm_count())), acc_shared
 
 
-def bwd_vec_configs(rows: int, cols: int, itemsize: int) -> list[tuple[int, int, int, bool, bool]]:
-    """(ITEMS, threads, blocks, SHARED, PREFETCH) the vec backward can run aligned rows with (tuning)."""
+def bwd_vec_configs(rows: int, cols: int, itemsize: int) -> list[tuple[int, int, int, bool]]:
+    """(ITEMS, threads, blocks, SHARED) the vec backward can run aligned rows with (tuning)."""
     nvec = cdiv(cols, 16 // itemsize)
     out = []
     for items in (1, 2, 4):
         threads = _pow2_at_least(cdiv(nvec, items))
         if 64 <= threads <= MAX_THREADS:
-            out += [(items, threads, per_sm * sm_count(), shared, prefetch)
-                    for shared in (False, True) for per_sm in (1, 2, 3, 4) for prefetch in (False, True)]
+            out += [(items, threads, per_sm * sm_count(), shared)
+                    for shared in (False, True) for per_sm in (1, 2, 3, 4)]
     return out
 
 
@@ -330,20 +325,20 @@ def _vec_backward(dy, x, w, mean, rstd, op, rms, config=None):
         dx = in_shape(dx, shape)
         return (dx, zero) if rms else (dx, zero, zero.clone())
     if config is not None:
-        vec, (items, threads, parts, acc_shared, prefetch) = 16 // x.element_size(), config
+        vec, (items, threads, parts, acc_shared) = 16 // x.element_size(), config
     else:
         cfg = bwd_vec_config(rows, cols, x.element_size(), _aligned(dy, x, w, dx), rms)
         if cfg is None:  # rows too long: the float32 partials kernels (bfloat16 through float32)
             out = (rmsnorm_backward_partials(dy.float(), x.float(), w.float(), rstd) if rms else
                    layernorm_backward_partials(dy.float(), x.float(), w.float(), mean, rstd))
             return (out[0].to(x.dtype).reshape(shape),) + tuple(t.to(w.dtype) for t in out[1:])
-        vec, items, threads, parts, acc_shared, prefetch = cfg
+        vec, items, threads, parts, acc_shared = cfg
     parts = min(parts, rows)
     halves = 1 if rms else 2
     # one buffer for the partials of dw and db, and one launch sums both
     p = torch.empty(halves, parts, cols, dtype=torch.float32, device=x.device)
     name = (f"layernorm_bwd_vec_kernel<{_CTYPE[x.dtype]}, {vec}, {items}, {'true' if rms else 'false'}, "
-            f"{'true' if acc_shared else 'false'}, {'true' if prefetch else 'false'}>")
+            f"{'true' if acc_shared else 'false'}>")
     kernel(name)[parts, threads, _bwd_shared(cols, rms, acc_shared)](dy, x, w, mean, rstd, dx, p, rows, cols)
     dw = torch.empty(cols, dtype=w.dtype, device=x.device)
     db = dw if rms else torch.empty(cols, dtype=w.dtype, device=x.device)
