@@ -302,3 +302,16 @@ def test_autograd_and_library_op():
     b32 = torch.randn(7, device=utils.DEVICE, requires_grad=True)
     torch.library.opcheck(kernels.ops.layernorm_op, (x32, w32, b32, 1e-5),
                           test_utils=("test_schema", "test_faketensor", "test_autograd_registration"))
+
+
+@pytest.mark.parametrize("lang", ["cuda", "numba", "triton"])
+def test_a_shape_mismatch_names_both_shapes_as_tuples(lang):
+    """The launchers' fast path (2-D inputs) gives the same messages as the general one."""
+    mod = kernels.module("layernorm", lang)
+    x, w, b = torch.randn(4, 8, device=utils.DEVICE), torch.ones(8, device=utils.DEVICE), torch.zeros(8, device=utils.DEVICE)
+    _, mean, rstd = mod.layernorm(x, w, b, stats=True)
+    dy = torch.randn(2, 8, device=utils.DEVICE)
+    with pytest.raises(ValueError, match=r"dy must have x's shape \(4, 8\), got \(2, 8\)"):
+        mod.layernorm_backward(dy, x, w, mean, rstd)
+    with pytest.raises(ValueError, match=r"w must have shape \(8,\) \(x's last dim\), got \(9,\)"):
+        mod.layernorm(x, torch.ones(9, device=utils.DEVICE), b)

@@ -34,7 +34,7 @@ def check_norm_inputs(x, w, b=None, *, op="layernorm", name="x", dtypes=(torch.f
     if (is_plain(x, dtypes) and x.dim() == 2 and is_plain(w, dtypes) and w.dim() == 1 and
             w.shape[0] == x.shape[1] and x.numel() <= INT32_MAX and
             (b is None if not bias else (is_plain(b, dtypes) and b.dim() == 1 and b.shape[0] == w.shape[0]))):
-        return x, w, b, x.shape
+        return x, w, b, tuple(x.shape)
     for t, n in ((x, name), (w, "w"), (b, "b")):
         if t is None and n == "b":
             continue
