@@ -308,10 +308,11 @@ def test_autograd_and_library_op():
 def test_a_shape_mismatch_names_both_shapes_as_tuples(lang):
     """The launchers' fast path (2-D inputs) gives the same messages as the general one."""
     mod = kernels.module("layernorm", lang)
-    x, w, b = torch.randn(4, 8, device=utils.DEVICE), torch.ones(8, device=utils.DEVICE), torch.zeros(8, device=utils.DEVICE)
+    dev = utils.DEVICE
+    x, w, b = torch.randn(4, 8, device=dev), torch.ones(8, device=dev), torch.zeros(8, device=dev)
     _, mean, rstd = mod.layernorm(x, w, b, stats=True)
-    dy = torch.randn(2, 8, device=utils.DEVICE)
+    dy = torch.randn(2, 8, device=dev)
     with pytest.raises(ValueError, match=r"dy must have x's shape \(4, 8\), got \(2, 8\)"):
         mod.layernorm_backward(dy, x, w, mean, rstd)
     with pytest.raises(ValueError, match=r"w must have shape \(8,\) \(x's last dim\), got \(9,\)"):
-        mod.layernorm(x, torch.ones(9, device=utils.DEVICE), b)
+        mod.layernorm(x, torch.ones(9, device=dev), b)
