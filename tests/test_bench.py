@@ -765,3 +765,12 @@ def test_a_missed_layernorm_target_says_whether_the_host_or_the_kernel_set_its_t
     assert "the kernel itself sets the time" in bl._host_why(row)
     assert bl._host_why(dict(median_ms=0.1)) is None  # measured without the probes: no claim
     assert "host time is 95 us" in bl._host_why(dict(median_ms=0.1, host_us=95.0, graph_ms=None))
+
+
+def test_a_host_bound_forward_says_so_before_the_copy_of_its_bytes():
+    from benchmarks import layernorm as bl
+    copy = dict(**{"pass": "copy"}, dtype="bfloat16", shape=[8, 8], fraction_of_copy=0.8, gbps=800.0)
+    row = dict(median_ms=0.047, fraction_of_copy=0.34, gbps=340.0, host_us=65.0, graph_ms=0.024)
+    assert "the host, not the kernel" in bl._why("forward", "bfloat16", (8, 8), [copy], row)
+    row.update(graph_ms=0.046)  # the kernel's own time: the copy of the same bytes is the comparison
+    assert "a plain copy of the same bytes" in bl._why("forward", "bfloat16", (8, 8), [copy], row)
