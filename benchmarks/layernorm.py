@@ -255,28 +255,24 @@ def evaluate(rows: list[dict]) -> list[dict]:
 
 
 def _why(kind, dname, shape, rows, r) -> str:
-    """What the record itself says about a missed target: the forward against a copy of the same
-    bytes in the same run; the backward against what the tuning sweep measured. First of all,
-    whether the host set the time (its launcher's host time and the CUDA-graph replay, measured
-    beside the row)."""
-    host = _host_why(r)
-    if host and "the host, not the kernel" in host:
-        return host
+    """What the record itself says about a missed target: first, whether the host set the time
+    (the launcher's host time and the CUDA-graph replay, measured beside the row); else, for the
+    forward, a copy of the same bytes in the same run; else what the kernel's own time was."""
+    if _host_bound(r):
+        return _host_why(r)
     if kind == "forward":
-        copy = next((r for r in rows if r.get("pass") == "copy" and r["dtype"] == dname
-                     and tuple(r["shape"]) == tuple(shape)), None)
+        copy = next((c for c in rows if c.get("pass") == "copy" and c["dtype"] == dname
+                     and tuple(c["shape"]) == tuple(shape)), None)
         if copy and copy.get("fraction_of_copy") and r and r.get("gbps"):
             return (f"a plain copy of the same bytes (y.copy_(x), {dname}, {shape[0]}x{shape[1]}) reached "
                     f"{copy['fraction_of_copy']:.1%} of the 2 GB copy in this run, the ceiling of a pass this "
                     f"size; the kernel ran at {r['gbps'] / copy['gbps']:.0%} of that copy")
-    if host:
-        return host
-    if kind in ("backward", "rmsnorm backward"):
-        return ("not settled: the tuning sweeps (benchmarks/results/tune/) timed the same launchers faster "
-                "(Triton's bfloat16 backward at 4096x4096 in 67 us in two sweeps); launch-overhead.json "
-                "puts the backward launchers' host cost at 100-150 us a call (five tensors checked, four "
-                "allocations, two or three launches), about the kernel's time: the host may set it here")
-    return "not found yet"
+    return _host_why(r) or "not found yet"
+
+
+def _host_bound(r) -> bool:
+    """The row's call replayed from a CUDA graph (no host time) took under 90 % of its timed call."""
+    return bool(r and r.get("median_ms") and r.get("graph_ms") and r["graph_ms"] < 0.9 * r["median_ms"])
 
 
 def _host_why(r) -> str | None:
@@ -287,12 +283,10 @@ def _host_why(r) -> str | None:
         return None
     ms, host, graph = r["median_ms"], r["host_us"], r.get("graph_ms")
     said = f"timed at {ms * 1e3:.0f} us a call; its launcher's host time is {host:.0f} us a call"
-    if graph:
-        frac = r.get("fraction_of_copy")
-        at = f" ({frac * ms / graph:.0%} of copy)" if frac else ""
-        said += f", and the same call replayed from a CUDA graph (no host time) takes {graph * 1e3:.0f} us{at}"
-        if graph < 0.9 * ms:
-            return said + ": the host, not the kernel, sets the time"
-        return said + ": the kernel itself sets the time"
-    return said
-
+    if not graph:
+        return said
+    frac = r.get("fraction_of_copy")
+    at = f" ({frac * ms / graph:.0%} of copy)" if frac else ""
+    said += f", and the same call replayed from a CUDA graph (no host time) takes {graph * 1e3:.0f} us{at}"
+    return said + (": the host, not the kernel, sets the time" if _host_bound(r) else
+                   ": the kernel itself sets the time")
