@@ -779,10 +779,10 @@ def test_a_host_bound_forward_says_so_before_the_copy_of_its_bytes():
 def test_host_probes_time_the_call_from_the_host_and_from_a_graph(monkeypatch):
     """The glue of the layernorm rows' host probes (GPU-only parts stand in): the same call reaches
     launch_overhead's host timing and its graph capture; a capture that fails gives None."""
-    import triton.testing
-
     from benchmarks import harness
     from benchmarks.lessons import launch_overhead as lo
+
+    import triton.testing
     calls = []
 
     class Graph:
