@@ -295,22 +295,41 @@ def configure_torch_compile() -> None:
             setattr(cfg, name, max(getattr(cfg, name), 256))
 
 
-def host_probes(fn: Callable, args, warmup: float = 25, rep: float = 100) -> dict:
-    """``host_us``, the host's microseconds per call of ``fn(*args)`` back to back, and
-    ``graph_ms``, one call replayed from a CUDA graph and timed as every row is (``do_bench``,
-    the L2 flushed before each replay): the GPU's time without the host's between the launches
-    (None where the call cannot be captured). Both are launch_overhead.py's measurements
-    (``benchmarks.lessons.launch_overhead``: ``host_us``, ``graph_of``)."""
-    from .lessons.launch_overhead import graph_of, host_us
+def host_us(fn: Callable, args, n: int = 30, reps: int = 7) -> float:
+    """Microseconds of host time per call of ``fn(*args)``: ``n`` calls back to back after a
+    synchronisation (few enough that the GPU's queue never fills and holds the host back), until
+    the last one returns; median of ``reps``."""
+    times = []
+    for _ in range(reps):
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        for _ in range(n):
+            fn(*args)
+        times.append((time.perf_counter() - t) / n * 1e6)
+    torch.cuda.synchronize()
+    return round(sorted(times)[len(times) // 2], 2)
 
+
+def graph_ms(fn: Callable, args, warmup: float = 25, rep: float = 100) -> float | None:
+    """Milliseconds of one call of ``fn(*args)`` replayed from a CUDA graph, timed as every row
+    is (``do_bench``, the L2 flushed before each replay): the GPU's time without the host's
+    between the launches. None where the call cannot be captured."""
     import triton.testing
-    call = lambda: fn(*args)  # noqa: E731
-    out = dict(host_us=host_us(call), graph_ms=None)
     try:
-        out["graph_ms"] = float(triton.testing.do_bench(graph_of(call).replay, warmup=warmup, rep=rep))
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(3):
+                fn(*args)
+        torch.cuda.current_stream().wait_stream(side)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            fn(*args)
+        torch.cuda.synchronize()
+        return float(triton.testing.do_bench(g.replay, warmup=warmup, rep=rep))
     except Exception:
         torch.cuda.synchronize()
-    return out
+        return None
 
 
 def time_row(events: "Events", meta: dict, shape, fn: Callable, make_args: Callable, nbytes: Callable, *,
@@ -336,7 +355,7 @@ def time_row(events: "Events", meta: dict, shape, fn: Callable, make_args: Calla
         nb = nbytes(args)
         res = utils.bench(fn, *args, nbytes=nb, name=meta["variant"], warmup=warmup, rep=rep)
         if host and not res.simulated:
-            fields = dict(fields, **host_probes(fn, args, warmup, rep))
+            fields = dict(fields, host_us=host_us(fn, args), graph_ms=graph_ms(fn, args, warmup, rep))
     except Exception as e:
         events.emit(event="failed", key=key, **meta, shape=list(shape), status="error",
                     reason=f"while timing: {type(e).__name__}: {_short(e)}")

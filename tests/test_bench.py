@@ -775,27 +775,3 @@ def test_a_host_bound_forward_says_so_before_the_copy_of_its_bytes():
     row.update(graph_ms=0.046)  # the kernel's own time: the copy of the same bytes is the comparison
     assert "a plain copy of the same bytes" in bl._why("forward", "bfloat16", (8, 8), [copy], row)
 
-
-def test_host_probes_time_the_call_from_the_host_and_from_a_graph(monkeypatch):
-    """The glue of the layernorm rows' host probes (GPU-only parts stand in): the same call reaches
-    launch_overhead's host timing and its graph capture; a capture that fails gives None."""
-    from benchmarks import harness
-    from benchmarks.lessons import launch_overhead as lo
-
-    import triton.testing
-    calls = []
-
-    class Graph:
-        def replay(self):
-            calls.append("replay")
-    monkeypatch.setattr(lo, "host_us", lambda call: (call(), 12.5)[1])
-    monkeypatch.setattr(lo, "graph_of", lambda call: (call(), Graph())[1])
-    monkeypatch.setattr(triton.testing, "do_bench", lambda f, warmup, rep: (f(), 0.25)[1])
-    out = harness.host_probes(lambda a, b: calls.append((a, b)), (1, 2))
-    assert out == dict(host_us=12.5, graph_ms=0.25) and calls == [(1, 2), (1, 2), "replay"]
-
-    def no_graph(call):
-        raise RuntimeError("operation not permitted when stream is capturing")
-    monkeypatch.setattr(lo, "graph_of", no_graph)
-    monkeypatch.setattr(harness.torch.cuda, "synchronize", lambda: None)
-    assert harness.host_probes(lambda: None, ()) == dict(host_us=12.5, graph_ms=None)
